@@ -1,0 +1,14 @@
+"""cocaq: what a GPU cluster's jobs cost the planet, per job, user and lab."""
+
+import os as _os
+
+__version__ = "0.1.0"
+
+# In a source checkout the component folders (collector/, prolog_epilog/, reports/, migrations/) sit at the
+# repository root, as the design card asks; the wheel ships them inside this package.  Extending __path__
+# makes `cocaq.collector` & co. import the same way from both, without a generic top-level name.
+_root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(
+    _os.path.join(_root, "prolog_epilog")
+):
+    __path__.append(_root)

@@ -1,0 +1,287 @@
+"""Configuration: a TOML file overridden by COCAQ_* environment variables.
+
+Lookup order for the file: `--config`, then `$COCAQ_CONFIG`, then `/etc/cocaq/cocaq.toml` (if present).
+Environment variables override single keys: `COCAQ_DATABASE_URL`, `COCAQ_CLUSTER__PUE`,
+`COCAQ_ESTIMATE__GPU_UTILISATION` (`__` separates a section from its key).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cocaq.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONFIG_PATH = Path("/etc/cocaq/cocaq.toml")
+# COCAQ_* variables that are not settings.
+_NON_SETTING_ENV = {"COCAQ_CONFIG"}
+_NON_SETTING_PREFIXES = ("COCAQ_TEST_", "COCAQ_BENCH_")
+
+
+def default_database_url() -> str:
+    from platformdirs import user_data_dir
+
+    return "sqlite:///" + str(Path(user_data_dir("cocaq")) / "cocaq.sqlite")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What a partition's or node group's nodes are made of; drives estimates when nothing is measured."""
+
+    cpu_model: str = "unknown CPU"
+    cpu_tdp_w_per_core: float = 12.0  # Green Algorithms' figure for an unknown server CPU core
+    gpu_model: str = "unknown GPU"
+    gpu_tdp_w: float = 300.0
+    mem_gb: float = 0.0  # memory per node, for the report only; estimates use what the job requested
+    carbon_zone: str | None = None  # overrides the cluster's zone
+    pue: float | None = None  # overrides the cluster's PUE
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    name: str
+    nodes: tuple[str, ...]  # glob patterns or Slurm host lists (`gpu[01-08]`)
+    hardware: Hardware
+
+    def matches(self, node: str) -> bool:
+        from cocaq.hostlist import expand_hostlist
+
+        for pat in self.nodes:
+            if "[" in pat:
+                if node in expand_hostlist(pat):
+                    return True
+            elif fnmatch.fnmatchcase(node, pat):
+                return True
+        return False
+
+
+@dataclass(frozen=True)
+class Estimate:
+    gpu_utilisation: float = 1.0  # share of GPU TDP drawn when nothing was measured (Green Algorithms: 1)
+    mem_w_per_gb: float = 0.3725  # Green Algorithms' figure per GB of requested memory
+    cpu_usage: str = "totalcpu"  # "totalcpu": CPU time used; "allocated": cores x elapsed
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str = "cluster"
+    timezone: str | None = None  # of the times in sacct's text output; None: this machine's
+    carbon_zone: str = "WORLD"
+    pue: float = 1.0
+
+
+@dataclass(frozen=True)
+class Config:
+    database_url: str = field(default_factory=default_database_url)
+    spool_dir: str = "/var/spool/cocaq"
+    cluster: Cluster = field(default_factory=Cluster)
+    estimate: Estimate = field(default_factory=Estimate)
+    default_hardware: Hardware = field(default_factory=Hardware)
+    partitions: dict[str, Hardware] = field(default_factory=dict)
+    node_groups: tuple[NodeGroup, ...] = ()
+    source: str = "built-in defaults"
+
+    def tz(self) -> Any:
+        if self.cluster.timezone is None:
+            from datetime import datetime
+
+            return datetime.now().astimezone().tzinfo
+        return ZoneInfo(self.cluster.timezone)
+
+    def hardware_for(self, partition: str | None, nodes: list[str] | None = None) -> tuple[Hardware, str]:
+        """The profile for a job: a node group matching all its nodes, else its partition, else default.
+
+        Returns the profile and its name (`node_group:NAME`, `partition:NAME` or `default`).
+        """
+        if nodes:
+            for group in self.node_groups:
+                if all(group.matches(n) for n in nodes):
+                    return group.hardware, f"node_group:{group.name}"
+        if partition:
+            # A job submitted to several partitions (`gpu,cpu`) ran in the first that sacct reports.
+            part = partition.split(",")[0]
+            if part in self.partitions:
+                return self.partitions[part], f"partition:{part}"
+        return self.default_hardware, "default"
+
+    def zone_and_pue(self, hw: Hardware) -> tuple[str, float]:
+        return hw.carbon_zone or self.cluster.carbon_zone, hw.pue if hw.pue is not None else self.cluster.pue
+
+
+# --- validation -------------------------------------------------------------------------------------
+
+
+def _num(key: str, value: Any, lo: float | None = 0.0, hi: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"config: {key}: expected a number, got {value!r}") from None
+        else:
+            raise ConfigError(f"config: {key}: expected a number, got {value!r}")
+    v = float(value)
+    if v != v or (lo is not None and v < lo) or (hi is not None and v > hi):
+        rng = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+        raise ConfigError(f"config: {key}: expected a number {rng}, got {value!r}")
+    return v
+
+
+def _str(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"config: {key}: expected a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def _check_keys(section: str, table: dict[str, Any], allowed: set[str]) -> None:
+    for k in table:
+        if k not in allowed:
+            where = f"{section}.{k}" if section else k
+            raise ConfigError(f"config: {where}: unknown key (known: {', '.join(sorted(allowed))})")
+
+
+def _hardware(section: str, table: Any, base: Hardware) -> Hardware:
+    if not isinstance(table, dict):
+        raise ConfigError(f"config: {section}: expected a table, got {table!r}")
+    allowed = {f.name for f in fields(Hardware)}
+    _check_keys(section, {k: v for k, v in table.items() if k != "nodes"}, allowed)
+    values: dict[str, Any] = {}
+    for k, v in table.items():
+        key = f"{section}.{k}"
+        if k in ("cpu_model", "gpu_model", "carbon_zone"):
+            values[k] = _str(key, v)
+        elif k == "pue":
+            values[k] = _num(key, v, 1.0, 5.0)
+        elif k in ("cpu_tdp_w_per_core", "gpu_tdp_w", "mem_gb"):
+            values[k] = _num(key, v, 0.0, 10000.0)
+    return replace(base, **values)
+
+
+def _from_dict(data: dict[str, Any], source: str) -> Config:
+    _check_keys(
+        "",
+        data,
+        {"database_url", "spool_dir", "cluster", "estimate", "defaults", "partitions", "node_groups"},
+    )
+    cfg = Config(source=source)
+    if "database_url" in data:
+        cfg = replace(cfg, database_url=_str("database_url", data["database_url"]))
+    if "spool_dir" in data:
+        cfg = replace(cfg, spool_dir=_str("spool_dir", data["spool_dir"]))
+    c = data.get("cluster", {})
+    if not isinstance(c, dict):
+        raise ConfigError(f"config: cluster: expected a table, got {c!r}")
+    _check_keys("cluster", c, {f.name for f in fields(Cluster)})
+    cluster = Cluster(
+        name=_str("cluster.name", c["name"]) if "name" in c else Cluster.name,
+        timezone=_str("cluster.timezone", c["timezone"]) if "timezone" in c else None,
+        carbon_zone=_str("cluster.carbon_zone", c["carbon_zone"]) if "carbon_zone" in c else "WORLD",
+        pue=_num("cluster.pue", c["pue"], 1.0, 5.0) if "pue" in c else 1.0,
+    )
+    if cluster.timezone:
+        try:
+            ZoneInfo(cluster.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(
+                f"config: cluster.timezone: unknown time zone {cluster.timezone!r} (e.g. Europe/Paris)"
+            ) from None
+    e = data.get("estimate", {})
+    if not isinstance(e, dict):
+        raise ConfigError(f"config: estimate: expected a table, got {e!r}")
+    _check_keys("estimate", e, {f.name for f in fields(Estimate)})
+    estimate = Estimate(
+        gpu_utilisation=_num("estimate.gpu_utilisation", e.get("gpu_utilisation", 1.0), 0.0, 1.0),
+        mem_w_per_gb=_num("estimate.mem_w_per_gb", e.get("mem_w_per_gb", 0.3725), 0.0, 100.0),
+        cpu_usage=str(e.get("cpu_usage", "totalcpu")),
+    )
+    if estimate.cpu_usage not in ("totalcpu", "allocated"):
+        raise ConfigError(
+            f"config: estimate.cpu_usage: expected 'totalcpu' or 'allocated', got {estimate.cpu_usage!r}"
+        )
+    default_hw = _hardware("defaults", data.get("defaults", {}), Hardware())
+    parts_raw = data.get("partitions", {})
+    if not isinstance(parts_raw, dict):
+        raise ConfigError(f"config: partitions: expected a table of partitions, got {parts_raw!r}")
+    partitions = {name: _hardware(f"partitions.{name}", t, default_hw) for name, t in parts_raw.items()}
+    groups_raw = data.get("node_groups", {})
+    if not isinstance(groups_raw, dict):
+        raise ConfigError(f"config: node_groups: expected a table of node groups, got {groups_raw!r}")
+    groups = []
+    for name, t in groups_raw.items():
+        hw = _hardware(f"node_groups.{name}", t, default_hw)
+        nodes = t.get("nodes")
+        if isinstance(nodes, str):
+            nodes = [nodes]
+        if not nodes or not all(isinstance(n, str) and n for n in nodes):
+            raise ConfigError(f"config: node_groups.{name}.nodes: expected a list of node names or patterns")
+        groups.append(NodeGroup(name, tuple(nodes), hw))
+    return replace(
+        cfg,
+        cluster=cluster,
+        estimate=estimate,
+        default_hardware=default_hw,
+        partitions=partitions,
+        node_groups=tuple(groups),
+    )
+
+
+def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
+    """Fold COCAQ_* variables into the raw TOML dict, so one validator checks both."""
+    known_sections = {"cluster", "estimate", "defaults"}
+    for name, value in sorted(environ.items()):
+        if not name.startswith("COCAQ_") or name in _NON_SETTING_ENV or name.startswith(_NON_SETTING_PREFIXES):
+            continue
+        key = name[len("COCAQ_") :].lower()
+        if "__" in key:
+            section, _, sub = key.partition("__")
+            if section not in known_sections:
+                raise ConfigError(f"environment: {name}: unknown section {section!r}")
+            tbl = data.setdefault(section, {})
+            if not isinstance(tbl, dict):
+                raise ConfigError(f"environment: {name}: config section {section} is not a table")
+            tbl[sub] = value
+        elif key in ("database_url", "spool_dir"):
+            data[key] = value
+        elif key == "cluster":
+            data.setdefault("cluster", {})["name"] = value
+        else:
+            raise ConfigError(
+                f"environment: {name}: unknown setting (use COCAQ_DATABASE_URL, COCAQ_SPOOL_DIR, "
+                "COCAQ_CLUSTER or COCAQ_SECTION__KEY)"
+            )
+    return data
+
+
+def load_config(path: str | os.PathLike[str] | None = None, environ: dict[str, str] | None = None) -> Config:
+    """Read the config file (if any) and apply environment overrides; raise ConfigError on bad input."""
+    env = dict(os.environ if environ is None else environ)
+    explicit = path or env.get("COCAQ_CONFIG")
+    file = Path(explicit) if explicit else DEFAULT_CONFIG_PATH
+    data: dict[str, Any] = {}
+    source = "built-in defaults"
+    if explicit or file.exists():
+        try:
+            with open(file, "rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"config: {file}: no such file") from None
+        except PermissionError:
+            raise ConfigError(f"config: {file}: permission denied") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config: {file}: not valid TOML: {exc}") from None
+        except IsADirectoryError:
+            raise ConfigError(f"config: {file}: is a directory") from None
+        source = str(file)
+    data = _apply_env(data, env)
+    try:
+        return _from_dict(data, source)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (from {source} and COCAQ_* variables)") from None

@@ -1,0 +1,31 @@
+"""Errors that the CLI turns into one line and a non-zero exit, never a traceback."""
+
+
+class CocaqError(Exception):
+    """A problem the user can fix; its message is shown as is."""
+
+    exit_code = 1
+
+
+class UsageError(CocaqError):
+    """Bad command-line input (a duration, a date, a format)."""
+
+    exit_code = 2
+
+
+class ConfigError(CocaqError):
+    """A bad configuration key or value; the message names the key."""
+
+    exit_code = 2
+
+
+class DatabaseError(CocaqError):
+    """The database cannot be reached or is not migrated."""
+
+    exit_code = 3
+
+
+class InputError(CocaqError):
+    """Unreadable input data (a dump that is not sacct output, say)."""
+
+    exit_code = 4

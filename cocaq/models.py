@@ -1,0 +1,286 @@
+"""The schema: SQLAlchemy 2 typed models; Alembic migrations in `migrations/` follow them exactly.
+
+Built for PostgreSQL at scale (per-job totals kept on the job row so user/lab queries are one index range
+scan; samples partitioned by time) while the same migrations run on SQLite for one-machine use.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timestamps stored in UTC and always read back timezone-aware (SQLite keeps no zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: cocaq stores only timezone-aware times")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# Integer primary keys: BIGINT on PostgreSQL, INTEGER (the rowid alias) on SQLite.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
+
+
+class Cluster(Base):
+    __tablename__ = "clusters"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.current_timestamp())
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+    __table_args__ = (UniqueConstraint("cluster_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(128))
+    node_group: Mapped[str | None] = mapped_column(String(128))
+    cpus: Mapped[int | None]
+    gpus: Mapped[int | None]
+    gpu_model: Mapped[str | None] = mapped_column(String(128))
+    mem_gb: Mapped[float | None] = mapped_column(Float)
+
+
+class Job(Base):
+    """One Slurm job (array task and het-job component each count as one), with its totals and carbon."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("cluster_id", "job_id", "submit_time"),
+        Index("ix_jobs_user_end", "user_name", "end_time"),
+        Index("ix_jobs_account_end", "account", "end_time"),
+        Index("ix_jobs_partition_end", "partition", "end_time"),
+        Index("ix_jobs_cluster_end", "cluster_id", "end_time"),
+        Index("ix_jobs_open", "is_open"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"))
+    job_id: Mapped[str] = mapped_column(String(64))  # as sacct shows it: 123, 123_4, 123+0
+    job_id_raw: Mapped[int | None] = mapped_column(BigInteger)
+    array_job_id: Mapped[int | None] = mapped_column(BigInteger)
+    array_task_id: Mapped[int | None]
+    het_job_id: Mapped[int | None] = mapped_column(BigInteger)
+    het_job_offset: Mapped[int | None]
+    user_name: Mapped[str] = mapped_column(String(64))
+    uid: Mapped[int | None]
+    account: Mapped[str | None] = mapped_column(String(64))  # the lab
+    partition: Mapped[str | None] = mapped_column(String(128))
+    qos: Mapped[str | None] = mapped_column(String(64))
+    node_list: Mapped[str | None] = mapped_column(Text)
+    n_nodes: Mapped[int] = mapped_column(default=0)
+    alloc_cpus: Mapped[int] = mapped_column(default=0)
+    alloc_gpus: Mapped[int] = mapped_column(default=0)
+    gpu_type: Mapped[str | None] = mapped_column(String(64))
+    req_mem_mb: Mapped[float | None] = mapped_column(Float)
+    submit_time: Mapped[datetime]
+    start_time: Mapped[datetime | None]
+    end_time: Mapped[datetime | None]
+    elapsed_s: Mapped[float] = mapped_column(Float, default=0.0)
+    time_limit_s: Mapped[float | None] = mapped_column(Float)
+    state: Mapped[str] = mapped_column(String(32))
+    state_detail: Mapped[str | None] = mapped_column(String(128))  # "CANCELLED by 12345"
+    is_open: Mapped[bool] = mapped_column(Boolean, default=False)  # RUNNING etc.: will be updated
+    exit_code: Mapped[int | None]
+    exit_signal: Mapped[int | None]
+    name: Mapped[str | None] = mapped_column(Text)
+    comment: Mapped[str | None] = mapped_column(Text)
+    total_cpu_s: Mapped[float | None] = mapped_column(Float)
+    consumed_energy_j: Mapped[float | None] = mapped_column(Float)  # Slurm's ConsumedEnergyRaw
+    # Totals of job_energy (IT energy, before PUE) and the carbon used; kept here for fast rollups.
+    energy_j: Mapped[float] = mapped_column(Float, default=0.0)
+    energy_measured_j: Mapped[float] = mapped_column(Float, default=0.0)
+    pue: Mapped[float] = mapped_column(Float, default=1.0)
+    carbon_zone: Mapped[str | None] = mapped_column(String(64))
+    carbon_g_per_kwh: Mapped[float | None] = mapped_column(Float)
+    carbon_source: Mapped[str | None] = mapped_column(String(128))
+    carbon_year: Mapped[int | None]
+    carbon_flag: Mapped[str | None] = mapped_column(String(64))  # e.g. "unknown-zone"
+    co2_g: Mapped[float] = mapped_column(Float, default=0.0)
+    hw_profile: Mapped[str | None] = mapped_column(String(160))
+    assumptions: Mapped[dict[str, Any] | None]  # what an estimate assumed, to recompute later
+    imported_from: Mapped[str | None] = mapped_column(String(32))
+    updated_at: Mapped[datetime] = mapped_column(
+        server_default=func.current_timestamp(), onupdate=func.current_timestamp()
+    )
+
+    energies: Mapped[list[JobEnergy]] = relationship(
+        back_populates="job", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+
+class JobEnergy(Base):
+    """Energy of one job on one node by component, measured or estimated, and where it came from.
+
+    A job's rows never overlap: measured node energy (Slurm's ConsumedEnergy) replaces the component
+    estimates rather than adding to them, so summing a job's rows gives its energy.
+    """
+
+    __tablename__ = "job_energy"
+    __table_args__ = (UniqueConstraint("job_pk", "node", "component", "source"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    node: Mapped[str] = mapped_column(String(128), default="")  # "" when not split by node
+    component: Mapped[str] = mapped_column(String(16))  # gpu, cpu, dram, other, node
+    method: Mapped[str] = mapped_column(String(16))  # measured, estimated
+    source: Mapped[str] = mapped_column(String(64))  # nvml, rapl, slurm-consumed-energy, tdp-estimate
+    energy_j: Mapped[float] = mapped_column(Float)
+
+    job: Mapped[Job] = relationship(back_populates="energies")
+
+
+class Sample(Base):
+    """Time series from the node collector; partitioned by month of `ts` on PostgreSQL."""
+
+    __tablename__ = "samples"
+    __table_args__ = (
+        Index("ix_samples_job_ts", "cluster_id", "job_id", "ts"),
+        {"postgresql_partition_by": "RANGE (ts)"},
+    )
+
+    ts: Mapped[datetime] = mapped_column(primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(128), primary_key=True)
+    source: Mapped[str] = mapped_column(String(32), primary_key=True)  # nvml, rapl, cgroup
+    device: Mapped[str] = mapped_column(String(64), primary_key=True)  # gpu0, package-0, job cgroup
+    metric: Mapped[str] = mapped_column(String(32), primary_key=True)  # power_w, util_pct, mem_mb, ...
+    job_id: Mapped[str | None] = mapped_column(String(64))
+    value: Mapped[float] = mapped_column(Float)
+
+
+class ModelMetadata(Base):
+    """What an ML job trained or served, to relate energy to models."""
+
+    __tablename__ = "model_metadata"
+    __table_args__ = (UniqueConstraint("job_pk", "source", "model_name"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    source: Mapped[str] = mapped_column(String(64))  # comment, file, api
+    model_name: Mapped[str] = mapped_column(String(256))
+    framework: Mapped[str | None] = mapped_column(String(64))
+    task: Mapped[str | None] = mapped_column(String(64))
+    parameters: Mapped[int | None] = mapped_column(BigInteger)
+    dataset: Mapped[str | None] = mapped_column(String(256))
+    tokens: Mapped[int | None] = mapped_column(BigInteger)
+    extra: Mapped[dict[str, Any] | None]
+    recorded_at: Mapped[datetime] = mapped_column(server_default=func.current_timestamp())
+
+
+class CarbonIntensity(Base):
+    """Carbon intensity of a zone over an interval, with where the figure came from."""
+
+    __tablename__ = "carbon_intensity"
+    __table_args__ = (UniqueConstraint("zone", "source", "ts_start"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    zone: Mapped[str] = mapped_column(String(64))
+    ts_start: Mapped[datetime]
+    ts_end: Mapped[datetime]
+    g_per_kwh: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(16), default="lifecycle")  # lifecycle or direct
+    source: Mapped[str] = mapped_column(String(128))
+    provenance: Mapped[str | None] = mapped_column(Text)
+
+
+class Rollup(Base):
+    """Totals per user, lab, partition or cluster over a day or month, made by the aggregator."""
+
+    __tablename__ = "rollups"
+    __table_args__ = (UniqueConstraint("cluster_id", "period", "period_start", "scope", "key"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"))
+    period: Mapped[str] = mapped_column(String(8))  # day, month
+    period_start: Mapped[datetime]
+    scope: Mapped[str] = mapped_column(String(16))  # user, account, partition, cluster
+    key: Mapped[str] = mapped_column(String(128))
+    jobs: Mapped[int] = mapped_column(default=0)
+    cpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
+    gpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
+    energy_j: Mapped[float] = mapped_column(Float, default=0.0)
+    energy_measured_j: Mapped[float] = mapped_column(Float, default=0.0)
+    co2_g: Mapped[float] = mapped_column(Float, default=0.0)
+    idle_gpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
+    computed_at: Mapped[datetime] = mapped_column(server_default=func.current_timestamp())
+
+
+class User(Base):
+    """Where and how often to tell a user about their footprint."""
+
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    email: Mapped[str | None] = mapped_column(String(320))
+    full_name: Mapped[str | None] = mapped_column(String(256))
+    monthly_email: Mapped[bool] = mapped_column(Boolean, default=True)
+    job_email: Mapped[bool] = mapped_column(Boolean, default=False)
+    opted_out: Mapped[bool] = mapped_column(Boolean, default=False)
+    updated_at: Mapped[datetime] = mapped_column(
+        server_default=func.current_timestamp(), onupdate=func.current_timestamp()
+    )
+
+
+class SentReport(Base):
+    """Each report or e-mail sent, so none is sent twice and failures are visible."""
+
+    __tablename__ = "sent_reports"
+    __table_args__ = (UniqueConstraint("kind", "recipient", "period_start"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))  # user-monthly, job, lab-monthly, admin
+    recipient: Mapped[str] = mapped_column(String(320))
+    period_start: Mapped[datetime]
+    period_end: Mapped[datetime]
+    sent_at: Mapped[datetime | None]
+    status: Mapped[str] = mapped_column(String(16))  # sent, failed, skipped
+    message_id: Mapped[str | None] = mapped_column(String(256))
+    error: Mapped[str | None] = mapped_column(Text)

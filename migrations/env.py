@@ -1,0 +1,70 @@
+"""Alembic environment: the URL comes from the Alembic config, else from cocaq's own configuration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alembic import context
+from sqlalchemy import Connection, pool
+
+from cocaq.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+# Partitions of `samples` are made at run time, not by models; autogenerate must not propose to drop them.
+PARTITION_PREFIX = "samples_p"
+
+
+def include_object(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
+    if type_ == "table" and name and (name.startswith(PARTITION_PREFIX) or name == "samples_default"):
+        return False
+    return True
+
+
+def _url() -> str:
+    url = config.get_main_option("sqlalchemy.url")
+    if url:
+        return url
+    from cocaq.config import load_config
+
+    return load_config().database_url
+
+
+def _configure(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        include_object=include_object,
+        render_as_batch=connection.dialect.name == "sqlite",
+        compare_type=True,
+    )
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _configure(connection)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    from cocaq.db import make_engine
+
+    engine = make_engine(_url())
+    engine.pool = pool.NullPool(engine.pool._creator)  # type: ignore[attr-defined]
+    with engine.connect() as conn:
+        _configure(conn)
+        with context.begin_transaction():
+            context.run_migrations()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()
