@@ -237,7 +237,11 @@ def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
     """Fold COCAQ_* variables into the raw TOML dict, so one validator checks both."""
     known_sections = {"cluster", "estimate", "defaults"}
     for name, value in sorted(environ.items()):
-        if not name.startswith("COCAQ_") or name in _NON_SETTING_ENV or name.startswith(_NON_SETTING_PREFIXES):
+        if (
+            not name.startswith("COCAQ_")
+            or name in _NON_SETTING_ENV
+            or name.startswith(_NON_SETTING_PREFIXES)
+        ):
             continue
         key = name[len("COCAQ_") :].lower()
         if "__" in key:

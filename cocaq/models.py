@@ -147,6 +147,7 @@ class Job(Base):
     hw_profile: Mapped[str | None] = mapped_column(String(160))
     assumptions: Mapped[dict[str, Any] | None]  # what an estimate assumed, to recompute later
     imported_from: Mapped[str | None] = mapped_column(String(32))
+    record_hash: Mapped[str | None] = mapped_column(String(32))  # of the facts; unchanged re-imports skip
     updated_at: Mapped[datetime] = mapped_column(
         server_default=func.current_timestamp(), onupdate=func.current_timestamp()
     )

@@ -124,6 +124,7 @@ def upgrade() -> None:
     sa.Column('hw_profile', sa.String(length=160), nullable=True),
     sa.Column('assumptions', sa.JSON(), nullable=True),
     sa.Column('imported_from', sa.String(length=32), nullable=True),
+    sa.Column('record_hash', sa.String(length=32), nullable=True),
     sa.Column('updated_at', cocaq.models.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
     sa.ForeignKeyConstraint(['cluster_id'], ['clusters.id'], name=op.f('fk_jobs_cluster_id_clusters'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_jobs')),

@@ -1,0 +1,417 @@
+"""`cocaq`: the command line.  A thin layer over the library; errors are one line, never a traceback."""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from typing import IO, Any
+
+import click
+
+from cocaq.config import Config, load_config
+from cocaq.errors import CocaqError, DatabaseError, InputError, UsageError
+from cocaq.timeparse import parse_when
+
+log = logging.getLogger("cocaq")
+
+
+class Ctx:
+    def __init__(self, config_path: str | None, verbose: int) -> None:
+        self.config_path = config_path
+        self.verbose = verbose
+        self._cfg: Config | None = None
+
+    @property
+    def cfg(self) -> Config:
+        if self._cfg is None:
+            self._cfg = load_config(self.config_path)
+        return self._cfg
+
+    def engine(self, *, migrated: bool = True) -> Any:
+        from cocaq.db import make_engine, require_schema
+
+        engine = make_engine(self.cfg.database_url)
+        if migrated:
+            require_schema(engine)
+        return engine
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=stderr)
+
+
+def _window(since: str, until: str | None) -> Any:
+    from cocaq.footprint import Window, now_utc
+
+    now = now_utc()
+    local = now.astimezone().tzinfo
+    w = Window(parse_when(since, now, local), parse_when(until, now, local) if until else now)
+    if w.until <= w.since:
+        raise UsageError(f"empty window: --until ({w.until:%Y-%m-%d %H:%M}) is not after --since")
+    return w
+
+
+FORMAT = click.Choice(["table", "json", "csv"])
+since_opt = click.option(
+    "-S",
+    "--since",
+    "--starttime",
+    "since",
+    default="30d",
+    show_default=True,
+    help="Window start: a duration back from now (30d, 12h, 2w) or a date (2026-11-01).",
+)
+until_opt = click.option(
+    "-E",
+    "--until",
+    "--endtime",
+    "until",
+    default=None,
+    help="Window end (default: now); same forms as --since.",
+)
+cluster_opt = click.option(
+    "-M", "--cluster", default=None, help="Only this cluster (default: all in the database)."
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Config file (default: $COCAQ_CONFIG, then /etc/cocaq/cocaq.toml).",
+)
+@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+@click.version_option(package_name="cocaq")
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None, verbose: int) -> None:
+    """Energy and CO2 of Slurm jobs, per job, user and lab."""
+    level = logging.WARNING - 10 * verbose
+    logging.basicConfig(level=max(level, logging.DEBUG), format="cocaq: %(levelname)s: %(message)s")
+    ctx.obj = Ctx(config_path, verbose)
+
+
+# --- users ----------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("user", required=False)
+@since_opt
+@until_opt
+@cluster_opt
+@click.option("-o", "--format", "fmt", type=FORMAT, default="table", show_default=True)
+@click.option("--top", default=5, show_default=True, type=click.IntRange(0, 1000), help="How many top jobs.")
+@click.pass_obj
+def user(
+    obj: Ctx, user: str | None, since: str, until: str | None, cluster: str | None, fmt: str, top: int
+) -> None:
+    """A user's footprint over a window (default: you, the last 30 days)."""
+    from cocaq.footprint import user_footprint
+
+    name = user or getpass.getuser()
+    w = _window(since, until)
+    with obj.engine().connect() as conn:
+        fp = user_footprint(conn, name, w, cluster=cluster, top=top)
+    _emit(fp, fmt)
+
+
+@cli.command()
+@click.argument("account")
+@since_opt
+@until_opt
+@cluster_opt
+@click.option("-o", "--format", "fmt", type=FORMAT, default="table", show_default=True)
+@click.option("--top", default=5, show_default=True, type=click.IntRange(0, 1000))
+@click.pass_obj
+def lab(
+    obj: Ctx, account: str, since: str, until: str | None, cluster: str | None, fmt: str, top: int
+) -> None:
+    """A lab's (Slurm account's) totals and its users over a window."""
+    from cocaq.footprint import lab_footprint
+
+    w = _window(since, until)
+    with obj.engine().connect() as conn:
+        fp = lab_footprint(conn, account, w, cluster=cluster, top=top)
+    _emit(fp, fmt)
+
+
+def _emit(fp: Any, fmt: str) -> None:
+    from cocaq import render
+
+    if fmt == "json":
+        click.echo(render.to_json(fp.as_dict()))
+    elif fmt == "csv":
+        click.echo(render.footprint_csv(fp), nl=False)
+    else:
+        render.print_footprint(fp, _console())
+
+
+@cli.command()
+@click.argument("jobid")
+@cluster_opt
+@click.option(
+    "-o", "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+@click.pass_obj
+def job(obj: Ctx, jobid: str, cluster: str | None, fmt: str) -> None:
+    """One job: its facts, energy by component and method, and CO2 with zone, intensity, source and PUE."""
+    from cocaq import render
+    from cocaq.footprint import find_jobs
+
+    with obj.engine().connect() as conn:
+        jobs = find_jobs(conn, jobid.strip(), cluster)
+    if not jobs:
+        raise InputError(f"job {jobid} is not in the database (import it with `cocaq import sacct`)")
+    if fmt == "json":
+        click.echo(render.to_json(jobs[0] if len(jobs) == 1 else jobs))
+        return
+    con = _console()
+    for j in jobs:
+        render.print_job(j, con)
+
+
+# --- import ---------------------------------------------------------------------------------------
+
+
+@cli.group("import")
+def import_() -> None:
+    """Bring jobs into the database."""
+
+
+def _read_lines(fh: IO[bytes]) -> Iterator[bytes]:
+    yield from fh
+
+
+@import_.command("sacct")
+@click.option(
+    "-f",
+    "--file",
+    "file",
+    type=click.Path(allow_dash=True, dir_okay=False),
+    default=None,
+    help="A saved dump (sacct --json, --parsable or --parsable2 output); '-' for stdin.",
+)
+@click.option(
+    "-S",
+    "--starttime",
+    "--since",
+    "since",
+    default="1d",
+    show_default=True,
+    help="Without --file: window start for sacct.",
+)
+@click.option("-E", "--endtime", "--until", "until", default=None, help="Without --file: window end (now).")
+@click.option(
+    "-a", "--allusers", is_flag=True, help="Without --file: all users' jobs (needs operator rights)."
+)
+@click.option("--delimiter", default="|", show_default=True, help="Field delimiter of a parsable dump.")
+@click.option(
+    "--fields", default=None, help="Columns of a dump without a header, as sacct's --format (JobID,User,...)."
+)
+@click.option(
+    "--input-format", type=click.Choice(["auto", "json", "parsable"]), default="auto", show_default=True
+)
+@click.option("-M", "--cluster", default=None, help="Cluster name for records without a Cluster field.")
+@click.option("--sacct", "sacct_bin", default=None, help="Path of the sacct binary.")
+@click.option("--no-json", is_flag=True, help="Without --file: use --parsable2 even if sacct has --json.")
+@click.option("--batch-size", default=20_000, show_default=True, type=click.IntRange(100, 1_000_000))
+@click.pass_obj
+def import_sacct(
+    obj: Ctx,
+    file: str | None,
+    since: str,
+    until: str | None,
+    allusers: bool,
+    delimiter: str,
+    fields: str | None,
+    input_format: str,
+    cluster: str | None,
+    sacct_bin: str | None,
+    no_json: bool,
+    batch_size: int,
+) -> None:
+    """Backfill jobs from Slurm accounting (sacct), estimating energy where nothing measured it."""
+    from cocaq.slurm import sacct
+
+    cfg = obj.cfg
+    engine = obj.engine()
+    stats = sacct.ParseStats()
+    default_cluster = cluster or cfg.cluster.name
+    if len(delimiter) != 1 and delimiter != "\\t":
+        raise UsageError(f"--delimiter must be one character, got {delimiter!r}")
+    delim = "\t" if delimiter == "\\t" else delimiter
+    field_list = [f.strip() for f in fields.split(",") if f.strip()] if fields else None
+    close: Any = None
+    if file is None:
+        from cocaq.slurm.run import run_sacct
+
+        w = _window(since, until)
+        kind, data = run_sacct(w.since, w.until, all_users=allusers, sacct=sacct_bin, use_json=not no_json)
+        source_name = f"sacct {kind}"
+        lines: Any = data.splitlines(keepends=True)
+        blob: Any = data
+    else:
+        if file == "-":
+            fh: IO[bytes] = sys.stdin.buffer
+        else:
+            try:
+                fh = open(file, "rb")  # noqa: SIM115 - closed below
+            except OSError as exc:
+                raise InputError(f"cannot read {file}: {exc.strerror}") from None
+            close = fh
+        head = fh.peek(64)[:64] if hasattr(fh, "peek") else b""
+        kind = input_format if input_format != "auto" else sacct.sniff_format(head)
+        source_name = f"file {file}"
+        lines = _read_lines(fh)
+        blob = fh
+    try:
+        if kind == "json":
+            records: Any = sacct.iter_json(blob, default_cluster=default_cluster, stats=stats)
+            src = "sacct-json"
+        else:
+            records = sacct.iter_parsable(
+                lines,
+                tz=cfg.tz(),
+                delimiter=delim,
+                fields=field_list,
+                default_cluster=default_cluster,
+                stats=stats,
+            )
+            src = "sacct-parsable"
+        summary = _run_import(engine, records, cfg, src, batch_size)
+    except sacct.SacctFormatError as exc:
+        raise InputError(f"{source_name}: {exc}") from None
+    finally:
+        if close:
+            close.close()
+    _print_import_summary(summary, stats, source_name)
+
+
+def _run_import(engine: Any, records: Any, cfg: Config, src: str, batch_size: int) -> Any:
+    from cocaq.importer import import_records
+
+    if not sys.stderr.isatty():
+        return import_records(engine, records, cfg, source=src, batch_size=batch_size)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("importing"),
+        BarColumn(),
+        TextColumn("{task.completed:,} jobs"),
+        TimeElapsedColumn(),
+        console=_console(stderr=True),
+        transient=True,
+    ) as prog:
+        task = prog.add_task("import", total=None)
+        return import_records(
+            engine, records, cfg, source=src, batch_size=batch_size, on_batch=lambda n: prog.advance(task, n)
+        )
+
+
+def _print_import_summary(summary: Any, stats: Any, source_name: str) -> None:
+    out = _console(stderr=True)
+    out.print(
+        f"{source_name}: {stats.lines:,} records read ({stats.steps:,} job steps folded into their jobs); "
+        f"imported {summary.inserted:,}, updated {summary.updated:,}, unchanged {summary.unchanged:,}, "
+        f"skipped {sum(stats.skipped.values()):,}"
+    )
+    for reason, n in stats.skipped.most_common():
+        out.print(f"  skipped {n:,}: {reason} (first at {stats.examples.get(reason, '?')})")
+    if stats.replaced_bytes_lines:
+        out.print(f"  {stats.replaced_bytes_lines:,} records had bytes that are not UTF-8 (shown as \ufffd)")
+    for part, n in summary.unknown_partitions.most_common():
+        out.print(
+            f"  partition {part!r} is not configured: {n:,} jobs estimated with the default hardware profile"
+        )
+    for z in sorted(summary.unknown_zones):
+        out.print(f"  carbon zone {z!r} is unknown: the world average (475 g/kWh) was used")
+
+
+# --- maintenance ----------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("-S", "--since", "--starttime", "since", default=None, help="Only jobs that ran since then.")
+@click.pass_obj
+def recompute(obj: Ctx, since: str | None) -> None:
+    """Redo estimates and CO2 with the current configuration (hardware, PUE, carbon zone)."""
+    from cocaq.recompute import recompute_jobs
+
+    w = _window(since, None) if since else None
+    n, changed = recompute_jobs(obj.engine(), obj.cfg, since=w.since if w else None)
+    click.echo(f"recomputed {n:,} jobs, {changed:,} changed", err=True)
+
+
+@cli.group()
+def db() -> None:
+    """The database: migrations."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True)
+@click.pass_obj
+def db_upgrade(obj: Ctx, revision: str) -> None:
+    """Create or migrate the configured database."""
+    from cocaq import migrate
+    from cocaq.db import mask_url
+
+    engine = obj.engine(migrated=False)
+    before = migrate.current_revision(engine)
+    migrate.upgrade(engine, revision)
+    after = migrate.current_revision(engine)
+    click.echo(f"{mask_url(obj.cfg.database_url)}: schema {before or 'empty'} -> {after}", err=True)
+
+
+@db.command("current")
+@click.pass_obj
+def db_current(obj: Ctx) -> None:
+    """Print the schema revision of the configured database."""
+    from cocaq import migrate
+
+    click.echo(migrate.current_revision(obj.engine(migrated=False)) or "empty")
+
+
+@cli.command()
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="cocaq-demo", show_default=True)
+@click.option("--seed", default=42, show_default=True, type=int)
+@click.option("--days", default=30, show_default=True, type=click.IntRange(1, 366))
+@click.pass_obj
+def demo(obj: Ctx, out_dir: str, seed: int, days: int) -> None:
+    """Fill a database with a realistic month of a small GPU cluster and show what cocaq makes of it."""
+    from cocaq.demo import run_demo
+
+    run_demo(obj, out_dir, seed=seed, days=days)
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="cocaq", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("cocaq: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except CocaqError as exc:
+        click.echo(f"cocaq: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("cocaq: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        os._exit(0)
+    except Exception as exc:  # last resort: the database going away mid-command, say
+        from sqlalchemy.exc import OperationalError
+
+        if isinstance(exc, OperationalError):
+            click.echo(f"cocaq: error: {DatabaseError(str(exc.orig).splitlines()[0])}", err=True)
+            sys.exit(3)
+        raise

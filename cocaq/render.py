@@ -1,0 +1,177 @@
+"""Terminal, JSON and CSV renderings of footprints (rich for people, JSON/CSV for scripts)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from cocaq.footprint import Footprint, equivalents
+
+SUMMARY_FIELDS = [
+    "jobs",
+    "cpu_hours",
+    "gpu_hours",
+    "energy_kwh",
+    "energy_kwh_with_pue",
+    "measured_energy_fraction",
+    "co2_kg",
+    "failed_energy_kwh",
+]
+
+
+def _default(o: Any) -> Any:
+    if isinstance(o, datetime):
+        return o.isoformat()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def to_json(data: Any) -> str:
+    return json.dumps(data, indent=2, default=_default, ensure_ascii=False)
+
+
+def footprint_csv(fp: Footprint) -> str:
+    d = fp.as_dict()
+    key = "user" if fp.scope == "user" else "lab"
+    cols = [key, "since", "until", *SUMMARY_FIELDS]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(cols)
+    w.writerow([_fmt_csv(d[c]) for c in cols])
+    if fp.scope == "account":
+        w.writerow([])
+        w.writerow(["user", *SUMMARY_FIELDS])
+        for m in fp.members:
+            w.writerow([m["user"], *(_fmt_csv(m[c]) for c in SUMMARY_FIELDS)])
+    return buf.getvalue()
+
+
+def _fmt_csv(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def _kwh(v: float) -> str:
+    return f"{v:,.1f} kWh" if v >= 10 else f"{v:,.3f} kWh"
+
+
+def _kg(v: float) -> str:
+    return f"{v:,.1f} kg" if v >= 10 else f"{v:,.3f} kg"
+
+
+def print_footprint(fp: Footprint, console: Console) -> None:
+    t = fp.totals
+    who = f"user [bold]{fp.key}[/]" if fp.scope == "user" else f"lab [bold]{fp.key}[/]"
+    console.print(f"Footprint of {who} from {fp.since:%Y-%m-%d %H:%M} to {fp.until:%Y-%m-%d %H:%M} (UTC)")
+    if t.jobs == 0:
+        console.print("No jobs ran in this window.")
+        return
+    tab = Table(show_header=False, box=None, pad_edge=False)
+    tab.add_column(style="dim")
+    tab.add_column(justify="right")
+    tab.add_row("jobs", f"{t.jobs:,}")
+    tab.add_row("CPU-hours", f"{t.cpu_hours:,.1f}")
+    tab.add_row("GPU-hours", f"{t.gpu_hours:,.1f}")
+    measured = "" if t.measured_energy_fraction is None else f" ({t.measured_energy_fraction:.0%} measured)"
+    tab.add_row("energy", _kwh(t.energy_kwh) + measured)
+    tab.add_row("energy incl. cooling (PUE)", _kwh(t.energy_kwh_with_pue))
+    tab.add_row("CO2e", _kg(t.co2_kg))
+    if t.failed_energy_kwh:
+        tab.add_row("spent on failed jobs", _kwh(t.failed_energy_kwh))
+    eq = equivalents(t.co2_kg)
+    tab.add_row("like driving", f"{eq['car_km']:,.0f} km by car")
+    tab.add_row("or charging", f"{eq['smartphone_charges']:,.0f} smartphones")
+    console.print(tab)
+    if fp.members:
+        m = Table(title="Users", title_justify="left")
+        for col in ("user", "jobs", "GPU-h", "kWh", "kg CO2e", "measured"):
+            m.add_column(col, justify="left" if col == "user" else "right")
+        for u in fp.members:
+            frac = u["measured_energy_fraction"]
+            m.add_row(
+                u["user"],
+                f"{u['jobs']:,}",
+                f"{u['gpu_hours']:,.1f}",
+                f"{u['energy_kwh']:,.2f}",
+                f"{u['co2_kg']:,.2f}",
+                "" if frac is None else f"{frac:.0%}",
+            )
+        console.print(m)
+    if fp.top_jobs:
+        j = Table(title="Top jobs by energy", title_justify="left")
+        for col in ("job", "name", "partition", "state", "hours", "GPUs", "kWh", "kg CO2e", "how"):
+            j.add_column(col, justify="right" if col in ("hours", "GPUs", "kWh", "kg CO2e") else "left")
+        for tj in fp.top_jobs:
+            j.add_row(
+                tj.job_id,
+                (tj.name or "")[:24],
+                tj.partition or "",
+                tj.state,
+                f"{tj.elapsed_h:,.1f}",
+                str(tj.gpus),
+                f"{tj.energy_kwh:,.2f}",
+                f"{tj.co2_kg:,.2f}",
+                "measured" if tj.measured else "estimated",
+            )
+        console.print(j)
+
+
+def print_job(job: dict[str, Any], console: Console) -> None:
+    console.print(f"Job [bold]{job['job_id']}[/] on cluster {job['cluster']}: {job['name'] or ''}")
+    tab = Table(show_header=False, box=None, pad_edge=False)
+    tab.add_column(style="dim")
+    tab.add_column()
+    facts = [
+        ("user", job["user_name"]),
+        ("lab (account)", job["account"]),
+        ("partition", job["partition"]),
+        ("QOS", job["qos"]),
+        ("nodes", job["node_list"]),
+        ("CPUs", job["alloc_cpus"]),
+        ("GPUs", f"{job['alloc_gpus']}" + (f" ({job['gpu_type']})" if job["gpu_type"] else "")),
+        ("memory", f"{job['req_mem_mb'] / 1024:,.1f} GB" if job["req_mem_mb"] else None),
+        ("submitted", job["submit_time"]),
+        ("started", job["start_time"]),
+        ("ended", job["end_time"]),
+        ("elapsed", f"{job['elapsed_s'] / 3600:,.2f} h"),
+        ("state", job["state_detail"] or job["state"] + (" (still running)" if job["is_open"] else "")),
+        ("exit code", None if job["exit_code"] is None else f"{job['exit_code']}:{job['exit_signal'] or 0}"),
+        ("CPU time", None if job["total_cpu_s"] is None else f"{job['total_cpu_s'] / 3600:,.2f} h"),
+    ]
+    for k, v in facts:
+        if v not in (None, ""):
+            tab.add_row(k, str(v))
+    console.print(tab)
+    e = Table(title="Energy", title_justify="left")
+    for col in ("component", "node", "method", "source", "kWh"):
+        e.add_column(col, justify="right" if col == "kWh" else "left")
+    for row in job["energies"]:
+        e.add_row(
+            row["component"],
+            row["node"] or "(all)",
+            row["method"],
+            row["source"],
+            f"{row['energy_kwh']:,.3f}",
+        )
+    console.print(e)
+    flag = f" [yellow]({job['carbon_flag']})[/]" if job["carbon_flag"] else ""
+    year = f", {job['carbon_year']}" if job["carbon_year"] else ""
+    console.print(
+        f"CO2e: [bold]{_kg(job['co2_kg'])}[/] = {_kwh(job['energy_kwh'])} x PUE {job['pue']:.2f} x "
+        f"{job['carbon_g_per_kwh']:.0f} g/kWh (zone {job['carbon_zone']}{flag}; {job['carbon_source']}{year})"
+    )
+    if job.get("assumptions") and job["assumptions"].get("basis") == "estimated from TDP":
+        a = job["assumptions"]
+        console.print(
+            f"[dim]Estimated: CPU {a['cpu_core_seconds'] / 3600:,.2f} core-h ({a['cpu_basis']}) x "
+            f"{a['cpu_tdp_w_per_core']} W/core; GPU {a['gpu_tdp_w']} W x {a['gpu_utilisation']:.0%}; memory "
+            f"{a['mem_gb']} GB x {a['mem_w_per_gb']} W/GB (profile {a['profile']})[/]"
+        )

@@ -1,0 +1,1 @@
+"""Reading Slurm's own outputs (sacct, squeue) through its CLIs."""

@@ -1,0 +1,77 @@
+"""One job as cocaq understands it, whatever Slurm output it came from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+# States of a job that may still change: imported, and updated by a later import.
+OPEN_STATES = frozenset(
+    {
+        "RUNNING",
+        "SUSPENDED",
+        "COMPLETING",
+        "CONFIGURING",
+        "RESIZING",
+        "REQUEUED",
+        "STAGE_OUT",
+        "SIGNALING",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "SPECIAL_EXIT",
+        "STOPPED",
+        "POWER_UP_NODE",
+        "UPDATE_DB",
+    }
+)
+FINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "REVOKED",
+    }
+)
+NOT_STARTED_STATES = frozenset({"PENDING"})
+
+
+@dataclass(slots=True)
+class JobRecord:
+    job_id: str  # as sacct shows it: 123, 123_4, 123+0
+    user_name: str
+    submit_time: datetime
+    state: str
+    cluster: str | None = None
+    job_id_raw: int | None = None
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    het_job_id: int | None = None
+    het_job_offset: int | None = None
+    uid: int | None = None
+    account: str | None = None
+    partition: str | None = None
+    qos: str | None = None
+    node_list: str | None = None
+    n_nodes: int = 0
+    alloc_cpus: int = 0
+    alloc_gpus: int = 0
+    gpu_type: str | None = None
+    req_mem_mb: float | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    elapsed_s: float = 0.0
+    time_limit_s: float | None = None
+    state_detail: str | None = None
+    is_open: bool = False
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    name: str | None = None
+    comment: str | None = None
+    total_cpu_s: float | None = None
+    consumed_energy_j: float | None = None

@@ -1,0 +1,601 @@
+"""Parse `sacct` output (`--json`, `--parsable`, `--parsable2`) into JobRecords.
+
+Real accounting data is messy, so every line either becomes part of a job or is skipped with a counted
+reason; nothing here raises on a bad line.  Job steps (`.batch`, `.extern`, `.0`) are folded into their
+job: their CPU time fills in a missing job total, and their energy a missing job energy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, tzinfo
+from typing import IO, Any
+
+from cocaq.slurm.record import FINAL_STATES, NOT_STARTED_STATES, OPEN_STATES, JobRecord
+from cocaq.timeparse import parse_slurm_duration
+
+# What `cocaq import sacct` asks sacct for; the parser accepts any subset, in any order, plus unknown fields.
+SACCT_FIELDS = (
+    "JobID,JobIDRaw,JobName,User,UID,Account,Partition,QOS,NodeList,NNodes,AllocCPUS,AllocTRES,ReqTRES,"
+    "ReqMem,Submit,Start,End,Elapsed,ElapsedRaw,State,ExitCode,TotalCPU,Comment,ConsumedEnergyRaw,Cluster,"
+    "Timelimit"
+)
+
+_JOBID = re.compile(
+    r"^(?P<base>(?P<id>\d+)(?:_(?P<task>\d+|\[[^\]]*\]))?(?:\+(?P<het>\d+))?)(?:\.(?P<step>[A-Za-z0-9_+-]+))?$"
+)
+_MEM = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>[KMGTP]?)(?P<per>[nc]?)$", re.IGNORECASE)
+_UNIT_MB = {"": 1.0, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
+# How many jobs stay open for steps that arrive after them (sacct prints steps right after their job).
+_FOLD_WINDOW = 4096
+
+
+@dataclass
+class ParseStats:
+    lines: int = 0
+    jobs: int = 0
+    steps: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    replaced_bytes_lines: int = 0
+    examples: dict[str, str] = field(default_factory=dict)  # first line number seen for each skip reason
+
+    def skip(self, reason: str, where: str) -> None:
+        self.skipped[reason] += 1
+        self.examples.setdefault(reason, where)
+
+
+class SacctFormatError(ValueError):
+    """The input is not sacct output at all (no header, not JSON)."""
+
+
+# --- small field parsers --------------------------------------------------------------------------
+
+
+def parse_mem_mb(text: str, n_nodes: int = 1, n_cpus: int = 1) -> float | None:
+    """`199G`, `32000M`, `4Gn` (per node), `4Gc` (per CPU) -> total MB for the job."""
+    t = text.strip()
+    if not t or t in ("0", "Unknown"):
+        return None
+    m = _MEM.match(t)
+    if not m:
+        raise ValueError(f"bad memory {text!r}")
+    mb = float(m.group("num")) * _UNIT_MB[m.group("unit").upper()]
+    per = m.group("per").lower()
+    if per == "n":
+        mb *= max(n_nodes, 1)
+    elif per == "c":
+        mb *= max(n_cpus, 1)
+    return mb
+
+
+def parse_tres(text: str) -> dict[str, str]:
+    """`cpu=4,mem=4G,gres/gpu:a100=2` -> {'cpu': '4', 'mem': '4G', 'gres/gpu:a100': '2'}."""
+    out: dict[str, str] = {}
+    for part in (text or "").split(","):
+        k, sep, v = part.partition("=")
+        if sep and k.strip():
+            out[k.strip()] = v.strip()
+    return out
+
+
+def gpus_from_tres(tres: dict[str, str]) -> tuple[int, str | None]:
+    """GPU count and type: the untyped `gres/gpu=N` wins; otherwise typed counts are added up."""
+    typed = {k.split(":", 1)[1]: v for k, v in tres.items() if k.startswith("gres/gpu:")}
+    gtype = None
+    if len(typed) == 1:
+        gtype = next(iter(typed))
+    elif typed:
+        gtype = ",".join(sorted(typed))
+    if "gres/gpu" in tres:
+        return int(float(tres["gres/gpu"])), gtype
+    return sum(int(float(v)) for v in typed.values()), gtype
+
+
+def parse_exit(text: str) -> tuple[int | None, int | None]:
+    t = text.strip()
+    if not t:
+        return None, None
+    code, _, sig = t.partition(":")
+    return int(code), int(sig) if sig else None
+
+
+def _time(text: str, tz: tzinfo) -> datetime | None:
+    t = text.strip()
+    if not t or t in ("Unknown", "None", "N/A"):
+        return None
+    dt = datetime.fromisoformat(t)
+    return dt if dt.tzinfo else dt.replace(tzinfo=tz)
+
+
+def _int(text: str) -> int | None:
+    t = text.strip()
+    return int(t) if t else None
+
+
+def _state(text: str) -> tuple[str, str | None]:
+    """`CANCELLED by 12345` -> ('CANCELLED', 'CANCELLED by 12345')."""
+    t = text.strip()
+    head = t.split(" ", 1)[0].upper().rstrip("+")
+    return head, (t if t != head else None)
+
+
+# --- folding steps into jobs ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _StepAgg:
+    total_cpu_s: float = 0.0
+    energy_max_j: float = 0.0
+    any_cpu: bool = False
+
+
+class _Folder:
+    """Keeps recent jobs open so their steps can be folded in, then releases them in input order."""
+
+    def __init__(self, stats: ParseStats) -> None:
+        self.stats = stats
+        self.jobs: OrderedDict[str, tuple[JobRecord, _StepAgg]] = OrderedDict()
+        self.done: set[str] = set()
+
+    def add_job(self, key: str, rec: JobRecord) -> Iterator[JobRecord]:
+        if key in self.jobs:  # the same job twice in one dump (requeue with -D): keep the later one
+            self.stats.skip("duplicate job line (later one kept)", key)
+        self.jobs[key] = (rec, self.jobs.get(key, (rec, _StepAgg()))[1])
+        self.jobs.move_to_end(key)
+        while len(self.jobs) > _FOLD_WINDOW:
+            yield self._finish(*self.jobs.popitem(last=False))
+
+    def add_step(self, key: str, cpu_s: float | None, energy_j: float | None, where: str) -> None:
+        self.stats.steps += 1
+        if key not in self.jobs:
+            self.stats.skip("step without its job line", where)
+            return
+        agg = self.jobs[key][1]
+        if cpu_s is not None:
+            agg.total_cpu_s += cpu_s
+            agg.any_cpu = True
+        if energy_j:
+            agg.energy_max_j = max(agg.energy_max_j, energy_j)
+
+    def _finish(self, key: str, item: tuple[JobRecord, _StepAgg]) -> JobRecord:
+        rec, agg = item
+        if (rec.total_cpu_s is None or rec.total_cpu_s == 0) and agg.any_cpu:
+            rec.total_cpu_s = agg.total_cpu_s
+        if not rec.consumed_energy_j and agg.energy_max_j:
+            # Steps overlap in time (.batch and .extern span the job), so their energies are not added:
+            # the largest is the best lower bound of the job's node energy.
+            rec.consumed_energy_j = agg.energy_max_j
+        self.stats.jobs += 1
+        return rec
+
+    def flush(self) -> Iterator[JobRecord]:
+        while self.jobs:
+            yield self._finish(*self.jobs.popitem(last=False))
+
+
+def _classify_state(
+    rec_state: str, start: datetime | None, stats: ParseStats, where: str
+) -> tuple[bool, bool]:
+    """(keep, is_open) for a job line."""
+    if rec_state in NOT_STARTED_STATES:
+        stats.skip("pending (not started yet)", where)
+        return False, False
+    if rec_state in OPEN_STATES:
+        if start is None:
+            stats.skip("no start time", where)
+            return False, False
+        return True, True
+    if rec_state in FINAL_STATES:
+        if start is None:
+            stats.skip("never started (ended before it ran)", where)
+            return False, False
+        return True, False
+    stats.skip(f"unknown state {rec_state[:32]!r}", where)
+    return False, False
+
+
+# --- parsable (--parsable / --parsable2) ---------------------------------------------------------
+
+
+def _decode(raw: bytes, stats: ParseStats) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        stats.replaced_bytes_lines += 1
+        return raw.decode("utf-8", errors="replace")
+
+
+def iter_parsable(
+    lines: Iterable[bytes],
+    *,
+    tz: tzinfo,
+    delimiter: str = "|",
+    fields: list[str] | None = None,
+    default_cluster: str | None = None,
+    stats: ParseStats | None = None,
+) -> Iterator[JobRecord]:
+    """Jobs from `sacct --parsable[2]` lines, with a header line or with `fields` naming the columns."""
+    st = stats if stats is not None else ParseStats()
+    folder = _Folder(st)
+    cols: list[str] | None = [f.strip() for f in fields] if fields else None
+    idx: dict[str, int] = {}
+    if cols:
+        idx = {c.lower(): i for i, c in enumerate(cols)}
+    first = True
+    for lineno, raw in enumerate(lines, 1):
+        line = _decode(raw, st).rstrip("\r\n")
+        if not line.strip():
+            continue
+        parts = line.split(delimiter)
+        if first:
+            first = False
+            looks_like_header = parts[0].strip().lower() in ("jobid", "jobidraw") or "JobID" in parts
+            if looks_like_header:
+                if parts and parts[-1] == "" and len(parts) > 1:
+                    parts = parts[:-1]
+                header = [p.strip() for p in parts]
+                if cols and [c.lower() for c in header] != [c.lower() for c in cols]:
+                    raise SacctFormatError(
+                        f"line 1: the header ({','.join(header)}) differs from --fields ({','.join(cols)})"
+                    )
+                cols = header
+                idx = {c.lower(): i for i, c in enumerate(cols)}
+                continue
+            if cols is None:
+                raise SacctFormatError(
+                    "line 1 is not a sacct header: pass --fields with the columns in the order of sacct's "
+                    "--format (archived dumps usually have no header)"
+                )
+            if "jobid" not in idx and "jobidraw" not in idx:
+                raise SacctFormatError("--fields must name JobID (or JobIDRaw)")
+        st.lines += 1
+        assert cols is not None
+        n = len(cols)
+        if len(parts) == n + 1 and parts[-1] == "":
+            parts = parts[:-1]  # --parsable leaves a trailing delimiter
+        where = f"line {lineno}"
+        if len(parts) != n:
+            st.skip(f"wrong number of fields ({len(parts)}, expected {n}; delimiter inside a value?)", where)
+            continue
+
+        def get(name: str, parts: list[str] = parts) -> str:
+            i = idx.get(name)
+            return parts[i] if i is not None else ""
+
+        try:
+            yield from _row_to_job(get, tz, default_cluster, folder, st, where)
+        except (ValueError, OverflowError) as exc:
+            st.skip(f"bad value ({_reason(exc)})", where)
+    yield from folder.flush()
+
+
+def _reason(exc: Exception) -> str:
+    msg = str(exc)
+    # Keep counted reasons few: strip the offending value so identical problems group together.
+    return re.sub(r"'[^']*'|\"[^\"]*\"", "…", msg)[:80]
+
+
+def _row_to_job(
+    get: Any, tz: tzinfo, default_cluster: str | None, folder: _Folder, st: ParseStats, where: str
+) -> Iterator[JobRecord]:
+    jobid = get("jobid").strip() or get("jobidraw").strip()
+    m = _JOBID.match(jobid)
+    if not m:
+        st.skip("bad job id", where)
+        return
+    base = m.group("base")
+    if m.group("step"):
+        cpu = parse_slurm_duration(get("totalcpu"))
+        energy = get("consumedenergyraw").strip()
+        folder.add_step(base, cpu, float(energy) if energy else None, where)
+        return
+    state, detail = _state(get("state"))
+    if not state:
+        st.skip("no state", where)
+        return
+    start = _time(get("start"), tz)
+    keep, is_open = _classify_state(state, start, st, where)
+    if not keep:
+        return
+    submit = _time(get("submit"), tz) or _time(get("eligible"), tz) or start
+    user = get("user").strip()
+    uid = _int(get("uid"))
+    if not user:
+        if uid is None:
+            st.skip("no user", where)
+            return
+        user = f"uid:{uid}"
+    end = None if is_open else _time(get("end"), tz)
+    elapsed = _int(get("elapsedraw"))
+    elapsed_s = float(elapsed) if elapsed is not None else parse_slurm_duration(get("elapsed"))
+    if elapsed_s is None:
+        elapsed_s = (end - start).total_seconds() if (end and start) else 0.0
+    alloc = parse_tres(get("alloctres"))
+    req = parse_tres(get("reqtres"))
+    tres = alloc or req
+    nnodes = _int(get("nnodes")) or int(float(tres.get("node", "0") or 0))
+    ncpus = _int(get("alloccpus")) or int(float(tres.get("cpu", "0") or 0))
+    gpus, gtype = gpus_from_tres(tres)
+    mem = tres.get("mem") or req.get("mem")
+    req_mem = parse_mem_mb(mem, nnodes, ncpus) if mem else parse_mem_mb(get("reqmem"), nnodes, ncpus)
+    nodelist = get("nodelist").strip()
+    if nodelist.lower() in ("none assigned", "(null)", ""):
+        nodelist = ""
+        nnodes = 0 if not nnodes else nnodes
+    if not nodelist and not elapsed_s and not is_open:
+        st.skip("never started (no node assigned)", where)
+        return
+    code, sig = parse_exit(get("exitcode"))
+    energy = get("consumedenergyraw").strip()
+    task = m.group("task")
+    rec = JobRecord(
+        job_id=base,
+        user_name=user,
+        submit_time=submit or start,  # type: ignore[arg-type]
+        state=state,
+        cluster=get("cluster").strip() or default_cluster,
+        job_id_raw=_int(get("jobidraw")),
+        array_job_id=int(m.group("id")) if task is not None else None,
+        array_task_id=int(task) if task is not None and task.isdigit() else None,
+        het_job_id=int(m.group("id")) if m.group("het") is not None else None,
+        het_job_offset=int(m.group("het")) if m.group("het") is not None else None,
+        uid=uid,
+        account=get("account").strip() or None,
+        partition=get("partition").strip() or None,
+        qos=get("qos").strip() or None,
+        node_list=nodelist or None,
+        n_nodes=nnodes,
+        alloc_cpus=ncpus,
+        alloc_gpus=gpus,
+        gpu_type=gtype,
+        req_mem_mb=req_mem,
+        start_time=start,
+        end_time=end,
+        elapsed_s=elapsed_s,
+        time_limit_s=_timelimit(get("timelimit")),
+        state_detail=detail,
+        is_open=is_open,
+        exit_code=code,
+        exit_signal=sig,
+        name=get("jobname") or None,
+        comment=get("comment") or None,
+        total_cpu_s=parse_slurm_duration(get("totalcpu")),
+        consumed_energy_j=(float(energy) or None) if energy else None,
+    )
+    yield from folder.add_job(base, rec)
+
+
+def _timelimit(text: str) -> float | None:
+    t = text.strip()
+    if not t or t in ("UNLIMITED", "Partition_Limit", "INVALID"):
+        return None
+    if t.isdigit():  # bare minutes
+        return int(t) * 60.0
+    return parse_slurm_duration(t)
+
+
+# --- JSON (--json) -------------------------------------------------------------------------------
+
+
+def _n(v: Any) -> float | None:
+    """A number in any data_parser version: plain, or {"set": .., "infinite": .., "number": ..}."""
+    if isinstance(v, dict):
+        if not v.get("set", True) or v.get("infinite"):
+            return None
+        v = v.get("number")
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, str) and v.strip():
+        return float(v)
+    return None
+
+
+def _epoch(v: Any) -> datetime | None:
+    x = _n(v)
+    return datetime.fromtimestamp(x, UTC) if x else None
+
+
+def _tres_list(items: Any) -> dict[str, str]:
+    """JSON TRES lists -> the same `type[/name]` keys as the text form."""
+    out: dict[str, str] = {}
+    if not isinstance(items, list):
+        return out
+    for t in items:
+        if not isinstance(t, dict):
+            continue
+        key = str(t.get("type") or "")
+        if t.get("name"):
+            key += "/" + str(t["name"])
+        if key:
+            out[key] = str(t.get("count", 0))
+    return out
+
+
+def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, where: str) -> JobRecord | None:
+    job_id = int(_n(j.get("job_id")) or 0)
+    if not job_id:
+        st.skip("bad job id", where)
+        return None
+    arr = j.get("array") or {}
+    arr_job = int(_n(arr.get("job_id")) or 0)
+    task_raw = arr.get("task_id")
+    task = _n(task_raw) if not isinstance(task_raw, str) else None
+    het = j.get("het") or {}
+    het_job = int(_n(het.get("job_id")) or 0)
+    het_off = _n(het.get("job_offset"))
+    if arr_job and task is not None:
+        display = f"{arr_job}_{int(task)}"
+    elif arr_job and isinstance(arr.get("task"), str) and arr.get("task"):
+        display = f"{arr_job}_[{arr['task']}]"
+    elif het_job and het_off is not None:
+        display = f"{het_job}+{int(het_off)}"
+    else:
+        display = str(job_id)
+    state_obj = j.get("state") or {}
+    cur = state_obj.get("current") if isinstance(state_obj, dict) else state_obj
+    if isinstance(cur, list):  # newer data_parser: a list of flags, the base state first
+        cur = cur[0] if cur else ""
+    state, _ = _state(str(cur or ""))
+    t = j.get("time") or {}
+    start = _epoch(t.get("start"))
+    keep, is_open = _classify_state(state, start, st, where)
+    if not keep:
+        return None
+    assoc = j.get("association") or {}
+    user = str(j.get("user") or assoc.get("user") or "").strip()
+    if not user:
+        st.skip("no user", where)
+        return None
+    tres_obj = j.get("tres") or {}
+    alloc = _tres_list(tres_obj.get("allocated"))
+    req = _tres_list(tres_obj.get("requested"))
+    tres = alloc or req
+    gpus, _ = gpus_from_tres(tres)
+    gtype = None
+    gres_detail = j.get("gres_detail") or []
+    for g in gres_detail if isinstance(gres_detail, list) else []:
+        mm = re.match(r"gpu:([^:(]+):\d+", str(g))
+        if mm:
+            gtype = mm.group(1)
+    ncpus = int(float(tres.get("cpu", "0")))
+    nnodes = int(_n(j.get("allocation_nodes")) or float(tres.get("node", "0") or 0))
+    mem_mb = float(tres["mem"]) if "mem" in tres else None
+    nodes = str(j.get("nodes") or "").strip()
+    if nodes.lower() in ("none assigned", "(null)"):
+        nodes = ""
+    if not nodes and not _n(t.get("elapsed")) and not is_open:
+        st.skip("never started (no node assigned)", where)
+        return None
+    ec = j.get("exit_code") or {}
+    code = _n(ec.get("return_code")) if isinstance(ec, dict) else None
+    sig_obj = ec.get("signal") if isinstance(ec, dict) else None
+    sig = _n(sig_obj.get("signal_id") if isinstance(sig_obj, dict) else None)
+    total = t.get("total") or {}
+    total_cpu = None
+    if isinstance(total, dict) and ("seconds" in total or "microseconds" in total):
+        total_cpu = (_n(total.get("seconds")) or 0.0) + (_n(total.get("microseconds")) or 0.0) / 1e6
+    energy = None
+    step_cpu = 0.0
+    any_step_cpu = False
+    for s in j.get("steps") or []:
+        st.steps += 1
+        e = _step_energy(s)
+        if e:
+            energy = max(energy or 0.0, e)
+        stt = (s.get("time") or {}).get("total") or {}
+        if isinstance(stt, dict) and "seconds" in stt:
+            step_cpu += (_n(stt.get("seconds")) or 0.0) + (_n(stt.get("microseconds")) or 0.0) / 1e6
+            any_step_cpu = True
+    if not total_cpu and any_step_cpu:
+        total_cpu = step_cpu
+    comment = j.get("comment")
+    if isinstance(comment, dict):
+        comment = comment.get("job")
+    limit = _n(t.get("limit"))
+    end = None if is_open else _epoch(t.get("end"))
+    elapsed = _n(t.get("elapsed"))
+    if elapsed is None:
+        elapsed = (end - start).total_seconds() if (start and end) else 0.0
+    return JobRecord(
+        job_id=display,
+        user_name=user,
+        submit_time=_epoch(t.get("submission")) or start,  # type: ignore[arg-type]
+        state=state,
+        cluster=str(j.get("cluster") or assoc.get("cluster") or "") or default_cluster,
+        job_id_raw=job_id,
+        array_job_id=arr_job if arr_job and task is not None else None,
+        array_task_id=int(task) if arr_job and task is not None else None,
+        het_job_id=het_job or None,
+        het_job_offset=int(het_off) if het_job and het_off is not None else None,
+        uid=None,
+        account=str(j.get("account") or assoc.get("account") or "") or None,
+        partition=str(j.get("partition") or assoc.get("partition") or "") or None,
+        qos=str(j.get("qos") or "") or None,
+        node_list=nodes or None,
+        n_nodes=nnodes,
+        alloc_cpus=ncpus,
+        alloc_gpus=gpus,
+        gpu_type=gtype,
+        req_mem_mb=mem_mb,
+        start_time=start,
+        end_time=end,
+        elapsed_s=float(elapsed),
+        time_limit_s=limit * 60.0 if limit else None,
+        state_detail=None,
+        is_open=is_open,
+        exit_code=int(code) if code is not None else None,
+        exit_signal=int(sig) if sig is not None else None,
+        name=str(j.get("name")) if j.get("name") is not None else None,
+        comment=str(comment) if comment else None,
+        total_cpu_s=total_cpu,
+        consumed_energy_j=energy,
+    )
+
+
+def _step_energy(step: dict[str, Any]) -> float | None:
+    stats = step.get("statistics") or {}
+    e = _n((stats.get("energy") or {}).get("consumed")) if isinstance(stats, dict) else None
+    if e:
+        return e
+    consumed = ((step.get("tres") or {}).get("consumed") or {}).get("total")
+    return _n(_tres_list(consumed).get("energy")) or None
+
+
+def iter_json(
+    data: bytes | str | IO[bytes], *, default_cluster: str | None = None, stats: ParseStats | None = None
+) -> Iterator[JobRecord]:
+    """Jobs from `sacct --json` output (Slurm 22.05's data_parser and later ones)."""
+    st = stats if stats is not None else ParseStats()
+    try:
+        if hasattr(data, "read"):
+            raw = data.read()  # type: ignore[union-attr]
+        else:
+            raw = data
+        if isinstance(raw, bytes):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                st.replaced_bytes_lines += 1
+                text = raw.decode("utf-8", errors="replace")
+        else:
+            text = raw
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SacctFormatError(f"not valid sacct JSON: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
+        raise SacctFormatError("not sacct JSON: no top-level 'jobs' list")
+    seen: dict[tuple[str, Any], int] = {}
+    out: list[JobRecord] = []
+    for i, j in enumerate(doc["jobs"]):
+        st.lines += 1
+        where = f"jobs[{i}]"
+        if not isinstance(j, dict):
+            st.skip("bad job entry", where)
+            continue
+        try:
+            rec = _json_job(j, default_cluster, st, where)
+        except (ValueError, TypeError, OverflowError, KeyError) as exc:
+            st.skip(f"bad value ({_reason(exc)})", where)
+            continue
+        if rec is None:
+            continue
+        key = (rec.job_id, rec.submit_time)
+        if key in seen:
+            st.skip("duplicate job line (later one kept)", where)
+            out[seen[key]] = rec
+            continue
+        seen[key] = len(out)
+        out.append(rec)
+    st.jobs += len(out)
+    yield from out
+
+
+def sniff_format(head: bytes) -> str:
+    """'json' or 'parsable' from the first bytes of a dump."""
+    return "json" if head.lstrip()[:1] in (b"{", b"[") else "parsable"
