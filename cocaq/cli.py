@@ -42,7 +42,9 @@ class Ctx:
 def _console(stderr: bool = False) -> Any:
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=stderr)
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped output keeps whole columns rather than rich's 80-column default.
+    return Console(stderr=stderr, highlight=False, soft_wrap=stderr, width=None if stream.isatty() else 160)
 
 
 def _window(since: str, until: str | None) -> Any:

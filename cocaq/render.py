@@ -85,7 +85,7 @@ def print_footprint(fp: Footprint, console: Console) -> None:
     tab.add_row("energy incl. cooling (PUE)", _kwh(t.energy_kwh_with_pue))
     tab.add_row("CO2e", _kg(t.co2_kg))
     if t.failed_energy_kwh:
-        tab.add_row("spent on failed jobs", _kwh(t.failed_energy_kwh))
+        tab.add_row("on jobs that failed or timed out", _kwh(t.failed_energy_kwh))
     eq = equivalents(t.co2_kg)
     tab.add_row("like driving", f"{eq['car_km']:,.0f} km by car")
     tab.add_row("or charging", f"{eq['smartphone_charges']:,.0f} smartphones")

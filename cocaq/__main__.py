@@ -1,0 +1,3 @@
+from cocaq.cli import main
+
+main()

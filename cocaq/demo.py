@@ -1,0 +1,392 @@
+"""`cocaq demo`: a realistic month of a small GPU cluster, run through the real import path.
+
+The month is written as a `sacct --parsable2` dump (job lines with their .batch/.extern steps), then
+imported with the same parser and importer a site uses, so the demo shows what cocaq makes of
+accounting data rather than of hand-made rows.  Fixed seed: the same day gives the same month.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.engine import make_url
+
+from cocaq.config import load_config
+from cocaq.errors import UsageError
+from cocaq.slurm.sacct import SACCT_FIELDS
+
+DEMO_CLUSTER = "demo"
+
+DEMO_CONFIG = """\
+# The demo cluster's description; a real site writes one like it to /etc/cocaq/cocaq.toml.
+[cluster]
+name = "demo"
+carbon_zone = "DEU"      # Germany, from codecarbon's data
+pue = 1.35
+timezone = "UTC"
+
+[estimate]
+gpu_utilisation = 0.8    # share of GPU TDP assumed when nothing measured the GPUs
+
+[partitions.gpu_a100]     # nodes with IPMI energy accounting: Slurm measures their energy
+cpu_model = "AMD EPYC 7763 (64 cores, 280 W)"
+cpu_tdp_w_per_core = 4.4
+gpu_model = "NVIDIA A100-SXM4-80GB"
+gpu_tdp_w = 400
+mem_gb = 1024
+
+[partitions.gpu_v100]
+cpu_model = "Intel Xeon Gold 6248 (20 cores, 150 W)"
+cpu_tdp_w_per_core = 7.5
+gpu_model = "NVIDIA V100-SXM2-32GB"
+gpu_tdp_w = 300
+mem_gb = 384
+
+[partitions.cpu]
+cpu_model = "AMD EPYC 9654 (96 cores, 360 W)"
+cpu_tdp_w_per_core = 3.75
+gpu_tdp_w = 0
+mem_gb = 768
+"""
+
+# partition -> (node prefix, nodes, GPUs per node, cores per node)
+PARTITIONS = {
+    "gpu_a100": ("a100-", 4, 8, 128),
+    "gpu_v100": ("v100-", 6, 4, 40),
+    "cpu": ("cpu-", 12, 0, 192),
+    "interactive": ("a100-", 4, 8, 128),  # not in the config: shows the default-profile warning
+}
+
+# user -> (lab, uid, habits: kind -> jobs per day)
+USERS: dict[str, tuple[str, int, dict[str, float]]] = {
+    "alice": ("lab_vision", 2001, {"train": 1.2, "debug": 2.0}),
+    "bob": ("lab_vision", 2002, {"train": 0.4, "debug": 1.0, "preprocess": 0.2}),
+    "carol": ("lab_vision", 2003, {"debug": 3.0, "train": 0.1}),
+    "dave": ("lab_nlp", 2004, {"llm": 0.35, "train": 0.8, "debug": 1.5}),
+    "erin": ("lab_nlp", 2005, {"notebook": 1.0, "debug": 0.5}),
+    "frank": ("lab_nlp", 2006, {"train": 0.5, "debug": 0.8}),
+    "grace": ("lab_genomics", 2007, {"preprocess": 1.2, "cpu_sim": 0.4}),
+    "heidi": ("lab_genomics", 2008, {"preprocess": 0.3, "cpu_sim": 0.1}),
+    "ivan": ("lab_climate", 2009, {"cpu_sim": 0.8, "train": 0.2}),
+    "judy": ("lab_climate", 2010, {"notebook": 0.3, "debug": 0.4}),
+}
+
+
+@dataclass
+class _Job:
+    job_id: str
+    raw_id: int
+    name: str
+    user: str
+    uid: int
+    account: str
+    partition: str
+    nodes: list[str]
+    cpus: int
+    gpus: int
+    mem_gb: float
+    submit: datetime
+    start: datetime
+    elapsed: int
+    state: str
+    exit_code: str
+    total_cpu: float
+    energy_j: float | None
+    limit_min: int
+    running: bool = False
+
+
+def _fmt_dur(s: float) -> str:
+    s = int(s)
+    d, r = divmod(s, 86400)
+    h, r = divmod(r, 3600)
+    m, sec = divmod(r, 60)
+    return f"{d}-{h:02d}:{m:02d}:{sec:02d}" if d else f"{h:02d}:{m:02d}:{sec:02d}"
+
+
+def _ts(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+class _Generator:
+    def __init__(self, seed: int, end: datetime, days: int) -> None:
+        self.rng = random.Random(seed)
+        self.end = end
+        self.begin = end - timedelta(days=days)
+        self.days = days
+        self.next_id = 410_000
+        self.jobs: list[_Job] = []
+
+    def _nodes(self, partition: str, n: int) -> list[str]:
+        prefix, count, _, _ = PARTITIONS[partition]
+        first = self.rng.randrange(1, count - n + 2)
+        return [f"{prefix}{i:02d}" for i in range(first, first + n)]
+
+    def _outcome(self, fail: float, timeout: float, cancel: float, oom: float) -> str:
+        x = self.rng.random()
+        for state, p in (("FAILED", fail), ("TIMEOUT", timeout), ("CANCELLED", cancel), ("OUT_OF_MEMORY", oom)):
+            if x < p:
+                return state
+            x -= p
+        return "COMPLETED"
+
+    def add(self, user: str, kind: str, when: datetime) -> None:
+        lab, uid, _ = USERS[user]
+        r = self.rng
+        array: list[int] = []
+        if kind == "llm":
+            part, gpus_per, nnodes = "gpu_a100", 8, r.choice([1, 2, 2, 4])
+            hours, limit_h, gpu_w, cpu_use = r.lognormvariate(math.log(14), 0.5), 48, 330, 0.35
+            outcome = self._outcome(0.10, 0.12, 0.05, 0.02)
+            name = r.choice(["llama-ft", "pretrain-7b", "mistral-sft", "rlhf-ppo"])
+        elif kind == "train":
+            part = r.choice(["gpu_a100", "gpu_v100", "gpu_v100"])
+            gpus_per, nnodes = r.choice([1, 2, 4, 4] if part == "gpu_v100" else [1, 2, 4, 8]), 1
+            hours, limit_h, gpu_w, cpu_use = r.lognormvariate(math.log(5), 0.8), 24, 0.78, 0.5
+            outcome = self._outcome(0.08, 0.06, 0.05, 0.02)
+            name = r.choice(["resnet50", "vit-b16", "unet-seg", "detr", "bert-base", "gnn-train"])
+        elif kind == "debug":
+            part = r.choice(["gpu_v100", "gpu_a100"])
+            gpus_per, nnodes = 1, 1
+            hours, limit_h, gpu_w, cpu_use = r.uniform(0.05, 0.7), 1, 0.45, 0.6
+            outcome = self._outcome(0.35, 0.03, 0.10, 0.04)
+            name = r.choice(["test", "debug", "try-lr", "smoke"])
+        elif kind == "notebook":  # holds GPUs for hours and mostly leaves them idle
+            part = "interactive" if r.random() < 0.25 else "gpu_a100"
+            gpus_per, nnodes = r.choice([1, 1, 2]), 1
+            hours, limit_h, gpu_w, cpu_use = r.uniform(3, 10), 12, 0.16, 0.03
+            outcome = r.choice(["TIMEOUT", "CANCELLED", "COMPLETED"])
+            name = "jupyter"
+        elif kind == "preprocess":
+            part, gpus_per, nnodes = "cpu", 0, 1
+            hours, limit_h, gpu_w, cpu_use = r.uniform(0.3, 1.5), 4, 0.0, 0.85
+            outcome = self._outcome(0.05, 0.02, 0.02, 0.03)
+            name = r.choice(["align", "bam-sort", "qc", "tokenize"])
+            array = list(range(r.randint(8, 40)))
+        else:  # cpu_sim
+            part, gpus_per, nnodes = "cpu", 0, r.choice([1, 1, 2])
+            hours, limit_h, gpu_w, cpu_use = r.lognormvariate(math.log(6), 0.6), 24, 0.0, 0.9
+            outcome = self._outcome(0.06, 0.05, 0.03, 0.0)
+            name = r.choice(["wrf", "cesm-run", "gromacs", "lammps"])
+        _, _, gpn, cores = PARTITIONS[part]
+        cpus = (gpus_per * (cores // max(gpn, 1)) if gpus_per else r.choice([8, 16, 32, 64, 96])) * nnodes
+        if array:
+            cpus = r.choice([4, 8, 16])
+        mem = (gpus_per * 64.0 if gpus_per else cpus * 3.0) * (1 if array else nnodes)
+        base = self.next_id
+        self.next_id += 1 + len(array)
+        for k, task in enumerate(array or [None]):  # type: ignore[list-item]
+            start = when + timedelta(minutes=r.expovariate(1 / 20) + (k // 4) * hours * 60)
+            secs = hours * 3600 * (r.uniform(0.7, 1.3) if array else 1.0)
+            state = outcome if not array else self._outcome(0.04, 0.0, 0.0, 0.03)
+            if state in ("FAILED", "OUT_OF_MEMORY"):
+                secs *= r.uniform(0.02, 0.4)
+            elif state == "CANCELLED":
+                secs *= r.uniform(0.1, 0.9)
+            if state == "TIMEOUT" or secs > limit_h * 3600:
+                secs, state = limit_h * 3600.0, "TIMEOUT"
+            secs = max(int(secs), 20)
+            running = start + timedelta(seconds=secs) > self.end
+            if start >= self.end:
+                continue
+            if running:
+                secs, state = int((self.end - start).total_seconds()), "RUNNING"
+            nodes = self._nodes(part, nnodes)
+            energy = None
+            if part in ("gpu_a100", "interactive"):  # IPMI energy accounting on the A100 nodes
+                base_w = 180.0 * nnodes  # fans, NICs, idle share of the node
+                gpu_w_each = gpu_w if gpu_w > 1 else 400 * gpu_w
+                watts = base_w + gpus_per * nnodes * gpu_w_each * r.uniform(0.85, 1.1) + cpus * cpu_use * 4.4
+                energy = watts * secs
+            job_id = f"{base}_{task}" if task is not None else str(base)
+            self.jobs.append(
+                _Job(
+                    job_id=job_id, raw_id=base + (k + 1 if task is not None else 0), name=name, user=user,
+                    uid=uid, account=lab, partition=part, nodes=nodes, cpus=cpus, gpus=gpus_per * nnodes,
+                    mem_gb=mem, submit=when, start=start, elapsed=secs, state=state,
+                    exit_code={"FAILED": "1:0", "OUT_OF_MEMORY": "0:125", "CANCELLED": "0:15"}.get(state, "0:0"),
+                    total_cpu=cpus * secs * cpu_use * r.uniform(0.7, 1.0), energy_j=energy,
+                    limit_min=limit_h * 60, running=running,
+                )
+            )
+
+    def generate(self) -> list[_Job]:
+        for user, (_, _, habits) in USERS.items():
+            for kind, per_day in habits.items():
+                n = self._poisson(per_day * self.days)
+                for _ in range(n):
+                    when = self.begin + timedelta(seconds=self.rng.uniform(0, self.days * 86400))
+                    self.add(user, kind, when)
+        self.jobs.sort(key=lambda j: (j.submit, j.job_id))
+        return self.jobs
+
+    def _poisson(self, lam: float) -> int:
+        # Knuth's method is too slow for large lambda; the normal approximation is fine there.
+        if lam > 30:
+            return max(0, round(self.rng.gauss(lam, math.sqrt(lam))))
+        k, p, limit = 0, 1.0, math.exp(-lam)
+        while True:
+            p *= self.rng.random()
+            if p <= limit:
+                return k
+            k += 1
+
+
+def sacct_lines(jobs: list[_Job]) -> list[str]:
+    """The jobs as `sacct --parsable2 --format=SACCT_FIELDS` would print them, steps included."""
+    fields = SACCT_FIELDS.split(",")
+    out = ["|".join(fields)]
+    for j in jobs:
+        nodelist = _compress(j.nodes)
+        end = "Unknown" if j.running else _ts(j.start + timedelta(seconds=j.elapsed))
+        tres = f"billing={j.cpus},cpu={j.cpus},mem={int(j.mem_gb)}G,node={len(j.nodes)}"
+        if j.gpus:
+            tres += f",gres/gpu={j.gpus}"
+        energy = "" if j.energy_j is None else str(int(j.energy_j))
+        state = "CANCELLED by " + str(j.uid) if j.state == "CANCELLED" else j.state
+        row = {
+            "JobID": j.job_id, "JobIDRaw": str(j.raw_id), "JobName": j.name, "User": j.user, "UID": str(j.uid),
+            "Account": j.account, "Partition": j.partition, "QOS": "normal", "NodeList": nodelist,
+            "NNodes": str(len(j.nodes)), "AllocCPUS": str(j.cpus), "AllocTRES": tres, "ReqTRES": tres,
+            "ReqMem": f"{int(j.mem_gb)}G", "Submit": _ts(j.submit), "Start": _ts(j.start), "End": end,
+            "Elapsed": _fmt_dur(j.elapsed), "ElapsedRaw": str(j.elapsed), "State": state,
+            "ExitCode": j.exit_code, "TotalCPU": "" if j.running else _fmt_dur(j.total_cpu), "Comment": "",
+            "ConsumedEnergyRaw": "" if j.running else energy, "Cluster": DEMO_CLUSTER,
+            "Timelimit": _fmt_dur(j.limit_min * 60),
+        }
+        out.append("|".join(row[f] for f in fields))
+        if j.running:
+            continue
+        for step in ("batch", "extern"):
+            srow = dict(row, JobID=f"{j.job_id}.{step}", JobIDRaw=f"{j.raw_id}.{step}", JobName=step, User="",
+                        Account=j.account, Partition="", QOS="", Submit=_ts(j.start), Comment="",
+                        AllocTRES=f"cpu={j.cpus},mem={int(j.mem_gb)}G,node={len(j.nodes)}", ReqTRES="",
+                        ReqMem="", Timelimit="", Cluster="", State=j.state if j.state != "TIMEOUT" else "CANCELLED",
+                        TotalCPU=_fmt_dur(j.total_cpu if step == "batch" else 0.1))
+            out.append("|".join(srow[f] for f in fields))
+    return out
+
+
+def _compress(nodes: list[str]) -> str:
+    if len(nodes) == 1:
+        return nodes[0]
+    prefix = nodes[0].rstrip("0123456789")
+    nums = [n[len(prefix):] for n in nodes]
+    return f"{prefix}[{nums[0]}-{nums[-1]}]"
+
+
+def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from cocaq import migrate
+    from cocaq.db import make_engine, mask_url
+    from cocaq.footprint import Window, cluster_totals, group_totals, user_footprint
+    from cocaq.importer import import_records
+    from cocaq.models import Cluster, Job
+    from cocaq.slurm.sacct import ParseStats, iter_parsable
+
+    t0 = time.monotonic()
+    console = Console(highlight=False)
+    url = obj.cfg.database_url
+    if make_url(url).get_backend_name() != "sqlite":
+        raise UsageError(
+            f"cocaq demo writes made-up jobs, so it only uses an embedded SQLite database, not {mask_url(url)}: "
+            "unset COCAQ_DATABASE_URL (or point it at a sqlite:/// file) to run it"
+        )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_path = out / "cocaq-demo.toml"
+    cfg_path.write_text(DEMO_CONFIG)
+    cfg = load_config(cfg_path, environ={})
+    from dataclasses import replace
+
+    cfg = replace(cfg, database_url=url)
+
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    jobs = _Generator(seed, end, days).generate()
+    dump = out / "sacct-demo.txt"
+    dump.write_text("\n".join(sacct_lines(jobs)) + "\n")
+
+    with engine.begin() as conn:  # reuse the database: replace the previous demo month
+        cid = conn.execute(select(Cluster.id).where(Cluster.name == DEMO_CLUSTER)).scalar()
+        if cid is not None:
+            conn.execute(delete(Job).where(Job.cluster_id == cid))
+    stats = ParseStats()
+    with open(dump, "rb") as fh:
+        summary = import_records(
+            engine, iter_parsable(fh, tz=UTC, default_cluster=DEMO_CLUSTER, stats=stats), cfg, source="demo"
+        )
+
+    w = Window(end - timedelta(days=days), end)
+    with engine.connect() as conn:
+        total = cluster_totals(conn, w, cluster=DEMO_CLUSTER)
+        labs = group_totals(conn, w, "account", cluster=DEMO_CLUSTER)
+        users = group_totals(conn, w, "user", cluster=DEMO_CLUSTER)
+        parts = group_totals(conn, w, "partition", cluster=DEMO_CLUSTER)
+        heavy = user_footprint(conn, users[0]["user"], w, cluster=DEMO_CLUSTER) if users else None
+
+    for name, rows in (("labs", labs), ("users", users), ("partitions", parts)):
+        with open(out / f"{name}.csv", "w", newline="") as fh:
+            if rows:
+                wr = csv.DictWriter(fh, fieldnames=list(rows[0]))
+                wr.writeheader()
+                wr.writerows(rows)
+    (out / "summary.json").write_text(
+        json.dumps(
+            {"cluster": DEMO_CLUSTER, "since": w.since.isoformat(), "until": w.until.isoformat(),
+             "totals": asdict(total), "labs": labs, "users": users, "partitions": parts,
+             "import": {"imported": summary.inserted, "updated": summary.updated, "unchanged": summary.unchanged,
+                        "skipped": dict(stats.skipped)}},
+            indent=2,
+        )
+    )
+
+    console.print(
+        f"[bold]cocaq demo[/]: cluster '{DEMO_CLUSTER}', {days} days to {end:%Y-%m-%d %H:%M} UTC, "
+        f"{len(jobs):,} jobs generated (seed {seed}) into {mask_url(url)}"
+    )
+    console.print(
+        f"imported {summary.inserted:,} jobs from {dump} ({stats.steps:,} steps folded); "
+        f"partition 'interactive' is not configured: {summary.unknown_partitions.get('interactive', 0):,} jobs "
+        "used the default hardware profile"
+    )
+    measured = total.measured_energy_fraction or 0.0
+    console.print(
+        f"Total: {total.jobs:,} jobs, {total.gpu_hours:,.0f} GPU-h, {total.cpu_hours:,.0f} CPU-h, "
+        f"{total.energy_kwh:,.0f} kWh ({measured:.0%} measured), {total.energy_kwh_with_pue:,.0f} kWh with PUE, "
+        f"[bold]{total.co2_kg:,.0f} kg CO2e[/]; {total.failed_energy_kwh:,.0f} kWh went to jobs that failed"
+    )
+    t = Table(title="Labs", title_justify="left")
+    for c in ("lab", "jobs", "GPU-h", "kWh", "kg CO2e", "measured"):
+        t.add_column(c, justify="left" if c == "lab" else "right")
+    for lab_row in labs:
+        frac = lab_row["measured_energy_fraction"]
+        t.add_row(lab_row["account"], f"{lab_row['jobs']:,}", f"{lab_row['gpu_hours']:,.0f}",
+                  f"{lab_row['energy_kwh']:,.0f}", f"{lab_row['co2_kg']:,.0f}", f"{frac or 0:.0%}")
+    console.print(t)
+    if heavy:
+        console.print(f"Heaviest user: {heavy.key}, {heavy.totals.energy_kwh:,.0f} kWh, {heavy.totals.co2_kg:,.0f} kg CO2e")
+    console.print(f"Wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out}/")
+    first_job = next((j.job_id for j in jobs if j.gpus and j.state == "COMPLETED"), jobs[0].job_id)
+    console.print("\nTry next:")
+    for cmd in (
+        f"cocaq user {users[0]['user'] if users else 'alice'} --since 30d",
+        "cocaq user erin --since 30d --format json",
+        "cocaq lab lab_nlp --since 30d",
+        f"cocaq job {first_job}",
+        f"cocaq import sacct --file {dump}   # again: nothing is duplicated",
+    ):
+        console.print(f"  {cmd}")
+    console.print(f"[dim]({time.monotonic() - t0:.1f} s)[/]")

@@ -1,0 +1,156 @@
+"""The `cocaq` commands users type, run as real processes against real databases."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from cocaq.carbon import zone_intensity
+from tests.conftest import run_cocaq
+
+# Times are UTC (cluster.timezone = "UTC" in the config below).
+DUMP = """JobID|JobIDRaw|JobName|User|UID|Account|Partition|QOS|NodeList|NNodes|AllocCPUS|AllocTRES|ReqMem|Submit|Start|End|ElapsedRaw|State|ExitCode|TotalCPU|Comment|ConsumedEnergyRaw
+10|10|a|alice|1|lab_a|gpu|normal|g1|1|4|cpu=4,gres/gpu=1,mem=0,node=1|0|2026-10-31T12:00:00|2026-10-31T12:00:00|2026-11-01T12:00:00|86400|COMPLETED|0:0|||
+11|11|b|alice|1|lab_a|gpu|normal|g1|1|2|cpu=2,mem=0,node=1|0|2026-11-05T00:00:00|2026-11-05T00:00:00|2026-11-05T10:00:00|36000|FAILED|1:0|||3600000
+11.batch|11.batch|batch||1|lab_a||||1|2|cpu=2,node=1||2026-11-05T00:00:00|2026-11-05T00:00:00|2026-11-05T10:00:00|36000|FAILED|1:0|05:00:00||
+12|12|c|bob|2|lab_a|gpu|normal|g2|1|1|cpu=1,mem=0,node=1|0|2026-11-06T00:00:00|2026-11-06T00:00:00|2026-11-06T01:00:00|3600|COMPLETED|0:0|||
+13|13|d|carol|3|lab_b|gpu|normal|g2|1|1|cpu=1,mem=0,node=1|0|2026-11-06T00:00:00|2026-11-06T00:00:00|2026-11-06T01:00:00|3600|COMPLETED|0:0|||
+"""
+
+CONFIG = """
+[cluster]
+name = "hal"
+carbon_zone = "FRA"
+pue = 1.25
+timezone = "UTC"
+[estimate]
+cpu_usage = "allocated"
+[partitions.gpu]
+cpu_tdp_w_per_core = 10
+gpu_tdp_w = 300
+"""
+
+
+@pytest.fixture
+def env(cli_env: dict[str, str], db_url: str, tmp_path: Path) -> dict[str, str]:
+    cfg = tmp_path / "cocaq.toml"
+    cfg.write_text(CONFIG)
+    e = dict(cli_env, COCAQ_DATABASE_URL=db_url, COCAQ_CONFIG=str(cfg))
+    r = run_cocaq(["db", "upgrade"], e)
+    assert r.code == 0, r.err
+    (tmp_path / "dump.txt").write_text(DUMP)
+    r = run_cocaq(["import", "sacct", "--file", str(tmp_path / "dump.txt")], e)
+    assert r.code == 0, r.err
+    assert "imported 4, updated 0, unchanged 0, skipped 0" in r.err
+    return e
+
+
+def test_user_json_prorates_jobs_across_the_window(env: dict[str, str]) -> None:
+    r = run_cocaq(["user", "alice", "-S", "2026-11-01", "-E", "2026-12-01", "--format", "json"], env)
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    for key in ("user", "since", "until", "jobs", "cpu_hours", "gpu_hours", "energy_kwh",
+                "measured_energy_fraction", "co2_kg", "top_jobs"):
+        assert key in d
+    assert d["user"] == "alice" and d["jobs"] == 2
+    # Job 10 ran 2026-10-31 12:00 to 11-01 12:00: half of it falls in November.
+    e10 = (4 * 10 + 300) * 86400  # allocated cores x 10 W + 1 GPU x 300 W, whole job
+    e11 = 3600000  # measured by Slurm
+    assert d["gpu_hours"] == pytest.approx(12.0)
+    assert d["cpu_hours"] == pytest.approx(4 * 12 + 2 * 10)
+    assert d["energy_kwh"] == pytest.approx((e10 / 2 + e11) / 3.6e6)
+    assert d["measured_energy_fraction"] == pytest.approx(e11 / (e10 / 2 + e11))
+    fra = zone_intensity("FRA").g_per_kwh
+    assert d["co2_kg"] == pytest.approx((e10 / 2 + e11) / 3.6e6 * 1.25 * fra / 1000)
+    assert d["failed_energy_kwh"] == pytest.approx(1.0)
+    assert [j["job_id"] for j in d["top_jobs"]] == ["10", "11"]
+    # October holds the other half: the two months add up to the whole job.
+    o = json.loads(run_cocaq(["user", "alice", "-S", "2026-10-01", "-E", "2026-11-01", "-o", "json"], env).out)
+    assert o["jobs"] == 1 and o["energy_kwh"] + d["energy_kwh"] == pytest.approx((e10 + e11) / 3.6e6)
+
+
+def test_user_table_and_csv(env: dict[str, str]) -> None:
+    r = run_cocaq(["user", "alice", "--since", "2026-11-01", "--until", "2026-12-01"], env)
+    assert r.code == 0, r.err
+    assert "Footprint of user alice" in r.out and "Top jobs by energy" in r.out and "measured" in r.out
+    r = run_cocaq(["user", "bob", "-S", "2026-11-01", "-E", "2026-12-01", "--format", "csv"], env)
+    rows = list(csv.DictReader(io.StringIO(r.out)))
+    assert rows[0]["user"] == "bob" and rows[0]["jobs"] == "1"
+    assert float(rows[0]["energy_kwh"]) == pytest.approx(10 * 3600 / 3.6e6)  # 1 core x 10 W, no GPU
+
+
+def test_user_defaults_to_the_caller(env: dict[str, str]) -> None:
+    import getpass
+
+    r = run_cocaq(["user", "-S", "2026-11-01", "-E", "2026-12-01", "-o", "json"], env)
+    assert json.loads(r.out)["user"] == getpass.getuser()
+
+
+def test_lab_lists_its_users(env: dict[str, str]) -> None:
+    r = run_cocaq(["lab", "lab_a", "-S", "2026-11-01", "-E", "2026-12-01", "-o", "json"], env)
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert d["lab"] == "lab_a" and d["jobs"] == 3
+    assert [u["user"] for u in d["users"]] == ["alice", "bob"]
+    assert sum(u["energy_kwh"] for u in d["users"]) == pytest.approx(d["energy_kwh"])
+    r = run_cocaq(["lab", "lab_a", "-S", "2026-11-01", "-E", "2026-12-01"], env)
+    assert "Users" in r.out and "alice" in r.out and "bob" in r.out and "carol" not in r.out
+
+
+def test_job_shows_components_and_carbon(env: dict[str, str]) -> None:
+    r = run_cocaq(["job", "11", "--format", "json"], env)
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert d["state"] == "FAILED" and d["total_cpu_s"] == 5 * 3600
+    assert d["energies"] == [{"node": "", "component": "node", "method": "measured",
+                              "source": "slurm-consumed-energy", "energy_j": 3600000.0, "energy_kwh": 1.0}]
+    assert d["carbon_zone"] == "FRA" and d["pue"] == 1.25 and d["carbon_year"] == zone_intensity("FRA").year
+    r = run_cocaq(["job", "10"], env)
+    assert r.code == 0
+    assert "estimated" in r.out and "tdp-estimate" in r.out and "zone FRA" in r.out and "PUE 1.25" in r.out
+    r = run_cocaq(["job", "999"], env)
+    assert r.code == 4 and "not in the database" in r.err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["user", "alice", "--since", "30x"], "bad duration '30x'"),
+     (["user", "alice", "--since", "2026-02-30"], "bad date '2026-02-30'"),
+     (["lab", "x", "-S", "1d", "-E", "2d"], "empty window")],
+)
+def test_bad_windows_exit_2(env: dict[str, str], args: list[str], message: str) -> None:
+    r = run_cocaq(args, env)
+    assert r.code == 2
+    assert message in r.err and "Traceback" not in r.err and r.err.strip().count("\n") == 0
+
+
+def test_import_from_stdin_and_bad_input(env: dict[str, str], tmp_path: Path) -> None:
+    r = run_cocaq(["import", "sacct", "--file", "-"], env, stdin=DUMP.encode())
+    assert r.code == 0 and "imported 0, updated 0, unchanged 4" in r.err
+    r = run_cocaq(["import", "sacct", "--file", str(tmp_path / "nope.txt")], env)
+    assert r.code == 4 and "cannot read" in r.err
+    headerless = "\n".join(DUMP.splitlines()[1:]) + "\n"
+    r = run_cocaq(["import", "sacct", "--file", "-"], env, stdin=headerless.encode())
+    assert r.code == 4 and "--fields" in r.err and "Traceback" not in r.err
+    fields = DUMP.splitlines()[0].replace("|", ",")
+    # --parsable style: a trailing delimiter, no header, another delimiter, bytes that are not UTF-8
+    body = "\n".join(line.replace("|", ";") + ";" for line in DUMP.splitlines()[1:]) + "\n"
+    raw = body.encode().replace(b";a;alice", b";\xff\xfename;alice")
+    r = run_cocaq(["import", "sacct", "--file", "-", "--delimiter", ";", "--fields", fields], env, stdin=raw)
+    assert r.code == 0, r.err
+    assert "updated 1, unchanged 3" in r.err and "not UTF-8" in r.err
+    d = json.loads(run_cocaq(["job", "10", "-o", "json"], env).out)
+    assert d["name"] == "\ufffd\ufffdname"
+
+
+def test_import_summary_counts_skips(env: dict[str, str]) -> None:
+    bad = DUMP + "14|14|p|dave|4|lab_b|gpu|normal|None assigned|0|0||0|2026-11-06T00:00:00|Unknown|Unknown|0|PENDING|0:0|||\n"
+    bad += "garbage line without fields\n"
+    r = run_cocaq(["import", "sacct", "--file", "-"], env, stdin=bad.encode())
+    assert r.code == 0
+    assert "skipped 2" in r.err
+    assert "skipped 1: pending (not started yet)" in r.err and "skipped 1: wrong number of fields" in r.err

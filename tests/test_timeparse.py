@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from cocaq.errors import UsageError
+from cocaq.timeparse import parse_duration, parse_slurm_duration, parse_when
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "delta"),
+    [("30d", timedelta(days=30)), ("12h", timedelta(hours=12)), ("2w", timedelta(weeks=2)),
+     ("90m", timedelta(minutes=90)), ("45s", timedelta(seconds=45)), ("7", timedelta(days=7)),
+     (" 1.5d ", timedelta(hours=36))],
+)
+def test_durations(text: str, delta: timedelta) -> None:
+    assert parse_duration(text) == delta
+
+
+@pytest.mark.parametrize("bad", ["3x", "d30", "", "-2d", "30 days ago", "1e9q"])
+def test_bad_durations(bad: str) -> None:
+    with pytest.raises(UsageError, match="bad duration"):
+        parse_duration(bad)
+
+
+def test_when() -> None:
+    assert parse_when("30d", NOW) == NOW - timedelta(days=30)
+    assert parse_when("now", NOW) == NOW
+    assert parse_when("2026-11-01", NOW, UTC) == datetime(2026, 11, 1, tzinfo=UTC)
+    assert parse_when("2026-11", NOW, UTC) == datetime(2026, 11, 1, tzinfo=UTC)
+    paris = parse_when("2026-07-01T12:00", NOW, ZoneInfo("Europe/Paris"))
+    assert paris.astimezone(UTC) == datetime(2026, 7, 1, 10, 0, tzinfo=UTC)
+    assert parse_when("2026-07-01T12:00+00:00", NOW, ZoneInfo("Europe/Paris")).hour == 12
+    with pytest.raises(UsageError, match="bad date"):
+        parse_when("2026-13-45", NOW)
+    with pytest.raises(UsageError):
+        parse_when("yesterday-ish", NOW)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("1-04:33:44", 86400 + 4 * 3600 + 33 * 60 + 44), ("04:33:44", 16424), ("33:44", 2024),
+     ("00:01.234", 1.234), ("2-00:00:00", 172800), ("1-04", 100800), ("1-04:30", 102600), ("45", 45)],
+)
+def test_slurm_durations(text: str, seconds: float) -> None:
+    assert parse_slurm_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "Unknown", "INVALID", "UNLIMITED"])
+def test_slurm_duration_unknowns(text: str) -> None:
+    assert parse_slurm_duration(text) is None
+
+
+def test_slurm_duration_garbage() -> None:
+    with pytest.raises(ValueError):
+        parse_slurm_duration("1:2:3:4")
+    with pytest.raises(ValueError):
+        parse_slurm_duration("ab:cd")
