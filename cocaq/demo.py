@@ -203,7 +203,7 @@ class _Generator:
             nodes = self._nodes(part, nnodes)
             energy = None
             if part in ("gpu_a100", "interactive"):  # IPMI energy accounting on the A100 nodes
-                base_w = 180.0 * nnodes  # fans, NICs, idle share of the node
+                base_w = 180.0 * nnodes * gpus_per / 8  # the job's share of fans, NICs, idle CPUs
                 gpu_w_each = gpu_w if gpu_w > 1 else 400 * gpu_w
                 watts = base_w + gpus_per * nnodes * gpu_w_each * r.uniform(0.85, 1.1) + cpus * cpu_use * 4.4
                 energy = watts * secs
@@ -386,7 +386,7 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
         "cocaq user erin --since 30d --format json",
         "cocaq lab lab_nlp --since 30d",
         f"cocaq job {first_job}",
-        f"cocaq import sacct --file {dump}   # again: nothing is duplicated",
+        f"cocaq --config {cfg_path} import sacct --file {dump}   # again: nothing is duplicated",
     ):
         console.print(f"  {cmd}")
     console.print(f"[dim]({time.monotonic() - t0:.1f} s)[/]")

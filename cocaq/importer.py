@@ -46,6 +46,7 @@ class ImportSummary:
 
 def _hash(rec: JobRecord, fp: JobFootprint) -> str:
     facts = [getattr(rec, f) for f in rec.__slots__]  # type: ignore[attr-defined]
+    facts = [f.timestamp() if isinstance(f, datetime) else f for f in facts]  # same instant, any zone
     facts += [fp.energy_j, fp.co2_g, fp.carbon_g_per_kwh, fp.pue, fp.hw_profile]
     return hashlib.md5(repr(facts).encode(), usedforsecurity=False).hexdigest()
 

@@ -21,6 +21,7 @@ _UNITS = {
     "weeks": 7 * 86400,
 }
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
 def parse_duration(text: str) -> timedelta:
@@ -72,10 +73,9 @@ def parse_slurm_duration(text: str) -> float | None:
     parts = t.split(":")
     if not 1 <= len(parts) <= 3:
         raise ValueError(f"bad Slurm duration {text!r}")
-    try:
-        nums = [float(p) for p in parts]
-    except ValueError:
-        raise ValueError(f"bad Slurm duration {text!r}") from None
+    if not all(_NUMBER.fullmatch(p) for p in parts):  # float() would take nan, inf, 1e3, -1, 1_0
+        raise ValueError(f"bad Slurm duration {text!r}")
+    nums = [float(p) for p in parts]
     while len(nums) < 3:  # with days the fields are hours[:min[:sec]], without them [[hours:]min:]sec
         if days or "-" in text:
             nums.append(0.0)

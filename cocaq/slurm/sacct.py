@@ -30,6 +30,8 @@ _JOBID = re.compile(
 )
 _MEM = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>[KMGTP]?)(?P<per>[nc]?)$", re.IGNORECASE)
 _UNIT_MB = {"": 1.0, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
+# Slurm's NO_VAL64 (and anything near it) means "not measured", never joules.
+_ENERGY_UNSET = 2.0**63
 # How many jobs stay open for steps that arrive after them (sacct prints steps right after their job).
 _FOLD_WINDOW = 4096
 
@@ -109,6 +111,13 @@ def _time(text: str, tz: tzinfo) -> datetime | None:
         return None
     dt = datetime.fromisoformat(t)
     return dt if dt.tzinfo else dt.replace(tzinfo=tz)
+
+
+def _energy(text: str) -> float | None:
+    """ConsumedEnergyRaw in J: None when empty, zero or Slurm's unset sentinel."""
+    t = text.strip()
+    e = float(t) if t else 0.0
+    return e if 0 < e < _ENERGY_UNSET else None
 
 
 def _int(text: str) -> int | None:
@@ -226,8 +235,11 @@ def iter_parsable(
     if cols:
         idx = {c.lower(): i for i, c in enumerate(cols)}
     first = True
+    trailing: bool | None = None  # whether lines end with the delimiter (--parsable); None: not known
     for lineno, raw in enumerate(lines, 1):
         line = _decode(raw, st).rstrip("\r\n")
+        if first:
+            line = line.lstrip("\ufeff")  # a byte order mark from an editor or a Windows export
         if not line.strip():
             continue
         parts = line.split(delimiter)
@@ -235,7 +247,8 @@ def iter_parsable(
             first = False
             looks_like_header = parts[0].strip().lower() in ("jobid", "jobidraw") or "JobID" in parts
             if looks_like_header:
-                if parts and parts[-1] == "" and len(parts) > 1:
+                trailing = len(parts) > 1 and parts[-1] == ""
+                if trailing:
                     parts = parts[:-1]
                 header = [p.strip() for p in parts]
                 if cols and [c.lower() for c in header] != [c.lower() for c in cols]:
@@ -255,7 +268,7 @@ def iter_parsable(
         st.lines += 1
         assert cols is not None
         n = len(cols)
-        if len(parts) == n + 1 and parts[-1] == "":
+        if len(parts) == n + 1 and parts[-1] == "" and trailing is not False:
             parts = parts[:-1]  # --parsable leaves a trailing delimiter
         where = f"line {lineno}"
         if len(parts) != n:
@@ -290,8 +303,7 @@ def _row_to_job(
     base = m.group("base")
     if m.group("step"):
         cpu = parse_slurm_duration(get("totalcpu"))
-        energy = get("consumedenergyraw").strip()
-        folder.add_step(base, cpu, float(energy) if energy else None, where)
+        folder.add_step(base, cpu, _energy(get("consumedenergyraw")), where)
         return
     state, detail = _state(get("state"))
     if not state:
@@ -330,7 +342,6 @@ def _row_to_job(
         st.skip("never started (no node assigned)", where)
         return
     code, sig = parse_exit(get("exitcode"))
-    energy = get("consumedenergyraw").strip()
     task = m.group("task")
     rec = JobRecord(
         job_id=base,
@@ -364,7 +375,7 @@ def _row_to_job(
         name=get("jobname") or None,
         comment=get("comment") or None,
         total_cpu_s=parse_slurm_duration(get("totalcpu")),
-        consumed_energy_j=(float(energy) or None) if energy else None,
+        consumed_energy_j=_energy(get("consumedenergyraw")),
     )
     yield from folder.add_job(base, rec)
 
@@ -412,8 +423,8 @@ def _tres_list(items: Any) -> dict[str, str]:
         key = str(t.get("type") or "")
         if t.get("name"):
             key += "/" + str(t["name"])
-        if key:
-            out[key] = str(t.get("count", 0))
+        if key and t.get("count") is not None:  # 22.05 lists energy with a null count
+            out[key] = str(t["count"])
     return out
 
 
@@ -456,8 +467,7 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
     alloc = _tres_list(tres_obj.get("allocated"))
     req = _tres_list(tres_obj.get("requested"))
     tres = alloc or req
-    gpus, _ = gpus_from_tres(tres)
-    gtype = None
+    gpus, gtype = gpus_from_tres(tres)
     gres_detail = j.get("gres_detail") or []
     for g in gres_detail if isinstance(gres_detail, list) else []:
         mm = re.match(r"gpu:([^:(]+):\d+", str(g))
@@ -475,7 +485,8 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
     ec = j.get("exit_code") or {}
     code = _n(ec.get("return_code")) if isinstance(ec, dict) else None
     sig_obj = ec.get("signal") if isinstance(ec, dict) else None
-    sig = _n(sig_obj.get("signal_id") if isinstance(sig_obj, dict) else None)
+    # v0.0.38 names it signal_id, v0.0.40+ id
+    sig = _n(sig_obj.get("signal_id", sig_obj.get("id")) if isinstance(sig_obj, dict) else None)
     total = t.get("total") or {}
     total_cpu = None
     if isinstance(total, dict) and ("seconds" in total or "microseconds" in total):
@@ -541,10 +552,10 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
 def _step_energy(step: dict[str, Any]) -> float | None:
     stats = step.get("statistics") or {}
     e = _n((stats.get("energy") or {}).get("consumed")) if isinstance(stats, dict) else None
-    if e:
-        return e
-    consumed = ((step.get("tres") or {}).get("consumed") or {}).get("total")
-    return _n(_tres_list(consumed).get("energy")) or None
+    if not (e and 0 < e < _ENERGY_UNSET):
+        consumed = ((step.get("tres") or {}).get("consumed") or {}).get("total")
+        e = _n(_tres_list(consumed).get("energy"))
+    return e if e and 0 < e < _ENERGY_UNSET else None
 
 
 def iter_json(
@@ -580,7 +591,7 @@ def iter_json(
             continue
         try:
             rec = _json_job(j, default_cluster, st, where)
-        except (ValueError, TypeError, OverflowError, KeyError) as exc:
+        except (ValueError, TypeError, OverflowError, KeyError, AttributeError) as exc:
             st.skip(f"bad value ({_reason(exc)})", where)
             continue
         if rec is None:

@@ -1,0 +1,55 @@
+"""`cocaq demo`: the README's first command, run as a new user would."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import run_cocaq
+
+
+def test_demo_fills_the_embedded_database_and_writes_outputs(cli_env: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    r = run_cocaq(["demo", "--out", str(out)], cli_env, cwd=tmp_path)
+    assert r.code == 0, r.err
+    db = tmp_path / "xdg-data" / "cocaq" / "cocaq.sqlite"  # the default embedded database
+    assert db.exists()
+    for name in ("summary.json", "labs.csv", "users.csv", "partitions.csv", "sacct-demo.txt", "cocaq-demo.toml"):
+        assert (out / name).stat().st_size > 0, name
+    s = json.loads((out / "summary.json").read_text())
+    assert s["totals"]["jobs"] > 1000
+    assert {lab["account"] for lab in s["labs"]} == {"lab_nlp", "lab_vision", "lab_genomics", "lab_climate"}
+    states = (out / "sacct-demo.txt").read_text()
+    for state in ("FAILED", "TIMEOUT", "CANCELLED by", "OUT_OF_MEMORY", "RUNNING", ".batch", ".extern", "_"):
+        assert state in states
+    assert 0.2 < s["totals"]["measured_energy_fraction"] < 0.95  # a mix of measured and estimated
+    assert s["totals"]["failed_energy_kwh"] > 0
+    users = {u["user"]: u for u in s["users"]}
+    # erin's notebooks hold GPUs for hours at low power: far less energy per GPU-hour than dave's training
+    assert users["erin"]["energy_kwh"] / users["erin"]["gpu_hours"] < (
+        users["dave"]["energy_kwh"] / users["dave"]["gpu_hours"] / 2
+    )
+    assert "Try next" in r.out and "cocaq user" in r.out
+    assert "'interactive' is not configured" in r.out
+
+    # The commands it suggests work on what it made.
+    heavy = s["users"][0]["user"]
+    r2 = run_cocaq(["user", heavy, "--since", "30d", "--format", "json"], cli_env, cwd=tmp_path)
+    assert r2.code == 0, r2.err
+    assert json.loads(r2.out)["jobs"] > 10
+
+    # Run again: the database is reused and the demo month replaced, not doubled.
+    r3 = run_cocaq(["demo", "--out", str(out)], cli_env, cwd=tmp_path)
+    assert r3.code == 0, r3.err
+    s3 = json.loads((out / "summary.json").read_text())
+    assert abs(s3["totals"]["jobs"] - s["totals"]["jobs"]) <= 5  # same seed; the hour may have moved on
+    # Importing its dump again duplicates nothing.
+    r4 = run_cocaq(["--config", str(out / "cocaq-demo.toml"), "import", "sacct", "--file", str(out / "sacct-demo.txt")],
+                   cli_env, cwd=tmp_path)
+    assert r4.code == 0 and "imported 0, updated 0" in r4.err
+
+
+def test_demo_refuses_a_server_database(cli_env: dict[str, str], tmp_path: Path) -> None:
+    env = dict(cli_env, COCAQ_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1/postgres")
+    r = run_cocaq(["demo", "--out", str(tmp_path / "o")], env)
+    assert r.code == 2 and "only uses an embedded SQLite database" in r.err

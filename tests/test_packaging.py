@@ -1,0 +1,69 @@
+"""The wheel holds one top-level package, `cocaq`, with everything a `pip install .` needs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)],
+        check=True, capture_output=True, timeout=300,
+    )
+    (whl,) = out.glob("cocaq-*.whl")
+    return whl
+
+
+def test_wheel_has_a_single_top_level_package(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/", 1)[0] for n in names}
+    assert top == {"cocaq", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
+    for path in (
+        "cocaq/__init__.py", "cocaq/cli.py", "cocaq/collector/__init__.py", "cocaq/prolog_epilog/__init__.py",
+        "cocaq/reports/__init__.py", "cocaq/migrations/env.py", "cocaq/migrations/script.py.mako",
+        "cocaq/migrations/versions/0001_initial_schema.py",
+    ):
+        assert path in names, path
+    assert not [n for n in names if n.startswith(("tests/", "collector/", "migrations/"))]
+
+
+def test_installed_wheel_works_without_the_checkout(wheel: Path, tmp_path: Path) -> None:
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
+        check=True, capture_output=True, timeout=300,
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COCAQ_")}
+    env.update(PYTHONPATH=str(target), XDG_DATA_HOME=str(tmp_path / "data"), HOME=str(tmp_path))
+    code = (
+        "import cocaq, cocaq.collector, cocaq.prolog_epilog, cocaq.reports, cocaq.migrations;"
+        "print(cocaq.__file__); print(cocaq.migrations.__file__)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                       check=True)
+    assert all(line.startswith(str(target)) for line in r.stdout.split())
+    url = f"sqlite:///{tmp_path / 'w.sqlite'}"
+    r = subprocess.run([sys.executable, "-m", "cocaq", "db", "upgrade"], env=dict(env, COCAQ_DATABASE_URL=url),
+                       cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert r.returncode == 0 and "-> 0001" in r.stderr, r.stderr
+
+
+def test_node_side_packages_import_light() -> None:
+    """Hooks and collector run as root on every node: no pandas, ORM or codecarbon at import time."""
+    code = (
+        "import sys, cocaq.prolog_epilog, cocaq.collector;"
+        "heavy = [m for m in ('pandas', 'sqlalchemy', 'codecarbon', 'rich', 'click') if m in sys.modules];"
+        "print(','.join(heavy))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert r.stdout.strip() == ""
