@@ -133,7 +133,12 @@ class _Generator:
 
     def _outcome(self, fail: float, timeout: float, cancel: float, oom: float) -> str:
         x = self.rng.random()
-        for state, p in (("FAILED", fail), ("TIMEOUT", timeout), ("CANCELLED", cancel), ("OUT_OF_MEMORY", oom)):
+        for state, p in (
+            ("FAILED", fail),
+            ("TIMEOUT", timeout),
+            ("CANCELLED", cancel),
+            ("OUT_OF_MEMORY", oom),
+        ):
             if x < p:
                 return state
             x -= p
@@ -142,10 +147,14 @@ class _Generator:
     def add(self, user: str, kind: str, when: datetime) -> None:
         lab, uid, _ = USERS[user]
         r = self.rng
-        array: list[int] = []
+        array: list[int | None] = []
+        hours: float
+        limit_h: int
+        gpu_w: float  # GPU power as a share of its TDP
+        cpu_use: float
         if kind == "llm":
             part, gpus_per, nnodes = "gpu_a100", 8, r.choice([1, 2, 2, 4])
-            hours, limit_h, gpu_w, cpu_use = r.lognormvariate(math.log(14), 0.5), 48, 330, 0.35
+            hours, limit_h, gpu_w, cpu_use = r.lognormvariate(math.log(14), 0.5), 48, 0.82, 0.35
             outcome = self._outcome(0.10, 0.12, 0.05, 0.02)
             name = r.choice(["llama-ft", "pretrain-7b", "mistral-sft", "rlhf-ppo"])
         elif kind == "train":
@@ -184,7 +193,7 @@ class _Generator:
         mem = (gpus_per * 64.0 if gpus_per else cpus * 3.0) * (1 if array else nnodes)
         base = self.next_id
         self.next_id += 1 + len(array)
-        for k, task in enumerate(array or [None]):  # type: ignore[list-item]
+        for k, task in enumerate(array or [None]):
             start = when + timedelta(minutes=r.expovariate(1 / 20) + (k // 4) * hours * 60)
             secs = hours * 3600 * (r.uniform(0.7, 1.3) if array else 1.0)
             state = outcome if not array else self._outcome(0.04, 0.0, 0.0, 0.03)
@@ -194,28 +203,44 @@ class _Generator:
                 secs *= r.uniform(0.1, 0.9)
             if state == "TIMEOUT" or secs > limit_h * 3600:
                 secs, state = limit_h * 3600.0, "TIMEOUT"
-            secs = max(int(secs), 20)
+            secs = float(max(int(secs), 20))
             running = start + timedelta(seconds=secs) > self.end
             if start >= self.end:
                 continue
             if running:
-                secs, state = int((self.end - start).total_seconds()), "RUNNING"
+                secs, state = float(int((self.end - start).total_seconds())), "RUNNING"
             nodes = self._nodes(part, nnodes)
             energy = None
             if part in ("gpu_a100", "interactive"):  # IPMI energy accounting on the A100 nodes
                 base_w = 180.0 * nnodes * gpus_per / 8  # the job's share of fans, NICs, idle CPUs
-                gpu_w_each = gpu_w if gpu_w > 1 else 400 * gpu_w
+                gpu_w_each = 400 * gpu_w
                 watts = base_w + gpus_per * nnodes * gpu_w_each * r.uniform(0.85, 1.1) + cpus * cpu_use * 4.4
                 energy = watts * secs
             job_id = f"{base}_{task}" if task is not None else str(base)
             self.jobs.append(
                 _Job(
-                    job_id=job_id, raw_id=base + (k + 1 if task is not None else 0), name=name, user=user,
-                    uid=uid, account=lab, partition=part, nodes=nodes, cpus=cpus, gpus=gpus_per * nnodes,
-                    mem_gb=mem, submit=when, start=start, elapsed=secs, state=state,
-                    exit_code={"FAILED": "1:0", "OUT_OF_MEMORY": "0:125", "CANCELLED": "0:15"}.get(state, "0:0"),
-                    total_cpu=cpus * secs * cpu_use * r.uniform(0.7, 1.0), energy_j=energy,
-                    limit_min=limit_h * 60, running=running,
+                    job_id=job_id,
+                    raw_id=base + (k + 1 if task is not None else 0),
+                    name=name,
+                    user=user,
+                    uid=uid,
+                    account=lab,
+                    partition=part,
+                    nodes=nodes,
+                    cpus=cpus,
+                    gpus=gpus_per * nnodes,
+                    mem_gb=mem,
+                    submit=when,
+                    start=start,
+                    elapsed=int(secs),
+                    state=state,
+                    exit_code={"FAILED": "1:0", "OUT_OF_MEMORY": "0:125", "CANCELLED": "0:15"}.get(
+                        state, "0:0"
+                    ),
+                    total_cpu=cpus * secs * cpu_use * r.uniform(0.7, 1.0),
+                    energy_j=energy,
+                    limit_min=limit_h * 60,
+                    running=running,
                 )
             )
 
@@ -254,24 +279,56 @@ def sacct_lines(jobs: list[_Job]) -> list[str]:
         energy = "" if j.energy_j is None else str(int(j.energy_j))
         state = "CANCELLED by " + str(j.uid) if j.state == "CANCELLED" else j.state
         row = {
-            "JobID": j.job_id, "JobIDRaw": str(j.raw_id), "JobName": j.name, "User": j.user, "UID": str(j.uid),
-            "Account": j.account, "Partition": j.partition, "QOS": "normal", "NodeList": nodelist,
-            "NNodes": str(len(j.nodes)), "AllocCPUS": str(j.cpus), "AllocTRES": tres, "ReqTRES": tres,
-            "ReqMem": f"{int(j.mem_gb)}G", "Submit": _ts(j.submit), "Start": _ts(j.start), "End": end,
-            "Elapsed": _fmt_dur(j.elapsed), "ElapsedRaw": str(j.elapsed), "State": state,
-            "ExitCode": j.exit_code, "TotalCPU": "" if j.running else _fmt_dur(j.total_cpu), "Comment": "",
-            "ConsumedEnergyRaw": "" if j.running else energy, "Cluster": DEMO_CLUSTER,
+            "JobID": j.job_id,
+            "JobIDRaw": str(j.raw_id),
+            "JobName": j.name,
+            "User": j.user,
+            "UID": str(j.uid),
+            "Account": j.account,
+            "Partition": j.partition,
+            "QOS": "normal",
+            "NodeList": nodelist,
+            "NNodes": str(len(j.nodes)),
+            "AllocCPUS": str(j.cpus),
+            "AllocTRES": tres,
+            "ReqTRES": tres,
+            "ReqMem": f"{int(j.mem_gb)}G",
+            "Submit": _ts(j.submit),
+            "Start": _ts(j.start),
+            "End": end,
+            "Elapsed": _fmt_dur(j.elapsed),
+            "ElapsedRaw": str(j.elapsed),
+            "State": state,
+            "ExitCode": j.exit_code,
+            "TotalCPU": "" if j.running else _fmt_dur(j.total_cpu),
+            "Comment": "",
+            "ConsumedEnergyRaw": "" if j.running else energy,
+            "Cluster": DEMO_CLUSTER,
             "Timelimit": _fmt_dur(j.limit_min * 60),
         }
         out.append("|".join(row[f] for f in fields))
         if j.running:
             continue
         for step in ("batch", "extern"):
-            srow = dict(row, JobID=f"{j.job_id}.{step}", JobIDRaw=f"{j.raw_id}.{step}", JobName=step, User="",
-                        Account=j.account, Partition="", QOS="", Submit=_ts(j.start), Comment="",
-                        AllocTRES=f"cpu={j.cpus},mem={int(j.mem_gb)}G,node={len(j.nodes)}", ReqTRES="",
-                        ReqMem="", Timelimit="", Cluster="", State=j.state if j.state != "TIMEOUT" else "CANCELLED",
-                        TotalCPU=_fmt_dur(j.total_cpu if step == "batch" else 0.1))
+            srow = dict(
+                row,
+                JobID=f"{j.job_id}.{step}",
+                JobIDRaw=f"{j.raw_id}.{step}",
+                JobName=step,
+                User="",
+                Account=j.account,
+                Partition="",
+                QOS="",
+                Submit=_ts(j.start),
+                Comment="",
+                AllocTRES=f"cpu={j.cpus},mem={int(j.mem_gb)}G,node={len(j.nodes)}",
+                ReqTRES="",
+                ReqMem="",
+                Timelimit="",
+                Cluster="",
+                State=j.state if j.state != "TIMEOUT" else "CANCELLED",
+                TotalCPU=_fmt_dur(j.total_cpu if step == "batch" else 0.1),
+            )
             out.append("|".join(srow[f] for f in fields))
     return out
 
@@ -280,7 +337,7 @@ def _compress(nodes: list[str]) -> str:
     if len(nodes) == 1:
         return nodes[0]
     prefix = nodes[0].rstrip("0123456789")
-    nums = [n[len(prefix):] for n in nodes]
+    nums = [n[len(prefix) :] for n in nodes]
     return f"{prefix}[{nums[0]}-{nums[-1]}]"
 
 
@@ -300,7 +357,8 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
     url = obj.cfg.database_url
     if make_url(url).get_backend_name() != "sqlite":
         raise UsageError(
-            f"cocaq demo writes made-up jobs, so it only uses an embedded SQLite database, not {mask_url(url)}: "
+            "cocaq demo writes made-up jobs, so it only uses an embedded SQLite database, "
+            f"not {mask_url(url)}: "
             "unset COCAQ_DATABASE_URL (or point it at a sqlite:/// file) to run it"
         )
     out = Path(out_dir)
@@ -345,10 +403,21 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
                 wr.writerows(rows)
     (out / "summary.json").write_text(
         json.dumps(
-            {"cluster": DEMO_CLUSTER, "since": w.since.isoformat(), "until": w.until.isoformat(),
-             "totals": asdict(total), "labs": labs, "users": users, "partitions": parts,
-             "import": {"imported": summary.inserted, "updated": summary.updated, "unchanged": summary.unchanged,
-                        "skipped": dict(stats.skipped)}},
+            {
+                "cluster": DEMO_CLUSTER,
+                "since": w.since.isoformat(),
+                "until": w.until.isoformat(),
+                "totals": asdict(total),
+                "labs": labs,
+                "users": users,
+                "partitions": parts,
+                "import": {
+                    "imported": summary.inserted,
+                    "updated": summary.updated,
+                    "unchanged": summary.unchanged,
+                    "skipped": dict(stats.skipped),
+                },
+            },
             indent=2,
         )
     )
@@ -359,13 +428,15 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
     )
     console.print(
         f"imported {summary.inserted:,} jobs from {dump} ({stats.steps:,} steps folded); "
-        f"partition 'interactive' is not configured: {summary.unknown_partitions.get('interactive', 0):,} jobs "
+        "partition 'interactive' is not configured: "
+        f"{summary.unknown_partitions.get('interactive', 0):,} jobs "
         "used the default hardware profile"
     )
     measured = total.measured_energy_fraction or 0.0
     console.print(
         f"Total: {total.jobs:,} jobs, {total.gpu_hours:,.0f} GPU-h, {total.cpu_hours:,.0f} CPU-h, "
-        f"{total.energy_kwh:,.0f} kWh ({measured:.0%} measured), {total.energy_kwh_with_pue:,.0f} kWh with PUE, "
+        f"{total.energy_kwh:,.0f} kWh ({measured:.0%} measured), "
+        f"{total.energy_kwh_with_pue:,.0f} kWh with PUE, "
         f"[bold]{total.co2_kg:,.0f} kg CO2e[/]; {total.failed_energy_kwh:,.0f} kWh went to jobs that failed"
     )
     t = Table(title="Labs", title_justify="left")
@@ -373,11 +444,20 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
         t.add_column(c, justify="left" if c == "lab" else "right")
     for lab_row in labs:
         frac = lab_row["measured_energy_fraction"]
-        t.add_row(lab_row["account"], f"{lab_row['jobs']:,}", f"{lab_row['gpu_hours']:,.0f}",
-                  f"{lab_row['energy_kwh']:,.0f}", f"{lab_row['co2_kg']:,.0f}", f"{frac or 0:.0%}")
+        t.add_row(
+            lab_row["account"],
+            f"{lab_row['jobs']:,}",
+            f"{lab_row['gpu_hours']:,.0f}",
+            f"{lab_row['energy_kwh']:,.0f}",
+            f"{lab_row['co2_kg']:,.0f}",
+            f"{frac or 0:.0%}",
+        )
     console.print(t)
     if heavy:
-        console.print(f"Heaviest user: {heavy.key}, {heavy.totals.energy_kwh:,.0f} kWh, {heavy.totals.co2_kg:,.0f} kg CO2e")
+        console.print(
+            f"Heaviest user: {heavy.key}, {heavy.totals.energy_kwh:,.0f} kWh, "
+            f"{heavy.totals.co2_kg:,.0f} kg CO2e"
+        )
     console.print(f"Wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out}/")
     first_job = next((j.job_id for j in jobs if j.gpus and j.state == "COMPLETED"), jobs[0].job_id)
     console.print("\nTry next:")

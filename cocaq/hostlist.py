@@ -10,7 +10,9 @@ _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
 def _split_top(text: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "[":
             depth += 1

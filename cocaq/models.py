@@ -7,7 +7,7 @@ scan; samples partitioned by time) while the same migrations run on SQLite for o
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -63,7 +63,7 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
-    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
 
 
 class Cluster(Base):

@@ -11,7 +11,7 @@ from cocaq.importer import import_records
 from cocaq.models import Cluster, Job
 from cocaq.slurm.record import JobRecord
 
-_FACTS = [f for f in JobRecord.__slots__ if f != "cluster"]  # type: ignore[attr-defined]
+_FACTS = [f for f in JobRecord.__slots__ if f != "cluster"]
 
 
 def recompute_jobs(engine: Engine, cfg: Config, *, since: datetime | None = None) -> tuple[int, int]:

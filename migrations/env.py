@@ -17,9 +17,9 @@ PARTITION_PREFIX = "samples_p"
 
 
 def include_object(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
-    if type_ == "table" and name and (name.startswith(PARTITION_PREFIX) or name == "samples_default"):
-        return False
-    return True
+    return not (
+        type_ == "table" and name and (name.startswith(PARTITION_PREFIX) or name == "samples_default")
+    )
 
 
 def _url() -> str:

@@ -88,7 +88,9 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def run_cocaq(args: list[str], env: dict[str, str], stdin: bytes | None = None, cwd: Path | None = None) -> Result:
+def run_cocaq(
+    args: list[str], env: dict[str, str], stdin: bytes | None = None, cwd: Path | None = None
+) -> Result:
     """Run `python -m cocaq ARGS` as a separate process, as a user would."""
     proc = subprocess.run(
         [sys.executable, "-m", "cocaq", *args],
@@ -99,4 +101,6 @@ def run_cocaq(args: list[str], env: dict[str, str], stdin: bytes | None = None, 
         timeout=300,
         check=False,
     )
-    return Result(proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"))
+    return Result(
+        proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
+    )

@@ -53,8 +53,18 @@ def test_user_json_prorates_jobs_across_the_window(env: dict[str, str]) -> None:
     r = run_cocaq(["user", "alice", "-S", "2026-11-01", "-E", "2026-12-01", "--format", "json"], env)
     assert r.code == 0, r.err
     d = json.loads(r.out)
-    for key in ("user", "since", "until", "jobs", "cpu_hours", "gpu_hours", "energy_kwh",
-                "measured_energy_fraction", "co2_kg", "top_jobs"):
+    for key in (
+        "user",
+        "since",
+        "until",
+        "jobs",
+        "cpu_hours",
+        "gpu_hours",
+        "energy_kwh",
+        "measured_energy_fraction",
+        "co2_kg",
+        "top_jobs",
+    ):
         assert key in d
     assert d["user"] == "alice" and d["jobs"] == 2
     # Job 10 ran 2026-10-31 12:00 to 11-01 12:00: half of it falls in November.
@@ -69,7 +79,9 @@ def test_user_json_prorates_jobs_across_the_window(env: dict[str, str]) -> None:
     assert d["failed_energy_kwh"] == pytest.approx(1.0)
     assert [j["job_id"] for j in d["top_jobs"]] == ["10", "11"]
     # October holds the other half: the two months add up to the whole job.
-    o = json.loads(run_cocaq(["user", "alice", "-S", "2026-10-01", "-E", "2026-11-01", "-o", "json"], env).out)
+    o = json.loads(
+        run_cocaq(["user", "alice", "-S", "2026-10-01", "-E", "2026-11-01", "-o", "json"], env).out
+    )
     assert o["jobs"] == 1 and o["energy_kwh"] + d["energy_kwh"] == pytest.approx((e10 + e11) / 3.6e6)
 
 
@@ -106,8 +118,16 @@ def test_job_shows_components_and_carbon(env: dict[str, str]) -> None:
     assert r.code == 0, r.err
     d = json.loads(r.out)
     assert d["state"] == "FAILED" and d["total_cpu_s"] == 5 * 3600
-    assert d["energies"] == [{"node": "", "component": "node", "method": "measured",
-                              "source": "slurm-consumed-energy", "energy_j": 3600000.0, "energy_kwh": 1.0}]
+    assert d["energies"] == [
+        {
+            "node": "",
+            "component": "node",
+            "method": "measured",
+            "source": "slurm-consumed-energy",
+            "energy_j": 3600000.0,
+            "energy_kwh": 1.0,
+        }
+    ]
     assert d["carbon_zone"] == "FRA" and d["pue"] == 1.25 and d["carbon_year"] == zone_intensity("FRA").year
     r = run_cocaq(["job", "10"], env)
     assert r.code == 0
@@ -118,9 +138,11 @@ def test_job_shows_components_and_carbon(env: dict[str, str]) -> None:
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["user", "alice", "--since", "30x"], "bad duration '30x'"),
-     (["user", "alice", "--since", "2026-02-30"], "bad date '2026-02-30'"),
-     (["lab", "x", "-S", "1d", "-E", "2d"], "empty window")],
+    [
+        (["user", "alice", "--since", "30x"], "bad duration '30x'"),
+        (["user", "alice", "--since", "2026-02-30"], "bad date '2026-02-30'"),
+        (["lab", "x", "-S", "1d", "-E", "2d"], "empty window"),
+    ],
 )
 def test_bad_windows_exit_2(env: dict[str, str], args: list[str], message: str) -> None:
     r = run_cocaq(args, env)
@@ -148,7 +170,10 @@ def test_import_from_stdin_and_bad_input(env: dict[str, str], tmp_path: Path) ->
 
 
 def test_import_summary_counts_skips(env: dict[str, str]) -> None:
-    bad = DUMP + "14|14|p|dave|4|lab_b|gpu|normal|None assigned|0|0||0|2026-11-06T00:00:00|Unknown|Unknown|0|PENDING|0:0|||\n"
+    bad = (
+        DUMP
+        + "14|14|p|dave|4|lab_b|gpu|normal|None assigned|0|0||0|2026-11-06T00:00:00|Unknown|Unknown|0|PENDING|0:0|||\n"
+    )
     bad += "garbage line without fields\n"
     r = run_cocaq(["import", "sacct", "--file", "-"], env, stdin=bad.encode())
     assert r.code == 0

@@ -104,10 +104,16 @@ def test_default_database_is_sqlite_in_user_data_dir(tmp_path: Path, monkeypatch
         ("", {"COCAQ_CLUSTER__PUE": "high"}, "cluster.pue: expected a number, got 'high'"),
         ("", {"COCAQ_FROB": "1"}, "COCAQ_FROB: unknown setting"),
         ("", {"COCAQ_NOPE__X": "1"}, "COCAQ_NOPE__X: unknown section"),
-        ("", {"COCAQ_ESTIMATE__CPU_USAGE": "guess"}, "estimate.cpu_usage: expected 'totalcpu' or 'allocated'"),
+        (
+            "",
+            {"COCAQ_ESTIMATE__CPU_USAGE": "guess"},
+            "estimate.cpu_usage: expected 'totalcpu' or 'allocated'",
+        ),
     ],
 )
-def test_bad_config_names_key_and_problem(tmp_path: Path, text: str, env: dict[str, str], message: str) -> None:
+def test_bad_config_names_key_and_problem(
+    tmp_path: Path, text: str, env: dict[str, str], message: str
+) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, text), environ=env)
     assert message in str(info.value)
@@ -131,7 +137,9 @@ def test_cli_unreachable_database_masks_password(cli_env: dict[str, str]) -> Non
     env = dict(cli_env, COCAQ_DATABASE_URL="postgresql+psycopg://cocaq:s3cret@127.0.0.1:1/cocaq")
     r = run_cocaq(["user", "alice"], env)
     assert r.code == 3
-    assert r.err.startswith("cocaq: error: cannot connect to database postgresql+psycopg://cocaq:***@127.0.0.1:1/cocaq")
+    assert r.err.startswith(
+        "cocaq: error: cannot connect to database postgresql+psycopg://cocaq:***@127.0.0.1:1/cocaq"
+    )
     assert "s3cret" not in r.err and "Traceback" not in r.err
     assert r.err.strip().count("\n") == 0, r.err
 

@@ -14,7 +14,14 @@ def test_demo_fills_the_embedded_database_and_writes_outputs(cli_env: dict[str, 
     assert r.code == 0, r.err
     db = tmp_path / "xdg-data" / "cocaq" / "cocaq.sqlite"  # the default embedded database
     assert db.exists()
-    for name in ("summary.json", "labs.csv", "users.csv", "partitions.csv", "sacct-demo.txt", "cocaq-demo.toml"):
+    for name in (
+        "summary.json",
+        "labs.csv",
+        "users.csv",
+        "partitions.csv",
+        "sacct-demo.txt",
+        "cocaq-demo.toml",
+    ):
         assert (out / name).stat().st_size > 0, name
     s = json.loads((out / "summary.json").read_text())
     assert s["totals"]["jobs"] > 1000
@@ -44,8 +51,11 @@ def test_demo_fills_the_embedded_database_and_writes_outputs(cli_env: dict[str, 
     s3 = json.loads((out / "summary.json").read_text())
     assert abs(s3["totals"]["jobs"] - s["totals"]["jobs"]) <= 5  # same seed; the hour may have moved on
     # Importing its dump again duplicates nothing.
-    r4 = run_cocaq(["--config", str(out / "cocaq-demo.toml"), "import", "sacct", "--file", str(out / "sacct-demo.txt")],
-                   cli_env, cwd=tmp_path)
+    r4 = run_cocaq(
+        ["--config", str(out / "cocaq-demo.toml"), "import", "sacct", "--file", str(out / "sacct-demo.txt")],
+        cli_env,
+        cwd=tmp_path,
+    )
     assert r4.code == 0 and "imported 0, updated 0" in r4.err
 
 

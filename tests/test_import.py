@@ -20,16 +20,26 @@ HEADER = (
     "JobID|JobIDRaw|JobName|User|UID|Account|Partition|QOS|NodeList|NNodes|AllocCPUS|AllocTRES|ReqMem|"
     "Submit|Start|End|ElapsedRaw|State|ExitCode|TotalCPU|Comment|ConsumedEnergyRaw|Cluster"
 )
-TRAIN = ("100|100|train|alice|1001|lab_nlp|gpu|normal|gpu01|1|8|cpu=8,gres/gpu:a100=2,mem=64G,node=1|64G|"
-         "2026-11-10T10:00:00|2026-11-10T10:00:00|2026-11-10T20:00:00|36000|COMPLETED|0:0|2-00:00:00|resnet||c1")
-TRAIN_STEP = ("100.batch|100.batch|batch||1001|lab_nlp||||1|8|cpu=8,mem=64G,node=1||"
-              "2026-11-10T10:00:00|2026-11-10T10:00:00|2026-11-10T20:00:00|36000|COMPLETED|0:0|2-00:00:00|||")
-RUNNING = ("200|200|sim|bob|1002|lab_phys|cpu|normal|cpu01|1|4|cpu=4,mem=8G,node=1|8G|"
-           "2026-11-11T00:00:00|2026-11-11T00:00:00|Unknown|3600|RUNNING|0:0|00:00:00|||c1")
-FINISHED = ("200|200|sim|bob|1002|lab_phys|cpu|normal|cpu01|1|4|cpu=4,mem=8G,node=1|8G|"
-            "2026-11-11T00:00:00|2026-11-11T00:00:00|2026-11-11T05:00:00|18000|COMPLETED|0:0|20:00:00|||c1")
-MEASURED = ("300|300|m|carol|1003|lab_nlp|gpu|normal|gpu02|1|2|cpu=2,gres/gpu=1,mem=4G,node=1|4G|"
-            "2026-11-12T00:00:00|2026-11-12T00:00:00|2026-11-12T01:00:00|3600|FAILED|1:0|01:00:00||7200000|c1")
+TRAIN = (
+    "100|100|train|alice|1001|lab_nlp|gpu|normal|gpu01|1|8|cpu=8,gres/gpu:a100=2,mem=64G,node=1|64G|"
+    "2026-11-10T10:00:00|2026-11-10T10:00:00|2026-11-10T20:00:00|36000|COMPLETED|0:0|2-00:00:00|resnet||c1"
+)
+TRAIN_STEP = (
+    "100.batch|100.batch|batch||1001|lab_nlp||||1|8|cpu=8,mem=64G,node=1||"
+    "2026-11-10T10:00:00|2026-11-10T10:00:00|2026-11-10T20:00:00|36000|COMPLETED|0:0|2-00:00:00|||"
+)
+RUNNING = (
+    "200|200|sim|bob|1002|lab_phys|cpu|normal|cpu01|1|4|cpu=4,mem=8G,node=1|8G|"
+    "2026-11-11T00:00:00|2026-11-11T00:00:00|Unknown|3600|RUNNING|0:0|00:00:00|||c1"
+)
+FINISHED = (
+    "200|200|sim|bob|1002|lab_phys|cpu|normal|cpu01|1|4|cpu=4,mem=8G,node=1|8G|"
+    "2026-11-11T00:00:00|2026-11-11T00:00:00|2026-11-11T05:00:00|18000|COMPLETED|0:0|20:00:00|||c1"
+)
+MEASURED = (
+    "300|300|m|carol|1003|lab_nlp|gpu|normal|gpu02|1|2|cpu=2,gres/gpu=1,mem=4G,node=1|4G|"
+    "2026-11-12T00:00:00|2026-11-12T00:00:00|2026-11-12T01:00:00|3600|FAILED|1:0|01:00:00||7200000|c1"
+)
 
 
 def cfg() -> Config:
@@ -38,8 +48,10 @@ def cfg() -> Config:
         c,
         cluster=replace(c.cluster, name="c1", carbon_zone="FRA", pue=1.5),
         estimate=Estimate(gpu_utilisation=0.5, mem_w_per_gb=0.3725),
-        partitions={"gpu": Hardware(cpu_tdp_w_per_core=10.0, gpu_tdp_w=400.0),
-                    "cpu": Hardware(cpu_tdp_w_per_core=5.0, gpu_tdp_w=0.0)},
+        partitions={
+            "gpu": Hardware(cpu_tdp_w_per_core=10.0, gpu_tdp_w=400.0),
+            "cpu": Hardware(cpu_tdp_w_per_core=5.0, gpu_tdp_w=0.0),
+        },
     )
 
 
@@ -49,8 +61,9 @@ def dump(*lines: str) -> list[bytes]:
 
 def do_import(engine: Engine, lines: list[bytes], c: Config | None = None):
     st = ParseStats()
-    s = import_records(engine, iter_parsable(lines, tz=UTC, stats=st), c or cfg(), source="sacct-parsable",
-                       batch_size=100)
+    s = import_records(
+        engine, iter_parsable(lines, tz=UTC, stats=st), c or cfg(), source="sacct-parsable", batch_size=100
+    )
     return s, st
 
 
@@ -81,11 +94,14 @@ def test_estimates_are_exact_and_labelled(engine: Engine) -> None:
     with engine.connect() as conn:
         rows = conn.execute(
             select(JobEnergy.component, JobEnergy.method, JobEnergy.source, JobEnergy.energy_j)
-            .where(JobEnergy.job_pk == j.id).order_by(JobEnergy.component)
+            .where(JobEnergy.job_pk == j.id)
+            .order_by(JobEnergy.component)
         ).all()
     assert [(r[0], r[1], r[2]) for r in rows] == [
-        ("cpu", "estimated", "tdp-estimate"), ("dram", "estimated", "tdp-estimate"),
-        ("gpu", "estimated", "tdp-estimate")]
+        ("cpu", "estimated", "tdp-estimate"),
+        ("dram", "estimated", "tdp-estimate"),
+        ("gpu", "estimated", "tdp-estimate"),
+    ]
     assert [r[3] for r in rows] == pytest.approx([cpu_j, mem_j, gpu_j])
     m = jobs(engine)["300"]  # Slurm measured the node: that, not an estimate
     assert m.energy_j == 7200000 and m.energy_measured_j == 7200000
@@ -111,7 +127,9 @@ def test_reimport_is_idempotent_and_final_state_updates(engine: Engine) -> None:
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(Job)).scalar() == 3
         # energy rows were replaced, not added to
-        n = conn.execute(select(func.count()).select_from(JobEnergy).where(JobEnergy.job_pk == done.id)).scalar()
+        n = conn.execute(
+            select(func.count()).select_from(JobEnergy).where(JobEnergy.job_pk == done.id)
+        ).scalar()
         assert n == 2  # cpu + dram
 
 
@@ -125,8 +143,11 @@ def test_recompute_after_config_change(engine: Engine) -> None:
     do_import(engine, dump(TRAIN, TRAIN_STEP, MEASURED))
     before = jobs(engine)
     c = cfg()
-    c2 = replace(c, cluster=replace(c.cluster, carbon_zone="DEU", pue=1.2),
-                 estimate=Estimate(gpu_utilisation=1.0, mem_w_per_gb=0.3725))
+    c2 = replace(
+        c,
+        cluster=replace(c.cluster, carbon_zone="DEU", pue=1.2),
+        estimate=Estimate(gpu_utilisation=1.0, mem_w_per_gb=0.3725),
+    )
     n, changed = recompute_jobs(engine, c2)
     assert (n, changed) == (2, 2)
     after = jobs(engine)
@@ -145,7 +166,8 @@ def test_unknown_partition_is_reported(engine: Engine, caplog: pytest.LogCapture
     s, _ = do_import(engine, dump(odd, odd2))
     assert s.unknown_partitions == {"weird": 2}
     assert [r.getMessage() for r in caplog.records].count(
-        "partition 'weird' is not in the configuration: using the default hardware profile") == 1
+        "partition 'weird' is not in the configuration: using the default hardware profile"
+    ) == 1
     assert jobs(engine)["101"].hw_profile == "default"
 
 

@@ -18,7 +18,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
     subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)],
-        check=True, capture_output=True, timeout=300,
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     (whl,) = out.glob("cocaq-*.whl")
     return whl
@@ -29,8 +31,13 @@ def test_wheel_has_a_single_top_level_package(wheel: Path) -> None:
     top = {n.split("/", 1)[0] for n in names}
     assert top == {"cocaq", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
     for path in (
-        "cocaq/__init__.py", "cocaq/cli.py", "cocaq/collector/__init__.py", "cocaq/prolog_epilog/__init__.py",
-        "cocaq/reports/__init__.py", "cocaq/migrations/env.py", "cocaq/migrations/script.py.mako",
+        "cocaq/__init__.py",
+        "cocaq/cli.py",
+        "cocaq/collector/__init__.py",
+        "cocaq/prolog_epilog/__init__.py",
+        "cocaq/reports/__init__.py",
+        "cocaq/migrations/env.py",
+        "cocaq/migrations/script.py.mako",
         "cocaq/migrations/versions/0001_initial_schema.py",
     ):
         assert path in names, path
@@ -40,8 +47,20 @@ def test_wheel_has_a_single_top_level_package(wheel: Path) -> None:
 def test_installed_wheel_works_without_the_checkout(wheel: Path, tmp_path: Path) -> None:
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
-        check=True, capture_output=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("COCAQ_")}
     env.update(PYTHONPATH=str(target), XDG_DATA_HOME=str(tmp_path / "data"), HOME=str(tmp_path))
@@ -49,12 +68,19 @@ def test_installed_wheel_works_without_the_checkout(wheel: Path, tmp_path: Path)
         "import cocaq, cocaq.collector, cocaq.prolog_epilog, cocaq.reports, cocaq.migrations;"
         "print(cocaq.__file__); print(cocaq.migrations.__file__)"
     )
-    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
-                       check=True)
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
+    )
     assert all(line.startswith(str(target)) for line in r.stdout.split())
     url = f"sqlite:///{tmp_path / 'w.sqlite'}"
-    r = subprocess.run([sys.executable, "-m", "cocaq", "db", "upgrade"], env=dict(env, COCAQ_DATABASE_URL=url),
-                       cwd=tmp_path, capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "cocaq", "db", "upgrade"],
+        env=dict(env, COCAQ_DATABASE_URL=url),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert r.returncode == 0 and "-> 0001" in r.stderr, r.stderr
 
 

@@ -13,9 +13,15 @@ NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 @pytest.mark.parametrize(
     ("text", "delta"),
-    [("30d", timedelta(days=30)), ("12h", timedelta(hours=12)), ("2w", timedelta(weeks=2)),
-     ("90m", timedelta(minutes=90)), ("45s", timedelta(seconds=45)), ("7", timedelta(days=7)),
-     (" 1.5d ", timedelta(hours=36))],
+    [
+        ("30d", timedelta(days=30)),
+        ("12h", timedelta(hours=12)),
+        ("2w", timedelta(weeks=2)),
+        ("90m", timedelta(minutes=90)),
+        ("45s", timedelta(seconds=45)),
+        ("7", timedelta(days=7)),
+        (" 1.5d ", timedelta(hours=36)),
+    ],
 )
 def test_durations(text: str, delta: timedelta) -> None:
     assert parse_duration(text) == delta
@@ -43,8 +49,16 @@ def test_when() -> None:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("1-04:33:44", 86400 + 4 * 3600 + 33 * 60 + 44), ("04:33:44", 16424), ("33:44", 2024),
-     ("00:01.234", 1.234), ("2-00:00:00", 172800), ("1-04", 100800), ("1-04:30", 102600), ("45", 45)],
+    [
+        ("1-04:33:44", 86400 + 4 * 3600 + 33 * 60 + 44),
+        ("04:33:44", 16424),
+        ("33:44", 2024),
+        ("00:01.234", 1.234),
+        ("2-00:00:00", 172800),
+        ("1-04", 100800),
+        ("1-04:30", 102600),
+        ("45", 45),
+    ],
 )
 def test_slurm_durations(text: str, seconds: float) -> None:
     assert parse_slurm_duration(text) == pytest.approx(seconds)
