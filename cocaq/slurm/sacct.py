@@ -12,7 +12,7 @@ import re
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import IO, Any
 
 from cocaq.slurm.record import FINAL_STATES, NOT_STARTED_STATES, OPEN_STATES, JobRecord
@@ -275,7 +275,7 @@ def iter_parsable(
             st.skip(f"wrong number of fields ({len(parts)}, expected {n}; delimiter inside a value?)", where)
             continue
 
-        def get(name: str, parts: list[str] = parts) -> str:
+        def get(name: str, parts: list[str] = parts, idx: dict[str, int] = idx) -> str:
             i = idx.get(name)
             return parts[i] if i is not None else ""
 
@@ -326,6 +326,8 @@ def _row_to_job(
     elapsed_s = float(elapsed) if elapsed is not None else parse_slurm_duration(get("elapsed"))
     if elapsed_s is None:
         elapsed_s = (end - start).total_seconds() if (end and start) else 0.0
+    if end is None and not is_open and start is not None:
+        end = start + timedelta(seconds=elapsed_s)  # a finished job whose End was lost
     alloc = parse_tres(get("alloctres"))
     req = parse_tres(get("reqtres"))
     tres = alloc or req
@@ -337,7 +339,6 @@ def _row_to_job(
     nodelist = get("nodelist").strip()
     if nodelist.lower() in ("none assigned", "(null)", ""):
         nodelist = ""
-        nnodes = 0 if not nnodes else nnodes
     if not nodelist and not elapsed_s and not is_open:
         st.skip("never started (no node assigned)", where)
         return
@@ -513,6 +514,8 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
     elapsed = _n(t.get("elapsed"))
     if elapsed is None:
         elapsed = (end - start).total_seconds() if (start and end) else 0.0
+    if end is None and not is_open and start is not None:
+        end = start + timedelta(seconds=elapsed)  # a finished job whose end was lost
     return JobRecord(
         job_id=display,
         user_name=user,
@@ -564,10 +567,7 @@ def iter_json(
     """Jobs from `sacct --json` output (Slurm 22.05's data_parser and later ones)."""
     st = stats if stats is not None else ParseStats()
     try:
-        if hasattr(data, "read"):
-            raw = data.read()  # type: ignore[union-attr]
-        else:
-            raw = data
+        raw = data.read() if hasattr(data, "read") else data
         if isinstance(raw, bytes):
             try:
                 text = raw.decode("utf-8")
