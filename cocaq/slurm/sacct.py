@@ -454,6 +454,10 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
     if isinstance(cur, list):  # newer data_parser: a list of flags, the base state first
         cur = cur[0] if cur else ""
     state, _ = _state(str(cur or ""))
+    detail = None
+    killer = j.get("kill_request_user")
+    if state == "CANCELLED" and isinstance(killer, str) and killer:
+        detail = f"CANCELLED by {killer}"  # the text output's `CANCELLED by UID`, with the name
     t = j.get("time") or {}
     start = _epoch(t.get("start"))
     keep, is_open = _classify_state(state, start, st, where)
@@ -541,7 +545,7 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
         end_time=end,
         elapsed_s=float(elapsed),
         time_limit_s=limit * 60.0 if limit else None,
-        state_detail=None,
+        state_detail=detail,
         is_open=is_open,
         exit_code=int(code) if code is not None else None,
         exit_signal=int(sig) if sig is not None else None,

@@ -1,0 +1,162 @@
+"""Real output of Slurm 22.05's sacct (tests/data/sacct/slurm2205_*, see its README) parses and imports.
+
+The same jobs were captured as `--json`, `--parsable2` and `--parsable --noheader`: all three must give
+the same jobs, and a snapshot taken while jobs ran must be brought up to date by the final capture.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+from cocaq.config import load_config
+from cocaq.importer import import_records
+from cocaq.models import Job
+from cocaq.slurm.record import JobRecord
+from cocaq.slurm.sacct import SACCT_FIELDS, ParseStats, iter_json, iter_parsable
+
+DATA = Path(__file__).parent / "data" / "sacct"
+
+
+def from_json(name: str) -> tuple[dict[str, JobRecord], ParseStats]:
+    st = ParseStats()
+    with open(DATA / name, "rb") as fh:
+        return {r.job_id: r for r in iter_json(fh, stats=st)}, st
+
+
+def from_text(name: str, fields: list[str] | None = None) -> tuple[dict[str, JobRecord], ParseStats]:
+    st = ParseStats()
+    with open(DATA / name, "rb") as fh:  # captured with TZ=UTC
+        return {r.job_id: r for r in iter_parsable(fh, tz=UTC, fields=fields, stats=st)}, st
+
+
+ALL = (
+    {"1", "2", "3", "4", "5", "6", "7", "8", "9", "14", "15", "16", "17"}
+    | {f"10_{i}" for i in range(4)}
+    | {f"11_{i}" for i in range(10)}
+)
+
+
+def test_three_forms_give_the_same_jobs() -> None:
+    js, jst = from_json("slurm2205_sacct.json")
+    p2, pst = from_text("slurm2205_parsable2.txt")
+    nh, nst = from_text("slurm2205_parsable_noheader.txt", fields=SACCT_FIELDS.split(","))
+    assert set(js) == set(p2) == set(nh) == ALL
+    # The het job (12+0, 12+1) was cancelled before it could start: skipped, and counted.
+    for st in (jst, pst, nst):
+        assert st.skipped == {"never started (ended before it ran)": 2}
+        assert st.steps == 31
+    for jid in ALL:
+        a, b, c = js[jid], p2[jid], nh[jid]
+        for f in (
+            "user_name",
+            "account",
+            "partition",
+            "state",
+            "alloc_gpus",
+            "gpu_type",
+            "alloc_cpus",
+            "req_mem_mb",
+            "start_time",
+            "end_time",
+            "submit_time",
+            "elapsed_s",
+            "node_list",
+            "job_id_raw",
+            "array_job_id",
+            "array_task_id",
+            "comment",
+            "cluster",
+            "is_open",
+        ):
+            assert getattr(a, f) == getattr(b, f) == getattr(c, f), (jid, f)
+        assert a.total_cpu_s == pytest.approx(b.total_cpu_s, abs=1e-3)  # text output rounds to ms
+        assert b == c  # --parsable with its trailing delimiter and no header == --parsable2
+
+
+def test_real_values() -> None:
+    p2, _ = from_text("slurm2205_parsable2.txt")
+    js, _ = from_json("slurm2205_sacct.json")
+    assert p2["1"].state == "TIMEOUT" and p2["1"].elapsed_s == 89 and p2["1"].time_limit_s == 60
+    assert p2["2"].state == "CANCELLED" and p2["2"].state_detail == "CANCELLED by 0"
+    assert js["2"].state_detail == "CANCELLED by root"
+    assert (p2["4"].alloc_gpus, p2["4"].gpu_type) == (1, "a100")  # --gres=gpu:1
+    assert (p2["5"].alloc_gpus, p2["5"].gpu_type) == (2, "a100")  # --gres=gpu:2
+    assert p2["8"].comment == "Übersetzung de→日本語, café ✓" == js["8"].comment
+    assert p2["9"].state == "FAILED" and p2["9"].exit_code == 3
+    # Slurm 22.05's JSON reports the job's exit code as 0 for this failed job; only the text has it.
+    assert js["9"].exit_code == 0
+    assert p2["10_3"].job_id_raw == 10 and p2["10_0"].job_id_raw == 18 and p2["10_0"].array_job_id == 10
+    assert p2["14"].req_mem_mb == 2048  # --mem=2G
+    assert p2["15"].req_mem_mb == 1000 and p2["15"].alloc_cpus == 2  # -n 2 --mem-per-cpu=500M
+    assert p2["3"].total_cpu_s == pytest.approx(0.032)
+    assert p2["16"].start_time == datetime(2026, 11, 21, 7, 45, 32, tzinfo=UTC)
+
+
+def test_midway_snapshot() -> None:
+    for recs, st in (from_json("slurm2205_midway.json"), from_text("slurm2205_midway_parsable2.txt")):
+        assert {j for j, r in recs.items() if r.is_open} == {"1", "11_1"}
+        assert recs["1"].end_time is None and recs["1"].state == "RUNNING"
+        assert st.skipped == {"pending (not started yet)": 7}
+        assert len(recs) == 15
+
+
+def test_midway_then_final_import(engine: Engine) -> None:
+    cfg = load_config(None, environ={})
+    for name, expect in (("slurm2205_midway_parsable2.txt", (15, 0)), ("slurm2205_parsable2.txt", (12, 2))):
+        st = ParseStats()
+        with open(DATA / name, "rb") as fh:
+            s = import_records(engine, iter_parsable(fh, tz=UTC, stats=st), cfg, source="sacct-parsable")
+        assert (s.inserted, s.updated) == expect
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(Job)).scalar() == 27
+        assert conn.execute(select(func.count()).select_from(Job).where(Job.is_open)).scalar() == 0
+        state, end = conn.execute(select(Job.state, Job.end_time).where(Job.job_id == "1")).one()
+    assert state == "TIMEOUT" and end == datetime(2026, 11, 21, 7, 35, 32, tzinfo=UTC)
+    # The JSON capture of the same jobs adds no job.
+    with open(DATA / "slurm2205_sacct.json", "rb") as fh:
+        s = import_records(engine, iter_json(fh), cfg, source="sacct-json")
+    assert s.inserted == 0
+
+
+REPLAY = """#!/bin/sh
+# Stands in for sacct: records its arguments and replays real captured output.
+printf '%s\\n' "$@" >> "{log}"
+for a in "$@"; do
+  if [ "$a" = "--json" ]; then
+    {json_branch}
+  fi
+done
+cat "{data}/slurm2205_parsable2.txt"
+"""
+
+
+@pytest.mark.parametrize("has_json", [True, False])
+def test_import_runs_sacct_itself(has_json: bool, tmp_path: Path, cli_env: dict[str, str]) -> None:
+    from tests.conftest import run_cocaq
+
+    log = tmp_path / "argv.log"
+    branch = (
+        f'cat "{DATA}/slurm2205_sacct.json"; exit 0'
+        if has_json
+        else "echo \"sacct: unrecognized option '--json'\" >&2; exit 1"
+    )
+    fake = tmp_path / "sacct"
+    fake.write_text(REPLAY.format(log=log, data=DATA, json_branch=branch))
+    fake.chmod(0o755)
+    env = dict(cli_env, COCAQ_DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite'}", TZ="UTC")
+    assert run_cocaq(["db", "upgrade"], env).code == 0
+    r = run_cocaq(
+        ["import", "sacct", "--sacct", str(fake), "-a", "-S", "2026-11-21T07:00", "-E", "2026-11-21T08:00"],
+        env,
+    )
+    assert r.code == 0, r.err
+    assert "imported 27" in r.err and ("sacct json" if has_json else "sacct parsable") in r.err
+    argv = log.read_text().split("\n")
+    assert argv[:5] == ["-S", "2026-11-21T07:00:00", "-E", "2026-11-21T08:00:00", "--allusers"]
+    assert ("--json" in argv) and (("--parsable2" in argv) != has_json)
+    if not has_json:
+        assert f"--format={SACCT_FIELDS}" in argv
