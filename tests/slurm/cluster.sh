@@ -1,0 +1,387 @@
+#!/usr/bin/env bash
+# Bring up / tear down a real single-node Slurm 22.05 cluster (Debian 12
+# packages) for cocaq's integration tests.  Runs as root, needs no systemd.
+#
+#   tests/slurm/cluster.sh up      # install (if missing), configure, start; idempotent
+#   tests/slurm/cluster.sh down    # stop slurmd, slurmctld, slurmdbd, munged (packages stay)
+#   tests/slurm/cluster.sh status  # show daemon pids, sinfo, sacctmgr cluster
+#
+# Environment knobs (all optional):
+#   COCAQ_SLURM_PROLOG / COCAQ_SLURM_EPILOG   absolute paths of the project's
+#       Prolog/Epilog hooks.  Empty (default) = no Prolog=/Epilog= lines.
+#       NOTE: a non-zero epilog exit code DRAINS the node.
+#   COCAQ_SLURM_TASK_PROLOG / COCAQ_SLURM_TASK_EPILOG   same for TaskProlog/TaskEpilog.
+#   COCAQ_SLURM_EXTRA_CONF   extra lines appended verbatim to slurm.conf.
+#   COCAQ_SLURM_USERS        unix users to create and register (default "alice bob").
+#   COCAQ_DB_PASS            password of the MariaDB 'slurm' user (default below).
+#   COCAQ_STOP_MARIADB=1     let `down` also stop mariadbd (default: leave it running).
+set -euo pipefail
+
+export DEBIAN_FRONTEND=noninteractive
+export LC_ALL=C.UTF-8
+
+CLUSTER_NAME=cocaqtest
+NODE=$(hostname -s)
+CONF_DIR=/etc/slurm
+RUN_DIR=/run/slurm
+LOG_DIR=/var/log/slurm
+CTLD_SPOOL=/var/spool/slurmctld
+SLURMD_SPOOL=/var/spool/slurmd
+DBD_SPOOL=/var/spool/slurmdbd
+DB_NAME=slurm_acct_db
+DB_USER=slurm
+DB_PASS=${COCAQ_DB_PASS:-cocaq-slurmdbd-test}
+ACCOUNTS=(lab_vision lab_nlp)
+read -r -a EXTRA_USERS <<<"${COCAQ_SLURM_USERS:-alice bob}"
+# user -> default account (root gets both labs, default lab_vision)
+declare -A USER_ACCOUNT=([alice]=lab_vision [bob]=lab_nlp)
+
+# ---- hook point for the project's Prolog/Epilog (added by a later task) ----
+PROLOG=${COCAQ_SLURM_PROLOG:-}
+EPILOG=${COCAQ_SLURM_EPILOG:-}
+TASK_PROLOG=${COCAQ_SLURM_TASK_PROLOG:-}
+TASK_EPILOG=${COCAQ_SLURM_TASK_EPILOG:-}
+EXTRA_CONF=${COCAQ_SLURM_EXTRA_CONF:-}
+
+# Fake GPUs: char devices with NVIDIA's major number (195).  Slurm only needs
+# the files to exist for gres.conf; nothing ever opens them.
+GPU_TYPE=a100
+GPU_DEVS=(/dev/cocaq-fake-nvidia0 /dev/cocaq-fake-nvidia1)
+
+log() { printf '[cluster.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || die "must run as root"
+
+pid_alive() { # pidfile -> true if it names a live (non-zombie) process
+    local pid
+    pid=$(cat "$1" 2>/dev/null) || return 1
+    [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null &&
+        [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]]
+}
+
+wait_for() { # timeout-seconds description command...
+    local t=$1 what=$2; shift 2
+    local i
+    for ((i = 0; i < t * 2; i++)); do
+        if "$@" >/dev/null 2>&1; then return 0; fi
+        sleep 0.5
+    done
+    die "timed out after ${t}s waiting for: $what"
+}
+
+# write file only if content differs; returns 0 if changed, 1 if unchanged
+install_content() { # path mode owner content
+    local path=$1 mode=$2 owner=$3 content=$4 tmp
+    tmp=$(mktemp)
+    printf '%s\n' "$content" >"$tmp"
+    if [[ -f $path ]] && cmp -s "$tmp" "$path"; then
+        rm -f "$tmp"
+        chmod "$mode" "$path"; chown "$owner" "$path"
+        return 1
+    fi
+    install -m "$mode" -o "${owner%%:*}" -g "${owner##*:}" "$tmp" "$path"
+    rm -f "$tmp"
+    log "wrote $path"
+    return 0
+}
+
+# ---------------------------------------------------------------- packages
+ensure_packages() {
+    local pkgs=(slurm-wlm slurmdbd munge mariadb-server) missing=() p
+    for p in "${pkgs[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    if ((${#missing[@]})); then
+        log "apt-get install ${missing[*]}"
+        # policy-rc.d keeps maintainer scripts from trying to start services
+        apt-get install -y -q -o Dpkg::Options::=--force-confdef \
+            -o Dpkg::Options::=--force-confold "${missing[@]}" >/dev/null
+    fi
+}
+
+# ------------------------------------------------------------------- munge
+ensure_munge() {
+    if [[ ! -s /etc/munge/munge.key ]]; then
+        log "creating munge key"
+        mkdir -p /etc/munge
+        dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=1024 status=none
+    fi
+    chown munge:munge /etc/munge /etc/munge/munge.key
+    chmod 700 /etc/munge; chmod 400 /etc/munge/munge.key
+    install -d -o munge -g munge -m 755 /run/munge
+    install -d -o munge -g munge -m 700 /var/lib/munge /var/log/munge
+    if ! pid_alive /run/munge/munged.pid; then
+        log "starting munged"
+        start-stop-daemon --start --oknodo --chuid munge:munge \
+            --pidfile /run/munge/munged.pid --exec /usr/sbin/munged
+    fi
+    wait_for 15 "munge round trip" bash -c 'munge -n | unmunge'
+}
+
+# ----------------------------------------------------------------- mariadb
+ensure_mariadb() {
+    if ! mysqladmin ping >/dev/null 2>&1; then
+        log "starting mariadbd"
+        install -d -o mysql -g mysql /run/mysqld
+        start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+        wait_for 60 "mariadb ping" mysqladmin ping
+    fi
+    mysql -u root <<SQL
+CREATE DATABASE IF NOT EXISTS ${DB_NAME};
+CREATE USER IF NOT EXISTS '${DB_USER}'@'localhost' IDENTIFIED BY '${DB_PASS}';
+ALTER USER '${DB_USER}'@'localhost' IDENTIFIED BY '${DB_PASS}';
+GRANT ALL PRIVILEGES ON ${DB_NAME}.* TO '${DB_USER}'@'localhost';
+FLUSH PRIVILEGES;
+SQL
+}
+
+# ------------------------------------------------------------- dirs, devs
+ensure_dirs() {
+    install -d -o slurm -g slurm -m 755 "$RUN_DIR" "$LOG_DIR" "$CTLD_SPOOL" "$DBD_SPOOL"
+    install -d -o root -g root -m 755 "$SLURMD_SPOOL" "$CONF_DIR"
+    local i
+    for i in "${!GPU_DEVS[@]}"; do
+        [[ -c ${GPU_DEVS[$i]} ]] || { mknod -m 666 "${GPU_DEVS[$i]}" c 195 "$i"; log "mknod ${GPU_DEVS[$i]}"; }
+    done
+    local u
+    for u in "${EXTRA_USERS[@]}"; do
+        id "$u" >/dev/null 2>&1 || { useradd -m -s /bin/bash "$u"; log "created unix user $u"; }
+    done
+}
+
+# ------------------------------------------------------------------ config
+CONF_CHANGED=0
+write_configs() {
+    # CPU/memory layout of this VM as slurmd sees it; keep ~1 GiB headroom.
+    local hw cpus sockets cores threads mem
+    hw=$(slurmd -C | head -1)
+    cpus=$(sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' <<<"$hw")
+    sockets=$(sed -n 's/.*SocketsPerBoard=\([0-9]*\).*/\1/p' <<<"$hw")
+    cores=$(sed -n 's/.*CoresPerSocket=\([0-9]*\).*/\1/p' <<<"$hw")
+    threads=$(sed -n 's/.*ThreadsPerCore=\([0-9]*\).*/\1/p' <<<"$hw")
+    mem=$(sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' <<<"$hw")
+    mem=$((mem > 2048 ? mem - 1024 : mem))
+
+    local dbd
+    dbd=$(cat <<EOF
+# generated by tests/slurm/cluster.sh
+AuthType=auth/munge
+DbdHost=localhost
+DbdPort=6819
+SlurmUser=slurm
+DebugLevel=info
+LogFile=${LOG_DIR}/slurmdbd.log
+PidFile=${RUN_DIR}/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=${DB_USER}
+StoragePass=${DB_PASS}
+StorageLoc=${DB_NAME}
+EOF
+)
+    install_content "$CONF_DIR/slurmdbd.conf" 600 slurm:slurm "$dbd" && CONF_CHANGED=1
+
+    local hooks=""
+    [[ -n $PROLOG ]] && hooks+="Prolog=${PROLOG}"$'\n'
+    [[ -n $EPILOG ]] && hooks+="Epilog=${EPILOG}"$'\n'
+    [[ -n $TASK_PROLOG ]] && hooks+="TaskProlog=${TASK_PROLOG}"$'\n'
+    [[ -n $TASK_EPILOG ]] && hooks+="TaskEpilog=${TASK_EPILOG}"$'\n'
+
+    local conf
+    conf=$(cat <<EOF
+# generated by tests/slurm/cluster.sh
+ClusterName=${CLUSTER_NAME}
+SlurmctldHost=${NODE}
+SlurmUser=slurm
+AuthType=auth/munge
+SlurmctldPort=6817
+SlurmdPort=6818
+StateSaveLocation=${CTLD_SPOOL}
+SlurmdSpoolDir=${SLURMD_SPOOL}
+SlurmctldPidFile=${RUN_DIR}/slurmctld.pid
+SlurmdPidFile=${RUN_DIR}/slurmd.pid
+SlurmctldLogFile=${LOG_DIR}/slurmctld.log
+SlurmdLogFile=${LOG_DIR}/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ReturnToService=2
+MpiDefault=none
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=1000
+MinJobAge=10
+KillWait=5
+InactiveLimit=0
+Waittime=0
+MaxArraySize=1001
+PrologFlags=Alloc
+GresTypes=gpu
+# accounting
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=6819
+AccountingStorageTRES=gres/gpu,gres/gpu:${GPU_TYPE}
+AccountingStoreFlags=job_comment
+AccountingStorageEnforce=associations
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=5
+JobCompType=jobcomp/none
+# project hooks (COCAQ_SLURM_PROLOG / COCAQ_SLURM_EPILOG ...)
+${hooks}${EXTRA_CONF}
+NodeName=${NODE} CPUs=${cpus} Boards=1 SocketsPerBoard=${sockets} CoresPerSocket=${cores} ThreadsPerCore=${threads} RealMemory=${mem} Gres=gpu:${GPU_TYPE}:${#GPU_DEVS[@]} State=UNKNOWN
+PartitionName=gpu Nodes=${NODE} Default=YES MaxTime=INFINITE State=UP
+PartitionName=cpu Nodes=${NODE} Default=NO MaxTime=INFINITE State=UP
+EOF
+)
+    install_content "$CONF_DIR/slurm.conf" 644 root:root "$conf" && CONF_CHANGED=1
+
+    local gres
+    gres=$(cat <<EOF
+# generated by tests/slurm/cluster.sh -- fake GPUs (mknod c 195 N)
+AutoDetect=off
+NodeName=${NODE} Name=gpu Type=${GPU_TYPE} File=${GPU_DEVS[0]}
+NodeName=${NODE} Name=gpu Type=${GPU_TYPE} File=${GPU_DEVS[1]}
+EOF
+)
+    install_content "$CONF_DIR/gres.conf" 644 root:root "$gres" && CONF_CHANGED=1
+    return 0
+}
+
+# ---------------------------------------------------------------- daemons
+start_slurmdbd() {
+    if ! pid_alive "$RUN_DIR/slurmdbd.pid"; then
+        log "starting slurmdbd"
+        /usr/sbin/slurmdbd
+    elif ((CONF_CHANGED)); then
+        log "slurmdbd already running (config changed: restart with down/up if needed)"
+    fi
+    wait_for 60 "slurmdbd answering sacctmgr" sacctmgr -n list cluster
+}
+
+register_accounting() {
+    sacctmgr_add() { # sacctmgr -i add ... (idempotent: 'already exists' is fine)
+        local out
+        if ! out=$(sacctmgr -i "$@" 2>&1); then
+            grep -qiE 'already exist|Nothing new added' <<<"$out" || { echo "$out" >&2; return 1; }
+        fi
+    }
+    sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER_NAME" ||
+        sacctmgr_add add cluster "$CLUSTER_NAME"
+    local a
+    for a in "${ACCOUNTS[@]}"; do
+        sacctmgr -n -P list account "$a" format=account | grep -qx "$a" ||
+            sacctmgr_add add account "$a" cluster="$CLUSTER_NAME" \
+                description="cocaq test lab $a" organization=cocaq
+    done
+    # root: member of every lab, default the first
+    local u acct
+    for a in "${ACCOUNTS[@]}"; do
+        sacctmgr -n -P list assoc cluster="$CLUSTER_NAME" user=root account="$a" format=user | grep -qx root ||
+            sacctmgr_add add user root account="$a" defaultaccount="${ACCOUNTS[0]}" cluster="$CLUSTER_NAME"
+    done
+    for u in "${EXTRA_USERS[@]}"; do
+        acct=${USER_ACCOUNT[$u]:-${ACCOUNTS[0]}}
+        sacctmgr -n -P list assoc cluster="$CLUSTER_NAME" user="$u" account="$acct" format=user | grep -qx "$u" ||
+            sacctmgr_add add user "$u" account="$acct" defaultaccount="$acct" cluster="$CLUSTER_NAME"
+    done
+}
+
+start_slurm() {
+    local was_running=1
+    if ! pid_alive "$RUN_DIR/slurmctld.pid"; then
+        was_running=0
+        log "starting slurmctld"
+        /usr/sbin/slurmctld
+    fi
+    wait_for 60 "slurmctld ping" bash -c 'scontrol ping | grep -q UP'
+    if ! pid_alive "$RUN_DIR/slurmd.pid"; then
+        log "starting slurmd"
+        /usr/sbin/slurmd
+    fi
+    if ((CONF_CHANGED && was_running)); then
+        log "config changed while slurmctld was running -> scontrol reconfigure"
+        scontrol reconfigure || true
+    fi
+    # a node left DRAIN/DOWN by an earlier run (e.g. failing epilog) is resumed
+    local st
+    st=$(sinfo -h -n "$NODE" -o '%T' | head -1)
+    case "$st" in
+        *drain*|down*|fail*) log "node state '$st' -> resume"; scontrol update nodename="$NODE" state=resume || true ;;
+    esac
+    wait_for 90 "node $NODE idle" bash -c "sinfo -h -n '$NODE' -o '%T' | grep -qE '^(idle|mixed|allocated)\$'"
+}
+
+cmd_up() {
+    local t0=$SECONDS
+    ensure_packages
+    ensure_munge
+    ensure_mariadb
+    ensure_dirs
+    write_configs
+    start_slurmdbd
+    register_accounting
+    start_slurm
+    sinfo
+    log "cluster '$CLUSTER_NAME' up on node '$NODE' ($(sinfo --version))"
+    echo "up took $((SECONDS - t0)) seconds"
+}
+
+stop_pidfile() { # name pidfile
+    local name=$1 pf=$2 i pid
+    pid=$(cat "$pf" 2>/dev/null || true)
+    if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+        log "stopping $name (pid $pid)"
+        kill -TERM "$pid" 2>/dev/null || true
+        # kill -0 also succeeds for an unreaped zombie, so check /proc state too
+        for ((i = 0; i < 60; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) == Z ]] && break
+            sleep 0.5
+        done
+        if kill -0 "$pid" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]]; then
+            log "$name did not stop, SIGKILL"; kill -KILL "$pid" 2>/dev/null || true
+        fi
+    fi
+    rm -f "$pf"
+}
+
+cmd_down() {
+    # slurmd first (lets running steps be torn down), then controller, then dbd
+    stop_pidfile slurmd "$RUN_DIR/slurmd.pid"
+    stop_pidfile slurmctld "$RUN_DIR/slurmctld.pid"
+    stop_pidfile slurmdbd "$RUN_DIR/slurmdbd.pid"
+    stop_pidfile munged /run/munge/munged.pid
+    if [[ ${COCAQ_STOP_MARIADB:-0} == 1 ]]; then
+        mysqladmin shutdown 2>/dev/null || true
+    fi
+    log "cluster down (packages, config, DB and spool state kept)"
+}
+
+cmd_status() {
+    local n pf rc=0
+    for n in munged:/run/munge/munged.pid slurmdbd:$RUN_DIR/slurmdbd.pid \
+             slurmctld:$RUN_DIR/slurmctld.pid slurmd:$RUN_DIR/slurmd.pid; do
+        pf=${n#*:}
+        if pid_alive "$pf"; then echo "${n%%:*}: running (pid $(cat "$pf"))"
+        else echo "${n%%:*}: stopped"; rc=1; fi
+    done
+    mysqladmin ping >/dev/null 2>&1 && echo "mariadb: running" || { echo "mariadb: stopped"; rc=1; }
+    if ((rc == 0)); then
+        sinfo || rc=1
+        sacctmgr -n list cluster format=cluster,controlhost,rpc || true
+    fi
+    return $rc
+}
+
+case "${1:-}" in
+    up) cmd_up ;;
+    down) cmd_down ;;
+    status) cmd_status ;;
+    *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac
