@@ -10,7 +10,10 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import random
+import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
@@ -341,6 +344,18 @@ def _compress(nodes: list[str]) -> str:
     return f"{prefix}[{nums[0]}-{nums[-1]}]"
 
 
+def _prog_name() -> str:
+    """How the user can call cocaq again: `cocaq` if it is on PATH, else the path they ran."""
+    me = os.path.abspath(sys.argv[0])
+    if os.path.basename(me) != "cocaq":
+        return "cocaq"
+    on_path = shutil.which("cocaq")
+    if on_path and os.path.abspath(on_path) == me:
+        return "cocaq"
+    rel = os.path.relpath(me)
+    return rel if len(rel) < len(me) else me
+
+
 def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -353,7 +368,7 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
     from cocaq.slurm.sacct import ParseStats, iter_parsable
 
     t0 = time.monotonic()
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     url = obj.cfg.database_url
     if make_url(url).get_backend_name() != "sqlite":
         raise UsageError(
@@ -460,6 +475,7 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
         )
     console.print(f"Wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out}/")
     first_job = next((j.job_id for j in jobs if j.gpus and j.state == "COMPLETED"), jobs[0].job_id)
+    prog = _prog_name()
     console.print("\nTry next:")
     for cmd in (
         f"cocaq user {users[0]['user'] if users else 'alice'} --since 30d",
@@ -468,5 +484,5 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
         f"cocaq job {first_job}",
         f"cocaq --config {cfg_path} import sacct --file {dump}   # again: nothing is duplicated",
     ):
-        console.print(f"  {cmd}")
+        console.print(f"  {prog}{cmd[len('cocaq') :]}", soft_wrap=True)
     console.print(f"[dim]({time.monotonic() - t0:.1f} s)[/]")
