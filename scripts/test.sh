@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 scripts/setup-venv.sh
 # shellcheck source=scripts/test-postgres.sh
 source scripts/test-postgres.sh
-echo "== ruff" && .venv/bin/ruff check cocaq collector prolog_epilog reports migrations tests bench
+echo "== ruff" && .venv/bin/ruff check .
 echo "== mypy" && .venv/bin/mypy
 echo "== pytest (PostgreSQL: $COCAQ_TEST_PG_URL)"
 exec .venv/bin/python -m pytest "$@"
