@@ -23,8 +23,9 @@ fi
 stamp=.venv/.cocaq-lock.sha256
 want=$(sha256sum requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
-    .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+    # (pipefail keeps pip's exit status; the filter drops warnings about unreachable local indexes)
+    pip() { .venv/bin/python -m pip -q --disable-pip-version-check "$@" 2>&1 | { grep -v 'is ignored: it is neither' || true; }; }
+    pip install --require-hashes -r requirements.lock
+    pip install --no-deps --no-build-isolation -e .
     echo "$want" > "$stamp"
 fi
