@@ -6,11 +6,12 @@ it when the configuration changes and a reader can see exactly what a number res
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from cocaq.carbon import co2_grams, zone_intensity
-from cocaq.config import Config
+from cocaq.config import Config, Estimate, Hardware
 from cocaq.hostlist import expand_hostlist
 from cocaq.slurm.record import JobRecord
 
@@ -52,16 +53,31 @@ def job_nodes(rec: JobRecord) -> list[str]:
         return []
 
 
-def footprint(rec: JobRecord, cfg: Config) -> JobFootprint:
-    hw, profile = cfg.hardware_for(rec.partition, job_nodes(rec))
+_MEASURED_BASIS = "Slurm ConsumedEnergyRaw (node energy measured by acct_gather_energy)"
+
+# What footprint() works out, as a plain tuple (the importer's fast path skips the dataclasses):
+# (energies as (node, component, method, source, energy_j) tuples, energy_j, energy_measured_j,
+#  hw_profile, assumptions, pue, carbon_zone, carbon_g_per_kwh, carbon_source, carbon_year, carbon_flag,
+#  co2_g) -- JobFootprint's fields, in its order.
+FootprintValues = tuple[Any, ...]
+# (pue, carbon zone, g/kWh, source, year, flag) of a hardware profile
+_Site = tuple[float, str, float, str, "int | None", "str | None"]
+
+
+def _site(cfg: Config, hw: Hardware) -> _Site:
+    zone, pue = cfg.zone_and_pue(hw)
+    ci = zone_intensity(zone)
+    return pue, ci.zone, ci.g_per_kwh, ci.source, ci.year, ci.flag
+
+
+def _values(rec: JobRecord, est: Estimate, hw: Hardware, profile: str, site: _Site) -> FootprintValues:
+    """footprint()'s arithmetic, unchanged, on a profile and site already looked up."""
     elapsed = max(rec.elapsed_s, 0.0)
-    rows: list[EnergyRow] = []
-    assumptions: dict[str, Any] = {"profile": profile}
+    rows: list[tuple[str, str, str, str, float]]
     if rec.consumed_energy_j and rec.consumed_energy_j > 0:
-        rows.append(EnergyRow("", "node", "measured", SOURCE_SLURM, rec.consumed_energy_j))
-        assumptions["basis"] = "Slurm ConsumedEnergyRaw (node energy measured by acct_gather_energy)"
+        rows = [("", "node", "measured", SOURCE_SLURM, rec.consumed_energy_j)]
+        assumptions: dict[str, Any] = {"profile": profile, "basis": _MEASURED_BASIS}
     else:
-        est = cfg.estimate
         if est.cpu_usage == "totalcpu" and rec.total_cpu_s is not None:
             core_s = rec.total_cpu_s
             if rec.alloc_cpus:
@@ -74,39 +90,133 @@ def footprint(rec: JobRecord, cfg: Config) -> JobFootprint:
         gpu_j = rec.alloc_gpus * elapsed * hw.gpu_tdp_w * est.gpu_utilisation
         mem_gb = (rec.req_mem_mb or 0.0) / 1024.0
         mem_j = mem_gb * elapsed * est.mem_w_per_gb
+        rows = []
         if cpu_j > 0 or not (gpu_j or mem_j):
-            rows.append(EnergyRow("", "cpu", "estimated", SOURCE_TDP, cpu_j))
+            rows.append(("", "cpu", "estimated", SOURCE_TDP, cpu_j))
         if gpu_j > 0:
-            rows.append(EnergyRow("", "gpu", "estimated", SOURCE_TDP, gpu_j))
+            rows.append(("", "gpu", "estimated", SOURCE_TDP, gpu_j))
         if mem_j > 0:
-            rows.append(EnergyRow("", "dram", "estimated", SOURCE_TDP, mem_j))
-        assumptions.update(
-            basis="estimated from TDP",
-            cpu_basis=basis,
-            cpu_core_seconds=round(core_s, 3),
-            cpu_model=hw.cpu_model,
-            cpu_tdp_w_per_core=hw.cpu_tdp_w_per_core,
-            gpu_model=hw.gpu_model,
-            gpu_tdp_w=hw.gpu_tdp_w,
-            gpu_utilisation=est.gpu_utilisation,
-            mem_gb=round(mem_gb, 3),
-            mem_w_per_gb=est.mem_w_per_gb,
-        )
-    energy = sum(r.energy_j for r in rows)
-    measured = sum(r.energy_j for r in rows if r.method == "measured")
-    zone, pue = cfg.zone_and_pue(hw)
-    ci = zone_intensity(zone)
-    return JobFootprint(
-        energies=tuple(rows),
-        energy_j=energy,
-        energy_measured_j=measured,
-        hw_profile=profile,
-        assumptions=assumptions,
-        pue=pue,
-        carbon_zone=ci.zone,
-        carbon_g_per_kwh=ci.g_per_kwh,
-        carbon_source=ci.source,
-        carbon_year=ci.year,
-        carbon_flag=ci.flag,
-        co2_g=co2_grams(energy, pue, ci.g_per_kwh),
+            rows.append(("", "dram", "estimated", SOURCE_TDP, mem_j))
+        # The same keys in the same order as before: the stored JSON text does not change.
+        assumptions = {
+            "profile": profile,
+            "basis": "estimated from TDP",
+            "cpu_basis": basis,
+            "cpu_core_seconds": round(core_s, 3),
+            "cpu_model": hw.cpu_model,
+            "cpu_tdp_w_per_core": hw.cpu_tdp_w_per_core,
+            "gpu_model": hw.gpu_model,
+            "gpu_tdp_w": hw.gpu_tdp_w,
+            "gpu_utilisation": est.gpu_utilisation,
+            "mem_gb": round(mem_gb, 3),
+            "mem_w_per_gb": est.mem_w_per_gb,
+        }
+    energy = sum([r[4] for r in rows])
+    measured = sum([r[4] for r in rows if r[2] == "measured"])
+    pue, zone, g_per_kwh, source, year, flag = site
+    return (
+        tuple(rows),
+        energy,
+        measured,
+        profile,
+        assumptions,
+        pue,
+        zone,
+        g_per_kwh,
+        source,
+        year,
+        flag,
+        co2_grams(energy, pue, g_per_kwh),
     )
+
+
+def footprint_from_values(v: FootprintValues) -> JobFootprint:
+    """The JobFootprint of Estimator.values()."""
+    return JobFootprint(tuple(EnergyRow(*r) for r in v[0]), *v[1:])
+
+
+def footprint(rec: JobRecord, cfg: Config) -> JobFootprint:
+    hw, profile = cfg.hardware_for(rec.partition, job_nodes(rec))
+    return footprint_from_values(_values(rec, cfg.estimate, hw, profile, _site(cfg, hw)))
+
+
+class Estimator:
+    """footprint() for many jobs under one configuration, with the per-job lookups cached.
+
+    The hardware profile depends only on the partition (and, when node groups are configured, on the
+    node list), and the PUE and carbon intensity only on the profile, so a bulk import looks each up
+    once rather than once per job.  Results are exactly footprint()'s.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self._est = cfg.estimate
+        self._by_nodes = bool(cfg.node_groups)
+        self._hw: dict[Any, tuple[Hardware, str, _Site]] = {}
+        self._json: dict[tuple[Any, ...], Any] = {}
+
+    def _profile(self, rec: JobRecord) -> tuple[Hardware, str, _Site]:
+        key = (rec.partition, rec.node_list) if self._by_nodes else rec.partition
+        hit = self._hw.get(key)
+        if hit is None:
+            # Without node groups hardware_for() ignores the nodes: no need to expand the host list.
+            nodes = job_nodes(rec) if self._by_nodes else []
+            hw, profile = self.cfg.hardware_for(rec.partition, nodes)
+            hit = (hw, profile, _site(self.cfg, hw))
+            if len(self._hw) > 100_000:  # distinct node lists are unbounded in principle
+                self._hw.clear()
+            self._hw[key] = hit
+        return hit
+
+    def values(self, rec: JobRecord) -> FootprintValues:
+        hw, profile, site = self._profile(rec)
+        return _values(rec, self._est, hw, profile, site)
+
+    def footprint(self, rec: JobRecord) -> JobFootprint:
+        return footprint_from_values(self.values(rec))
+
+    def assumptions_json(self, a: dict[str, Any]) -> str:
+        """json.dumps(a) for the assumptions of values(): the same text, from a per-profile template.
+
+        Only the core-seconds and memory of an estimate vary from job to job under one configuration,
+        so the rest of the text is made once per profile by json.dumps itself.
+        """
+        if len(a) == 2:  # measured: {"profile", "basis"}, the same for every job of a profile
+            key: tuple[Any, ...] = (a.get("profile"), a.get("basis"))
+            text = self._json.get(key)
+            if text is None:
+                text = self._json[key] = json.dumps(a)
+            return text
+        key = (a.get("profile"), a.get("cpu_basis"))
+        tpl = self._json.get(key)
+        if tpl is None:
+            tpl = self._json[key] = _json_template(a)
+        if not tpl or len(a) != 11:
+            return json.dumps(a)
+        core_s, mem_gb = a["cpu_core_seconds"], a["mem_gb"]
+        if core_s.__class__ is not float or mem_gb.__class__ is not float:
+            return json.dumps(a)
+        if not (_FINITE_MIN <= core_s <= _FINITE_MAX and _FINITE_MIN <= mem_gb <= _FINITE_MAX):
+            return json.dumps(a)  # nan and infinities: json's own spelling
+        return tpl[0] + _float_repr(core_s) + tpl[1] + _float_repr(mem_gb) + tpl[2]
+
+
+_FINITE_MAX = 1.7976931348623157e308
+_FINITE_MIN = -_FINITE_MAX
+_float_repr = float.__repr__  # what json.dumps writes for a finite float
+
+
+def _json_template(a: dict[str, Any]) -> tuple[str, str, str] | tuple[()]:
+    """json.dumps(a) split around its two per-job numbers; () when it cannot be split unambiguously."""
+    if len(a) != 11 or "cpu_core_seconds" not in a or "mem_gb" not in a:
+        return ()
+    mark_cpu, mark_mem = "\x00cocaq:cpu\x00", "\x00cocaq:mem\x00"
+    text = json.dumps({**a, "cpu_core_seconds": mark_cpu, "mem_gb": mark_mem})
+    q_cpu, q_mem = json.dumps(mark_cpu), json.dumps(mark_mem)
+    if text.count(q_cpu) != 1 or text.count(q_mem) != 1:
+        return ()
+    head, _, rest = text.partition(q_cpu)
+    mid, _, tail = rest.partition(q_mem)
+    if q_mem in head:
+        return ()
+    return head, mid, tail

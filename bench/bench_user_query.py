@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Benchmark: `cocaq user U --since 30d` as a whole process on a PostgreSQL database of 1,000,000 jobs.
+
+    .venv/bin/python bench/bench_user_query.py            # ~4 minutes on 2 cores (most of it the load)
+    .venv/bin/python bench/bench_user_query.py --reuse    # keep and reuse the loaded database
+
+The database (`cocaq_bench_query`) is loaded the way a site loads one: bench/gen_sacct.py writes
+1,006,037 job lines (each followed by its .batch and .extern steps: 3 M lines, a year of submissions
+ending now; the parser skips the ~0.55% that never started, leaving >= 1,000,000 jobs) and
+`cocaq import sacct --file` imports it; then VACUUM ANALYZE, as autovacuum
+would have done on a live database.  With --reuse an already loaded database is used as it is.
+
+Then, interleaved round-robin so the machine's noise hits every command alike, 15 runs each of
+  * `cocaq user <heavy> --since 30d --format json`   the user with the most jobs in the window
+  * `cocaq user <median> --since 30d --format json`  the user with the median number of jobs in it
+  * `cocaq user <nobody> --since 30d --format json`  a user with no jobs at all
+  * `python -m cocaq --version`                      the floor: interpreter start and cocaq's CLI import
+  * `python -c 'import <what cocaq user imports>'`  the floor of the command's imports alone
+and, in this process on a warm connection, the SQL alone (cocaq.footprint.user_footprint, 15 runs
+each).  Prints EXPLAIN (ANALYZE, BUFFERS) of the totals query for the heavy user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as c
+import gen_sacct
+
+# What `cocaq user` imports beyond `cocaq --version` (cli.py, footprint.py, db.py, render.py).
+USER_IMPORTS = "import cocaq.cli, cocaq.footprint, cocaq.db, cocaq.render, rich.console, psycopg"
+FLOOR = "floor: python -m cocaq --version"
+IMPORTS = "floor: python -c 'import <the modules the user command loads>'"
+# About 0.55% of generated job lines never start (pending at the end, cancelled while pending) and are
+# skipped by the parser: generate a little more so that at least --jobs jobs land in the database.
+SURVIVAL = 0.994
+
+
+def job_count(dbname: str) -> int:
+    import psycopg
+
+    with psycopg.connect(c.pg_url(dbname, sqlalchemy=False)) as conn:
+        row = conn.execute("SELECT count(*) FROM jobs").fetchone()
+    return int(row[0]) if row else 0
+
+
+def build(dbname: str, jobs: int, seed: int) -> dict[str, float]:
+    env = c.cocaq_env(dbname)
+    cfg = ["--config", str(c.CONFIG)]
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="cocaq-bench-") as tmp:
+        path = Path(tmp) / f"sacct-{jobs}-jobs.txt"
+        t0 = time.perf_counter()
+        end = float(int(time.time()) // 3600 * 3600)
+        with open(path, "w", encoding="utf-8", newline="\n") as fh:
+            n_lines, n_jobs = gen_sacct.generate(fh, jobs=jobs, lines=None, seed=seed, end=end)
+        out["generate_s"] = time.perf_counter() - t0
+        out["lines"] = n_lines
+        print(f"generated {n_lines:,} lines ({n_jobs:,} job lines) in {out['generate_s']:.1f} s")
+        c.recreate_database(dbname)
+        c.run_process([c.COCAQ, *cfg, "db", "upgrade"], env)
+        imp = c.run_process([c.COCAQ, *cfg, "import", "sacct", "--file", str(path)], env, rss=True)
+        out["import_s"] = imp.wall_s
+        out["import_rss_mb"] = imp.max_rss_mb or 0.0
+        summary = next((ln for ln in imp.stderr.splitlines() if "records read" in ln), "")
+        print(
+            f"loaded with cocaq import sacct in {imp.wall_s:.1f} s "
+            f"(peak RSS {imp.max_rss_mb:.0f} MiB): {summary}"
+        )
+    import psycopg
+
+    t0 = time.perf_counter()
+    with psycopg.connect(c.pg_url(dbname, sqlalchemy=False), autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE jobs")
+        conn.execute("VACUUM ANALYZE job_energy")
+    out["vacuum_analyze_s"] = time.perf_counter() - t0
+    return out
+
+
+def pick_users(dbname: str, since: datetime) -> tuple[str, int, str, int, str]:
+    """(heavy user, jobs, median user, jobs, a user without jobs) for the window since `since`."""
+    import psycopg
+
+    with psycopg.connect(c.pg_url(dbname, sqlalchemy=False)) as conn:
+        rows = conn.execute(
+            "SELECT user_name, count(*) FROM jobs WHERE start_time < now() "
+            "AND (end_time >= %s OR end_time IS NULL) GROUP BY 1 ORDER BY 2 DESC, 1",
+            (since,),
+        ).fetchall()
+        nobody = "nobody-bench"
+        while conn.execute("SELECT 1 FROM jobs WHERE user_name = %s LIMIT 1", (nobody,)).fetchone():
+            nobody += "x"
+    heavy, heavy_n = rows[0]
+    med, med_n = rows[len(rows) // 2]
+    return heavy, heavy_n, med, med_n, nobody
+
+
+def sql_only(dbname: str, users: list[str], runs: int) -> tuple[dict[str, list[float]], str]:
+    """user_footprint() in this process on a warm connection; and EXPLAIN ANALYZE of the totals query."""
+    from sqlalchemy import select
+
+    from cocaq.db import make_engine
+    from cocaq.footprint import J, Window, _totals_columns, user_footprint, window_clause
+
+    engine = make_engine(c.pg_url(dbname))
+    times: dict[str, list[float]] = {u: [] for u in users}
+    with engine.connect() as conn:
+        now = datetime.now(UTC)
+        w = Window(now - timedelta(days=30), now)
+        for u in users:  # warm: plans, catalog, buffers
+            user_footprint(conn, u, w)
+            user_footprint(conn, u, w)
+        for _ in range(runs):
+            for u in users:
+                t0 = time.perf_counter()
+                user_footprint(conn, u, w)
+                times[u].append(time.perf_counter() - t0)
+        stmt = select(*_totals_columns(w)).where(J.user_name == users[0], window_clause(w))
+        compiled = stmt.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
+        plan = conn.exec_driver_sql("EXPLAIN (ANALYZE, BUFFERS) " + str(compiled), compiled.params).all()
+    engine.dispose()
+    return times, "\n".join(r[0] for r in plan)
+
+
+def import_breakdown(env: dict[str, str]) -> list[tuple[str, float]]:
+    """Cumulative import time (ms) of the big pieces `cocaq user` loads, from python -X importtime."""
+    import re
+    import subprocess
+
+    p = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", USER_IMPORTS], env=env, capture_output=True, text=True
+    )
+    cum: dict[str, float] = {}
+    for line in p.stderr.splitlines():
+        m = re.match(r"import time:\s+\d+ \|\s+(\d+) \|( *)(\S+)", line)
+        if m and m.group(3) in PIECES and m.group(3) not in cum:
+            cum[m.group(3)] = int(m.group(1)) / 1000
+    return sorted(cum.items(), key=lambda kv: -kv[1])
+
+
+PIECES = (
+    "sqlalchemy", "sqlalchemy.orm", "cocaq.models", "psycopg", "click", "cocaq.config", "rich.console",
+    "cocaq.footprint", "cocaq.cli", "cocaq.render", "cocaq.db",
+)  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--jobs", type=int, default=1_000_000)
+    p.add_argument("--db", default="cocaq_bench_query")
+    p.add_argument("--runs", type=int, default=15)
+    p.add_argument("--seed", type=int, default=20261121)
+    p.add_argument("--reuse", action="store_true", help="use the database if it is already loaded; keep it")
+    p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    a = p.parse_args(argv)
+
+    m = c.machine()
+    c.print_machine(m)
+    res: dict[str, object] = {"machine": m}
+    if a.reuse and c.database_exists(a.db) and job_count(a.db) >= a.jobs:
+        print(f"reusing database {a.db} ({job_count(a.db):,} jobs)")
+    else:
+        res["build"] = build(a.db, int(a.jobs / SURVIVAL) + 1, a.seed)
+    n_jobs = job_count(a.db)
+    res["jobs"] = n_jobs
+
+    since = datetime.now(UTC) - timedelta(days=30)
+    heavy, heavy_n, med, med_n, nobody = pick_users(a.db, since)
+    users = {"heavy": heavy, "median": med, "none": nobody}
+    print(
+        f"{n_jobs:,} jobs; in the last 30 days: heavy user {heavy} {heavy_n:,} jobs, "
+        f"median user {med} {med_n:,} jobs, {nobody} none"
+    )
+
+    env = c.cocaq_env(a.db)
+    py = sys.executable
+    commands: dict[str, list[str]] = {
+        FLOOR: [py, "-m", "cocaq", "--version"],
+        IMPORTS: [py, "-c", USER_IMPORTS],
+    }
+    for kind, u in users.items():
+        commands[f"cocaq user ({kind}: {u})"] = [
+            c.COCAQ,
+            "--config",
+            str(c.CONFIG),
+            "user",
+            u,
+            "--since",
+            "30d",
+            "--format",
+            "json",
+        ]
+    for argv_ in commands.values():  # warm the page cache and .pyc files once
+        c.run_process(argv_, env)
+    times: dict[str, list[float]] = {k: [] for k in commands}
+    answers: dict[str, int] = {}
+    for _ in range(a.runs):
+        for name, argv_ in commands.items():
+            r = c.run_process(argv_, env)
+            times[name].append(r.wall_s)
+            if name.startswith("cocaq user"):
+                answers[name] = json.loads(r.stdout)["jobs"]
+    sql_times, plan = sql_only(a.db, list(users.values()), a.runs)
+
+    floor = statistics.median(times[FLOOR])
+    imports = statistics.median(times[IMPORTS])
+    print()
+    print(f"| what ({a.runs} runs each, whole process unless noted) | median s | p90 s | x floor |")
+    print("|---|---:|---:|---:|")
+    for name, ts in times.items():
+        extra = f" -> {answers[name]:,} jobs in the window" if name in answers else ""
+        print(
+            f"| {name}{extra} | {statistics.median(ts):.3f} | {c.p90(ts):.3f} | "
+            f"{statistics.median(ts) / floor:.1f} |"
+        )
+    for kind, u in users.items():
+        ts = sql_times[u]
+        print(
+            f"| SQL only, user_footprint() in-process, warm connection ({kind}) | "
+            f"{statistics.median(ts):.4f} | {c.p90(ts):.4f} | |"
+        )
+    print()
+    worst = max(statistics.median(times[k]) for k in times if k.startswith("cocaq user"))
+    worst_p90 = max(c.p90(times[k]) for k in times if k.startswith("cocaq user"))
+    print(
+        f"floor (python -m cocaq --version) median {floor:.3f} s; the user command's imports alone "
+        f"{imports:.3f} s; slowest cocaq user median {worst:.3f} s = {worst / floor:.1f}x the floor, "
+        f"{worst - imports:.3f} s above its imports"
+    )
+    verdict = "MET" if worst < 0.5 else "MISSED"
+    print(
+        f"target: cocaq user --since 30d under 0.5 s on {n_jobs:,} jobs: {verdict} "
+        f"(median {worst:.3f} s, p90 {worst_p90:.3f} s)"
+    )
+    pieces = import_breakdown(env)
+    print(
+        "imports of the user command, cumulative ms (python -X importtime, one run; nested pieces overlap): "
+        + ", ".join(f"{k} {v:.0f}" for k, v in pieces)
+    )
+    print()
+    print("EXPLAIN (ANALYZE, BUFFERS) of the totals query for the heavy user:")
+    print(plan)
+    res.update(
+        users={
+            k: {"user": u, "jobs_in_window": answers.get(f"cocaq user ({k}: {u})")} for k, u in users.items()
+        },
+        times={k: {"median": statistics.median(v), "p90": c.p90(v), "runs": v} for k, v in times.items()},
+        sql={
+            k: {"median": statistics.median(sql_times[u]), "p90": c.p90(sql_times[u])}
+            for k, u in users.items()
+        },
+        plan=plan,
+        import_ms=dict(pieces),
+    )
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=2, default=str))
+    if not a.reuse:
+        c.drop_database(a.db)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
