@@ -6,7 +6,6 @@ import getpass
 import logging
 import os
 import sys
-from collections.abc import Iterator
 from typing import IO, Any
 
 import click
@@ -186,10 +185,6 @@ def import_() -> None:
     """Bring jobs into the database."""
 
 
-def _read_lines(fh: IO[bytes]) -> Iterator[bytes]:
-    yield from fh
-
-
 @import_.command("sacct")
 @click.option(
     "-f",
@@ -270,7 +265,7 @@ def import_sacct(
         head = fh.peek(64)[:64] if hasattr(fh, "peek") else b""
         kind = input_format if input_format != "auto" else sacct.sniff_format(head)
         source_name = f"file {file}"
-        lines = _read_lines(fh)
+        lines = fh
         blob = fh
     try:
         if kind == "json":

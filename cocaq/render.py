@@ -6,12 +6,12 @@ import csv
 import io
 import json
 from datetime import datetime
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from cocaq.footprint import Footprint, equivalents
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 SUMMARY_FIELDS = [
     "jobs",
@@ -68,6 +68,8 @@ def _kg(v: float) -> str:
 
 
 def print_footprint(fp: Footprint, console: Console) -> None:
+    from rich.table import Table  # only tables need rich; json and csv output stay light
+
     t = fp.totals
     who = f"user [bold]{fp.key}[/]" if fp.scope == "user" else f"lab [bold]{fp.key}[/]"
     console.print(f"Footprint of {who} from {fp.since:%Y-%m-%d %H:%M} to {fp.until:%Y-%m-%d %H:%M} (UTC)")
@@ -125,6 +127,8 @@ def print_footprint(fp: Footprint, console: Console) -> None:
 
 
 def print_job(job: dict[str, Any], console: Console) -> None:
+    from rich.table import Table
+
     console.print(f"Job [bold]{job['job_id']}[/] on cluster {job['cluster']}: {job['name'] or ''}")
     tab = Table(show_header=False, box=None, pad_edge=False)
     tab.add_column(style="dim")

@@ -22,6 +22,7 @@ _UNITS = {
 }
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_CLOCK = re.compile(r"(?:(\d+)-)?(\d+):(\d+):(\d+(?:\.\d+)?)|(\d+):(\d+(?:\.\d+)?)")
 
 
 def parse_duration(text: str) -> timedelta:
@@ -62,6 +63,12 @@ def parse_when(text: str, now: datetime, tz: tzinfo | None = None) -> datetime:
 def parse_slurm_duration(text: str) -> float | None:
     """Slurm's `[D-]HH:MM:SS[.mmm]`, `MM:SS.mmm` -> seconds; None for empty/`Unknown`/`INVALID`."""
     t = text.strip()
+    clock = _CLOCK.fullmatch(t)
+    if clock:  # the common forms, without the general path's splitting (this runs for every sacct line)
+        d, h, mi, sec, mi2, sec2 = clock.groups()
+        if sec is not None:
+            return (int(d) * 86400 if d else 0) + int(h) * 3600 + int(mi) * 60 + float(sec)
+        return int(mi2) * 60 + float(sec2)
     if not t or t in ("Unknown", "INVALID", "UNLIMITED", "Partition_Limit", "None"):
         return None
     days = 0

@@ -45,9 +45,11 @@ class ParseStats:
     replaced_bytes_lines: int = 0
     examples: dict[str, str] = field(default_factory=dict)  # first line number seen for each skip reason
 
-    def skip(self, reason: str, where: str) -> None:
+    def skip(self, reason: str, where: str | int) -> None:
+        """Count a skipped line; `where` is a label or a line number (formatted only when first seen)."""
         self.skipped[reason] += 1
-        self.examples.setdefault(reason, where)
+        if reason not in self.examples:
+            self.examples[reason] = where if isinstance(where, str) else f"line {where}"
 
 
 class SacctFormatError(ValueError):
@@ -158,7 +160,7 @@ class _Folder:
         while len(self.jobs) > _FOLD_WINDOW:
             yield self._finish(*self.jobs.popitem(last=False))
 
-    def add_step(self, key: str, cpu_s: float | None, energy_j: float | None, where: str) -> None:
+    def add_step(self, key: str, cpu_s: float | None, energy_j: float | None, where: str | int) -> None:
         self.stats.steps += 1
         if key not in self.jobs:
             self.stats.skip("step without its job line", where)
@@ -187,7 +189,7 @@ class _Folder:
 
 
 def _classify_state(
-    rec_state: str, start: datetime | None, stats: ParseStats, where: str
+    rec_state: str, start: datetime | None, stats: ParseStats, where: str | int
 ) -> tuple[bool, bool]:
     """(keep, is_open) for a job line."""
     if rec_state in NOT_STARTED_STATES:
@@ -270,19 +272,33 @@ def iter_parsable(
         n = len(cols)
         if len(parts) == n + 1 and parts[-1] == "" and trailing is not False:
             parts = parts[:-1]  # --parsable leaves a trailing delimiter
-        where = f"line {lineno}"
         if len(parts) != n:
-            st.skip(f"wrong number of fields ({len(parts)}, expected {n}; delimiter inside a value?)", where)
+            st.skip(f"wrong number of fields ({len(parts)}, expected {n}; delimiter inside a value?)", lineno)
             continue
-
-        def get(name: str, parts: list[str] = parts, idx: dict[str, int] = idx) -> str:
-            i = idx.get(name)
-            return parts[i] if i is not None else ""
-
+        i_id = idx.get("jobid", idx.get("jobidraw"))
+        jobid = parts[i_id].strip() if i_id is not None else ""
         try:
-            yield from _row_to_job(get, tz, default_cluster, folder, st, where)
+            if "." in jobid:  # a step (2/3 of a dump): only its CPU time and energy matter
+                m = _JOBID.match(jobid)
+                if not m or not m.group("step"):
+                    st.skip("bad job id", lineno)
+                    continue
+                i_cpu, i_energy = idx.get("totalcpu"), idx.get("consumedenergyraw")
+                folder.add_step(
+                    m.group("base"),
+                    parse_slurm_duration(parts[i_cpu]) if i_cpu is not None else None,
+                    _energy(parts[i_energy]) if i_energy is not None else None,
+                    lineno,
+                )
+                continue
+
+            def get(name: str, parts: list[str] = parts, idx: dict[str, int] = idx) -> str:
+                i = idx.get(name)
+                return parts[i] if i is not None else ""
+
+            yield from _row_to_job(get, tz, default_cluster, folder, st, lineno)
         except (ValueError, OverflowError) as exc:
-            st.skip(f"bad value ({_reason(exc)})", where)
+            st.skip(f"bad value ({_reason(exc)})", lineno)
     yield from folder.flush()
 
 
@@ -293,7 +309,7 @@ def _reason(exc: Exception) -> str:
 
 
 def _row_to_job(
-    get: Any, tz: tzinfo, default_cluster: str | None, folder: _Folder, st: ParseStats, where: str
+    get: Any, tz: tzinfo, default_cluster: str | None, folder: _Folder, st: ParseStats, where: str | int
 ) -> Iterator[JobRecord]:
     jobid = get("jobid").strip() or get("jobidraw").strip()
     m = _JOBID.match(jobid)
