@@ -10,13 +10,54 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, case, func, literal, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    Connection,
+    Float,
+    Integer,
+    String,
+    and_,
+    case,
+    column,
+    func,
+    literal,
+    or_,
+    select,
+    table,
+)
 
-from cocaq.models import Cluster, Job, JobEnergy
+from cocaq.dbtypes import UTCDateTime
 from cocaq.sqlfuncs import epoch, greatest, least
 
-J = Job.__table__.c
+# The columns these queries read, as light Core constructs: `cocaq user` runs on every login node, and
+# importing the ORM and the mapped classes would cost it ~0.1 s.  tests/test_footprint_tables.py checks
+# that they match cocaq.models.
+JOBS = table(
+    "jobs",
+    column("id", Integer),
+    column("cluster_id", Integer),
+    column("job_id", String),
+    column("name", String),
+    column("user_name", String),
+    column("account", String),
+    column("partition", String),
+    column("state", String),
+    column("is_open", Boolean),
+    column("submit_time", UTCDateTime()),
+    column("start_time", UTCDateTime()),
+    column("end_time", UTCDateTime()),
+    column("elapsed_s", Float),
+    column("alloc_cpus", Integer),
+    column("alloc_gpus", Integer),
+    column("energy_j", Float),
+    column("energy_measured_j", Float),
+    column("pue", Float),
+    column("co2_g", Float),
+)
+CLUSTERS = table("clusters", column("id", Integer), column("name", String))
+J = JOBS.c
+C = CLUSTERS.c
 
 # Everyday equivalents (US EPA Greenhouse Gas Equivalencies Calculator).
 CAR_KG_PER_KM = 0.400 / 1.609344  # "about 400 grams of CO2 per mile" for a typical passenger vehicle
@@ -156,7 +197,7 @@ class Footprint:
 def _cluster_filter(cluster: str | None) -> list[ColumnElement[bool]]:
     if not cluster:
         return []
-    return [J.cluster_id == select(Cluster.id).where(Cluster.name == cluster).scalar_subquery()]
+    return [J.cluster_id == select(C.id).where(C.name == cluster).scalar_subquery()]
 
 
 def _top_jobs(conn: Connection, where: list[Any], w: Window, n: int) -> list[TopJob]:
@@ -165,7 +206,7 @@ def _top_jobs(conn: Connection, where: list[Any], w: Window, n: int) -> list[Top
     q = (
         select(
             J.job_id,
-            Cluster.name,
+            C.name,
             J.name,
             J.partition,
             J.state,
@@ -177,7 +218,7 @@ def _top_jobs(conn: Connection, where: list[Any], w: Window, n: int) -> list[Top
             J.energy_measured_j,
             J.energy_j,
         )
-        .join(Cluster, Cluster.id == J.cluster_id)
+        .join(CLUSTERS, C.id == J.cluster_id)
         .where(*where)
         .order_by(e.desc())
         .limit(n)
@@ -226,6 +267,10 @@ def lab_footprint(
 
 def find_jobs(conn: Connection, job_id: str, cluster: str | None = None) -> list[dict[str, Any]]:
     """Every stored job with this id (ids repeat across clusters and after a reset), newest first."""
+    from sqlalchemy.orm import Session
+
+    from cocaq.models import Cluster, Job, JobEnergy
+
     q = (
         select(Job, Cluster.name)
         .join(Cluster, Cluster.id == Job.cluster_id)
