@@ -29,6 +29,8 @@ import time
 from datetime import UTC, datetime
 from itertools import accumulate
 
+from cocaq.timeparse import format_slurm_duration
+
 FIELDS = [
     "JobID",
     "JobIDRaw",
@@ -90,20 +92,12 @@ N_USERS = 500
 N_ACCOUNTS = 40
 
 
-def _fmt_dur(s: float) -> str:
-    s = int(s)
-    d, r = divmod(s, 86400)
-    h, r = divmod(r, 3600)
-    m, sec = divmod(r, 60)
-    return f"{d}-{h:02d}:{m:02d}:{sec:02d}" if d else f"{h:02d}:{m:02d}:{sec:02d}"
-
-
 def _fmt_cpu(s: float) -> str:
     """TotalCPU as sacct prints it: with milliseconds under an hour (MM:SS.mmm), [D-]HH:MM:SS above."""
     if s < 3600:
         m, sec = divmod(s, 60)
         return f"{int(m):02d}:{sec:06.3f}"
-    return _fmt_dur(s)
+    return format_slurm_duration(s)
 
 
 def _ts(t: float) -> str:
@@ -332,7 +326,7 @@ def generate(out, *, jobs: int | None, lines: int | None, seed: int, end: float)
                 _ts(submit),
                 st_start,
                 st_end,
-                _fmt_dur(el),
+                format_slurm_duration(el),
                 str(el),
                 sstate,
                 exit_code,
@@ -340,7 +334,7 @@ def generate(out, *, jobs: int | None, lines: int | None, seed: int, end: float)
                 "",
                 "" if running else energy,
                 CLUSTER,
-                _fmt_dur(limit_h * 3600),
+                format_slurm_duration(limit_h * 3600),
             ]
             if not emit(row):
                 break
@@ -382,7 +376,7 @@ def generate(out, *, jobs: int | None, lines: int | None, seed: int, end: float)
                     _ts(start),
                     _ts(start),
                     st_end,
-                    _fmt_dur(secs),
+                    format_slurm_duration(secs),
                     str(secs),
                     s_state,
                     "0:0" if step == "extern" else exit_code,

@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 from cocaq.config import load_config
 from cocaq.errors import UsageError
 from cocaq.slurm.sacct import SACCT_FIELDS
+from cocaq.timeparse import format_slurm_duration
 
 DEMO_CLUSTER = "demo"
 
@@ -106,14 +107,6 @@ class _Job:
     energy_j: float | None
     limit_min: int
     running: bool = False
-
-
-def _fmt_dur(s: float) -> str:
-    s = int(s)
-    d, r = divmod(s, 86400)
-    h, r = divmod(r, 3600)
-    m, sec = divmod(r, 60)
-    return f"{d}-{h:02d}:{m:02d}:{sec:02d}" if d else f"{h:02d}:{m:02d}:{sec:02d}"
 
 
 def _ts(t: datetime) -> str:
@@ -299,15 +292,15 @@ def sacct_lines(jobs: list[_Job]) -> list[str]:
             "Submit": _ts(j.submit),
             "Start": _ts(j.start),
             "End": end,
-            "Elapsed": _fmt_dur(j.elapsed),
+            "Elapsed": format_slurm_duration(j.elapsed),
             "ElapsedRaw": str(j.elapsed),
             "State": state,
             "ExitCode": j.exit_code,
-            "TotalCPU": "" if j.running else _fmt_dur(j.total_cpu),
+            "TotalCPU": "" if j.running else format_slurm_duration(j.total_cpu),
             "Comment": "",
             "ConsumedEnergyRaw": "" if j.running else energy,
             "Cluster": DEMO_CLUSTER,
-            "Timelimit": _fmt_dur(j.limit_min * 60),
+            "Timelimit": format_slurm_duration(j.limit_min * 60),
         }
         out.append("|".join(row[f] for f in fields))
         if j.running:
@@ -330,7 +323,7 @@ def sacct_lines(jobs: list[_Job]) -> list[str]:
                 Timelimit="",
                 Cluster="",
                 State=j.state if j.state != "TIMEOUT" else "CANCELLED",
-                TotalCPU=_fmt_dur(j.total_cpu if step == "batch" else 0.1),
+                TotalCPU=format_slurm_duration(j.total_cpu if step == "batch" else 0.1),
             )
             out.append("|".join(srow[f] for f in fields))
     return out

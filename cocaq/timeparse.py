@@ -90,3 +90,12 @@ def parse_slurm_duration(text: str) -> float | None:
             nums.insert(0, 0.0)
     h, m, s = nums
     return days * 86400 + h * 3600 + m * 60 + s
+
+
+def format_slurm_duration(seconds: float) -> str:
+    """Seconds -> `[D-]HH:MM:SS` as sacct prints Elapsed (whole seconds)."""
+    s = int(seconds)
+    d, r = divmod(s, 86400)
+    h, r = divmod(r, 3600)
+    m, sec = divmod(r, 60)
+    return f"{d}-{h:02d}:{m:02d}:{sec:02d}" if d else f"{h:02d}:{m:02d}:{sec:02d}"

@@ -6,7 +6,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from cocaq.errors import UsageError
-from cocaq.timeparse import parse_duration, parse_slurm_duration, parse_when
+from cocaq.timeparse import format_slurm_duration, parse_duration, parse_slurm_duration, parse_when
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
@@ -74,3 +74,9 @@ def test_slurm_duration_garbage() -> None:
         parse_slurm_duration("1:2:3:4")
     with pytest.raises(ValueError):
         parse_slurm_duration("ab:cd")
+
+
+@pytest.mark.parametrize("seconds", [0, 59, 3600, 86399, 86400, 102824, 9 * 86400 + 1])
+def test_format_round_trips(seconds: int) -> None:
+    assert parse_slurm_duration(format_slurm_duration(seconds)) == seconds
+    assert format_slurm_duration(102824) == "1-04:33:44"
