@@ -272,8 +272,9 @@ def import_sacct(
             records: Any = sacct.iter_json(blob, default_cluster=default_cluster, stats=stats)
             src = "sacct-json"
         else:
-            records = sacct.iter_parsable(
+            records = _parsable_records(
                 lines,
+                file not in (None, "-"),
                 tz=cfg.tz(),
                 delimiter=delim,
                 fields=field_list,
@@ -288,6 +289,20 @@ def import_sacct(
         if close:
             close.close()
     _print_import_summary(summary, stats, source_name)
+
+
+def _parsable_records(lines: Any, from_file: bool, **kwargs: Any) -> Any:
+    """A dump file parses in a second process (the import is CPU-bound); stdin and sacct's output here.
+
+    (multiprocessing closes stdin in the child, and sacct's own output is already in memory.)
+    """
+    from cocaq.slurm import sacct
+
+    if from_file:
+        from cocaq.slurm.parallel import iter_parsable_forked
+
+        return iter_parsable_forked(lines, **kwargs)
+    return sacct.iter_parsable(lines, **kwargs)
 
 
 def _run_import(engine: Any, records: Any, cfg: Config, src: str, batch_size: int) -> Any:
