@@ -339,11 +339,9 @@ def _row_to_job(
         user = f"uid:{uid}"
     end = None if is_open else _time(get("end"), tz)
     elapsed = _int(get("elapsedraw"))
-    elapsed_s = float(elapsed) if elapsed is not None else parse_slurm_duration(get("elapsed"))
-    if elapsed_s is None:
-        elapsed_s = (end - start).total_seconds() if (end and start) else 0.0
-    if end is None and not is_open and start is not None:
-        end = start + timedelta(seconds=elapsed_s)  # a finished job whose End was lost
+    elapsed_s, end = _run_time(
+        float(elapsed) if elapsed is not None else parse_slurm_duration(get("elapsed")), start, end, is_open
+    )
     alloc = parse_tres(get("alloctres"))
     req = parse_tres(get("reqtres"))
     tres = alloc or req
@@ -395,6 +393,17 @@ def _row_to_job(
         consumed_energy_j=_energy(get("consumedenergyraw")),
     )
     yield from folder.add_job(base, rec)
+
+
+def _run_time(
+    elapsed: float | None, start: datetime | None, end: datetime | None, is_open: bool
+) -> tuple[float, datetime | None]:
+    """Elapsed seconds and end time, each filled from the other when Slurm lost one of them."""
+    if elapsed is None:
+        elapsed = (end - start).total_seconds() if (start and end) else 0.0
+    if end is None and not is_open and start is not None:
+        end = start + timedelta(seconds=elapsed)  # a finished job whose End was lost
+    return elapsed, end
 
 
 def _timelimit(text: str) -> float | None:
@@ -531,11 +540,7 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
         comment = comment.get("job")
     limit = _n(t.get("limit"))
     end = None if is_open else _epoch(t.get("end"))
-    elapsed = _n(t.get("elapsed"))
-    if elapsed is None:
-        elapsed = (end - start).total_seconds() if (start and end) else 0.0
-    if end is None and not is_open and start is not None:
-        end = start + timedelta(seconds=elapsed)  # a finished job whose end was lost
+    elapsed, end = _run_time(_n(t.get("elapsed")), start, end, is_open)
     return JobRecord(
         job_id=display,
         user_name=user,
