@@ -55,7 +55,7 @@ def job_nodes(rec: JobRecord) -> list[str]:
 
 _MEASURED_BASIS = "Slurm ConsumedEnergyRaw (node energy measured by acct_gather_energy)"
 
-# What footprint() works out, as a plain tuple (the importer's fast path skips the dataclasses):
+# What Estimator works out, as a plain tuple (the importer's fast path skips the dataclasses):
 # (energies as (node, component, method, source, energy_j) tuples, energy_j, energy_measured_j,
 #  hw_profile, assumptions, pue, carbon_zone, carbon_g_per_kwh, carbon_source, carbon_year, carbon_flag,
 #  co2_g) -- JobFootprint's fields, in its order.
@@ -71,7 +71,7 @@ def _site(cfg: Config, hw: Hardware) -> _Site:
 
 
 def _values(rec: JobRecord, est: Estimate, hw: Hardware, profile: str, site: _Site) -> FootprintValues:
-    """footprint()'s arithmetic, unchanged, on a profile and site already looked up."""
+    """The estimate and CO2 arithmetic, on a profile and site already looked up."""
     elapsed = max(rec.elapsed_s, 0.0)
     rows: list[tuple[str, str, str, str, float]]
     if rec.consumed_energy_j and rec.consumed_energy_j > 0:
@@ -135,17 +135,12 @@ def footprint_from_values(v: FootprintValues) -> JobFootprint:
     return JobFootprint(tuple(EnergyRow(*r) for r in v[0]), *v[1:])
 
 
-def footprint(rec: JobRecord, cfg: Config) -> JobFootprint:
-    hw, profile = cfg.hardware_for(rec.partition, job_nodes(rec))
-    return footprint_from_values(_values(rec, cfg.estimate, hw, profile, _site(cfg, hw)))
-
-
 class Estimator:
-    """footprint() for many jobs under one configuration, with the per-job lookups cached.
+    """Footprints of jobs under one configuration, with the per-job lookups cached.
 
     The hardware profile depends only on the partition (and, when node groups are configured, on the
     node list), and the PUE and carbon intensity only on the profile, so a bulk import looks each up
-    once rather than once per job.  Results are exactly footprint()'s.
+    once rather than once per job.
     """
 
     def __init__(self, cfg: Config) -> None:
