@@ -176,6 +176,71 @@ class Sample(Base):
     value: Mapped[float] = mapped_column(Float)
 
 
+class NodeEvent(Base):
+    """One record written by a node hook (job start/end with its energy snapshot), as shipped.
+
+    Kept verbatim (`payload`) so that linking to `jobs` can be redone; `uid` makes shipping idempotent.
+    """
+
+    __tablename__ = "node_events"
+    __table_args__ = (
+        Index("ix_node_events_job", "cluster_id", "job_id"),
+        Index("ix_node_events_unlinked", "job_pk", "ts"),
+    )
+
+    uid: Mapped[str] = mapped_column(String(255), primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"))
+    node: Mapped[str] = mapped_column(String(128))
+    job_id: Mapped[str] = mapped_column(String(64))  # SLURM_JOB_ID: the raw id, also for array tasks
+    event: Mapped[str] = mapped_column(String(16))  # start, end, ctld-start, ctld-end
+    ts: Mapped[datetime]
+    payload: Mapped[dict[str, Any]]
+    job_pk: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    shipped_at: Mapped[datetime] = mapped_column(server_default=func.current_timestamp())
+
+
+class NodeEnergy(Base):
+    """Measured energy of one job on one node and device, cumulative since the job started there.
+
+    The collector re-ships a growing value while the job runs and the epilog ships the final one; a row
+    is only ever replaced by one with a later `t1`, so replays and late batches cannot regress it.
+    """
+
+    __tablename__ = "node_energy"
+    __table_args__ = (
+        UniqueConstraint("cluster_id", "node", "job_id", "job_start", "component", "device", "source"),
+        Index("ix_node_energy_job", "cluster_id", "job_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"))
+    node: Mapped[str] = mapped_column(String(128))
+    job_id: Mapped[str] = mapped_column(String(64))
+    job_start: Mapped[datetime]  # when the job started on this node (prolog), to tell reused ids apart
+    component: Mapped[str] = mapped_column(String(16))  # gpu, cpu, dram
+    device: Mapped[str] = mapped_column(String(128))  # GPU UUID, RAPL domain, "" for a node total
+    source: Mapped[str] = mapped_column(String(64))  # nvml, nvml-power-integral, rapl-cputime-share
+    method: Mapped[str] = mapped_column(String(16))  # measured
+    energy_j: Mapped[float] = mapped_column(Float)
+    t0: Mapped[datetime]
+    t1: Mapped[datetime]
+    final: Mapped[bool] = mapped_column(Boolean, default=False)  # from the epilog: will not change
+
+
+class NodeShipment(Base):
+    """Batches of samples a node has shipped: a batch seen here was committed, so a replay is skipped."""
+
+    __tablename__ = "node_shipments"
+    __table_args__ = (UniqueConstraint("cluster_id", "node", "batch"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"))
+    node: Mapped[str] = mapped_column(String(128))
+    batch: Mapped[str] = mapped_column(String(128))  # spool incarnation + first/last row id
+    rows: Mapped[int]
+    shipped_at: Mapped[datetime] = mapped_column(server_default=func.current_timestamp())
+
+
 class ModelMetadata(Base):
     """What an ML job trained or served, to relate energy to models."""
 
