@@ -389,6 +389,85 @@ def db_current(obj: Ctx) -> None:
     click.echo(migrate.current_revision(obj.engine(migrated=False)) or "empty")
 
 
+# --- node side ------------------------------------------------------------------------------------
+
+
+@cli.group()
+def hook() -> None:
+    """Slurm Prolog/Epilog hooks."""
+
+
+@hook.command("shims")
+@click.option(
+    "--dir", "directory", required=True, type=click.Path(file_okay=False), help="Where to write them."
+)
+@click.option(
+    "--hook-config",
+    default="/etc/cocaq/cocaq.toml",
+    show_default=True,
+    help="Config file the hooks read (absolute; Slurm passes no environment).",
+)
+@click.option("--timeout", "timeout_s", default=20, show_default=True, type=click.IntRange(1, 300))
+def hook_shims(directory: str, hook_config: str, timeout_s: int) -> None:
+    """Write cocaq-prolog, cocaq-epilog (and the slurmctld ones) for slurm.conf's Prolog=/Epilog=."""
+    from cocaq.prolog_epilog.shims import write_shims
+
+    for path in write_shims(directory, hook_config, timeout_s=timeout_s):
+        click.echo(path)
+
+
+@cli.command()
+@click.option("--once", is_flag=True, help="One cycle: sample every source, ship everything spooled, exit.")
+@click.option(
+    "--interval", "interval_s", type=click.FloatRange(1, 3600), default=None, help="Seconds (config)."
+)
+@click.option("--no-ship", is_flag=True, help="Sample and spool only; leave shipping to a later run.")
+@click.pass_obj
+def collector(obj: Ctx, once: bool, interval_s: float | None, no_ship: bool) -> None:
+    """The node collector daemon: sample GPUs, RAPL and cgroups per job, ship the spool to the database."""
+    from cocaq.collector.daemon import run_collector
+
+    run_collector(obj.cfg, once=once, interval_s=interval_s, ship=not no_ship)
+
+
+@cli.command()
+@click.option("-S", "--since", "--starttime", "since", default="2d", show_default=True)
+@click.option("-E", "--until", "--endtime", "until", default=None)
+@click.option("--no-sacct", is_flag=True, help="Only link node records to jobs already in the database.")
+@click.option("--sacct", "sacct_bin", default=None, help="Path of the sacct binary.")
+@click.pass_obj
+def reconcile(obj: Ctx, since: str, until: str | None, no_sacct: bool, sacct_bin: str | None) -> None:
+    """Take final job states from sacct and join the nodes' measurements to their jobs."""
+    from cocaq import measured
+
+    cfg = obj.cfg
+    engine = obj.engine()
+    w = _window(since, until)
+    if not no_sacct:
+        from cocaq.importer import import_records
+        from cocaq.slurm import sacct
+        from cocaq.slurm.run import run_sacct
+
+        kind, data = run_sacct(w.since, w.until, all_users=True, sacct=sacct_bin)
+        stats = sacct.ParseStats()
+        if kind == "json":
+            records: Any = sacct.iter_json(data, default_cluster=cfg.cluster.name, stats=stats)
+        else:
+            records = sacct.iter_parsable(
+                data.splitlines(keepends=True), tz=cfg.tz(), default_cluster=cfg.cluster.name, stats=stats
+            )
+        s = import_records(engine, records, cfg, source=f"sacct-{kind}")
+        click.echo(
+            f"sacct: {s.inserted:,} new jobs, {s.updated:,} updated, {s.unchanged:,} unchanged", err=True
+        )
+    res = measured.refresh(engine, cfg, since=w.since - measured.MARGIN)
+    click.echo(
+        f"linked {res.events_linked:,} node records; {res.events_unmatched:,} not matched to a job yet;"
+        f" {res.jobs_measured:,} jobs with measured energy",
+        err=True,
+    )
+
+
 @cli.command()
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="cocaq-demo", show_default=True)
 @click.option("--seed", default=42, show_default=True, type=int)

@@ -78,11 +78,32 @@ class Cluster:
     pue: float = 1.0
 
 
+COLLECTOR_SOURCES = ("nvml", "rapl", "cgroup", "pm_counters")
+IDLE_POLICIES = ("allocated", "cputime", "none")
+
+
+@dataclass(frozen=True)
+class Collector:
+    """The node side: hooks and the collector daemon (see docs/node-side.md)."""
+
+    interval_s: float = 10.0
+    ship_interval_s: float = 60.0
+    sources: tuple[str, ...] = ("nvml", "rapl", "cgroup")
+    nvml: str = "pynvml"  # or "fake:N" / "fake:/path/spec.toml" (tests, demo, benchmarks)
+    sysfs_root: str = "/sys"
+    idle_policy: str = "allocated"
+    idle_baseline_w: float | None = None  # per RAPL domain; None: learnt (lowest power seen)
+    spool_max_mb: float = 512.0
+    ship_batch: int = 5000
+    hook_log: str = "/var/log/cocaq/hook.log"
+
+
 @dataclass(frozen=True)
 class Config:
     database_url: str = field(default_factory=default_database_url)
     spool_dir: str = "/var/spool/cocaq"
     cluster: Cluster = field(default_factory=Cluster)
+    collector: Collector = field(default_factory=Collector)
     estimate: Estimate = field(default_factory=Estimate)
     default_hardware: Hardware = field(default_factory=Hardware)
     partitions: dict[str, Hardware] = field(default_factory=dict)
@@ -165,11 +186,63 @@ def _hardware(section: str, table: Any, base: Hardware) -> Hardware:
     return replace(base, **values)
 
 
+def _collector(t: Any) -> Collector:
+    if not isinstance(t, dict):
+        raise ConfigError(f"config: collector: expected a table, got {t!r}")
+    _check_keys("collector", t, {f.name for f in fields(Collector)})
+    c = Collector()
+    v: dict[str, Any] = {}
+    if "interval_s" in t:
+        v["interval_s"] = _num("collector.interval_s", t["interval_s"], 1.0, 3600.0)
+    if "ship_interval_s" in t:
+        v["ship_interval_s"] = _num("collector.ship_interval_s", t["ship_interval_s"], 1.0, 86400.0)
+    if "sources" in t:
+        src = t["sources"]
+        if isinstance(src, str):  # from the environment: "nvml,rapl"
+            src = [s.strip() for s in src.split(",") if s.strip()]
+        if not isinstance(src, list) or not all(isinstance(s, str) for s in src):
+            raise ConfigError(f"config: collector.sources: expected a list of source names, got {src!r}")
+        for s in src:
+            if s not in COLLECTOR_SOURCES:
+                raise ConfigError(
+                    f"config: collector.sources: unknown source {s!r} (known: {', '.join(COLLECTOR_SOURCES)})"
+                )
+        v["sources"] = tuple(dict.fromkeys(src))
+    for k in ("nvml", "sysfs_root", "hook_log"):
+        if k in t:
+            v[k] = _str(f"collector.{k}", t[k])
+    if "nvml" in v and not (v["nvml"] == "pynvml" or v["nvml"].startswith("fake:")):
+        raise ConfigError(f"config: collector.nvml: expected 'pynvml' or 'fake:SPEC', got {v['nvml']!r}")
+    if "idle_policy" in t:
+        pol = t["idle_policy"]
+        if pol not in IDLE_POLICIES:
+            raise ConfigError(
+                f"config: collector.idle_policy: expected one of {', '.join(IDLE_POLICIES)}, got {pol!r}"
+            )
+        v["idle_policy"] = pol
+    if "idle_baseline_w" in t:
+        v["idle_baseline_w"] = _num("collector.idle_baseline_w", t["idle_baseline_w"], 0.0, 5000.0)
+    if "spool_max_mb" in t:
+        v["spool_max_mb"] = _num("collector.spool_max_mb", t["spool_max_mb"], 1.0, 1_000_000.0)
+    if "ship_batch" in t:
+        v["ship_batch"] = int(_num("collector.ship_batch", t["ship_batch"], 1.0, 1_000_000.0))
+    return replace(c, **v)
+
+
 def _from_dict(data: dict[str, Any], source: str) -> Config:
     _check_keys(
         "",
         data,
-        {"database_url", "spool_dir", "cluster", "estimate", "defaults", "partitions", "node_groups"},
+        {
+            "database_url",
+            "spool_dir",
+            "cluster",
+            "estimate",
+            "defaults",
+            "partitions",
+            "node_groups",
+            "collector",
+        },
     )
     cfg = Config(source=source)
     if "database_url" in data:
@@ -225,6 +298,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
         groups.append(NodeGroup(name, tuple(nodes), hw))
     return replace(
         cfg,
+        collector=_collector(data.get("collector", {})),
         cluster=cluster,
         estimate=estimate,
         default_hardware=default_hw,
@@ -235,7 +309,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
 
 def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
     """Fold COCAQ_* variables into the raw TOML dict, so one validator checks both."""
-    known_sections = {"cluster", "estimate", "defaults"}
+    known_sections = {"cluster", "estimate", "defaults", "collector"}
     for name, value in sorted(environ.items()):
         if (
             not name.startswith("COCAQ_")

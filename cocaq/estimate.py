@@ -70,6 +70,35 @@ def _site(cfg: Config, hw: Hardware) -> _Site:
     return pue, ci.zone, ci.g_per_kwh, ci.source, ci.year, ci.flag
 
 
+def tdp_components(
+    elapsed: float,
+    total_cpu_s: float | None,
+    alloc_cpus: int,
+    alloc_gpus: int,
+    req_mem_mb: float | None,
+    est: Estimate,
+    hw: Hardware,
+) -> tuple[float, float, float, float, float, str]:
+    """(cpu_j, gpu_j, dram_j, core-seconds, memory GB, CPU basis): the TDP estimate of each component."""
+    if est.cpu_usage == "totalcpu" and total_cpu_s is not None:
+        core_s = total_cpu_s
+        if alloc_cpus:
+            core_s = min(core_s, alloc_cpus * elapsed)  # TotalCPU cannot exceed the allocation
+        basis = "TotalCPU"
+    else:
+        core_s = alloc_cpus * elapsed
+        basis = "allocated cores x elapsed"
+    mem_gb = (req_mem_mb or 0.0) / 1024.0
+    return (
+        core_s * hw.cpu_tdp_w_per_core,
+        alloc_gpus * elapsed * hw.gpu_tdp_w * est.gpu_utilisation,
+        mem_gb * elapsed * est.mem_w_per_gb,
+        core_s,
+        mem_gb,
+        basis,
+    )
+
+
 def _values(rec: JobRecord, est: Estimate, hw: Hardware, profile: str, site: _Site) -> FootprintValues:
     """The estimate and CO2 arithmetic, on a profile and site already looked up."""
     elapsed = max(rec.elapsed_s, 0.0)
@@ -78,18 +107,9 @@ def _values(rec: JobRecord, est: Estimate, hw: Hardware, profile: str, site: _Si
         rows = [("", "node", "measured", SOURCE_SLURM, rec.consumed_energy_j)]
         assumptions: dict[str, Any] = {"profile": profile, "basis": _MEASURED_BASIS}
     else:
-        if est.cpu_usage == "totalcpu" and rec.total_cpu_s is not None:
-            core_s = rec.total_cpu_s
-            if rec.alloc_cpus:
-                core_s = min(core_s, rec.alloc_cpus * elapsed)  # TotalCPU cannot exceed the allocation
-            basis = "TotalCPU"
-        else:
-            core_s = rec.alloc_cpus * elapsed
-            basis = "allocated cores x elapsed"
-        cpu_j = core_s * hw.cpu_tdp_w_per_core
-        gpu_j = rec.alloc_gpus * elapsed * hw.gpu_tdp_w * est.gpu_utilisation
-        mem_gb = (rec.req_mem_mb or 0.0) / 1024.0
-        mem_j = mem_gb * elapsed * est.mem_w_per_gb
+        cpu_j, gpu_j, mem_j, core_s, mem_gb, basis = tdp_components(
+            elapsed, rec.total_cpu_s, rec.alloc_cpus, rec.alloc_gpus, rec.req_mem_mb, est, hw
+        )
         rows = []
         if cpu_j > 0 or not (gpu_j or mem_j):
             rows.append(("", "cpu", "estimated", SOURCE_TDP, cpu_j))

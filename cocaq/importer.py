@@ -41,6 +41,7 @@ class ImportSummary:
     skipped: Counter[str] = field(default_factory=Counter)
     unknown_partitions: Counter[str] = field(default_factory=Counter)
     unknown_zones: set[str] = field(default_factory=set)
+    measured: int = 0  # jobs whose node measurements were applied after the import
 
     @property
     def written(self) -> int:
@@ -191,12 +192,37 @@ def import_records(
     # default 700-allocation trigger spends about a tenth of an import walking them.
     thresholds = gc.get_threshold()
     gc.set_threshold(max(thresholds[0], _GC_THRESHOLD), *thresholds[1:])
+    earliest: list[datetime] = []
+
+    def watch(it: Iterable[JobRecord]) -> Iterator[JobRecord]:
+        lo = None
+        for rec in it:
+            t = rec.start_time or rec.submit_time
+            if t is not None and (lo is None or t < lo):
+                lo = t
+            yield rec
+        if lo is not None:
+            earliest.append(lo)
+
     try:
         if engine.dialect.name == "postgresql":
-            return _import_pg(engine, records, cfg, source=source, batch_size=batch_size, on_batch=on_batch)
-        return _import_generic(engine, records, cfg, source=source, batch_size=batch_size, on_batch=on_batch)
+            summary = _import_pg(
+                engine, watch(records), cfg, source=source, batch_size=batch_size, on_batch=on_batch
+            )
+        else:
+            summary = _import_generic(
+                engine, watch(records), cfg, source=source, batch_size=batch_size, on_batch=on_batch
+            )
     finally:
         gc.set_threshold(*thresholds)
+    # The import rewrote estimates and totals; jobs that nodes measured get their measurements back.
+    from cocaq import measured
+
+    with engine.connect() as conn:
+        has_nodes = measured.has_node_data(conn)
+    if has_nodes and earliest:
+        summary.measured = measured.refresh(engine, cfg, since=earliest[0] - measured.MARGIN).jobs_measured
+    return summary
 
 
 _GC_THRESHOLD = 20_000

@@ -57,7 +57,7 @@ def run_migrations_online() -> None:
     from cocaq.db import make_engine
 
     engine = make_engine(_url())
-    engine.pool = pool.NullPool(engine.pool._creator)  # type: ignore[attr-defined]
+    engine.pool = pool.NullPool(engine.pool._creator)  # type: ignore[attr-defined,unused-ignore]
     with engine.connect() as conn:
         _configure(conn)
         with context.begin_transaction():

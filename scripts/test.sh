@@ -7,6 +7,6 @@ scripts/setup-venv.sh
 # shellcheck source=scripts/test-postgres.sh
 source scripts/test-postgres.sh
 echo "== ruff" && .venv/bin/ruff check .
-echo "== mypy" && .venv/bin/mypy
+echo "== mypy" && scripts/typecheck.sh
 echo "== pytest (PostgreSQL: $COCAQ_TEST_PG_URL)"
 exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,252 @@
+"""Joining what the nodes measured to the jobs Slurm accounted.
+
+Node records carry Slurm's raw job id and the time the job started on the node; `jobs` rows come from
+sacct. A node record belongs to the job with that raw id whose run (submit to end, with a margin) holds
+the record's time, so a job id Slurm reuses after a wrap-around cannot collect another job's energy.
+
+A job's energy is then: measured per component where a node measured it (GPU from NVML per device;
+CPU and DRAM from RAPL shares), and the TDP estimate only for what nothing measured (GPUs without a
+record, in proportion). Rerunning gives the same rows: estimates are rebuilt from the configuration
+each time, never scaled in place.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import Connection, Engine, Table, bindparam, delete, insert, select, update
+
+from cocaq.carbon import co2_grams
+from cocaq.config import Config
+from cocaq.estimate import SOURCE_TDP, tdp_components
+from cocaq.hostlist import expand_hostlist
+from cocaq.models import Job, JobEnergy, NodeEnergy, NodeEvent
+
+log = logging.getLogger(__name__)
+
+MARGIN = timedelta(minutes=10)
+# When one device has several measured sources, the better one wins (exact counter over integrated power).
+SOURCE_RANK = {"nvml": 0, "nvml-power-integral": 1}
+
+
+@dataclass
+class LinkSummary:
+    events_linked: int = 0
+    events_unmatched: int = 0
+    jobs_measured: int = 0
+    unmatched_examples: list[str] = field(default_factory=list)
+
+
+def _aware(d: datetime | None) -> datetime | None:
+    if d is None:
+        return None
+    return d.replace(tzinfo=UTC) if d.tzinfo is None else d
+
+
+def _pick(cands: Sequence[Any], ts: datetime, now: datetime) -> int | None:
+    """The job whose run holds `ts` (closest start first)."""
+    best: tuple[float, int] | None = None
+    for pk, submit, start, end in cands:
+        lo = (_aware(submit) or _aware(start) or ts) - MARGIN
+        hi = (_aware(end) or now) + MARGIN
+        if lo <= ts <= hi:
+            d = abs(((_aware(start) or _aware(submit) or ts) - ts).total_seconds())
+            if best is None or d < best[0]:
+                best = (d, pk)
+    return None if best is None else best[1]
+
+
+def _candidates(conn: Connection, cluster_id: int, raw_ids: Iterable[str]) -> dict[str, list[Any]]:
+    j = cast(Table, Job.__table__).c
+    ids = sorted({int(x) for x in raw_ids if x.isdigit()})
+    out: dict[str, list[Any]] = defaultdict(list)
+    for i in range(0, len(ids), 500):
+        q = select(j.job_id_raw, j.job_id, j.id, j.submit_time, j.start_time, j.end_time).where(
+            j.cluster_id == cluster_id, j.job_id_raw.in_(ids[i : i + 500])
+        )
+        for raw, _jid, pk, sub, start, end in conn.execute(q):
+            out[str(raw)].append((pk, sub, start, end))
+    return out
+
+
+def link_events(conn: Connection, now: datetime | None = None, limit: int = 20_000) -> LinkSummary:
+    """Give unlinked hook events their job; events of jobs sacct has not shown yet stay unlinked."""
+    now = now or datetime.now(UTC)
+    ev = cast(Table, NodeEvent.__table__).c
+    res = LinkSummary()
+    rows = conn.execute(
+        select(ev.uid, ev.cluster_id, ev.job_id, ev.ts)
+        .where(ev.job_pk.is_(None))
+        .order_by(ev.ts)
+        .limit(limit)
+    ).all()
+    by_cluster: dict[int, list[Any]] = defaultdict(list)
+    for r in rows:
+        by_cluster[r.cluster_id].append(r)
+    updates = []
+    for cid, evs in by_cluster.items():
+        cands = _candidates(conn, cid, (e.job_id for e in evs))
+        for e in evs:
+            pk = _pick(cands.get(e.job_id, []), _aware(e.ts) or now, now)
+            if pk is None:
+                res.events_unmatched += 1
+                if len(res.unmatched_examples) < 5:
+                    res.unmatched_examples.append(e.uid)
+            else:
+                updates.append({"_uid": e.uid, "job_pk": pk})
+    if updates:
+        t = cast(Table, NodeEvent.__table__)
+        conn.execute(
+            update(t).where(t.c.uid == bindparam("_uid")).values(job_pk=bindparam("job_pk")), updates
+        )
+    res.events_linked = len(updates)
+    return res
+
+
+def _best_per_device(rows: Iterable[Any]) -> list[Any]:
+    best: dict[tuple[str, str, str], Any] = {}
+    for r in rows:
+        key = (r.node, r.component, r.device)
+        cur = best.get(key)
+        if cur is None or SOURCE_RANK.get(r.source, 5) < SOURCE_RANK.get(cur.source, 5):
+            best[key] = r
+    return list(best.values())
+
+
+def apply_measured(conn: Connection, cfg: Config, job_pks: Iterable[int]) -> int:
+    """Rewrite the energy rows and totals of jobs that have node measurements; returns how many."""
+    jt = cast(Table, Job.__table__)
+    et = cast(Table, JobEnergy.__table__)
+    ne = cast(Table, NodeEnergy.__table__).c
+    pks = sorted(set(job_pks))
+    done = 0
+    for i in range(0, len(pks), 500):
+        jobs = conn.execute(select(jt).where(jt.c.id.in_(pks[i : i + 500]))).all()
+        by_key: dict[tuple[int, str], list[Any]] = defaultdict(list)
+        for job in jobs:
+            if job.job_id_raw is not None:
+                by_key[(job.cluster_id, str(job.job_id_raw))].append(job)
+        measured: dict[int, list[Any]] = defaultdict(list)
+        for cid in {k[0] for k in by_key}:
+            ids = [k[1] for k in by_key if k[0] == cid]
+            q = select(
+                ne.node, ne.job_id, ne.job_start, ne.component, ne.device, ne.source, ne.energy_j
+            ).where(ne.cluster_id == cid, ne.job_id.in_(ids))
+            now = datetime.now(UTC)
+            for r in conn.execute(q):
+                cands = [(j.id, j.submit_time, j.start_time, j.end_time) for j in by_key[(cid, r.job_id)]]
+                pk = _pick(cands, _aware(r.job_start) or now, now)
+                if pk is not None:
+                    measured[pk].append(r)
+        for job in jobs:
+            rows = _best_per_device(measured.get(job.id, []))
+            if not rows:
+                continue
+            _rewrite(conn, cfg, job, rows, jt, et)
+            done += 1
+    return done
+
+
+def _rewrite(conn: Connection, cfg: Config, job: Any, rows: list[Any], jt: Table, et: Table) -> None:
+    sums: dict[tuple[str, str, str], float] = defaultdict(float)
+    gpus_covered = set()
+    comps = set()
+    for r in rows:
+        sums[(r.node, r.component, r.source)] += max(float(r.energy_j), 0.0)
+        comps.add(r.component)
+        if r.component == "gpu":
+            gpus_covered.add((r.node, r.device))
+    try:
+        nodes = expand_hostlist(job.node_list or "")
+    except ValueError:
+        nodes = []
+    hw, _profile = cfg.hardware_for(job.partition, nodes)
+    cpu_j, gpu_j, mem_j, *_ = tdp_components(
+        max(job.elapsed_s or 0.0, 0.0),
+        job.total_cpu_s,
+        job.alloc_cpus,
+        job.alloc_gpus,
+        job.req_mem_mb,
+        cfg.estimate,
+        hw,
+    )
+    new: list[dict[str, Any]] = [
+        {"job_pk": job.id, "node": n, "component": c, "method": "measured", "source": s, "energy_j": e}
+        for (n, c, s), e in sorted(sums.items())
+    ]
+    # What nothing measured keeps its estimate: the unmeasured share of the GPUs, CPU and DRAM if absent.
+    if job.alloc_gpus and len(gpus_covered) < job.alloc_gpus:
+        share = (job.alloc_gpus - len(gpus_covered)) / job.alloc_gpus
+        new.append(_est(job.id, "gpu", gpu_j * share))
+    if "cpu" not in comps and cpu_j > 0:
+        new.append(_est(job.id, "cpu", cpu_j))
+    if "dram" not in comps and mem_j > 0:
+        new.append(_est(job.id, "dram", mem_j))
+    conn.execute(delete(et).where(et.c.job_pk == job.id))
+    conn.execute(insert(et), new)
+    energy = sum(r["energy_j"] for r in new)
+    meas = sum(r["energy_j"] for r in new if r["method"] == "measured")
+    pue = job.pue or 1.0
+    g = job.carbon_g_per_kwh
+    co2 = co2_grams(energy, pue, g) if g is not None else 0.0
+    conn.execute(
+        update(jt).where(jt.c.id == job.id).values(energy_j=energy, energy_measured_j=meas, co2_g=co2)
+    )
+
+
+def _est(pk: int, component: str, joules: float) -> dict[str, Any]:
+    return {
+        "job_pk": pk,
+        "node": "",
+        "component": component,
+        "method": "estimated",
+        "source": SOURCE_TDP,
+        "energy_j": joules,
+    }
+
+
+def jobs_with_measurements(conn: Connection, since: datetime | None = None) -> list[int]:
+    """Jobs with linked hook events, and jobs the collector measured even if no hook saw them."""
+    ev = cast(Table, NodeEvent.__table__).c
+    q = select(ev.job_pk).where(ev.job_pk.is_not(None)).distinct()
+    if since is not None:
+        q = q.where(ev.ts >= since)
+    pks = {r[0] for r in conn.execute(q)}
+    ne = cast(Table, NodeEnergy.__table__).c
+    q2 = select(ne.cluster_id, ne.job_id, ne.job_start).distinct()
+    if since is not None:
+        q2 = q2.where(ne.t1 >= since)
+    by_cluster: dict[int, list[Any]] = defaultdict(list)
+    for cid, jid, start in conn.execute(q2):
+        by_cluster[cid].append((jid, start))
+    now = datetime.now(UTC)
+    for cid, items in by_cluster.items():
+        cands = _candidates(conn, cid, (jid for jid, _ in items))
+        for jid, start in items:
+            pk = _pick(cands.get(jid, []), _aware(start) or now, now)
+            if pk is not None:
+                pks.add(pk)
+    return sorted(pks)
+
+
+def has_node_data(conn: Connection) -> bool:
+    ev = cast(Table, NodeEvent.__table__).c
+    ne = cast(Table, NodeEnergy.__table__).c
+    return (
+        conn.execute(select(ev.uid).limit(1)).first() is not None
+        or conn.execute(select(ne.id).limit(1)).first() is not None
+    )
+
+
+def refresh(engine: Engine, cfg: Config, since: datetime | None = None) -> LinkSummary:
+    """Link new node records and rewrite the energy of every job with measurements since `since`."""
+    with engine.begin() as conn:
+        res = link_events(conn)
+    with engine.begin() as conn:
+        res.jobs_measured = apply_measured(conn, cfg, jobs_with_measurements(conn, since))
+    return res

@@ -1,0 +1,170 @@
+"""`cocaq collector`: sample every interval, spool, and ship the spool to the database.
+
+Sampling never waits for the database: a cycle's samples, per-job energy and the sources' counters go
+into `collector.db` in one transaction, and shipping is a separate step that may fail (database down)
+without losing anything. After kill -9 the next start restores the counters from the same file and
+carries on; a cycle half-written is not written at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from cocaq.collector import sources as sources_mod
+from cocaq.collector.ship import ShipError, Target, connect, ship_once
+from cocaq.collector.spool import CollectorDB, running_jobs
+
+from cocaq.config import Config
+
+log = logging.getLogger("cocaq.collector")
+
+
+def node_name() -> str:
+    return os.uname().nodename.split(".")[0]
+
+
+def _running(spool_dir: str, now: float) -> dict[str, sources_mod.RunningJob]:
+    jobs = {}
+    for jid, st in running_jobs(spool_dir).items():
+        gpus, start_mj = [], {}
+        for g in st.get("gpus") or []:
+            if isinstance(g, dict) and isinstance(g.get("uuid"), str):
+                gpus.append(g["uuid"])
+                if isinstance(g.get("energy_mj"), int):
+                    start_mj[g["uuid"]] = g["energy_mj"]
+        start = st.get("ts")
+        jobs[jid] = sources_mod.RunningJob(
+            jid, float(start) if isinstance(start, int | float) else now, gpus, start_mj
+        )
+    return jobs
+
+
+class Collector:
+    def __init__(self, cfg: Config, out: Any = None) -> None:
+        self.cfg = cfg
+        self.out = out or sys.stderr
+        self.node = node_name()
+        self.db = CollectorDB(cfg.spool_dir, cfg.collector.spool_max_mb)
+        if self.db.recovered_from:
+            log.error(
+                "spool: collector.db was unreadable; moved aside to %s, started a new one",
+                self.db.recovered_from,
+            )
+        self.status: dict[str, str | None] = {}
+        self.sources = sources_mod.build(cfg.collector, self._on_off)
+        saved = self.db.get_state("sources") or {}
+        for s in self.sources:
+            try:
+                s.restore(saved.get(s.name) or {})
+            except (ValueError, TypeError, KeyError) as exc:
+                log.warning("%s: saved state unusable, starting afresh: %s", s.name, exc)
+        self.last_ts: float | None = self.db.get_state("last_ts")
+        self.target: Target | None = None
+        self.errors = 0
+        self.cycles = 0
+        self.stop = False
+
+    def _on_off(self, name: str, why: str | None) -> None:
+        self.status[name] = why
+        if why:
+            log.warning("source %s is off: %s", name, why)
+        else:
+            log.info("source %s is on", name)
+
+    def sample(self) -> sources_mod.Cycle:
+        now = time.time()
+        dt = now - self.last_ts if self.last_ts and 0 < now - self.last_ts < 3600 else None
+        cycle = sources_mod.Cycle(ts=now, dt=dt, jobs=_running(self.cfg.spool_dir, now))
+        for s in self.sources:
+            try:
+                s.collect(cycle)
+            except Exception as exc:  # one source failing must not stop the others
+                self.errors += 1
+                log.error("source %s failed this cycle: %s: %s", s.name, type(exc).__name__, exc)
+        state = {"sources": {s.name: s.state() for s in self.sources}, "last_ts": now}
+        self.db.record_cycle(cycle.samples, cycle.energy, state)
+        self.db.finish_jobs(set(cycle.jobs))
+        self.last_ts = now
+        self.cycles += 1
+        return cycle
+
+    def ship(self) -> Any:
+        if self.target is None:
+            try:
+                self.target = connect(self.cfg.database_url)
+            except ShipError as exc:
+                log.warning("%s; the spool keeps everything", exc)
+                return None
+        res = ship_once(
+            self.target,
+            self.cfg.spool_dir,
+            self.db,
+            self.cfg.cluster.name,
+            self.node,
+            batch_size=self.cfg.collector.ship_batch,
+        )
+        for name, why in res.quarantined:
+            log.error("spool: %s moved aside: %s", name, why)
+        if res.error:
+            log.warning("%s; the spool keeps the rest", res.error)
+            self.target.close()
+            self.target = None
+        return res
+
+    def close(self) -> None:
+        for s in self.sources:
+            with contextlib.suppress(Exception):
+                s.close()
+        if self.target is not None:
+            self.target.close()
+        self.db.close()
+
+
+def run_collector(
+    cfg: Config, *, once: bool = False, interval_s: float | None = None, ship: bool = True
+) -> None:
+    c = Collector(cfg)
+    interval = interval_s or cfg.collector.interval_s
+    try:
+        if once:
+            cycle = c.sample()
+            on = [n for n, why in c.status.items() if why is None]
+            off = {n: why for n, why in c.status.items() if why}
+            print(f"node {c.node}: sources on: {', '.join(on) or 'none'}", file=sys.stderr)
+            for n, why in off.items():
+                print(f"  off: {n}: {why}", file=sys.stderr)
+            print(
+                f"sampled {len(cycle.samples)} values for {len(cycle.jobs)} running jobs",
+                file=sys.stderr,
+            )
+            if ship:
+                res = c.ship()
+                print(res.summary() if res else "not shipped: database unreachable", file=sys.stderr)
+            return
+
+        def _term(signum: int, frame: Any) -> None:
+            c.stop = True
+
+        signal.signal(signal.SIGTERM, _term)
+        signal.signal(signal.SIGINT, _term)
+        next_tick = time.monotonic()
+        next_ship = next_tick
+        while not c.stop:
+            c.sample()
+            now = time.monotonic()
+            if ship and now >= next_ship:
+                c.ship()
+                next_ship = now + cfg.collector.ship_interval_s
+            next_tick += interval
+            if next_tick < time.monotonic():  # fell behind (suspended, slow disk): skip, don't burst
+                next_tick = time.monotonic() + interval
+            while not c.stop and time.monotonic() < next_tick:
+                time.sleep(min(0.5, max(next_tick - time.monotonic(), 0.0)))
+    finally:
+        c.close()

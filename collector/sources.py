@@ -1,0 +1,375 @@
+"""The collector's energy sources: one small class per source behind one interface, registered by name.
+
+As in Prometheus' node_exporter, each source is enabled by configuration (`[collector] sources`), and
+a source that cannot work on this node (no GPU, no RAPL, no cgroups) says why once and stays off while
+the others go on. Every cycle the daemon hands the sources a `Cycle` in a fixed order (cgroup first,
+since RAPL's split needs each job's CPU time); they add samples and per-job energy to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from cocaq.config import Collector
+
+log = logging.getLogger("cocaq.collector")
+
+Sample = tuple[float, str, str, str, "str | None", float]  # ts, source, device, metric, job_id, value
+Energy = tuple[str, float, str, str, str, str, float, float, float, bool]  # spool.CollectorDB.energy row
+
+
+class SourceUnavailable(Exception):
+    """This source cannot run on this node; the message says why (logged once, not an error)."""
+
+
+@dataclass
+class RunningJob:
+    job_id: str
+    start: float  # when the job started on this node: the prolog's time, else when first seen
+    gpus: list[str] = field(default_factory=list)  # UUIDs the prolog recorded
+    gpu_start_mj: dict[str, int] = field(default_factory=dict)  # their energy counters at start
+    cores: int | None = None
+
+
+@dataclass
+class Cycle:
+    ts: float
+    dt: float | None  # seconds since the previous cycle; None on the first
+    jobs: dict[str, RunningJob]
+    samples: list[Sample] = field(default_factory=list)
+    energy: list[Energy] = field(default_factory=list)
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds per job this interval (cgroup)
+    node_cores: int = 0
+
+    def sample(
+        self, source: str, device: str, metric: str, value: float | None, job: str | None = None
+    ) -> None:
+        if value is not None:
+            self.samples.append((self.ts, source, device, metric, job, float(value)))
+
+
+class Source:
+    name: ClassVar[str]
+    order: ClassVar[int] = 50
+
+    def __init__(self, cfg: Collector) -> None:
+        self.cfg = cfg
+
+    def collect(self, cycle: Cycle) -> None:
+        raise NotImplementedError
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Pick up where the previous process left off (counters, accumulators)."""
+
+    def close(self) -> None:
+        pass
+
+
+REGISTRY: dict[str, type[Source]] = {}
+
+
+def register(cls: type[Source]) -> type[Source]:
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+# --- cgroup ---------------------------------------------------------------------------------------
+
+
+@register
+class CgroupSource(Source):
+    """CPU time, cores and memory of each job from Slurm's cgroups (v1 or v2)."""
+
+    name = "cgroup"
+    order = 10
+
+    def __init__(self, cfg: Collector) -> None:
+        super().__init__(cfg)
+        from cocaq.collector.cgroup import Cgroups, CgroupUnavailable, CpuCounter
+
+        try:
+            self.cgroups = Cgroups(os.path.join(cfg.sysfs_root, "fs", "cgroup"))
+        except CgroupUnavailable as exc:
+            raise SourceUnavailable(str(exc)) from None
+        self.counter = CpuCounter()
+        self._counter_cls = CpuCounter
+
+    def collect(self, cycle: Cycle) -> None:
+        jobs = self.cgroups.jobs()
+        cycle.node_cores = self.cgroups.node_cpus()
+        deltas = self.counter.update(jobs)
+        for jid, cg in jobs.items():
+            rj = cycle.jobs.get(jid)
+            if rj is None:
+                rj = cycle.jobs[jid] = RunningJob(jid, cycle.ts)  # a job no prolog told us about
+            if cg.cpus:
+                rj.cores = cg.cpus
+            d = deltas.get(jid)
+            if d is not None:
+                cycle.cpu_s[jid] = d
+                if cycle.dt:
+                    cycle.sample("cgroup", f"job_{jid}", "cpu_cores", d / cycle.dt, jid)
+            if cg.mem_bytes is not None:
+                cycle.sample("cgroup", f"job_{jid}", "mem_mb", cg.mem_bytes / 1048576, jid)
+
+    def state(self) -> dict[str, Any]:
+        return {"cpu": self.counter.to_state()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if "cpu" in state:
+            self.counter = self._counter_cls.from_state(state["cpu"])
+
+
+# --- nvml -----------------------------------------------------------------------------------------
+
+
+@register
+class NvmlSource(Source):
+    """Per GPU power, utilisation, memory and energy; per job the energy of the GPUs it owns.
+
+    A job's GPU energy is the counter's difference since the prolog's snapshot (exact), or, where the
+    GPU has no energy counter, power integrated since the job was first seen (labelled so).
+    """
+
+    name = "nvml"
+    order = 20
+
+    def __init__(self, cfg: Collector) -> None:
+        super().__init__(cfg)
+        from cocaq.collector.nvml import GpuEnergyTracker, Nvml, NvmlUnavailable
+
+        try:
+            self.nvml = Nvml.open(cfg.nvml)
+            self.devices = self.nvml.devices()
+        except NvmlUnavailable as exc:
+            raise SourceUnavailable(str(exc)) from None
+        if not self.devices:
+            raise SourceUnavailable("nvml: no GPU on this node")
+        self.tracker = GpuEnergyTracker()
+        self._tracker_cls = GpuEnergyTracker
+        for d in self.devices:
+            self.tracker.set_power_limit(d.uuid, self.nvml.power_limit_w(d))
+        # (job, uuid) -> tracker energy when the job was first seen, and the gap before it
+        self.baselines: dict[str, list[float]] = {}
+
+    def collect(self, cycle: Cycle) -> None:
+        owner: dict[str, RunningJob] = {}
+        for rj in cycle.jobs.values():
+            for u in rj.gpus:
+                owner[u] = rj
+        readings: dict[str, Any] = {}
+        for d in self.devices:
+            r = self.nvml.read(d)
+            readings[d.uuid] = r
+            self.tracker.update(r)
+            j = owner.get(d.uuid)
+            jid = j.job_id if j else None
+            dev = d.uuid
+            if r.gone:
+                cycle.sample("nvml", dev, "gone", 1.0, jid)
+                continue
+            cycle.sample("nvml", dev, "power_w", r.power_w, jid)
+            cycle.sample("nvml", dev, "util_pct", r.util_pct, jid)
+            cycle.sample("nvml", dev, "mem_used_mb", r.mem_used_mb, jid)
+            if r.energy_mj is not None:
+                cycle.sample("nvml", dev, "energy_j", r.energy_mj / 1000.0, jid)
+        live = set()
+        for u, rj in owner.items():
+            rr = readings.get(u)
+            if rr is None or rr.gone:
+                continue
+            r = rr
+            key = f"{rj.job_id}/{rj.start}/{u}"
+            live.add(key)
+            start_mj = rj.gpu_start_mj.get(u)
+            if r.energy_mj is not None and start_mj is not None and r.energy_mj >= start_mj:
+                e = (r.energy_mj - start_mj) / 1000.0
+                if e <= (r.ts - rj.start + 1.0) * 3000.0:
+                    cycle.energy.append(
+                        (rj.job_id, rj.start, "gpu", u, "nvml", "measured", e, rj.start, r.ts, False)
+                    )
+                    continue
+            # No counter (or it reset): integrate power from when this collector first saw the job.
+            base = self.baselines.get(key)
+            if base is None:
+                power = r.power_w or 0.0
+                gap = max(cycle.ts - rj.start, 0.0)
+                base = self.baselines[key] = [self.tracker.energy_j(u), power * min(gap, self.cfg.interval_s)]
+            e = self.tracker.energy_j(u) - base[0] + base[1]
+            cycle.energy.append(
+                (
+                    rj.job_id,
+                    rj.start,
+                    "gpu",
+                    u,
+                    "nvml-power-integral",
+                    "measured",
+                    max(e, 0.0),
+                    rj.start,
+                    r.ts,
+                    False,
+                )
+            )
+        for k in list(self.baselines):
+            if k not in live:
+                del self.baselines[k]
+
+    def state(self) -> dict[str, Any]:
+        return {"tracker": self.tracker.to_state(), "baselines": self.baselines}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if "tracker" in state:
+            self.tracker = self._tracker_cls.from_state(state["tracker"])
+        b = state.get("baselines")
+        if isinstance(b, dict):
+            self.baselines = {str(k): [float(x) for x in v] for k, v in b.items()}
+
+    def close(self) -> None:
+        self.nvml.close()
+
+
+# --- rapl -----------------------------------------------------------------------------------------
+
+
+@register
+class RaplSource(Source):
+    """RAPL package and DRAM energy, split between the node's jobs by the configured idle policy."""
+
+    name = "rapl"
+    order = 30
+
+    def __init__(self, cfg: Collector) -> None:
+        super().__init__(cfg)
+        from cocaq.collector.attribution import Baseline
+        from cocaq.collector.rapl import Rapl, RaplCounter, RaplUnavailable
+
+        try:
+            self.rapl = Rapl(cfg.sysfs_root)
+        except RaplUnavailable as exc:
+            raise SourceUnavailable(str(exc)) from None
+        self.domains = {d.id: d for d in self.rapl.counted()}
+        self.counter = RaplCounter.for_domains(self.domains.values())
+        self.baseline = Baseline(override_w=cfg.idle_baseline_w)
+        self._classes = (RaplCounter, Baseline)
+        self.acc: dict[str, float] = {}  # "job/start/component" -> joules so far
+        self.unattributed_j = 0.0
+
+    def collect(self, cycle: Cycle) -> None:
+        from cocaq.collector.attribution import split
+
+        values = self.rapl.read()
+        before = self.counter.anomaly_count
+        joules = self.counter.update(cycle.ts, {k: v for k, v in values.items() if k in self.domains})
+        if self.counter.anomaly_count > before:
+            log.warning("rapl: %s", self.counter.anomalies[-1].reason)
+        if not cycle.dt:
+            return
+        cores = {j: rj.cores or 0 for j, rj in cycle.jobs.items()}
+        for dom_id, e in joules.items():
+            dom = self.domains[dom_id]
+            comp = "dram" if dom.kind == "dram" else "cpu"
+            cycle.sample("rapl", dom_id, "power_w", e / cycle.dt)
+            self.baseline.observe(dom_id, cycle.ts, e, cycle.dt)
+            per_job, rest = split(
+                e,
+                cycle.dt,
+                cycle.cpu_s,
+                cores,
+                cycle.node_cores or os.cpu_count() or 1,
+                self.baseline.power_w(dom_id),
+                self.cfg.idle_policy,
+            )
+            self.unattributed_j += rest
+            for jid, ej in per_job.items():
+                rj = cycle.jobs.get(jid)
+                if rj is None:
+                    continue
+                key = f"{jid}/{rj.start}/{comp}"
+                self.acc[key] = self.acc.get(key, 0.0) + ej
+        live = {f"{j}/{rj.start}/{c}" for j, rj in cycle.jobs.items() for c in ("cpu", "dram")}
+        for key, total in list(self.acc.items()):
+            if key not in live:
+                del self.acc[key]
+                continue
+            jid, start, comp = key.split("/")
+            cycle.energy.append(
+                (jid, float(start), comp, "", "rapl", "measured", total, float(start), cycle.ts, False)
+            )
+        cycle.sample("rapl", "node", "unattributed_j", self.unattributed_j)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "counter": self.counter.to_state(),
+            "baseline": self.baseline.to_state(),
+            "acc": self.acc,
+            "unattributed_j": self.unattributed_j,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        counter_cls, baseline_cls = self._classes
+        if "counter" in state:
+            self.counter = counter_cls.from_state(
+                state["counter"], {d.id: d.max_energy_uj for d in self.domains.values()}
+            )
+        if "baseline" in state:
+            self.baseline = baseline_cls.from_state(state["baseline"], override_w=self.cfg.idle_baseline_w)
+        if isinstance(state.get("acc"), dict):
+            self.acc = {str(k): float(v) for k, v in state["acc"].items()}
+        self.unattributed_j = float(state.get("unattributed_j", 0.0))
+
+
+# --- Slurm/HPE pm_counters (optional) -------------------------------------------------------------
+
+
+@register
+class PmCountersSource(Source):
+    """Node power/energy from HPE Cray's /sys/cray/pm_counters, where the hardware provides it."""
+
+    name = "pm_counters"
+    order = 40
+    FILES: ClassVar[dict[str, str]] = {
+        "power": "power_w",
+        "energy": "energy_j",
+        "cpu_power": "cpu_power_w",
+        "memory_power": "mem_power_w",
+        "accel0_power": "accel0_power_w",
+    }
+
+    def __init__(self, cfg: Collector) -> None:
+        super().__init__(cfg)
+        self.base = os.path.join(cfg.sysfs_root, "cray", "pm_counters")
+        if not os.path.isdir(self.base):
+            raise SourceUnavailable(f"pm_counters: {self.base} does not exist")
+
+    def collect(self, cycle: Cycle) -> None:
+        from cocaq.collector.rapl import read_bounded
+
+        for fname, metric in self.FILES.items():
+            try:
+                raw = read_bounded(os.path.join(self.base, fname))
+                cycle.sample("pm_counters", "node", metric, float(raw.split()[0]))
+            except Exception:  # absent on this model, or garbage
+                continue
+
+
+def build(cfg: Collector, on_off: Callable[[str, str | None], None]) -> list[Source]:
+    """The enabled sources that can run here, in collection order; `on_off(name, why_off)` for each."""
+    out = []
+    for name in cfg.sources:
+        cls = REGISTRY.get(name)
+        if cls is None:
+            on_off(name, "unknown source")
+            continue
+        try:
+            out.append(cls(cfg))
+            on_off(name, None)
+        except SourceUnavailable as exc:
+            on_off(name, str(exc))
+    return sorted(out, key=lambda s: s.order)

@@ -1,0 +1,298 @@
+"""The node's durable spool: what hooks and the collector recorded, until the database has it.
+
+Hooks write one JSON file per event (atomically: temp file, fsync, rename, fsync of the directory), so
+a hook never takes a lock another process holds and a torn write is impossible. The collector keeps its
+samples, running per-job energy and state in `collector.db` (SQLite in WAL mode). Both survive kill -9
+and power loss; both are read back with bounded reads, and neither follows a symlink a user could plant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from cocaq.collector.spoolfiles import (
+    EVENTS,
+    JOBS,
+    QUARANTINE,
+    SpoolError,
+    ensure_dir,
+    read_bounded,
+    read_job_state,
+    remove_job_state,
+    running_jobs,
+    write_event,
+    write_job_state,
+)
+
+__all__ = [
+    "JOBS",
+    "CollectorDB",
+    "SpoolError",
+    "SpooledEvent",
+    "iter_events",
+    "quarantine",
+    "read_job_state",
+    "remove_job_state",
+    "running_jobs",
+    "validate_event",
+    "write_event",
+    "write_job_state",
+]
+
+COLLECTOR_DB = "collector.db"
+SCHEMA_VERSION = 1
+
+
+@dataclass(slots=True)
+class SpooledEvent:
+    path: str
+    record: dict[str, Any]
+
+
+REQUIRED = {"uid": str, "event": str, "job_id": str, "ts": (int, float), "node": str, "cluster": str}
+
+
+def validate_event(record: Any) -> str | None:
+    """Why a spooled record cannot be shipped, or None."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    for key, typ in REQUIRED.items():
+        if not isinstance(record.get(key), typ):  # type: ignore[arg-type]
+            return f"missing or bad {key!r}"
+    if record["event"] not in ("start", "end", "ctld-start", "ctld-end"):
+        return f"unknown event {record['event']!r}"
+    if not record["job_id"].isdigit():
+        return f"bad job id {record['job_id']!r}"
+    return None
+
+
+def quarantine(spool_dir: str, path: str, reason: str) -> str:
+    """Move a file that cannot be shipped out of the way, with its reason beside it."""
+    qdir = ensure_dir(os.path.join(spool_dir, QUARANTINE))
+    base = os.path.basename(path)
+    dest = os.path.join(qdir, f"{base}.{int(time.time())}")
+    os.rename(path, dest)
+    with open(dest + ".why", "w") as fh:
+        fh.write(reason + "\n")
+    return dest
+
+
+def iter_events(spool_dir: str, limit: int, bad: list[tuple[str, str]]) -> Iterator[SpooledEvent]:
+    """Spooled hook events, oldest first; unreadable ones are quarantined and listed in `bad`."""
+    events = os.path.join(spool_dir, EVENTS)
+    try:
+        names = sorted(n for n in os.listdir(events) if n.endswith(".json") and not n.startswith("."))
+    except FileNotFoundError:
+        return
+    n = 0
+    for name in names:
+        if n >= limit:
+            return
+        path = os.path.join(events, name)
+        try:
+            record = json.loads(read_bounded(path))
+            why = validate_event(record)
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, SpoolError) as exc:
+            why = f"unreadable: {exc}"
+            record = None
+        if why is not None:
+            try:
+                quarantine(spool_dir, path, why)
+            except OSError as exc:
+                why += f" (and could not be moved aside: {exc})"
+            bad.append((name, why))
+            continue
+        n += 1
+        yield SpooledEvent(path, record)
+
+
+def count_events(spool_dir: str) -> int:
+    try:
+        return sum(1 for n in os.listdir(os.path.join(spool_dir, EVENTS)) if n.endswith(".json"))
+    except FileNotFoundError:
+        return 0
+
+
+# --- the collector's database ---------------------------------------------------------------------------
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS samples (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, source TEXT NOT NULL, device TEXT NOT NULL,
+    metric TEXT NOT NULL, job_id TEXT, value REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS energy (
+    job_id TEXT NOT NULL, job_start REAL NOT NULL, component TEXT NOT NULL, device TEXT NOT NULL,
+    source TEXT NOT NULL, method TEXT NOT NULL, energy_j REAL NOT NULL, t0 REAL NOT NULL, t1 REAL NOT NULL,
+    final INTEGER NOT NULL DEFAULT 0, shipped_t1 REAL,
+    PRIMARY KEY (job_id, job_start, component, device, source));
+"""
+
+
+class CollectorDB:
+    """`collector.db`: samples waiting to ship, per-job energy so far, and the collector's state.
+
+    A file that SQLite cannot read is renamed aside (`collector.db.corrupt-<ts>`) and a fresh one started,
+    so one bad disk block costs the unshipped samples in it, never the collection that follows.
+    """
+
+    def __init__(self, spool_dir: str, max_mb: float = 512.0) -> None:
+        self.spool_dir = spool_dir
+        self.path = os.path.join(ensure_dir(spool_dir, 0o755), COLLECTOR_DB)
+        self.max_bytes = int(max_mb * 1024 * 1024)
+        self.dropped = 0
+        self.recovered_from: str | None = None
+        try:
+            self.conn = self._open()
+        except sqlite3.DatabaseError as exc:
+            self.recovered_from = self._move_aside(str(exc))
+            self.conn = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        if os.path.islink(self.path):
+            raise SpoolError(f"spool: {self.path} is a symlink; refusing to use it")
+        conn = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA foreign_keys=OFF")
+            ok = conn.execute("PRAGMA quick_check").fetchone()
+            if not ok or ok[0] != "ok":
+                raise sqlite3.DatabaseError(f"quick_check: {ok[0] if ok else 'no answer'}")
+            conn.executescript(_DDL)
+            if conn.execute("SELECT value FROM meta WHERE key='incarnation'").fetchone() is None:
+                conn.execute(
+                    "INSERT INTO meta VALUES ('incarnation', ?), ('schema', ?)",
+                    (uuid.uuid4().hex[:12], str(SCHEMA_VERSION)),
+                )
+            os.chmod(self.path, 0o600)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _move_aside(self, why: str) -> str:
+        dest = f"{self.path}.corrupt-{int(time.time())}"
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(self.path + suffix, dest + suffix)
+        with open(dest + ".why", "w") as fh:
+            fh.write(why + "\n")
+        return dest
+
+    @property
+    def incarnation(self) -> str:
+        row = self.conn.execute("SELECT value FROM meta WHERE key='incarnation'").fetchone()
+        return str(row[0])
+
+    # state: small JSON documents (trackers, counters) kept across restarts
+    def get_state(self, key: str) -> Any:
+        row = self.conn.execute("SELECT value FROM meta WHERE key=?", ("state:" + key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def record_cycle(
+        self,
+        samples: list[tuple[float, str, str, str, str | None, float]],
+        energy: list[tuple[str, float, str, str, str, str, float, float, float, bool]],
+        state: dict[str, Any],
+    ) -> None:
+        """One collection cycle, all or nothing: new samples, per-job energy so far, tracker state."""
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            c.executemany(
+                "INSERT INTO samples (ts, source, device, metric, job_id, value) VALUES (?,?,?,?,?,?)",
+                samples,
+            )
+            c.executemany(
+                "INSERT INTO energy (job_id, job_start, component, device, source, method, energy_j, t0, t1,"
+                " final) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT (job_id, job_start, component, device,"
+                " source) DO UPDATE SET energy_j=excluded.energy_j, t1=excluded.t1, method=excluded.method,"
+                " final=max(final, excluded.final) WHERE excluded.t1 >= energy.t1",
+                energy,
+            )
+            c.executemany(
+                "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value=excluded.value",
+                [("state:" + k, json.dumps(v, separators=(",", ":"))) for k, v in state.items()],
+            )
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        self.enforce_cap()
+
+    def finish_jobs(self, running: set[str]) -> int:
+        """Jobs no longer running: their energy so far is final from the collector's side."""
+        ids = [r[0] for r in self.conn.execute("SELECT DISTINCT job_id FROM energy WHERE final = 0")]
+        ended = [(j,) for j in ids if j not in running]
+        if ended:
+            self.conn.executemany("UPDATE energy SET final = 1 WHERE job_id = ? AND final = 0", ended)
+        return len(ended)
+
+    def enforce_cap(self) -> int:
+        """Drop the oldest samples beyond the size cap; energy and state are small and always kept."""
+        pages, size = (
+            self.conn.execute("PRAGMA page_count").fetchone()[0],
+            self.conn.execute("PRAGMA page_size").fetchone()[0],
+        )
+        free = self.conn.execute("PRAGMA freelist_count").fetchone()[0]
+        if (pages - free) * size <= self.max_bytes:
+            return 0
+        total = self.conn.execute("SELECT count(*) FROM samples").fetchone()[0]
+        drop = max(total // 10, 1)
+        self.conn.execute(
+            "DELETE FROM samples WHERE id IN (SELECT id FROM samples ORDER BY id LIMIT ?)", (drop,)
+        )
+        self.dropped += drop
+        return drop
+
+    def pending_samples(self, limit: int) -> list[tuple[int, float, str, str, str, str | None, float]]:
+        return self.conn.execute(
+            "SELECT id, ts, source, device, metric, job_id, value FROM samples ORDER BY id LIMIT ?", (limit,)
+        ).fetchall()
+
+    def delete_samples_upto(self, last_id: int) -> None:
+        self.conn.execute("DELETE FROM samples WHERE id <= ?", (last_id,))
+
+    def pending_energy(self) -> list[tuple[str, float, str, str, str, str, float, float, float, int]]:
+        return self.conn.execute(
+            "SELECT job_id, job_start, component, device, source, method, energy_j, t0, t1, final FROM energy"
+            " WHERE shipped_t1 IS NULL OR shipped_t1 < t1"
+        ).fetchall()
+
+    def mark_energy_shipped(self, rows: list[tuple[str, float, str, str, str, float]]) -> None:
+        """Rows (job_id, job_start, component, device, source, t1) now in the database; finals are dropped."""
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            c.executemany(
+                "UPDATE energy SET shipped_t1=? WHERE job_id=? AND job_start=? AND component=? AND device=?"
+                " AND source=?",
+                [(t1, j, s, comp, dev, src) for j, s, comp, dev, src, t1 in rows],
+            )
+            c.execute("DELETE FROM energy WHERE final=1 AND shipped_t1 >= t1")
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "samples": self.conn.execute("SELECT count(*) FROM samples").fetchone()[0],
+            "energy_unshipped": self.conn.execute(
+                "SELECT count(*) FROM energy WHERE shipped_t1 IS NULL OR shipped_t1 < t1"
+            ).fetchone()[0],
+            "dropped": self.dropped,
+        }
+
+    def close(self) -> None:
+        self.conn.close()
