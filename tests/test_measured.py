@@ -1,0 +1,153 @@
+"""Node measurements joined to sacct's jobs: measured where measured, estimated only for the rest."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from cocaq.collector.ship import connect
+from sqlalchemy import Engine, text
+
+from cocaq import measured
+from cocaq.config import load_config
+from cocaq.importer import import_records
+from cocaq.slurm.record import JobRecord
+
+T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
+
+
+def _cfg(tmp_path: Path, url: str):  # type: ignore[no-untyped-def]
+    p = tmp_path / "c.toml"
+    p.write_text(
+        f'database_url = "{url}"\n[cluster]\nname = "c"\ncarbon_zone = "FRA"\n'
+        "[defaults]\ngpu_tdp_w = 400\ncpu_tdp_w_per_core = 10\n"
+    )
+    return load_config(p, {})
+
+
+def _job(raw: int, start: datetime, hours: float = 1.0, gpus: int = 2, state: str = "COMPLETED") -> JobRecord:
+    return JobRecord(
+        job_id=str(raw), job_id_raw=raw, user_name="alice", account="lab", partition="gpu",
+        submit_time=start - timedelta(minutes=1), start_time=start, end_time=start + timedelta(hours=hours),
+        elapsed_s=hours * 3600, state=state, node_list="vm", n_nodes=1, alloc_cpus=4, alloc_gpus=gpus,
+        total_cpu_s=hours * 3600 * 2, req_mem_mb=0, cluster="c",
+    )  # fmt: skip
+
+
+def _event(raw: int, start: datetime, gpu_j: dict[str, float], end_after_h: float = 1.0) -> list[dict]:
+    t0 = start.timestamp()
+    t1 = t0 + end_after_h * 3600
+    base = {"cluster": "c", "node": "vm", "job_id": str(raw), "job": {"user": "alice"}}
+    start_ev = {**base, "uid": f"c/vm/{raw}/start/{t0}", "event": "start", "ts": t0}
+    energy = [
+        {"component": "gpu", "device": u, "source": "nvml", "method": "measured", "energy_j": e, "t0": t0,
+         "t1": t1, "job_start": t0, "final": True}
+        for u, e in gpu_j.items()
+    ]  # fmt: skip
+    end_ev = {
+        **base,
+        "uid": f"c/vm/{raw}/end/{t1}",
+        "event": "end",
+        "ts": t1,
+        "job_start": t0,
+        "energy": energy,
+    }
+    return [start_ev, end_ev]
+
+
+def _energy_rows(engine: Engine, raw: int) -> list[tuple[str, str, str, float]]:
+    with engine.connect() as c:
+        return [
+            (r[0], r[1], r[2], round(r[3], 3))
+            for r in c.execute(
+                text(
+                    "SELECT e.component, e.method, e.source, e.energy_j FROM job_energy e JOIN jobs j ON j.id = e.job_pk"
+                    " WHERE j.job_id_raw = :r ORDER BY e.component, e.source"
+                ),
+                {"r": raw},
+            )
+        ]
+
+
+def _totals(engine: Engine, raw: int) -> tuple[float, float, float]:
+    with engine.connect() as c:
+        return tuple(  # type: ignore[return-value]
+            c.execute(
+                text("SELECT energy_j, energy_measured_j, co2_g FROM jobs WHERE job_id_raw = :r"), {"r": raw}
+            ).one()
+        )
+
+
+def test_measured_gpu_energy_replaces_the_estimate(engine: Engine, tmp_path: Path) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    import_records(engine, [_job(500, T0)], cfg, source="sacct-json")
+    est_before = _energy_rows(engine, 500)
+    assert ("gpu", "estimated", "tdp-estimate", 2 * 3600 * 400.0) in est_before
+    target = connect(url)
+    target.ship_events(target.cluster_id("c"), _event(500, T0, {"GPU-a": 900_000.0, "GPU-b": 700_000.0}))
+    res = measured.refresh(engine, cfg)
+    assert (res.events_linked, res.jobs_measured) == (2, 1)
+    rows = _energy_rows(engine, 500)
+    assert ("gpu", "measured", "nvml", 1_600_000.0) in rows
+    assert not any(c == "gpu" and m == "estimated" for c, m, _, _ in rows), rows
+    cpu = next(r for r in rows if r[0] == "cpu")
+    assert cpu[1] == "estimated" and cpu[3] == 2 * 3600 * 10.0  # nothing measured the CPU: still estimated
+    energy, meas, co2 = _totals(engine, 500)
+    assert energy == pytest.approx(1_600_000 + 72_000) and meas == pytest.approx(1_600_000)
+    assert co2 > 0
+    # Idempotent, and a re-import (a later sacct record of the same job) keeps the measurement.
+    measured.refresh(engine, cfg)
+    assert _energy_rows(engine, 500) == rows
+    later = _job(500, T0)
+    later.total_cpu_s = 3600 * 3.0
+    s = import_records(engine, [later], cfg, source="sacct-json")
+    assert s.updated == 1 and s.measured == 1
+    rows2 = _energy_rows(engine, 500)
+    assert ("gpu", "measured", "nvml", 1_600_000.0) in rows2
+    assert not any(c == "gpu" and m == "estimated" for c, m, _, _ in rows2), rows2
+    assert next(r for r in rows2 if r[0] == "cpu")[3] == 3600 * 3 * 10.0
+
+
+def test_gpus_nothing_measured_keep_their_share_of_the_estimate(engine: Engine, tmp_path: Path) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    import_records(engine, [_job(501, T0, gpus=4)], cfg, source="sacct-json")
+    target = connect(url)
+    target.ship_events(target.cluster_id("c"), _event(501, T0, {"GPU-a": 1_000_000.0}))
+    measured.refresh(engine, cfg)
+    rows = _energy_rows(engine, 501)
+    assert ("gpu", "measured", "nvml", 1_000_000.0) in rows
+    assert ("gpu", "estimated", "tdp-estimate", 3 * 3600 * 400.0) in rows  # 3 of 4 GPUs unmeasured
+
+
+def test_a_reused_job_id_gets_only_its_own_measurements(engine: Engine, tmp_path: Path) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    later = T0 + timedelta(days=40)  # Slurm wrapped its job ids: the same raw id again
+    import_records(engine, [_job(502, T0), _job(502, later)], cfg, source="sacct-json")
+    target = connect(url)
+    cid = target.cluster_id("c")
+    target.ship_events(cid, _event(502, T0, {"GPU-a": 111.0}))
+    target.ship_events(cid, _event(502, later, {"GPU-a": 222.0}))
+    measured.refresh(engine, cfg)
+    with engine.connect() as c:
+        got = c.execute(
+            text(
+                "SELECT j.start_time, e.energy_j FROM job_energy e JOIN jobs j ON j.id = e.job_pk"
+                " WHERE e.source = 'nvml' ORDER BY j.start_time"
+            )
+        ).all()
+    assert [round(e) for _, e in got] == [111, 222]
+
+
+def test_events_of_jobs_sacct_has_not_shown_wait_unlinked(engine: Engine, tmp_path: Path) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    target = connect(url)
+    target.ship_events(target.cluster_id("c"), _event(503, T0, {"GPU-a": 5.0}))
+    res = measured.refresh(engine, cfg)
+    assert (res.events_linked, res.events_unmatched) == (0, 2)
+    import_records(engine, [_job(503, T0)], cfg, source="sacct-json")  # the import links them itself
+    assert ("gpu", "measured", "nvml", 5.0) in _energy_rows(engine, 503)
