@@ -1,0 +1,156 @@
+"""The collector: sources on a fixture node, per-job attribution, restarts, and `--once` without hardware."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from cocaq.collector.daemon import Collector
+from sqlalchemy import Engine, text
+
+from cocaq.config import load_config
+from tests.conftest import run_cocaq
+from tests.nodekit import UUID_BY_MINOR, cocaq_env, make_node
+from tests.sysfs_tree import make_cgroup_v2, make_rapl
+
+
+def _node(tmp_path: Path, url: str, baseline: float = 0.0):  # type: ignore[no-untyped-def]
+    sys_root = tmp_path / "sys"
+    rapl = make_rapl(sys_root, packages=1, dram=True)
+    cg = make_cgroup_v2(sys_root / "fs" / "cgroup", node_cpus="0-15")
+    node = make_node(tmp_path, url, counter0=True, sysfs_root=sys_root)
+    with open(node.config, "a") as fh:
+        fh.write(f"idle_baseline_w = {baseline}\n")
+    return node, rapl, cg
+
+
+class Clock:
+    """Wall-clock time under the test's control (the collector, RAPL deltas and the fake GPUs read it)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(time, "time", c)
+    return c
+
+
+def _step(c: Collector, clock: Clock, dt: float = 10.0):  # type: ignore[no-untyped-def]
+    clock.now += dt
+    return c.sample()
+
+
+def test_cpu_and_dram_energy_split_by_cpu_time_and_gpus_by_owner(
+    engine: Engine, tmp_path: Path, clock: Clock
+) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    node, rapl, cg = _node(tmp_path, url)
+    node.hook("prolog", 301, SLURM_JOB_GPUS="1")
+    node.hook("prolog", 302, SLURM_JOB_PARTITION="cpu")
+    cg.add_job("301", cpus="0-3")
+    cg.add_job("302", cpus="4-11")
+    cfg = load_config(node.config, {})
+    c = Collector(cfg)
+    assert {n for n, why in c.status.items() if why is None} == {"nvml", "rapl", "cgroup"}
+    first = c.sample()
+    rapl.add_joules("package-0", 1000.0)
+    rapl.add_joules("package-0/dram", 100.0)
+    cg.set_cpu("301", 30_000_000)
+    cg.set_cpu("302", 10_000_000)
+    cycle = _step(c, clock)
+    by = {(e[0], e[2], e[4]): e[6] for e in cycle.energy}
+    # idle baseline 0 W: all of it by CPU time, 30 s against 10 s
+    assert by[("301", "cpu", "rapl")] == pytest.approx(750.0)
+    assert by[("302", "cpu", "rapl")] == pytest.approx(250.0)
+    assert by[("301", "dram", "rapl")] == pytest.approx(75.0)
+    gpu = [e for e in cycle.energy if e[2] == "gpu"]
+    assert [(e[0], e[3], e[4]) for e in gpu] == [("301", UUID_BY_MINOR[1], "nvml")]
+    metrics = {(s[1], s[3]) for s in cycle.samples}
+    assert {
+        ("nvml", "power_w"),
+        ("nvml", "util_pct"),
+        ("nvml", "mem_used_mb"),
+        ("nvml", "energy_j"),
+    } <= metrics
+    assert {("rapl", "power_w"), ("cgroup", "cpu_cores"), ("cgroup", "mem_mb")} <= metrics
+    owner = {s[2]: s[4] for s in cycle.samples if s[1] == "nvml" and s[3] == "power_w"}
+    assert owner == {UUID_BY_MINOR[1]: "301", UUID_BY_MINOR[0]: None}
+    res = c.ship()
+    assert (
+        res.error is None
+        and res.events == 2
+        and res.samples == len(cycle.samples) + res.samples - len(cycle.samples)
+    )
+    with engine.connect() as conn:
+        rows = dict(
+            conn.execute(
+                text("SELECT job_id || '/' || component || '/' || source, energy_j FROM node_energy")
+            ).all()
+        )
+    assert rows["301/cpu/rapl"] == pytest.approx(750.0) and rows["302/cpu/rapl"] == pytest.approx(250.0)
+    assert "301/gpu/nvml" in rows
+    c.close()
+
+
+def test_a_restarted_collector_loses_no_interval(tmp_path: Path, clock: Clock) -> None:
+    node, rapl, cg = _node(tmp_path, "sqlite:///unused")
+    node.hook("prolog", 303)
+    cg.add_job("303", cpus="0-15")
+    cfg = load_config(node.config, {})
+    c = Collector(cfg)
+    c.sample()
+    rapl.add_joules("package-0", 500.0)
+    cg.set_cpu("303", 5_000_000)
+    _step(c, clock)
+    c.close()  # stopped (or killed after its last committed cycle)
+    rapl.add_joules("package-0", 300.0)
+    cg.set_cpu("303", 8_000_000)
+    c2 = Collector(cfg)
+    cycle = _step(c2, clock)
+    e = {(x[0], x[2]): x[6] for x in cycle.energy}
+    assert e[("303", "cpu")] == pytest.approx(800.0), "the counters came back from the spool"
+    c2.close()
+
+
+def test_jobs_that_end_are_finalised_and_forgotten_once_shipped(
+    engine: Engine, tmp_path: Path, clock: Clock
+) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    node, rapl, cg = _node(tmp_path, url)
+    node.hook("prolog", 304, SLURM_JOB_GPUS="1")
+    c = Collector(load_config(node.config, {}))
+    c.sample()
+    _step(c, clock, 5.0)
+    node.hook("epilog", 304)
+    _step(c, clock, 5.0)
+    assert c.ship().error is None
+    assert c.db.counts()["energy_unshipped"] == 0
+    with engine.connect() as conn:
+        got = conn.execute(text("SELECT final FROM node_energy WHERE job_id = '304'")).scalars().all()
+    assert got and all(got)
+    assert c.db.conn.execute("SELECT count(*) FROM energy").fetchone()[0] == 0
+    c.close()
+
+
+def test_once_on_a_node_without_gpu_or_rapl_ships_the_hooks_records(engine: Engine, tmp_path: Path) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    node = make_node(tmp_path, url, sysfs_root=tmp_path / "empty-sys")
+    with open(node.config, "a") as fh:
+        fh.write("")
+    node.config.write_text(node.config.read_text().replace('nvml = "fake:', 'nvml = "pynvml"\n# "fake:'))
+    node.hook("prolog", 305)
+    node.hook("epilog", 305)
+    r = run_cocaq(["collector", "--once"], env=cocaq_env(node))
+    assert r.code == 0, r.err
+    assert "sources on: none" in r.err
+    assert "off: nvml: nvml:" in r.err and "off: rapl: rapl:" in r.err and "off: cgroup: cgroup:" in r.err
+    assert "shipped 2 new events" in r.err
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM node_events")).scalar_one() == 2
