@@ -109,11 +109,18 @@ def link_events(conn: Connection, now: datetime | None = None, limit: int = 20_0
 
 
 def _best_per_device(rows: Iterable[Any]) -> list[Any]:
+    """One value per device: the one that covers the most of the job (latest `t1`), then the exact one.
+
+    (A counter that reset mid-job leaves an early exact value behind; the later integral is the whole.)
+    """
     best: dict[tuple[str, str, str], Any] = {}
     for r in rows:
         key = (r.node, r.component, r.device)
         cur = best.get(key)
-        if cur is None or SOURCE_RANK.get(r.source, 5) < SOURCE_RANK.get(cur.source, 5):
+        if cur is None or (_aware(r.t1), -SOURCE_RANK.get(r.source, 5)) > (
+            _aware(cur.t1),
+            -SOURCE_RANK.get(cur.source, 5),
+        ):
             best[key] = r
     return list(best.values())
 

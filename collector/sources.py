@@ -188,35 +188,24 @@ class NvmlSource(Source):
             r = rr
             key = f"{rj.job_id}/{rj.start}/{u}"
             live.add(key)
+            base = self.baselines.get(key)
+            if base is None:
+                # First sight of this job: the tracker's count so far, and the energy between the job's
+                # start and now at today's power (at most one interval: the collector saw it late).
+                gap = min(max(cycle.ts - rj.start, 0.0), self.cfg.interval_s)
+                base = self.baselines[key] = [self.tracker.energy_j(u), (r.power_w or 0.0) * gap]
             start_mj = rj.gpu_start_mj.get(u)
             if r.energy_mj is not None and start_mj is not None and r.energy_mj >= start_mj:
                 e = (r.energy_mj - start_mj) / 1000.0
-                if e <= (r.ts - rj.start + 1.0) * 3000.0:
+                if e <= (r.ts - rj.start + 1.0) * 3000.0:  # exact: the counter since the prolog's snapshot
                     cycle.energy.append(
                         (rj.job_id, rj.start, "gpu", u, "nvml", "measured", e, rj.start, r.ts, False)
                     )
                     continue
-            # No counter (or it reset): integrate power from when this collector first saw the job.
-            base = self.baselines.get(key)
-            if base is None:
-                power = r.power_w or 0.0
-                gap = max(cycle.ts - rj.start, 0.0)
-                base = self.baselines[key] = [self.tracker.energy_j(u), power * min(gap, self.cfg.interval_s)]
-            e = self.tracker.energy_j(u) - base[0] + base[1]
-            cycle.energy.append(
-                (
-                    rj.job_id,
-                    rj.start,
-                    "gpu",
-                    u,
-                    "nvml-power-integral",
-                    "measured",
-                    max(e, 0.0),
-                    rj.start,
-                    r.ts,
-                    False,
-                )
-            )
+            # No counter, or it was reset since the prolog: the tracker integrates through it.
+            e = max(self.tracker.energy_j(u) - base[0] + base[1], 0.0)
+            src = "nvml-power-integral"
+            cycle.energy.append((rj.job_id, rj.start, "gpu", u, src, "measured", e, rj.start, r.ts, False))
         for k in list(self.baselines):
             if k not in live:
                 del self.baselines[k]

@@ -151,3 +151,25 @@ def test_events_of_jobs_sacct_has_not_shown_wait_unlinked(engine: Engine, tmp_pa
     assert (res.events_linked, res.events_unmatched) == (0, 2)
     import_records(engine, [_job(503, T0)], cfg, source="sacct-json")  # the import links them itself
     assert ("gpu", "measured", "nvml", 5.0) in _energy_rows(engine, 503)
+
+
+def test_after_a_counter_reset_the_value_covering_the_whole_job_wins(engine: Engine, tmp_path: Path) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    import_records(engine, [_job(504, T0, gpus=1)], cfg, source="sacct-json")
+    target = connect(url)
+    cid = target.cluster_id("c")
+    t0 = T0.timestamp()
+    target.ship_events(cid, _event(504, T0, {}))
+    # exact until the driver reset 10 minutes in; the integral through it covers the whole hour
+    target.ship_energy(
+        cid, "vm", [("504", t0, "gpu", "GPU-a", "nvml", "measured", 150_000.0, t0, t0 + 600, 1)]
+    )
+    target.ship_energy(
+        cid,
+        "vm",
+        [("504", t0, "gpu", "GPU-a", "nvml-power-integral", "measured", 900_000.0, t0, t0 + 3590, 1)],
+    )
+    measured.refresh(engine, cfg)
+    gpu = [r for r in _energy_rows(engine, 504) if r[0] == "gpu"]
+    assert gpu == [("gpu", "measured", "nvml-power-integral", 900_000.0)]
