@@ -142,7 +142,7 @@ def apply_measured(conn: Connection, cfg: Config, job_pks: Iterable[int]) -> int
         for cid in {k[0] for k in by_key}:
             ids = [k[1] for k in by_key if k[0] == cid]
             q = select(
-                ne.node, ne.job_id, ne.job_start, ne.component, ne.device, ne.source, ne.energy_j
+                ne.node, ne.job_id, ne.job_start, ne.component, ne.device, ne.source, ne.energy_j, ne.t1
             ).where(ne.cluster_id == cid, ne.job_id.in_(ids))
             now = datetime.now(UTC)
             for r in conn.execute(q):
