@@ -301,8 +301,55 @@ def find_jobs(conn: Connection, job_id: str, cluster: str | None = None) -> list
             }
             for e in energies
         ]
+        d["gpus"] = _measured_gpus(conn, job.id)
         out.append(d)
     return out
+
+
+def _measured_gpus(conn: Connection, job_pk: int) -> list[dict[str, Any]]:
+    """The GPUs the node hooks saw the job get (Slurm index, UUID) and each one's measured energy."""
+    from cocaq.models import NodeEnergy, NodeEvent
+
+    starts = conn.execute(
+        select(NodeEvent.cluster_id, NodeEvent.node, NodeEvent.job_id, NodeEvent.ts, NodeEvent.payload).where(
+            NodeEvent.job_pk == job_pk, NodeEvent.event == "start"
+        )
+    ).all()
+    out = []
+    for cid, node, jid, ts, payload in starts:
+        energy: dict[str, tuple[float, str]] = {}
+        rows = conn.execute(
+            select(NodeEnergy.device, NodeEnergy.energy_j, NodeEnergy.source, NodeEnergy.job_start).where(
+                NodeEnergy.cluster_id == cid,
+                NodeEnergy.node == node,
+                NodeEnergy.job_id == jid,
+                NodeEnergy.component == "gpu",
+            )
+        ).all()
+        for dev, e, src, start in rows:
+            if abs((_utc(start) - _utc(ts)).total_seconds()) < 1.0 and (dev not in energy or src == "nvml"):
+                energy[dev] = (e, src)
+        gpus = payload.get("gpus") if isinstance(payload, dict) else None
+        for g in gpus if isinstance(gpus, list) else []:
+            if not isinstance(g, dict):
+                continue
+            e_src = energy.get(str(g.get("uuid")))
+            out.append(
+                {
+                    "node": node,
+                    "slurm_index": g.get("slurm_index"),
+                    "uuid": g.get("uuid"),
+                    "pci_bus_id": g.get("pci_bus_id"),
+                    "name": g.get("name"),
+                    "energy_kwh": None if e_src is None else e_src[0] / 3.6e6,
+                    "source": None if e_src is None else e_src[1],
+                }
+            )
+    return out
+
+
+def _utc(d: datetime) -> datetime:
+    return d.replace(tzinfo=UTC) if d.tzinfo is None else d
 
 
 def now_utc() -> datetime:

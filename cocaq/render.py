@@ -166,6 +166,21 @@ def print_job(job: dict[str, Any], console: Console) -> None:
             f"{row['energy_kwh']:,.3f}",
         )
     console.print(e)
+    if job.get("gpus"):
+        g = Table(title="GPUs (as the node saw them)", title_justify="left")
+        for col in ("node", "index", "UUID", "model", "kWh", "source"):
+            g.add_column(col, justify="right" if col == "kWh" else "left")
+        for row in job["gpus"]:
+            kwh = row["energy_kwh"]
+            g.add_row(
+                row["node"],
+                str(row["slurm_index"]),
+                row["uuid"],
+                row["name"] or "",
+                "-" if kwh is None else f"{kwh:,.4f}",
+                row["source"] or "not measured",
+            )
+        console.print(g)
     flag = f" [yellow]({job['carbon_flag']})[/]" if job["carbon_flag"] else ""
     year = f", {job['carbon_year']}" if job["carbon_year"] else ""
     console.print(

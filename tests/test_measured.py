@@ -173,3 +173,23 @@ def test_after_a_counter_reset_the_value_covering_the_whole_job_wins(engine: Eng
     measured.refresh(engine, cfg)
     gpu = [r for r in _energy_rows(engine, 504) if r[0] == "gpu"]
     assert gpu == [("gpu", "measured", "nvml-power-integral", 900_000.0)]
+
+
+def test_cocaq_job_shows_the_gpus_the_node_saw_and_their_energy(engine: Engine, tmp_path: Path) -> None:
+    from cocaq.footprint import find_jobs
+
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    import_records(engine, [_job(505, T0, gpus=2)], cfg, source="sacct-json")
+    evs = _event(505, T0, {"GPU-b": 7.2e6})
+    evs[0]["gpus"] = [
+        {"slurm_index": 1, "uuid": "GPU-b", "name": "A100", "pci_bus_id": "0:87"},
+        {"slurm_index": 0, "uuid": "GPU-a", "name": "A100", "pci_bus_id": "0:07"},
+    ]
+    target = connect(url)
+    target.ship_events(target.cluster_id("c"), evs)
+    measured.refresh(engine, cfg)
+    with engine.connect() as conn:
+        (job,) = find_jobs(conn, "505")
+    got = {(g["slurm_index"], g["uuid"], g["source"], g["energy_kwh"]) for g in job["gpus"]}
+    assert got == {(1, "GPU-b", "nvml", 2.0), (0, "GPU-a", None, None)}
