@@ -68,6 +68,7 @@ class Collector:
         self.target: Target | None = None
         self.errors = 0
         self.cycles = 0
+        self.hook_failures: dict[str, int] = {}
         self.stop = False
 
     def _on_off(self, name: str, why: str | None) -> None:
@@ -87,12 +88,34 @@ class Collector:
             except Exception as exc:  # one source failing must not stop the others
                 self.errors += 1
                 log.error("source %s failed this cycle: %s: %s", s.name, type(exc).__name__, exc)
+        self._hook_failures(cycle)
         state = {"sources": {s.name: s.state() for s in self.sources}, "last_ts": now}
         self.db.record_cycle(cycle.samples, cycle.energy, state)
         self.db.finish_jobs(set(cycle.jobs))
         self.last_ts = now
         self.cycles += 1
         return cycle
+
+    def _hook_failures(self, cycle: sources_mod.Cycle) -> None:
+        """The hooks count what they could not even log to the spool; report it as node samples."""
+        import marshal
+
+        from cocaq.collector.spoolfiles import read_bounded
+
+        try:
+            counts = marshal.loads(
+                read_bounded(os.path.join(self.cfg.spool_dir, "hook-failures.marshal"), 65536)
+            )
+        except (OSError, EOFError, ValueError, TypeError):
+            return
+        if not isinstance(counts, dict):
+            return
+        for kind, n in counts.items():
+            if isinstance(n, int):
+                cycle.sample("hooks", "node", f"failures_{str(kind)[:20]}", n)
+                if n > self.hook_failures.get(str(kind), 0):
+                    log.warning("hooks: %d failure(s) of kind %s so far (see the hook log)", n, kind)
+                self.hook_failures[str(kind)] = n
 
     def ship(self) -> Any:
         if self.target is None:

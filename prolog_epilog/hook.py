@@ -62,8 +62,10 @@ def _count_failure(spool_dir: str, what: str) -> None:
     import marshal
 
     try:
-        from cocaq.collector.spoolfiles import read_bounded, write_atomic
+        from cocaq.collector.spoolfiles import ensure_dir, read_bounded, write_atomic
 
+        # The failure may be this spool (a symlink, not ours): ensure_dir refuses to write through it.
+        ensure_dir(spool_dir, 0o755)
         path = os.path.join(spool_dir, "hook-failures.marshal")
         try:
             counts = marshal.loads(read_bounded(path, 65536))

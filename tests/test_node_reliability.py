@@ -127,3 +127,11 @@ def test_spool_not_writable_hooks_exit_zero_and_say_why(tmp_path: Path) -> None:
         "File exists" in line or "Not a directory" in line or "not a directory" in line
     )
     os.unlink(blocker)
+
+
+def test_hook_failures_are_counted_and_reported_by_the_collector(tmp_path: Path) -> None:
+    node = make_node(tmp_path, sources=())
+    for _ in range(3):
+        node.hook("prolog", "not-a-number")
+    r = run_cocaq(["collector", "--once", "--no-ship"], env=cocaq_env(node))
+    assert r.code == 0 and "hooks: 3 failure(s) of kind ValueError" in r.err, r.err
