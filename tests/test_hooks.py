@@ -166,3 +166,16 @@ def test_disk_full_hooks_exit_zero_fast_and_say_why(tmp_path: Path) -> None:
         assert "No space left on device" in lines[0]
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_slurmctld_hooks_record_without_touching_gpus(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    env = {"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", "SLURM_JOB_GPUS": "0,1"}
+    node.hook("prolog", 111, env=env)
+    node.hook(
+        "epilog", 111, env={**env, "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld", "SLURM_JOB_EXIT_CODE": "256"}
+    )
+    start, end = node.events()
+    assert (start["event"], end["event"]) == ("ctld-start", "ctld-end")
+    assert "gpus" not in start and end["job"]["exit_code"] == "256"
+    assert read_job_state(str(node.spool), "111") is None, "the controller keeps no per-node job state"
