@@ -44,7 +44,12 @@ class Node:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def env(self, kind: str, job_id: int | str, **more: str) -> dict[str, str]:
-        ctx = {"prolog": "prolog_slurmd", "epilog": "epilog_slurmd"}[kind]
+        ctx = {
+            "prolog": "prolog_slurmd",
+            "epilog": "epilog_slurmd",
+            "prologslurmctld": "prolog_slurmctld",
+            "epilogslurmctld": "epilog_slurmctld",
+        }[kind]
         env = {
             "SLURM_SCRIPT_CONTEXT": ctx,
             "SLURM_JOB_ID": str(job_id),

@@ -170,11 +170,8 @@ def test_disk_full_hooks_exit_zero_fast_and_say_why(tmp_path: Path) -> None:
 
 def test_slurmctld_hooks_record_without_touching_gpus(tmp_path: Path) -> None:
     node = make_node(tmp_path)
-    env = {"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", "SLURM_JOB_GPUS": "0,1"}
-    node.hook("prolog", 111, env=env)
-    node.hook(
-        "epilog", 111, env={**env, "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld", "SLURM_JOB_EXIT_CODE": "256"}
-    )
+    node.hook("prologslurmctld", 111, SLURM_JOB_GPUS="0,1")
+    node.hook("epilogslurmctld", 111, SLURM_JOB_GPUS="0,1", SLURM_JOB_EXIT_CODE="256")
     start, end = node.events()
     assert (start["event"], end["event"]) == ("ctld-start", "ctld-end")
     assert "gpus" not in start and end["job"]["exit_code"] == "256"
