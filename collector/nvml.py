@@ -60,6 +60,38 @@ _MAX_RANGE = 1024  # bound on "a-b" ranges in a GPU list
 _NO_GPU_WORDS = {"nodevfiles", "none", "void", "-1"}  # "no GPU" in CUDA_VISIBLE_DEVICES (Slurm, users)
 
 
+def import_pynvml() -> Any:
+    """`import pynvml`, minus the ~15 ms of `ctypes.util` it imports for a name it never calls on Linux.
+
+    nvidia-ml-py does `from ctypes.util import find_library` at import time but loads
+    libnvidia-ml.so.1 by name on Linux; in a prolog with a 50 ms budget that import is a third of it.
+    A stand-in whose find_library loads the real module on first call is in place only during the import.
+    """
+    import sys
+
+    if "pynvml" in sys.modules or not sys.platform.startswith("linux") or "ctypes.util" in sys.modules:
+        import pynvml
+
+        return pynvml
+    import types
+
+    stub = types.ModuleType("ctypes.util")
+
+    def find_library(name: str) -> str | None:
+        import importlib
+
+        return importlib.import_module("ctypes.util").find_library(name)
+
+    stub.find_library = find_library  # type: ignore[attr-defined]
+    sys.modules["ctypes.util"] = stub
+    try:
+        import pynvml
+    finally:
+        if sys.modules.get("ctypes.util") is stub:
+            del sys.modules["ctypes.util"]
+    return pynvml
+
+
 class NvmlUnavailable(Exception):
     """NVML cannot be used on this node (no library, no driver, init failed); ``str()`` is one line."""
 
@@ -190,10 +222,9 @@ class Nvml:
         spec = spec.strip()
         if spec == "pynvml":
             try:
-                import pynvml
+                lib: Any = import_pynvml()
             except ImportError as exc:
                 raise NvmlUnavailable(f"nvml: pynvml not installed: {_one_line(exc)}") from None
-            lib: Any = pynvml
         elif spec.startswith("fake:"):
             from . import fakenvml
 

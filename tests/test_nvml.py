@@ -170,7 +170,9 @@ def test_calls_before_init_raise_uninitialized() -> None:
 
 
 def test_csv_trace(tmp_path: Path) -> None:
-    (tmp_path / "t.csv").write_text("t_s,power_w,util_pct,mem_used_mb\n0,100,50,1000\n10,300,90,2000\n20,100,40,1000\n")
+    (tmp_path / "t.csv").write_text(
+        "t_s,power_w,util_pct,mem_used_mb\n0,100,50,1000\n10,300,90,2000\n20,100,40,1000\n"
+    )
     spec = write_toml(tmp_path, f'epoch = {T0}\n[[gpu]]\ntrace = "t.csv"\nminor = 0\n')
     fakenvml.configure(spec)
     assert fakenvml.power_w_at(0, T0 + 5) == pytest.approx(200.0)
@@ -298,7 +300,13 @@ def test_resolve_mig(tmp_path: Path) -> None:
 
 def test_gpuid_to_dict() -> None:
     g = GpuId(index=1, minor=0, uuid="GPU-x", pci_bus_id="00000000:07:00.0", name="A100")
-    assert g.to_dict() == {"index": 1, "minor": 0, "uuid": "GPU-x", "pci_bus_id": "00000000:07:00.0", "name": "A100"}
+    assert g.to_dict() == {
+        "index": 1,
+        "minor": 0,
+        "uuid": "GPU-x",
+        "pci_bus_id": "00000000:07:00.0",
+        "name": "A100",
+    }
     assert json.loads(json.dumps(g.to_dict())) == g.to_dict()
 
 
@@ -395,7 +403,9 @@ def test_tracker_power_integral_close_to_truth(step: float) -> None:
         tr.update(reading("GPU-a", t, None, fakenvml.power_w_at(0, t)))
     truth = (fakenvml.energy_mj_at(0, t1 + n * step) - fakenvml.energy_mj_at(0, t1)) / 1000
     got = tr.energy_j("GPU-a")
-    print(f"power integral at {step:g} s: {got / 3.6e6:.4f} kWh vs {truth / 3.6e6:.4f} kWh ({(got / truth - 1) * 100:+.2f} %)")
+    print(
+        f"power integral at {step:g} s: {got / 3.6e6:.4f} kWh vs {truth / 3.6e6:.4f} kWh ({(got / truth - 1) * 100:+.2f} %)"
+    )
     assert got == pytest.approx(truth, rel=0.03)
     assert tr.source("GPU-a") == "nvml-power-integral" and tr.anomalies == 0
 
@@ -475,3 +485,20 @@ def test_tracker_with_live_fake_readings(tmp_path: Path) -> None:
         for u in by_minor.values():
             assert 0 < tr.energy_j(u) < 400 * 1.0  # < 1 s at < 400 W
         assert tr.anomalies == 0
+
+
+def test_pynvml_imported_without_ctypes_util_still_finds_libraries() -> None:
+    """The prolog's shortcut must leave a working pynvml and a real ctypes.util behind it."""
+    code = (
+        "import sys, time; t = time.perf_counter()\n"
+        "from cocaq.collector.nvml import import_pynvml\n"
+        "m = import_pynvml()\n"
+        "assert 'ctypes.util' not in sys.modules, 'the real ctypes.util was imported after all'\n"
+        "assert hasattr(m, 'nvmlDeviceGetTotalEnergyConsumption')\n"
+        "assert m.find_library('c'), 'find_library must still work (loads the real ctypes.util)'\n"
+        "import ctypes.util\n"
+        "assert ctypes.util.find_library.__module__ == 'ctypes.util'\n"
+        "print('ok')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
