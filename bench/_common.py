@@ -20,6 +20,8 @@ BENCH = ROOT / "bench"
 CONFIG = BENCH / "bench.toml"
 VENV_BIN = Path(sys.executable).parent
 COCAQ = str(VENV_BIN / "cocaq") if (VENV_BIN / "cocaq").exists() else "cocaq"
+# The code the benchmarks measure: a change here that is not committed is named next to the commit.
+CODE_DIRS = ("cocaq", "collector", "prolog_epilog", "migrations")
 ADMIN_URL = os.environ.get("COCAQ_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
@@ -79,9 +81,10 @@ def machine() -> dict[str, str]:
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "cocaq"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-        commit += " + uncommitted changes in cocaq/" if dirty else ""
+            ["git", "status", "--porcelain", "--", *CODE_DIRS], cwd=ROOT, capture_output=True, text=True
+        ).stdout
+        changed = sorted({line[3:].split("/")[0] + "/" for line in dirty.splitlines() if line[3:]})
+        commit += " + uncommitted changes in " + ", ".join(changed) if changed else ""
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
     return {
