@@ -186,6 +186,8 @@ class NvmlSource(Source):
             if rr is None or rr.gone:
                 continue
             r = rr
+            if r.ts <= rj.start:
+                continue  # read before the prolog's snapshot (clock steps, a race at job start)
             key = f"{rj.job_id}/{rj.start}/{u}"
             live.add(key)
             base = self.baselines.get(key)
@@ -260,7 +262,9 @@ class RaplSource(Source):
             log.warning("rapl: %s", self.counter.anomalies[-1].reason)
         if not cycle.dt:
             return
-        cores = {j: rj.cores or 0 for j, rj in cycle.jobs.items()}
+        # Only jobs the cgroups told us about (cores, CPU time): one known from its prolog alone was not
+        # measured, and a 0 J share here would replace its CPU/DRAM estimate with nothing.
+        cores = {j: rj.cores for j, rj in cycle.jobs.items() if rj.cores}
         for dom_id, e in joules.items():
             dom = self.domains[dom_id]
             comp = "dram" if dom.kind == "dram" else "cpu"

@@ -61,7 +61,8 @@ _VARS: tuple[tuple[str, str, int, frozenset[str] | None], ...] = (
     ("SLURM_JOB_USER", "user", 128, NAME),
     ("SLURM_JOB_ACCOUNT", "account", 128, NAME),
     ("SLURM_JOB_PARTITION", "partition", 256, PARTITION),
-    ("SLURM_JOB_NODELIST", "node_list", MAX_VALUE, HOSTLIST),
+    ("SLURM_NODELIST", "node_list", MAX_VALUE, HOSTLIST),  # the slurmd Prolog/Epilog's name (22.05)
+    ("SLURM_JOB_NODELIST", "node_list", MAX_VALUE, HOSTLIST),  # PrologSlurmctld/EpilogSlurmctld's
     ("SLURM_JOB_GPUS", "gpus", MAX_VALUE, GPUS),
     ("CUDA_VISIBLE_DEVICES", "cuda_visible_devices", MAX_VALUE, GPUS),
     ("SLURM_JOB_CONSTRAINTS", "constraints", MAX_VALUE, None),

@@ -22,6 +22,7 @@ minor = 1
 pci_bus_id = "00000000:07:00.0"
 name = "NVIDIA A100-SXM4-80GB"
 trace = "training"
+gone_flag = "{gone}"
 [[gpu]]
 uuid = "GPU-00000000-aaaa-4000-8000-000000000000"
 minor = 0
@@ -42,6 +43,11 @@ class Node:
     shims: Path
     database_url: str
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gpu1_gone_flag(self) -> Path:
+        """While this file exists the GPU with minor 1 has fallen off the bus (NVML: GPU is lost)."""
+        return self.root / "gpu1-gone"
 
     def env(self, kind: str, job_id: int | str, **more: str) -> dict[str, str]:
         ctx = {
@@ -97,7 +103,7 @@ def make_node(
 ) -> Node:
     tmp.mkdir(parents=True, exist_ok=True)
     spec = tmp / "fake-gpus.toml"
-    spec.write_text(FAKE_GPUS.format(counter0="true" if counter0 else "false"))
+    spec.write_text(FAKE_GPUS.format(counter0="true" if counter0 else "false", gone=tmp / "gpu1-gone"))
     spool = spool or tmp / "spool"
     log = tmp / "hook.log"
     cfg = tmp / "cocaq.toml"

@@ -151,3 +151,31 @@ def test_once_on_a_node_without_gpu_or_rapl_ships_the_hooks_records(engine: Engi
     assert "shipped 2 new events" in r.err
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM node_events")).scalar_one() == 2
+
+
+def test_a_gpu_lost_mid_job_keeps_the_energy_measured_until_then(
+    engine: Engine, tmp_path: Path, clock: Clock
+) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    node, _rapl, _cg = _node(tmp_path, url)
+    node.hook("prolog", 306, SLURM_JOB_GPUS="1")
+    c = Collector(load_config(node.config, {}))
+    c.sample()
+    before = _step(c, clock, 10.0)
+    (e_before,) = [e for e in before.energy if e[2] == "gpu"]
+    node.gpu1_gone_flag.touch()  # falls off the bus
+    lost = _step(c, clock, 10.0)
+    assert ("nvml", UUID_BY_MINOR[1], "gone") in {(s[1], s[2], s[3]) for s in lost.samples}
+    assert not [e for e in lost.energy if e[2] == "gpu"], "no made-up energy for a lost GPU"
+    node.hook("epilog", 306)
+    end = node.events()[-1]
+    assert end["energy"] == [] and any("gone" in e for e in end["errors"]), end["errors"]
+    _step(c, clock, 10.0)
+    assert c.ship().error is None
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT source, energy_j, final FROM node_energy WHERE job_id = '306'")
+        ).all()
+    assert [(r[0], round(r[1], 6), bool(r[2])) for r in rows] == [("nvml", round(e_before[6], 6), True)]
+    assert e_before[6] > 10 * 40, "ten seconds of a training GPU"
+    c.close()
