@@ -3,7 +3,8 @@
 Order of every step: write to the database and commit, then forget locally. A crash in between ships
 the same records again, and the database's unique keys make the replay a no-op:
 - hook events by their `uid` (ON CONFLICT DO NOTHING);
-- per-job energy by (cluster, node, job, start, component, device, source), replaced only by a later `t1`;
+- per-job energy by (cluster, node, job, start, component, device, source), replaced only by a later `t1`,
+  and a final value (the epilog's) never by a running one;
 - samples in batches recorded in `node_shipments` in the same transaction: a batch already there is
   skipped without touching `samples`; otherwise rows go in with binary COPY (the fast path), and only
   if that still hits a duplicate (a re-cut batch after a crash) through a temp table and ON CONFLICT.
@@ -95,7 +96,8 @@ _ENERGY_UPSERT = (
     " energy_j, t0, t1, final) VALUES ({p}) ON CONFLICT (cluster_id, node, job_id, job_start, component,"
     " device, source) DO UPDATE SET energy_j = excluded.energy_j, t0 = excluded.t0, t1 = excluded.t1,"
     " method = excluded.method, final = excluded.final"
-    " WHERE excluded.t1 > node_energy.t1 OR (excluded.final AND NOT node_energy.final)"
+    " WHERE (excluded.t1 > node_energy.t1 AND (excluded.final OR NOT node_energy.final))"
+    " OR (excluded.final AND NOT node_energy.final)"
 )
 
 

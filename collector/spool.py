@@ -235,7 +235,9 @@ class CollectorDB:
         ids = [r[0] for r in self.conn.execute("SELECT DISTINCT job_id FROM energy WHERE final = 0")]
         ended = [(j,) for j in ids if j not in running]
         if ended:
-            self.conn.executemany("UPDATE energy SET final = 1 WHERE job_id = ? AND final = 0", ended)
+            self.conn.executemany(  # shipped again: the database learns it is final too
+                "UPDATE energy SET final = 1, shipped_t1 = NULL WHERE job_id = ? AND final = 0", ended
+            )
         return len(ended)
 
     def enforce_cap(self) -> int:

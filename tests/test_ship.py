@@ -163,3 +163,32 @@ def test_record_cycle_is_all_or_nothing(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.IntegrityError):
         db.record_cycle([(time.time(), "nvml", "g", "util_pct", None, 1.0), *bad], [], {"x": 1})  # type: ignore[list-item]
     assert db.counts()["samples"] == 0 and db.get_state("x") is None
+
+
+def test_a_running_value_never_replaces_the_final_one(engine: Engine, tmp_path: Path) -> None:
+    """The collector may read a GPU just after the epilog's last reading, before its state is gone."""
+    url = engine.url.render_as_string(hide_password=False)
+    target = connect(url)
+    cid = target.cluster_id("c")
+    row = ("9", 1000.0, "gpu", "GPU-a", "nvml", "measured")
+    target.ship_energy(cid, "vm", [(*row, 90.0, 1000.0, 1200.0, 1)])  # the epilog
+    target.ship_energy(cid, "vm", [(*row, 90.5, 1000.0, 1200.3, 0)])  # the collector, 0.3 s later
+    with engine.connect() as c:
+        assert c.execute(text("SELECT energy_j, final FROM node_energy")).one() == (90.0, True)
+    target.close()
+
+
+def test_the_collector_ships_that_a_job_ended(engine: Engine, tmp_path: Path) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    db = CollectorDB(str(tmp_path / "spool"))
+    db.record_cycle(
+        [], [("9", 1000.0, "gpu", "GPU-a", "nvml-power-integral", "measured", 5.0, 1000.0, 1010.0, False)], {}
+    )
+    target = connect(url)
+    ship_once(target, str(tmp_path / "spool"), db, "c", "vm")
+    db.finish_jobs(set())  # job 9 is no longer running
+    ship_once(target, str(tmp_path / "spool"), db, "c", "vm")
+    with engine.connect() as c:
+        assert bool(c.execute(text("SELECT final FROM node_energy")).scalar_one()) is True
+    assert db.conn.execute("SELECT count(*) FROM energy").fetchone()[0] == 0
+    target.close()

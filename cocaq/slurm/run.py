@@ -17,6 +17,25 @@ def _sacct_bin(explicit: str | None) -> str:
     return path
 
 
+JSON_TRUSTED_FROM = (23, 2)
+
+
+def slurm_version(exe: str) -> tuple[int, int] | None:
+    """(major, minor) from `sacct --version` ("slurm 22.05.8"); None when it cannot be told."""
+    try:
+        proc = subprocess.run([exe, "--version"], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    parts = proc.stdout.decode("utf-8", "replace").split()
+    if len(parts) < 2 or parts[0].lower() != "slurm":
+        return None
+    nums = parts[1].split(".")
+    try:
+        return int(nums[0]), int(nums[1])
+    except (IndexError, ValueError):
+        return None
+
+
 def _fmt(t: datetime) -> str:
     return t.astimezone().strftime("%Y-%m-%dT%H:%M:%S")  # sacct reads local time
 
@@ -29,6 +48,9 @@ def run_sacct(
     base = [exe, "-S", _fmt(start), "-E", _fmt(end)]
     if all_users:
         base.append("--allusers")
+    version = slurm_version(exe)
+    if version is not None and version < JSON_TRUSTED_FROM:
+        use_json = False  # 22.05's --json reports a failed job's exit code as 0; its text output is right
     if use_json:
         proc = subprocess.run([*base, "--json"], capture_output=True, timeout=3600, check=False)
         if proc.returncode == 0 and proc.stdout.lstrip()[:1] == b"{":
