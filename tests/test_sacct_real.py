@@ -124,6 +124,7 @@ def test_midway_then_final_import(engine: Engine) -> None:
 
 REPLAY = """#!/bin/sh
 # Stands in for sacct: records its arguments and replays real captured output.
+if [ "$1" = "--version" ]; then {version_branch}; exit 0; fi
 printf '%s\\n' "$@" >> "{log}"
 for a in "$@"; do
   if [ "$a" = "--json" ]; then
@@ -145,7 +146,9 @@ def test_import_runs_sacct_itself(has_json: bool, tmp_path: Path, cli_env: dict[
         else "echo \"sacct: unrecognized option '--json'\" >&2; exit 1"
     )
     fake = tmp_path / "sacct"
-    fake.write_text(REPLAY.format(log=log, data=DATA, json_branch=branch))
+    # A sacct that says it is 23.11 (whose --json cocaq trusts), and one that cannot say (an old one).
+    version = 'echo "slurm 23.11.4"' if has_json else "true"
+    fake.write_text(REPLAY.format(log=log, data=DATA, json_branch=branch, version_branch=version))
     fake.chmod(0o755)
     env = dict(cli_env, COCAQ_DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite'}", TZ="UTC")
     assert run_cocaq(["db", "upgrade"], env).code == 0

@@ -21,13 +21,13 @@ JSON_TRUSTED_FROM = (23, 2)
 
 
 def slurm_version(exe: str) -> tuple[int, int] | None:
-    """(major, minor) from `sacct --version` ("slurm 22.05.8"); None when it cannot be told."""
+    """(major, minor) from `sacct --version` ("slurm 22.05.8"; Debian: "slurm-wlm 22.05.8"), or None."""
     try:
         proc = subprocess.run([exe, "--version"], capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     parts = proc.stdout.decode("utf-8", "replace").split()
-    if len(parts) < 2 or parts[0].lower() != "slurm":
+    if len(parts) < 2 or not parts[0].lower().startswith("slurm"):
         return None
     nums = parts[1].split(".")
     try:
