@@ -6,6 +6,13 @@ cd "$(dirname "$0")/.."
 scripts/setup-venv.sh
 # shellcheck source=scripts/test-postgres.sh
 source scripts/test-postgres.sh
+# As root: the one-node Slurm 22.05 cluster that tests/test_slurm_jobs.py runs real jobs on (installs
+# slurm, munge and mariadb on first use; idempotent; also takes out hooks an interrupted run left in
+# slurm.conf). Not fatal here: the test module brings it up again and says why if it cannot.
+if [ "$(id -u)" = 0 ]; then
+    echo "== slurm: tests/slurm/cluster.sh up"
+    tests/slurm/cluster.sh up || echo "test: tests/slurm/cluster.sh up failed; tests/test_slurm_jobs.py will say why" >&2
+fi
 echo "== ruff" && .venv/bin/ruff check .
 echo "== mypy" && scripts/typecheck.sh
 echo "== pytest (PostgreSQL: $COCAQ_TEST_PG_URL)"

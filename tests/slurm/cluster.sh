@@ -95,8 +95,14 @@ ensure_packages() {
     if ((${#missing[@]})); then
         log "apt-get install ${missing[*]}"
         # policy-rc.d keeps maintainer scripts from trying to start services
-        apt-get install -y -q -o Dpkg::Options::=--force-confdef \
-            -o Dpkg::Options::=--force-confold "${missing[@]}" >/dev/null
+        local apt=(apt-get install -y -q -o Dpkg::Options::=--force-confdef
+            -o Dpkg::Options::=--force-confold "${missing[@]}")
+        if ! "${apt[@]}" >/dev/null; then
+            # a fresh machine (CI image) may have no or stale package lists
+            log "apt-get install failed; apt-get update and retry"
+            apt-get update -q >/dev/null
+            "${apt[@]}" >/dev/null
+        fi
     fi
 }
 
@@ -293,20 +299,26 @@ register_accounting() {
 }
 
 start_slurm() {
-    local was_running=1
-    if ! pid_alive "$RUN_DIR/slurmctld.pid"; then
-        was_running=0
+    # A daemon that was already running still has the old slurm.conf (e.g. other Prolog=/Epilog=
+    # lines): `scontrol reconfigure` makes slurmctld and every slurmd re-read it.
+    local was_running=0
+    if pid_alive "$RUN_DIR/slurmctld.pid"; then
+        was_running=1
+    else
         log "starting slurmctld"
         /usr/sbin/slurmctld
     fi
     wait_for 60 "slurmctld ping" bash -c 'scontrol ping | grep -q UP'
-    if ! pid_alive "$RUN_DIR/slurmd.pid"; then
+    if pid_alive "$RUN_DIR/slurmd.pid"; then
+        was_running=1
+    else
         log "starting slurmd"
         /usr/sbin/slurmd
     fi
     if ((CONF_CHANGED && was_running)); then
-        log "config changed while slurmctld was running -> scontrol reconfigure"
+        log "config changed while Slurm was running -> scontrol reconfigure"
         scontrol reconfigure || true
+        sleep 1 # slurmctld forwards it to slurmd asynchronously
     fi
     # a node left DRAIN/DOWN by an earlier run (e.g. failing epilog) is resumed
     local st
