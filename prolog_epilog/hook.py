@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         from cocaq.prolog_epilog.slurmenv import read_env
 
         config_path, kind_arg = _parse_args(args)
+        kind = kind_arg or os.environ.get("SLURM_SCRIPT_CONTEXT", "?")[:32]
         cfg, problems = load(config_path)
         errors.extend(problems)
         log_path = cfg["hook_log"]
