@@ -163,3 +163,15 @@ def p90(xs: list[float]) -> float:
     s = sorted(xs)
     k = max(0, min(len(s) - 1, -(-9 * len(s) // 10) - 1))
     return s[k]
+
+
+def write_shims(d: Path, cfg: Path, env: dict[str, str]) -> dict[str, str]:
+    """`cocaq hook shims` into d/shims, as a site would run it: {"cocaq-prolog": path, ...}."""
+    out = subprocess.run(
+        [COCAQ, "hook", "shims", "--dir", str(d / "shims"), "--hook-config", str(cfg)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return {Path(p).name: p for p in out}

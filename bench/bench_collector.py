@@ -120,14 +120,7 @@ def write_config(d: Path, database_url: str) -> Path:
 
 def start_jobs(d: Path, cfg: Path, env: dict[str, str]) -> list[str]:
     """16 real prologs; jobs 1-8 get GPU 0-7, the others none. Returns the job ids."""
-    out = subprocess.run(
-        [c.COCAQ, "hook", "shims", "--dir", str(d / "shims"), "--hook-config", str(cfg)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    prolog = next(s for s in out if s.endswith("/cocaq-prolog"))
+    prolog = c.write_shims(d, cfg, env)["cocaq-prolog"]
     jobs = []
     for i in range(JOBS):
         jid = str(4000 + i)

@@ -120,15 +120,8 @@ def scenario(
         make_cgroup_v2(d / "sys" / "fs" / "cgroup", node_cpus="0-63")
         cfg = write_config(d, database_url, sources)
         env = {k: v for k, v in os.environ.items() if not k.startswith("COCAQ_")}
-        shims = subprocess.run(
-            [c.COCAQ, "hook", "shims", "--dir", str(d / "shims"), "--hook-config", str(cfg)],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
-        prolog = next(s for s in shims if s.endswith("/cocaq-prolog"))
-        epilog = next(s for s in shims if s.endswith("/cocaq-epilog"))
+        shims = c.write_shims(d, cfg, env)
+        prolog, epilog = shims["cocaq-prolog"], shims["cocaq-epilog"]
         # The floor that has the shim's shape: sh -> timeout -> python -I -S, doing nothing.
         wrapper = d / "shims" / "floor-wrapper"
         wrapper.write_text(
