@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -52,24 +53,27 @@ class Cycle:
             self.samples.append((self.ts, source, device, metric, job, float(value)))
 
 
-class Source:
+class Source(ABC):
+    """One energy source: made once (raising SourceUnavailable if it cannot run here), then `collect`."""
+
     name: ClassVar[str]
     order: ClassVar[int] = 50
 
     def __init__(self, cfg: Collector) -> None:
         self.cfg = cfg
 
+    @abstractmethod
     def collect(self, cycle: Cycle) -> None:
-        raise NotImplementedError
+        """Add this cycle's samples and per-job energy to `cycle`."""
 
     def state(self) -> dict[str, Any]:
         return {}
 
-    def restore(self, state: dict[str, Any]) -> None:
+    def restore(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional: stateless sources keep it
         """Pick up where the previous process left off (counters, accumulators)."""
 
-    def close(self) -> None:
-        pass
+    def close(self) -> None:  # noqa: B027 - optional: most sources hold nothing open
+        """Release what the source holds (NVML)."""
 
 
 REGISTRY: dict[str, type[Source]] = {}
