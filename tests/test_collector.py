@@ -179,3 +179,17 @@ def test_a_gpu_lost_mid_job_keeps_the_energy_measured_until_then(
     assert [(r[0], round(r[1], 6), bool(r[2])) for r in rows] == [("nvml", round(e_before[6], 6), True)]
     assert e_before[6] > 10 * 40, "ten seconds of a training GPU"
     c.close()
+
+
+def test_pm_counters_source_reads_hpe_node_power(tmp_path: Path, clock: Clock) -> None:
+    node = make_node(tmp_path, sources=("pm_counters",), sysfs_root=tmp_path / "sys")
+    pm = tmp_path / "sys" / "cray" / "pm_counters"
+    pm.mkdir(parents=True)
+    (pm / "power").write_text("412 W\n")
+    (pm / "energy").write_text("123456 J\n")
+    (pm / "cpu_power").write_text("garbage\n")  # skipped, not fatal
+    c = Collector(load_config(node.config, {}))
+    cycle = c.sample()
+    got = {(s[1], s[2], s[3]): s[5] for s in cycle.samples}
+    assert got == {("pm_counters", "node", "power_w"): 412.0, ("pm_counters", "node", "energy_j"): 123456.0}
+    c.close()
