@@ -264,7 +264,8 @@ class CarbonIntensity(Base):
     """Carbon intensity of a zone over an interval, with where the figure came from."""
 
     __tablename__ = "carbon_intensity"
-    __table_args__ = (UniqueConstraint("zone", "source", "ts_start"),)
+    # One value per zone, basis and time: a later import of the same hours replaces the earlier one.
+    __table_args__ = (UniqueConstraint("zone", "kind", "ts_start"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     zone: Mapped[str] = mapped_column(String(64))
@@ -276,26 +277,78 @@ class CarbonIntensity(Base):
     provenance: Mapped[str | None] = mapped_column(Text)
 
 
-class Rollup(Base):
-    """Totals per user, lab, partition or cluster over a day or month, made by the aggregator."""
+class JobMetrics(Base):
+    """What the aggregator derives per job: carbon over its run time, embodied CO2, GPU use and idling.
 
-    __tablename__ = "rollups"
-    __table_args__ = (UniqueConstraint("cluster_id", "period", "period_start", "scope", "key"),)
+    Kept apart from `jobs` (which imports rewrite) so that a re-import never loses it; `computed_at`
+    against `jobs.updated_at` says when it must be derived again.
+    """
+
+    __tablename__ = "job_metrics"
+
+    job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    co2_embodied_g: Mapped[float] = mapped_column(Float, default=0.0)
+    gpu_util_pct: Mapped[float | None] = mapped_column(Float)  # energy-weighted mean over its GPU samples
+    gpu_samples_s: Mapped[float] = mapped_column(Float, default=0.0)  # GPU-seconds that samples cover
+    idle_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)  # allocated GPU-seconds under threshold
+    idle_gpu_energy_j: Mapped[float] = mapped_column(Float, default=0.0)
+    carbon_detail: Mapped[dict[str, Any] | None]  # how the intensity was chosen: series coverage, fallbacks
+    computed_at: Mapped[datetime] = mapped_column(server_default=func.current_timestamp())
+
+
+class DailyRollup(Base):
+    """Per day x user x account x partition: what reports and the CLI read instead of scanning jobs.
+
+    A job counts in each day it ran, pro rata to the hours in that day (as the CLI's windows do), so
+    days add up to months exactly. Rebuilt per day, so re-running any window gives the same rows.
+    """
+
+    __tablename__ = "daily_rollups"
+    __table_args__ = (
+        UniqueConstraint("cluster_id", "day", "user_name", "account", "partition"),
+        Index("ix_daily_rollups_user_day", "user_name", "day"),
+        Index("ix_daily_rollups_account_day", "account", "day"),
+        Index("ix_daily_rollups_day", "day"),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"))
-    period: Mapped[str] = mapped_column(String(8))  # day, month
-    period_start: Mapped[datetime]
-    scope: Mapped[str] = mapped_column(String(16))  # user, account, partition, cluster
-    key: Mapped[str] = mapped_column(String(128))
-    jobs: Mapped[int] = mapped_column(default=0)
+    day: Mapped[datetime]  # 00:00 UTC of the day
+    user_name: Mapped[str] = mapped_column(String(64))
+    account: Mapped[str] = mapped_column(String(64), default="")
+    partition: Mapped[str] = mapped_column(String(128), default="")
+    jobs: Mapped[int] = mapped_column(default=0)  # jobs that ran in the day (a job in several days: each)
+    jobs_failed: Mapped[int] = mapped_column(default=0)
+    jobs_cancelled: Mapped[int] = mapped_column(default=0)
+    jobs_timeout: Mapped[int] = mapped_column(default=0)
     cpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
-    energy_j: Mapped[float] = mapped_column(Float, default=0.0)
+    energy_gpu_j: Mapped[float] = mapped_column(Float, default=0.0)
+    energy_cpu_j: Mapped[float] = mapped_column(Float, default=0.0)
+    energy_dram_j: Mapped[float] = mapped_column(Float, default=0.0)
+    energy_other_j: Mapped[float] = mapped_column(Float, default=0.0)  # node-level measurements
     energy_measured_j: Mapped[float] = mapped_column(Float, default=0.0)
-    co2_g: Mapped[float] = mapped_column(Float, default=0.0)
+    energy_estimated_j: Mapped[float] = mapped_column(Float, default=0.0)
+    energy_failed_j: Mapped[float] = mapped_column(Float, default=0.0)  # of jobs that FAILED
+    co2_g: Mapped[float] = mapped_column(Float, default=0.0)  # operational, with PUE
+    co2_embodied_g: Mapped[float] = mapped_column(Float, default=0.0)  # scope 3, reported apart
+    gpu_util_energy_j: Mapped[float] = mapped_column(Float, default=0.0)  # GPU energy with utilisation data
+    gpu_util_weighted: Mapped[float] = mapped_column(Float, default=0.0)  # sum(util% x energy): mean = /above
     idle_gpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
+    idle_gpu_energy_j: Mapped[float] = mapped_column(Float, default=0.0)
     computed_at: Mapped[datetime] = mapped_column(server_default=func.current_timestamp())
+
+
+class AggregatorState(Base):
+    """Watermarks of the aggregator's incremental runs (which jobs changed since the last one)."""
+
+    __tablename__ = "aggregator_state"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    watermark: Mapped[datetime | None]
+    updated_at: Mapped[datetime] = mapped_column(
+        server_default=func.current_timestamp(), onupdate=func.current_timestamp()
+    )
 
 
 class User(Base):

@@ -12,13 +12,16 @@ from cocaq.models import Base
 config = context.config
 target_metadata = Base.metadata
 
-# Partitions of `samples` are made at run time, not by models; autogenerate must not propose to drop them.
+# Partitions of `samples` are made at run time, not by models, and APScheduler makes its own job table:
+# autogenerate must not propose to drop them.
 PARTITION_PREFIX = "samples_p"
 
 
 def include_object(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
     return not (
-        type_ == "table" and name and (name.startswith(PARTITION_PREFIX) or name == "samples_default")
+        type_ == "table"
+        and name
+        and (name.startswith(PARTITION_PREFIX) or name in ("samples_default", "apscheduler_jobs"))
     )
 
 

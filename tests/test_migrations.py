@@ -21,7 +21,9 @@ TABLES = {
     "node_shipments",
     "model_metadata",
     "carbon_intensity",
-    "rollups",
+    "daily_rollups",
+    "job_metrics",
+    "aggregator_state",
     "users",
     "sent_reports",
 }
@@ -34,7 +36,7 @@ def _include(obj, name, type_, reflected, compare_to):  # same filter as migrati
 def test_upgrade_downgrade_and_models_agree(db_url: str) -> None:
     engine = make_engine(db_url)
     migrate.upgrade(engine)
-    assert migrate.current_revision(engine) == "0002"
+    assert migrate.current_revision(engine) == "0003"
     assert set(inspect(engine).get_table_names()) >= TABLES
     with engine.connect() as conn:
         mc = MigrationContext.configure(conn, opts={"compare_type": True, "include_object": _include})
@@ -44,7 +46,7 @@ def test_upgrade_downgrade_and_models_agree(db_url: str) -> None:
     assert migrate.current_revision(engine) is None
     assert not (TABLES & set(inspect(engine).get_table_names()))
     migrate.upgrade(engine)  # and back up again
-    assert migrate.current_revision(engine) == "0002"
+    assert migrate.current_revision(engine) == "0003"
     engine.dispose()
 
 
