@@ -99,11 +99,36 @@ class Collector:
 
 
 @dataclass(frozen=True)
+class Carbon:
+    """How a job's carbon intensity is chosen from imported series (`cocaq carbon import`)."""
+
+    basis: str = "lca"  # "lca" (life cycle, Electricity Maps' default) or "direct" (combustion only)
+    gap_tolerance_s: float = 7200.0  # a gap in the series is filled by the nearest value within this
+
+
+@dataclass(frozen=True)
+class Embodied:
+    """Scope 3 (manufacturing) emissions, reported apart from operational CO2; 0 means not counted."""
+
+    g_per_gpu_hour: float = 0.0
+    g_per_node_hour: float = 0.0
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    idle_gpu_util_pct: float = 5.0  # an allocated GPU below this utilisation counts as idle
+
+
+@dataclass(frozen=True)
 class Config:
     database_url: str = field(default_factory=default_database_url)
     spool_dir: str = "/var/spool/cocaq"
     cluster: Cluster = field(default_factory=Cluster)
     collector: Collector = field(default_factory=Collector)
+    carbon: Carbon = field(default_factory=Carbon)
+    embodied: Embodied = field(default_factory=Embodied)
+    aggregate: Aggregate = field(default_factory=Aggregate)
+    pue_monthly: dict[str, float] = field(default_factory=dict)  # "2026-01" -> PUE; [cluster.pue_monthly]
     estimate: Estimate = field(default_factory=Estimate)
     default_hardware: Hardware = field(default_factory=Hardware)
     partitions: dict[str, Hardware] = field(default_factory=dict)
@@ -135,6 +160,14 @@ class Config:
 
     def zone_and_pue(self, hw: Hardware) -> tuple[str, float]:
         return hw.carbon_zone or self.cluster.carbon_zone, hw.pue if hw.pue is not None else self.cluster.pue
+
+    def pue_at(self, hw: Hardware, when: Any) -> float:
+        """The PUE for a job of this hardware at `when` (a datetime): the month's value if configured."""
+        if hw.pue is None and self.pue_monthly and when is not None:
+            v = self.pue_monthly.get(f"{when:%Y-%m}")
+            if v is not None:
+                return v
+        return self.zone_and_pue(hw)[1]
 
 
 # --- validation -------------------------------------------------------------------------------------
@@ -229,6 +262,32 @@ def _collector(t: Any) -> Collector:
     return replace(c, **v)
 
 
+def _small_table(section: str, t: Any, cls: Any, ranges: dict[str, tuple[float, float]]) -> Any:
+    """A section of numbers (and `basis`): keys checked, values in range."""
+    if not isinstance(t, dict):
+        raise ConfigError(f"config: {section}: expected a table, got {t!r}")
+    _check_keys(section, t, {f.name for f in fields(cls)})
+    values: dict[str, Any] = {}
+    for k, v in t.items():
+        if k == "basis":
+            if v not in ("lca", "direct"):
+                raise ConfigError(f"config: {section}.basis: expected 'lca' or 'direct', got {v!r}")
+            values[k] = v
+        elif k == "gap_tolerance_s" and isinstance(v, str) and not v.replace(".", "").isdigit():
+            from cocaq.timeparse import parse_duration
+
+            try:
+                values[k] = parse_duration(v).total_seconds()
+            except ValueError:
+                raise ConfigError(
+                    f"config: {section}.{k}: expected seconds or a duration like 2h, got {v!r}"
+                ) from None
+        else:
+            lo, hi = ranges[k]
+            values[k] = _num(f"{section}.{k}", v, lo, hi)
+    return cls(**values)
+
+
 def _from_dict(data: dict[str, Any], source: str) -> Config:
     _check_keys(
         "",
@@ -242,6 +301,9 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
             "partitions",
             "node_groups",
             "collector",
+            "carbon",
+            "embodied",
+            "aggregate",
         },
     )
     cfg = Config(source=source)
@@ -252,7 +314,22 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
     c = data.get("cluster", {})
     if not isinstance(c, dict):
         raise ConfigError(f"config: cluster: expected a table, got {c!r}")
-    _check_keys("cluster", c, {f.name for f in fields(Cluster)})
+    _check_keys("cluster", c, {f.name for f in fields(Cluster)} | {"pue_monthly"})
+    pue_monthly: dict[str, float] = {}
+    pm = c.get("pue_monthly", {})
+    if not isinstance(pm, dict):
+        raise ConfigError(
+            f'config: cluster.pue_monthly: expected a table like {{"2026-01" = 1.35}}, got {pm!r}'
+        )
+    for month, v in pm.items():
+        if (
+            len(month) != 7
+            or month[4] != "-"
+            or not (month[:4] + month[5:]).isdigit()
+            or not 1 <= int(month[5:]) <= 12
+        ):
+            raise ConfigError(f"config: cluster.pue_monthly: {month!r} is not a month (YYYY-MM)")
+        pue_monthly[month] = _num(f"cluster.pue_monthly.{month}", v, 1.0, 5.0)
     cluster = Cluster(
         name=_str("cluster.name", c["name"]) if "name" in c else Cluster.name,
         timezone=_str("cluster.timezone", c["timezone"]) if "timezone" in c else None,
@@ -298,6 +375,19 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
         groups.append(NodeGroup(name, tuple(nodes), hw))
     return replace(
         cfg,
+        carbon=_small_table(
+            "carbon", data.get("carbon", {}), Carbon, {"gap_tolerance_s": (0.0, 366 * 86400.0)}
+        ),
+        embodied=_small_table(
+            "embodied",
+            data.get("embodied", {}),
+            Embodied,
+            {"g_per_gpu_hour": (0.0, 1e6), "g_per_node_hour": (0.0, 1e6)},
+        ),
+        aggregate=_small_table(
+            "aggregate", data.get("aggregate", {}), Aggregate, {"idle_gpu_util_pct": (0.0, 100.0)}
+        ),
+        pue_monthly=pue_monthly,
         collector=_collector(data.get("collector", {})),
         cluster=cluster,
         estimate=estimate,
@@ -309,7 +399,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
 
 def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
     """Fold COCAQ_* variables into the raw TOML dict, so one validator checks both."""
-    known_sections = {"cluster", "estimate", "defaults", "collector"}
+    known_sections = {"cluster", "estimate", "defaults", "collector", "carbon", "embodied", "aggregate"}
     for name, value in sorted(environ.items()):
         if (
             not name.startswith("COCAQ_")
