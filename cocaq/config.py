@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cocaq.errors import ConfigError
+from cocaq.errors import CocaqError, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +278,7 @@ def _small_table(section: str, t: Any, cls: Any, ranges: dict[str, tuple[float, 
 
             try:
                 values[k] = parse_duration(v).total_seconds()
-            except ValueError:
+            except (ValueError, CocaqError):
                 raise ConfigError(
                     f"config: {section}.{k}: expected seconds or a duration like 2h, got {v!r}"
                 ) from None
