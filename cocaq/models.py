@@ -293,6 +293,9 @@ class JobMetrics(Base):
     idle_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)  # allocated GPU-seconds under threshold
     idle_gpu_energy_j: Mapped[float] = mapped_column(Float, default=0.0)
     carbon_detail: Mapped[dict[str, Any] | None]  # how the intensity was chosen: series coverage, fallbacks
+    # The days the job was last counted in (UTC midnights): if its times change, those days are redone too.
+    rolled_from: Mapped[datetime | None]
+    rolled_to: Mapped[datetime | None]
     computed_at: Mapped[datetime] = mapped_column(server_default=func.current_timestamp())
 
 

@@ -67,6 +67,8 @@ def upgrade() -> None:
     sa.Column('idle_gpu_s', sa.Float(), nullable=False),
     sa.Column('idle_gpu_energy_j', sa.Float(), nullable=False),
     sa.Column('carbon_detail', sa.JSON(), nullable=True),
+    sa.Column('rolled_from', cocaq.dbtypes.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('rolled_to', cocaq.dbtypes.UTCDateTime(timezone=True), nullable=True),
     sa.Column('computed_at', cocaq.dbtypes.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
     sa.ForeignKeyConstraint(['job_pk'], ['jobs.id'], name=op.f('fk_job_metrics_job_pk_jobs'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('job_pk', name=op.f('pk_job_metrics'))
