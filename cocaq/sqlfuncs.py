@@ -57,3 +57,30 @@ def _greatest_default(element: Any, compiler: Any, **kw: Any) -> str:
 @compiles(least)
 def _least_default(element: Any, compiler: Any, **kw: Any) -> str:
     return f"LEAST({compiler.process(element.clauses, **kw)})"
+
+
+class utcnow(FunctionElement[Any]):
+    """The database's current time, to the microsecond's format on SQLite too.
+
+    SQLite's CURRENT_TIMESTAMP is "YYYY-MM-DD HH:MM:SS", which compares as a string *below* the same
+    second as SQLAlchemy stores it ("...:SS.000000"); change detection by timestamp needs one format.
+    """
+
+    inherit_cache = True
+    name = "utcnow"
+
+    @property
+    def type(self) -> Any:  # type: ignore[override]
+        from cocaq.dbtypes import UTCDateTime
+
+        return UTCDateTime()
+
+
+@compiles(utcnow, "sqlite")
+def _utcnow_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
+    return "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
+
+
+@compiles(utcnow)
+def _utcnow_default(element: Any, compiler: Any, **kw: Any) -> str:
+    return "CURRENT_TIMESTAMP"

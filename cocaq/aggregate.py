@@ -1,0 +1,464 @@
+"""The aggregator: per-job carbon over time, embodied CO2, GPU use, and the daily rollups.
+
+For each job that changed since the last run (or in a window, or all of them):
+- its carbon intensity is the energy-weighted average of the zone's series over its run time (weighted
+  by its GPU power samples where there are some, uniformly otherwise), with the fallbacks
+  `cocaq.intensity` records; PUE is the month's when configured; CO2 = kWh x PUE x intensity;
+- embodied (scope 3) CO2 from GPU-hours and node-hours, kept apart (`job_metrics.co2_embodied_g`);
+- from the GPU samples: energy-weighted utilisation, and the seconds and energy of allocated GPUs
+  that sat under the idle threshold.
+Then every day those jobs touch (now, and where they were counted before) is rebuilt from all the jobs
+that ran in it, pro rata to the hours in the day, exactly as the CLI's windows count them. Rebuilding
+whole days is what makes a re-run idempotent and an incremental run equal to a full recompute.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import Connection, Engine, Table, bindparam, delete, func, insert, or_, select, update
+
+from cocaq.carbon import co2_grams
+from cocaq.config import Config
+from cocaq.hostlist import expand_hostlist
+from cocaq.models import AggregatorState, DailyRollup, Job, JobEnergy, JobMetrics, Sample
+from cocaq.sqlfuncs import epoch, utcnow
+
+log = logging.getLogger(__name__)
+
+DAY = 86400.0
+BATCH = 20_000
+FAILED_STATES = ("FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "TIMEOUT")  # as the CLI's failed energy
+WATERMARK = "jobs"
+
+J = cast(Table, Job.__table__).c
+M = cast(Table, JobMetrics.__table__)
+R = cast(Table, DailyRollup.__table__)
+E = cast(Table, JobEnergy.__table__).c
+S = cast(Table, Sample.__table__).c
+
+
+@dataclass
+class AggregateSummary:
+    jobs: int = 0
+    co2_changed: int = 0
+    days: int = 0
+    rollup_rows: int = 0
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        return (
+            f"aggregated {self.jobs:,} jobs ({self.co2_changed:,} with new CO2), rebuilt {self.days:,} days"
+            f" ({self.rollup_rows:,} rollup rows) in {self.seconds:.1f} s"
+        )
+
+
+def _utc(d: datetime | None) -> datetime | None:
+    if d is None:
+        return None
+    return d.replace(tzinfo=UTC) if d.tzinfo is None else d
+
+
+def _day_floor(ts: float) -> float:
+    return ts - (ts % DAY)
+
+
+# --- which jobs ---------------------------------------------------------------------------------------
+
+
+def _changed_jobs(
+    conn: Connection, since: datetime | None, full: bool, watermark: datetime | None
+) -> list[int]:
+    q = select(J.id)
+    if full:
+        pass
+    elif since is not None:
+        q = q.where(or_(J.end_time >= since, J.end_time.is_(None), J.updated_at >= since))
+    else:
+        m = M.c
+        # (ties count as changed: SQLite keeps CURRENT_TIMESTAMP to the second)
+        stale = or_(M.c.job_pk.is_(None), m.computed_at <= J.updated_at, J.is_open)
+        q = q.outerjoin(M, M.c.job_pk == J.id).where(
+            stale if watermark is None else or_(stale, J.updated_at >= watermark)
+        )
+    return [r[0] for r in conn.execute(q.where(J.start_time.is_not(None)).order_by(J.id))]
+
+
+# --- GPU samples --------------------------------------------------------------------------------------
+
+
+@dataclass
+class GpuUse:
+    energy_j: float = 0.0  # of the samples (GPU power x time)
+    util_energy: float = 0.0  # sum(util% x power x dt)
+    seconds: float = 0.0
+    idle_s: float = 0.0
+    idle_j: float = 0.0
+
+
+def _gpu_use(
+    conn: Connection, cluster_id: int, raw_ids: Sequence[str], threshold: float, step: float, max_dt: float
+) -> dict[str, dict[float, GpuUse]]:
+    """Per raw job id and hour (epoch of the hour): what its GPUs' samples say."""
+    if not raw_ids:
+        return {}
+    p = (
+        select(
+            S.job_id,
+            S.node,
+            S.device,
+            S.ts,
+            func.max(_when(S.metric == "power_w", S.value)).label("power"),
+            func.max(_when(S.metric == "util_pct", S.value)).label("util"),
+        )
+        .where(
+            S.cluster_id == cluster_id,
+            S.source == "nvml",
+            S.metric.in_(("power_w", "util_pct")),
+            S.job_id.in_(list(raw_ids)),
+        )
+        .group_by(S.job_id, S.node, S.device, S.ts)
+        .subquery()
+    )
+    t = func.round(epoch(p.c.ts), 3)  # (SQLite's julianday arithmetic is a few µs off a whole hour)
+    nxt = func.lead(t).over(partition_by=(p.c.job_id, p.c.node, p.c.device), order_by=p.c.ts)
+    dt = func.coalesce(nxt - t, step)  # a sample stands for the time to the next one; the last: one step
+    d = select(p.c.job_id, t.label("t"), p.c.power, p.c.util, dt.label("dt")).subquery()
+    hour = func.floor(d.c.t / 3600.0)
+    dtc = func.min(d.c.dt, max_dt) if conn.dialect.name == "sqlite" else func.least(d.c.dt, max_dt)
+    pw = func.coalesce(d.c.power, 0.0)
+    idle = d.c.util < threshold
+    q = select(
+        d.c.job_id,
+        hour.label("hour"),
+        func.sum(pw * dtc),
+        func.sum(func.coalesce(d.c.util, 0.0) * pw * dtc),
+        func.sum(dtc),
+        func.sum(_when(idle, dtc, 0.0)),
+        func.sum(_when(idle, pw * dtc, 0.0)),
+    ).group_by(d.c.job_id, hour)
+    out: dict[str, dict[float, GpuUse]] = defaultdict(dict)
+    for jid, h, e, ue, s, idle_s, idle_j in conn.execute(q):
+        out[jid][float(h) * 3600.0] = GpuUse(e or 0.0, ue or 0.0, s or 0.0, idle_s or 0.0, idle_j or 0.0)
+    return out
+
+
+def _when(cond: Any, value: Any, other: Any = None) -> Any:
+    from sqlalchemy import case, literal
+
+    return case((cond, value), else_=literal(other) if other is not None else None)
+
+
+# --- per-job metrics -----------------------------------------------------------------------------------
+
+
+def _process_batch(conn: Connection, cfg: Config, pks: list[int]) -> tuple[int, set[float]]:
+    from cocaq.intensity import IntensityIndex
+
+    jobs = conn.execute(
+        select(
+            J.id, J.cluster_id, J.job_id_raw, J.partition, J.node_list, J.start_time, J.elapsed_s,
+            J.alloc_gpus, J.n_nodes, J.energy_j, J.pue, J.carbon_zone, J.carbon_g_per_kwh, J.co2_g,
+            J.carbon_source, J.carbon_flag,
+        ).where(J.id.in_(pks))
+    ).all()  # fmt: skip
+    old = {
+        r.job_pk: (r.rolled_from, r.rolled_to)
+        for r in conn.execute(select(M.c.job_pk, M.c.rolled_from, M.c.rolled_to).where(M.c.job_pk.in_(pks)))
+    }
+    days: set[float] = set()
+    # GPU samples, per cluster
+    max_dt = max(3 * cfg.collector.interval_s, 60.0)
+    use: dict[tuple[int, str], dict[float, GpuUse]] = {}
+    by_cluster: dict[int, list[str]] = defaultdict(list)
+    for j in jobs:
+        if j.alloc_gpus and j.job_id_raw is not None:
+            by_cluster[j.cluster_id].append(str(j.job_id_raw))
+    for cid, ids in by_cluster.items():
+        for i in range(0, len(ids), 5000):
+            for jid, hours in _gpu_use(
+                conn,
+                cid,
+                ids[i : i + 5000],
+                cfg.aggregate.idle_gpu_util_pct,
+                cfg.collector.interval_s,
+                max_dt,
+            ).items():
+                use[(cid, jid)] = hours
+    # one intensity index per batch, over the batch's span
+    hw_cache: dict[tuple[str | None, str | None], Any] = {}
+    plans = []
+    zones: set[str] = set()
+    t_lo, t_hi = float("inf"), float("-inf")
+    for j in jobs:
+        key = (j.partition, j.node_list if cfg.node_groups else None)
+        hw = hw_cache.get(key)
+        if hw is None:
+            try:
+                nodes = expand_hostlist(j.node_list or "") if cfg.node_groups else []
+            except ValueError:
+                nodes = []
+            hw = hw_cache[key] = cfg.hardware_for(j.partition, nodes)[0]
+        zone = hw.carbon_zone or cfg.cluster.carbon_zone
+        start = _utc(j.start_time)
+        assert start is not None
+        t0 = start.timestamp()
+        t1 = t0 + max(j.elapsed_s or 0.0, 0.0)
+        zones.add(zone)
+        t_lo, t_hi = min(t_lo, t0), max(t_hi, t1)
+        plans.append((j, hw, zone, start, t0, t1))
+    if not plans:
+        return 0, days
+    index = IntensityIndex.load(
+        conn,
+        zones,
+        datetime.fromtimestamp(t_lo, UTC),
+        datetime.fromtimestamp(t_hi, UTC) + timedelta(seconds=1),
+        cfg.carbon.basis,
+        cfg.carbon.gap_tolerance_s,
+    )
+    job_updates, metrics = [], []
+    changed = 0
+    emb = cfg.embodied
+    for j, hw, zone, start, t0, t1 in plans:
+        hours = use.get((j.cluster_id, str(j.job_id_raw)), {}) if j.alloc_gpus else {}
+        hours = {
+            h: u for h, u in hours.items() if h + 3600.0 > t0 - 60 and h < t1 + 60
+        }  # a reused id: its own run
+        weights = [
+            (max(h, t0), min(h + 3600.0, t1), u.energy_j) for h, u in sorted(hours.items()) if u.energy_j > 0
+        ]
+        weights = [w for w in weights if w[1] > w[0]]
+        choice = index.for_interval(
+            zone, start, datetime.fromtimestamp(max(t1, t0 + 1e-3), UTC), weights or None
+        )
+        pue = cfg.pue_at(hw, start)
+        co2 = co2_grams(j.energy_j or 0.0, pue, choice.g_per_kwh)
+        if (
+            j.co2_g != co2 or j.pue != pue or j.carbon_g_per_kwh != choice.g_per_kwh or j.carbon_zone != zone
+            or j.carbon_source != choice.source or j.carbon_flag != choice.flag
+        ):  # fmt: skip
+            changed += 1
+            job_updates.append(
+                {
+                    "_pk": j.id,
+                    "co2_g": co2,
+                    "pue": pue,
+                    "carbon_zone": zone,
+                    "carbon_g_per_kwh": choice.g_per_kwh,
+                    "carbon_source": choice.source[:128],
+                    "carbon_flag": choice.flag[:64] if choice.flag else None,
+                    "carbon_year": choice.detail.get("year"),
+                }
+            )
+        elapsed_h = (t1 - t0) / 3600.0
+        e = sum(u.energy_j for u in hours.values())
+        d0, d1 = _day_floor(t0), _day_floor(t1 if t1 > t0 else t0)
+        metrics.append(
+            {
+                "job_pk": j.id,
+                "co2_embodied_g": (j.alloc_gpus or 0) * elapsed_h * emb.g_per_gpu_hour
+                + max(j.n_nodes or 0, 1 if t1 > t0 else 0) * elapsed_h * emb.g_per_node_hour,
+                "gpu_util_pct": (sum(u.util_energy for u in hours.values()) / e) if e > 0 else None,
+                "gpu_samples_s": sum(u.seconds for u in hours.values()),
+                "idle_gpu_s": sum(u.idle_s for u in hours.values()),
+                "idle_gpu_energy_j": sum(u.idle_j for u in hours.values()),
+                "carbon_detail": choice.detail,
+                "rolled_from": datetime.fromtimestamp(d0, UTC),
+                "rolled_to": datetime.fromtimestamp(d1, UTC),
+                "computed_at": datetime.now(UTC),
+            }
+        )
+        days.update(_days(d0, d1))
+        prev = old.get(j.id)
+        if prev and prev[0] is not None and prev[1] is not None:
+            p0, p1 = _utc(prev[0]), _utc(prev[1])
+            assert p0 is not None and p1 is not None
+            days.update(_days(p0.timestamp(), p1.timestamp()))
+    if job_updates:
+        conn.execute(
+            update(cast(Table, Job.__table__))
+            .where(J.id == bindparam("_pk"))
+            .values({**{k: bindparam(k) for k in job_updates[0] if k != "_pk"}, "updated_at": J.updated_at}),
+            job_updates,
+        )
+    conn.execute(delete(M).where(M.c.job_pk.in_([m["job_pk"] for m in metrics])))
+    conn.execute(insert(M), metrics)
+    return changed, days
+
+
+def _days(d0: float, d1: float) -> list[float]:
+    out = []
+    d = d0
+    while d <= d1:
+        out.append(d)
+        d += DAY
+    return out
+
+
+# --- daily rollups ------------------------------------------------------------------------------------
+
+
+def _ranges(days: Iterable[float]) -> list[tuple[float, float]]:
+    """Contiguous [first, last] runs of day starts."""
+    out: list[tuple[float, float]] = []
+    for d in sorted(days):
+        if out and d - out[-1][1] <= DAY + 1:
+            out[-1] = (out[-1][0], d)
+        else:
+            out.append((d, d))
+    return out
+
+
+def _rebuild_days(conn: Connection, days: set[float]) -> int:
+    rows = 0
+    for first, last in _ranges(days):
+        lo, hi = datetime.fromtimestamp(first, UTC), datetime.fromtimestamp(last + DAY, UTC)
+        jobs = conn.execute(
+            select(
+                J.id, J.cluster_id, J.user_name, J.account, J.partition, J.start_time, J.elapsed_s,
+                J.alloc_cpus, J.alloc_gpus, J.state, J.energy_j, J.energy_measured_j, J.co2_g,
+                M.c.co2_embodied_g, M.c.gpu_util_pct, M.c.gpu_samples_s, M.c.idle_gpu_s,
+                M.c.idle_gpu_energy_j,
+            )
+            .outerjoin(M, M.c.job_pk == J.id)
+            .where(J.start_time < hi, or_(J.end_time >= lo, J.end_time.is_(None)), J.start_time.is_not(None))
+        ).all()  # fmt: skip
+        comp: dict[int, dict[str, float]] = defaultdict(dict)
+        ids = [j.id for j in jobs]
+        for i in range(0, len(ids), 20_000):
+            for pk, c, e in conn.execute(
+                select(E.job_pk, E.component, func.sum(E.energy_j))
+                .where(E.job_pk.in_(ids[i : i + 20_000]))
+                .group_by(E.job_pk, E.component)
+            ):
+                comp[pk][c] = e or 0.0
+        acc: dict[tuple[Any, ...], list[float]] = {}
+        for j in jobs:
+            start = _utc(j.start_time)
+            assert start is not None
+            t0 = start.timestamp()
+            el = max(j.elapsed_s or 0.0, 0.0)
+            t1 = t0 + el
+            d = _day_floor(t0)
+            while d <= t1 and d <= last:
+                if d >= first:
+                    ov = max(0.0, min(t1, d + DAY) - max(t0, d))
+                    if ov > 0 or (el == 0 and d <= t0 < d + DAY):
+                        frac = ov / el if el > 0 else 1.0
+                        _add(acc, j, d, frac, ov, comp.get(j.id, {}))
+                d += DAY
+        conn.execute(delete(R).where(R.c.day >= lo, R.c.day < hi))
+        if acc:
+            batch = [_rollup_row(k, v) for k, v in acc.items()]
+            for i in range(0, len(batch), 10_000):
+                conn.execute(insert(R), batch[i : i + 10_000])
+            rows += len(batch)
+    return rows
+
+
+_FIELDS = (
+    "jobs", "jobs_failed", "jobs_cancelled", "jobs_timeout", "cpu_hours", "gpu_hours", "energy_gpu_j",
+    "energy_cpu_j", "energy_dram_j", "energy_other_j", "energy_measured_j", "energy_estimated_j",
+    "energy_failed_j", "co2_g", "co2_embodied_g", "gpu_util_energy_j", "gpu_util_weighted", "idle_gpu_hours",
+    "idle_gpu_energy_j",
+)  # fmt: skip
+
+
+def _add(
+    acc: dict[tuple[Any, ...], list[float]],
+    j: Any,
+    day: float,
+    frac: float,
+    ov: float,
+    comp: dict[str, float],
+) -> None:
+    key = (j.cluster_id, day, j.user_name, j.account or "", j.partition or "")
+    v = acc.get(key)
+    if v is None:
+        v = acc[key] = [0.0] * len(_FIELDS)
+    state = (j.state or "").split()[0] if j.state else ""
+    energy = (j.energy_j or 0.0) * frac
+    v[0] += 1
+    v[1] += 1 if state in ("FAILED", "OUT_OF_MEMORY", "NODE_FAIL") else 0
+    v[2] += 1 if state == "CANCELLED" else 0
+    v[3] += 1 if state == "TIMEOUT" else 0
+    v[4] += (j.alloc_cpus or 0) * ov / 3600.0
+    v[5] += (j.alloc_gpus or 0) * ov / 3600.0
+    v[6] += comp.get("gpu", 0.0) * frac
+    v[7] += comp.get("cpu", 0.0) * frac
+    v[8] += comp.get("dram", 0.0) * frac
+    v[9] += sum(e for c, e in comp.items() if c not in ("gpu", "cpu", "dram")) * frac
+    v[10] += (j.energy_measured_j or 0.0) * frac
+    v[11] += ((j.energy_j or 0.0) - (j.energy_measured_j or 0.0)) * frac
+    v[12] += energy if state in FAILED_STATES else 0.0
+    v[13] += (j.co2_g or 0.0) * frac
+    v[14] += (j.co2_embodied_g or 0.0) * frac
+    if j.gpu_util_pct is not None:
+        ge = comp.get("gpu", 0.0) * frac
+        v[15] += ge
+        v[16] += j.gpu_util_pct * ge
+    v[17] += (j.idle_gpu_s or 0.0) * frac / 3600.0
+    v[18] += (j.idle_gpu_energy_j or 0.0) * frac
+
+
+def _rollup_row(key: tuple[Any, ...], v: list[float]) -> dict[str, Any]:
+    cid, day, user, account, partition = key
+    row: dict[str, Any] = {
+        "cluster_id": cid,
+        "day": datetime.fromtimestamp(day, UTC),
+        "user_name": user,
+        "account": account,
+        "partition": partition,
+    }
+    for name, x in zip(_FIELDS, v, strict=True):
+        row[name] = int(x) if name.startswith("jobs") else x
+    return row
+
+
+# --- the run ------------------------------------------------------------------------------------------
+
+
+def run_aggregate(
+    engine: Engine,
+    cfg: Config,
+    *,
+    since: datetime | None = None,
+    full: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> AggregateSummary:
+    """Derive job metrics and rebuild the days they touch; returns what it did."""
+    t_start = time.monotonic()
+    res = AggregateSummary()
+    st = cast(Table, AggregatorState.__table__)
+    with engine.connect() as conn:
+        db_now = _utc(conn.execute(select(utcnow())).scalar_one())
+        wm = conn.execute(select(st.c.watermark).where(st.c.name == WATERMARK)).scalar_one_or_none()
+        pks = _changed_jobs(conn, since, full, _utc(wm))
+    days: set[float] = set()
+    done = 0
+    for i in range(0, len(pks), BATCH):
+        with engine.begin() as conn:
+            changed, d = _process_batch(conn, cfg, pks[i : i + BATCH])
+        res.co2_changed += changed
+        days |= d
+        done += len(pks[i : i + BATCH])
+        if progress:
+            progress(done, len(pks))
+    res.jobs = len(pks)
+    with engine.begin() as conn:
+        if full:  # from scratch: days that only old rollups cover (their jobs deleted since) go too
+            conn.execute(delete(R))
+        res.rollup_rows = _rebuild_days(conn, days)
+        res.days = len(days)
+        stmt = update(st).where(st.c.name == WATERMARK).values(watermark=db_now)
+        if conn.execute(stmt).rowcount == 0:
+            conn.execute(insert(st).values(name=WATERMARK, watermark=db_now))
+    res.seconds = time.monotonic() - t_start
+    return res

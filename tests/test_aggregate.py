@@ -1,0 +1,198 @@
+"""The aggregator: carbon over a job's run, PUE by month, embodied CO2, GPU idling, daily rollups."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, insert, select, text
+
+from cocaq.aggregate import run_aggregate
+from cocaq.config import Config, load_config
+from cocaq.importer import import_records
+from cocaq.models import CarbonIntensity, Cluster, DailyRollup, Sample
+from cocaq.slurm.record import JobRecord
+
+DAY0 = datetime(2026, 10, 5, tzinfo=UTC)
+
+
+def _cfg(tmp_path: Path, url: str, extra: str = "") -> Config:
+    p = tmp_path / "c.toml"
+    p.write_text(
+        f'database_url = "{url}"\n[cluster]\nname = "c"\ncarbon_zone = "FR"\npue = 1.2\n'
+        "[defaults]\ngpu_tdp_w = 400\ncpu_tdp_w_per_core = 10\n" + extra
+    )
+    return load_config(p, {})
+
+
+def _job(
+    raw: int,
+    start: datetime,
+    hours: float,
+    *,
+    user: str = "alice",
+    account: str = "lab",
+    gpus: int = 1,
+    state: str = "COMPLETED",
+    cpu_s: float | None = None,
+) -> JobRecord:
+    return JobRecord(
+        job_id=str(raw), job_id_raw=raw, user_name=user, account=account, partition="gpu",
+        submit_time=start - timedelta(minutes=5), start_time=start, end_time=start + timedelta(hours=hours),
+        elapsed_s=hours * 3600, state=state, node_list="n1", n_nodes=1, alloc_cpus=4, alloc_gpus=gpus,
+        total_cpu_s=cpu_s if cpu_s is not None else hours * 3600 * 2, req_mem_mb=0, cluster="c",
+    )  # fmt: skip
+
+
+def _series(engine: Engine, zone: str, start: datetime, values: list[float]) -> None:
+    with engine.begin() as c:
+        c.execute(
+            insert(CarbonIntensity),
+            [
+                {"zone": zone, "ts_start": start + timedelta(hours=i), "ts_end": start + timedelta(hours=i + 1),
+                 "g_per_kwh": v, "kind": "lifecycle", "source": "test series"}
+                for i, v in enumerate(values)
+            ],
+        )  # fmt: skip
+
+
+def _samples(engine: Engine, raw: int, start: datetime, per_10s: list[tuple[float, float]]) -> None:
+    """GPU samples every 10 s: (power W, utilisation %)."""
+    with engine.begin() as c:
+        cid = c.execute(select(Cluster.id).where(Cluster.name == "c")).scalar_one()
+        rows = []
+        for i, (p, u) in enumerate(per_10s):
+            ts = start + timedelta(seconds=10 * i)
+            base = {"ts": ts, "cluster_id": cid, "node": "n1", "source": "nvml", "device": "GPU-a", "job_id": str(raw)}
+            rows += [{**base, "metric": "power_w", "value": p}, {**base, "metric": "util_pct", "value": u}]
+        c.execute(insert(Sample), rows)
+
+
+def _rollups(engine: Engine) -> list[tuple[Any, ...]]:
+    cols = [c for c in DailyRollup.__table__.columns if c.name not in ("id", "computed_at")]
+    with engine.connect() as c:
+        rows = c.execute(select(*cols).order_by(*cols[:5])).all()
+    return [tuple(round(v, 6) if isinstance(v, float) else v for v in r) for r in rows]
+
+
+def _job_row(engine: Engine, raw: int) -> Any:
+    with engine.connect() as c:
+        return c.execute(
+            text(
+                "SELECT j.co2_g, j.carbon_g_per_kwh, j.carbon_source, j.carbon_flag, j.pue, j.energy_j,"
+                " m.co2_embodied_g, m.gpu_util_pct, m.idle_gpu_s, m.idle_gpu_energy_j"
+                " FROM jobs j JOIN job_metrics m ON m.job_pk = j.id WHERE j.job_id_raw = :r"
+            ),
+            {"r": raw},
+        ).one()
+
+
+def test_intensity_over_the_run_pue_by_month_and_embodied_apart(engine: Engine, tmp_path: Path) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url, "[cluster.pue_monthly]\n'2026-10' = 1.5\n[embodied]\ng_per_gpu_hour = 100\n")
+    start = DAY0 + timedelta(hours=10)
+    import_records(engine, [_job(1, start, 2.0)], cfg, source="sacct-json")
+    _series(engine, "FR", DAY0, [50.0] * 10 + [40.0, 80.0] + [50.0] * 12)  # 10:00-12:00 -> 40 then 80
+    run_aggregate(engine, cfg)
+    co2, g, source, flag, pue, energy, embodied, util, _idle_s, _idle_j = _job_row(engine, 1)
+    assert g == pytest.approx(60.0) and flag is None and "test series" in source
+    assert pue == 1.5  # October's PUE, not the cluster's 1.2
+    assert co2 == pytest.approx(energy / 3.6e6 * 1.5 * 60.0)
+    assert embodied == pytest.approx(1 * 2.0 * 100)  # 1 GPU x 2 h, reported apart: not in co2_g
+    assert util is None  # no samples: no utilisation claimed
+
+
+def test_samples_weight_the_intensity_and_show_idle_gpus(engine: Engine, tmp_path: Path) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    start = DAY0 + timedelta(hours=10)
+    import_records(engine, [_job(2, start, 2.0)], cfg, source="sacct-json")
+    _series(engine, "FR", DAY0, [50.0] * 10 + [40.0, 80.0] + [50.0] * 12)
+    # first hour idle at 60 W (util 0), second hour busy at 300 W (util 90): 360 samples each
+    _samples(engine, 2, start, [(60.0, 0.0)] * 360 + [(300.0, 90.0)] * 360)
+    run_aggregate(engine, cfg)
+    _co2, g, _s, _f, _pue, _e, _emb, util, idle_s, idle_j = _job_row(engine, 2)
+    assert g == pytest.approx((40 * 60 + 80 * 300) / 360)  # weighted by the GPU's energy per hour
+    assert util == pytest.approx(90.0 * 300 / 360)  # energy-weighted: the busy hour dominates
+    assert idle_s == pytest.approx(3600.0) and idle_j == pytest.approx(60.0 * 3600)
+    (row,) = [r for r in _rollups(engine)]
+    cols = [c.name for c in DailyRollup.__table__.columns if c.name not in ("id", "computed_at")]
+    r = dict(zip(cols, row, strict=True))
+    assert r["idle_gpu_hours"] == pytest.approx(1.0) and r["idle_gpu_energy_j"] == pytest.approx(216_000.0)
+
+
+def test_gaps_fall_back_and_say_so(engine: Engine, tmp_path: Path) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url, "[carbon]\ngap_tolerance_s = 1800\n")
+    import_records(engine, [_job(3, DAY0 + timedelta(days=3), 1.0)], cfg, source="sacct-json")
+    _series(engine, "FR", DAY0, [50.0] * 24)  # the job is days after the series ends
+    run_aggregate(engine, cfg)
+    _co2, g, source, flag, *_ = _job_row(engine, 3)
+    assert flag and "annual" in flag and source, (g, source, flag)
+
+
+def _scenario(engine: Engine, cfg: Config) -> None:
+    jobs = [
+        _job(10, DAY0 + timedelta(hours=22), 5.0),  # across midnight: 2 h + 3 h
+        _job(11, DAY0 + timedelta(hours=1), 1.0, user="bob", account="lab2", state="FAILED"),
+        _job(12, DAY0 + timedelta(days=1, hours=3), 2.0, user="bob", account="lab2", state="CANCELLED by 5"),
+        _job(13, DAY0 + timedelta(days=2), 0.0, state="TIMEOUT"),
+        _job(14, DAY0 + timedelta(days=2, hours=5), 3.0, gpus=0),
+    ]
+    import_records(engine, jobs, cfg, source="sacct-json")
+
+
+def test_days_add_up_to_the_jobs_and_states_are_counted(engine: Engine, tmp_path: Path) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    _scenario(engine, cfg)
+    run_aggregate(engine, cfg)
+    with engine.connect() as c:
+        total = c.execute(text("SELECT sum(energy_j), sum(co2_g) FROM jobs")).one()
+        days = c.execute(text("SELECT sum(energy_gpu_j + energy_cpu_j + energy_dram_j + energy_other_j),"
+                              " sum(co2_g), sum(jobs_failed), sum(jobs_cancelled), sum(jobs_timeout),"
+                              " sum(gpu_hours) FROM daily_rollups")).one()  # fmt: skip
+        split = c.execute(
+            text("SELECT day, gpu_hours FROM daily_rollups WHERE user_name = 'alice' AND gpu_hours > 0 ORDER BY day")
+        ).all()
+    assert days[0] == pytest.approx(total[0]) and days[1] == pytest.approx(total[1])
+    assert tuple(days[2:5]) == (1, 1, 1)
+    assert days[5] == pytest.approx(5.0 + 1 + 2)
+    assert [round(h, 6) for _, h in split] == [2.0, 3.0]  # the midnight job, pro rata
+
+
+def test_incremental_equals_full_recompute_and_reruns_change_nothing(engine: Engine, tmp_path: Path) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url, "[embodied]\ng_per_node_hour = 10\n")
+    _scenario(engine, cfg)
+    _series(engine, "FR", DAY0, [float(30 + i % 7) for i in range(24 * 4)])
+    run_aggregate(engine, cfg)
+    first = _rollups(engine)
+    assert run_aggregate(engine, cfg).jobs == 0 and _rollups(engine) == first
+    # Later: a job's final record moves it (longer, another state), new jobs arrive, one in a new day.
+    moved = _job(10, DAY0 + timedelta(hours=22), 30.0, state="FAILED")
+    new = [_job(20, DAY0 + timedelta(days=3, hours=1), 2.0, user="carol"), _job(21, DAY0 + timedelta(hours=5), 1.0)]
+    import_records(engine, [moved, *new], cfg, source="sacct-json")
+    res = run_aggregate(engine, cfg)
+    assert res.jobs == 3
+    incremental = _rollups(engine)
+    assert incremental != first
+    run_aggregate(engine, cfg, full=True)
+    assert _rollups(engine) == incremental
+
+
+def test_cocaq_aggregate_command(engine: Engine, tmp_path: Path, cli_env: dict[str, str]) -> None:
+    from tests.conftest import run_cocaq
+
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    _scenario(engine, cfg)
+    env = dict(cli_env, COCAQ_CONFIG=str(tmp_path / "c.toml"))
+    r = run_cocaq(["aggregate"], env)
+    assert r.code == 0 and "aggregated 5 jobs" in r.err, r.err
+    r = run_cocaq(["aggregate", "--since", "2026-10-01"], env)
+    assert r.code == 0 and "aggregated 5 jobs" in r.err and "rebuilt 3 days" in r.err, r.err
+    r = run_cocaq(["aggregate", "--full", "--since", "3d"], env)
+    assert r.code == 2 and "exclude each other" in r.err
