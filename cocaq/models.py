@@ -26,6 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from cocaq.dbtypes import UTCDateTime
+from cocaq.sqlfuncs import utcnow
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -127,9 +128,7 @@ class Job(Base):
     assumptions: Mapped[dict[str, Any] | None]  # what an estimate assumed, to recompute later
     imported_from: Mapped[str | None] = mapped_column(String(32))
     record_hash: Mapped[str | None] = mapped_column(String(32))  # of the facts; unchanged re-imports skip
-    updated_at: Mapped[datetime] = mapped_column(
-        server_default=func.current_timestamp(), onupdate=func.current_timestamp()
-    )
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.current_timestamp(), onupdate=utcnow())
 
     energies: Mapped[list[JobEnergy]] = relationship(
         back_populates="job", cascade="all, delete-orphan", passive_deletes=True
@@ -385,3 +384,24 @@ class SentReport(Base):
     status: Mapped[str] = mapped_column(String(16))  # sent, failed, skipped
     message_id: Mapped[str | None] = mapped_column(String(256))
     error: Mapped[str | None] = mapped_column(Text)
+
+
+class SchedulerRun(Base):
+    """Each run of a `cocaq scheduler` job (or `--once`): what ran, where, when, and how it ended.
+
+    `status`: running (written at the start, so a run that died stays visible), ok, skipped (nothing to do
+    on this host: no sacct, no aggregator or reports in this version) or error; `summary` is one line.
+    """
+
+    __tablename__ = "scheduler_runs"
+    __table_args__ = (Index("ix_scheduler_runs_job_started", "job_id", "started_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(64))
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+    status: Mapped[str] = mapped_column(String(16))
+    summary: Mapped[str] = mapped_column(Text, default="")
+    via: Mapped[str] = mapped_column(String(16), default="scheduler")  # scheduler, once
+    host: Mapped[str] = mapped_column(String(255), default="")
+    pid: Mapped[int] = mapped_column(Integer, default=0)

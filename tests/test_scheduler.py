@@ -1,0 +1,434 @@
+"""`cocaq scheduler`: jobs, run log, one active scheduler, coalesced catch-up, graceful stop.
+
+The daemon tests run real `cocaq scheduler` processes; the job functions are also called in-process, on
+SQLite and PostgreSQL, with the optional aggregator and reports both absent and present.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, delete, insert, select, text
+
+from cocaq import migrate
+from cocaq import scheduler as sch
+from cocaq.db import make_engine
+from cocaq.models import SchedulerRun
+from tests.conftest import DATA, ROOT, new_database, run_cocaq
+
+FAKE_SACCT = """#!/bin/sh
+# A Slurm 22.05 sacct (so cocaq asks for --parsable2) that replays real output.
+case "$*" in *--version*) echo "slurm 22.05.8"; exit 0;; esac
+printf '%s\\n' "$@" > "{log}"
+sleep {sleep}
+cat "{data}/sacct/slurm2205_parsable2.txt"
+"""
+
+
+def _fake_sacct(tmp_path: Path, sleep: float = 0) -> tuple[Path, Path]:
+    log = tmp_path / "sacct-argv.log"
+    fake = tmp_path / "sacct"
+    fake.write_text(FAKE_SACCT.format(log=log, data=DATA, sleep=sleep))
+    fake.chmod(0o755)
+    return fake, log
+
+
+def _runs(engine: Engine, job_id: str | None = None) -> list[Any]:
+    q = select(SchedulerRun).order_by(SchedulerRun.started_at, SchedulerRun.id)
+    if job_id:
+        q = q.where(SchedulerRun.job_id == job_id)
+    with engine.connect() as conn:
+        return list(conn.execute(q).all())
+
+
+def _wait(pred: Callable[[], Any], timeout: float, what: str) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Daemon:
+    """A real `cocaq scheduler` process, its stderr in a file."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self._fh = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cocaq", "scheduler", *args],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=self._fh,
+        )
+        self.pid = self.proc.pid
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def send(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._fh.close()
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Daemon]]:
+    started: list[Daemon] = []
+    yield started
+    for d in started:  # whatever a failing test left running
+        if d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait(10)
+        d._fh.close()
+
+
+def _env(cli_env: dict[str, str], url: str) -> dict[str, str]:
+    return dict(cli_env, COCAQ_DATABASE_URL=url, COCAQ_CLUSTER__TIMEZONE="UTC")
+
+
+def _migrated(url: str) -> Engine:
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    return engine
+
+
+# --- the job functions, in-process, on both databases ----------------------------------------------------
+
+
+@pytest.fixture
+def job_env(engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Engine:
+    """The job functions read their config like a fresh process would: from the environment."""
+    for k in list(os.environ):
+        if k.startswith("COCAQ_") and not k.startswith("COCAQ_TEST_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("COCAQ_DATABASE_URL", db_url)
+    monkeypatch.setenv("COCAQ_CLUSTER__TIMEZONE", "UTC")
+    return engine
+
+
+def test_reconcile_job_records_runs_and_picks_its_window(job_env: Engine, tmp_path: Path) -> None:
+    engine = job_env
+    # No sacct on this host: the run is skipped in one line, node records are still linked, nothing raises.
+    res = sch.run_once("reconcile", sch.Options(sacct=str(tmp_path / "no-sacct")))
+    assert res.status == "skipped" and res.summary.startswith("sacct is not installed on this host")
+    assert "linked 0 node records" in res.summary and "\n" not in res.summary
+
+    fake, argv_log = _fake_sacct(tmp_path)
+    before = datetime.now(UTC)
+    res = sch.run_once("reconcile", sch.Options(sacct=str(fake)))
+    assert res.status == "ok", res.summary
+    assert "sacct (parsable): 27 new jobs" in res.summary
+    argv = argv_log.read_text().split("\n")
+    since = datetime.fromisoformat(argv[argv.index("-S") + 1]).astimezone(UTC)  # sacct reads local time
+    assert abs(since - (before - timedelta(days=2))) < timedelta(minutes=1)  # never ran OK before: 2 days
+
+    rows = _runs(engine, "reconcile")
+    assert [(r.status, r.via, r.pid) for r in rows] == [
+        ("skipped", "once", os.getpid()),
+        ("ok", "once", os.getpid()),
+    ]
+    assert all(r.finished_at >= r.started_at for r in rows)
+
+    # The window: 2 days, or since the last successful run if that is longer ago (downtime).
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        conn.execute(delete(SchedulerRun))
+        conn.execute(
+            insert(SchedulerRun),
+            [
+                dict(
+                    job_id="reconcile",
+                    started_at=now - timedelta(days=5),
+                    status="ok",
+                    summary="",
+                    via="t",
+                    host="h",
+                    pid=1,
+                ),
+                dict(
+                    job_id="reconcile",
+                    started_at=now - timedelta(days=1),
+                    status="error",
+                    summary="",
+                    via="t",
+                    host="h",
+                    pid=1,
+                ),
+                dict(
+                    job_id="catchup",
+                    started_at=now - timedelta(days=1),
+                    status="ok",
+                    summary="",
+                    via="t",
+                    host="h",
+                    pid=1,
+                ),
+            ],
+        )
+    assert sch.reconcile_since(engine, now) == now - timedelta(days=5)
+    with engine.begin() as conn:
+        conn.execute(
+            insert(SchedulerRun).values(
+                job_id="reconcile",
+                started_at=now - timedelta(hours=1),
+                status="ok",
+                summary="",
+                via="t",
+                host="h",
+                pid=1,
+            )
+        )
+    assert sch.reconcile_since(engine, now) == now - timedelta(days=2)
+
+
+def test_aggregate_and_reports_jobs_with_and_without_their_modules(
+    job_env: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cocaq.reports
+
+    now = datetime.now(UTC)
+    # Not in this version: one clear line, status skipped, no error.
+    monkeypatch.setitem(sys.modules, "cocaq.aggregate", None)  # makes `import cocaq.aggregate` fail
+    monkeypatch.delattr(cocaq.reports, "trigger", raising=False)
+    res = sch.run_once("aggregate", sch.Options())
+    assert (res.status, res.summary) == (
+        "skipped",
+        "aggregate: not available in this version; per-job metrics and rollups not updated",
+    )
+    month = (now.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
+    res = sch.run_once("reports-monthly", sch.Options())
+    assert (res.status, res.summary) == (
+        "skipped",
+        f"reports: not available in this version; monthly user reports for {month} not sent",
+    )
+    res = sch.run_once("reports-weekly", sch.Options())
+    assert res.status == "skipped" and res.summary.startswith(
+        "reports: not available in this version; weekly"
+    )
+
+    # Present: called with the engine, the config and the right window or period.
+    calls: list[tuple[Any, ...]] = []
+    fake_agg = types.ModuleType("cocaq.aggregate")
+
+    def run_aggregate(
+        engine: Any, cfg: Any, *, since: Any = None, full: bool = False, progress: Any = None
+    ) -> str:
+        calls.append(("aggregate", since, full))
+        return "12 jobs, 3 days"
+
+    fake_agg.run_aggregate = run_aggregate  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cocaq.aggregate", fake_agg)
+
+    def trigger(kind: str, period_start: datetime, engine: Any, cfg: Any) -> None:
+        calls.append((kind, period_start))
+
+    monkeypatch.setattr(cocaq.reports, "trigger", trigger, raising=False)
+    res = sch.run_once("aggregate", sch.Options())
+    assert (res.status, res.summary) == ("ok", "aggregate (since the watermark): 12 jobs, 3 days")
+    res = sch.run_once("catchup", sch.Options(sacct=str(tmp_path / "no-sacct")))
+    assert res.status == "ok" and res.summary.startswith("a week back: sacct is not installed"), res.summary
+    assert sch.run_once("reports-monthly", sch.Options()).status == "ok"
+    assert sch.run_once("reports-weekly", sch.Options()).status == "ok"
+    assert calls[0][:3] == ("aggregate", None, False)
+    assert calls[1][0] == "aggregate" and abs(calls[1][1] - (now - timedelta(days=7))) < timedelta(minutes=1)
+    assert calls[2] == ("monthly", datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC))
+    kind, week = calls[3]
+    assert kind == "weekly" and week.weekday() == 0 and week.hour == 0
+    assert timedelta(days=7) <= now - week < timedelta(days=14)
+    # A failing aggregator is an error run with its message, and the daemon would go on.
+    fake_agg.run_aggregate = lambda *a, **k: 1 / 0  # type: ignore[attr-defined]
+    res = sch.run_once("aggregate", sch.Options())
+    assert (res.status, res.summary) == ("error", "ZeroDivisionError: division by zero")
+    assert _runs(job_env, "aggregate")[-1].status == "error"
+
+
+def test_report_periods() -> None:
+    from zoneinfo import ZoneInfo
+
+    paris = ZoneInfo("Europe/Paris")
+    jan = datetime(2027, 1, 1, 5, 0, tzinfo=UTC)  # 06:00 in Paris on the 1st
+    assert sch.previous_month_start(jan, paris) == datetime(2026, 12, 1, tzinfo=paris)
+    monday = datetime(2026, 11, 23, 5, 0, tzinfo=UTC)
+    assert sch.previous_week_start(monday, paris) == datetime(2026, 11, 16, tzinfo=paris)
+
+
+def test_lock_is_exclusive_and_freed(db_url: str, request: pytest.FixtureRequest) -> None:
+    a, b = sch.lock_for(db_url), sch.lock_for(db_url)
+    try:
+        assert a.try_acquire() and a.healthy()
+        assert not b.try_acquire()
+        assert "cocaq-scheduler" in (b.holder() or "")
+        a.release()
+        assert b.holder() is None
+        assert b.try_acquire() and not a.try_acquire()
+        if db_url.startswith("postgresql"):
+            # The holder's session dies (a server restart, a network cut): it notices, and the lock is free.
+            dbname = db_url.rpartition("/")[2]
+            with request.getfixturevalue("pg_admin").connect() as c:
+                c.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE datname = :d AND application_name LIKE 'cocaq-scheduler%'"
+                    ),
+                    {"d": dbname},
+                )
+            _wait(lambda: not b.healthy(), 5, "the lock's loss to be noticed")
+            b.release()
+            assert a.try_acquire()
+    finally:
+        a.close()
+        b.close()
+
+
+# --- real daemons -----------------------------------------------------------------------------------------
+
+
+def test_cli_once_status_and_errors(cli_env: dict[str, str], tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'c.sqlite'}"
+    env = _env(cli_env, url)
+    r = run_cocaq(["scheduler", "--once", "reconcile"], env)
+    assert r.code == 3 and r.err.count("\n") == 1 and "cocaq db upgrade" in r.err, r.err
+    assert run_cocaq(["db", "upgrade"], env).code == 0
+    r = run_cocaq(["scheduler", "--once", "reconcile", "--sacct", str(tmp_path / "none")], env)
+    assert r.code == 0 and r.err.startswith("reconcile: skipped: sacct is not installed on this host"), r.err
+    r = run_cocaq(["scheduler", "--reconcile-every", "5"], env)
+    assert r.code == 2 and "give a unit" in r.err
+    r = run_cocaq(["scheduler", "--status"], env)
+    assert r.code == 0, r.err
+    assert "none running" in r.out and "no jobs stored yet" in r.out
+    assert "reconcile" in r.out and "skipped" in r.out and "(once," in r.out
+
+
+def test_missed_runs_run_once_then_on_schedule(
+    cli_env: dict[str, str], tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'm.sqlite'}"
+    engine = _migrated(url)
+    env = _env(cli_env, url)
+    args = ["--reconcile-every", "2s", "--sacct", str(tmp_path / "none"), "--retry", "0.5"]
+    # First life: the jobs are created; then the scheduler stops (SIGTERM: exit 0, lock freed).
+    d1 = Daemon(args, env, tmp_path / "d1.log")
+    daemons.append(d1)
+    _wait(lambda: "job reports-monthly:" in d1.text(), 20, "the first scheduler to store its jobs")
+    assert d1.stop() == 0 and "scheduler: stopped" in d1.text()
+    assert sch.lock_for(url).holder() is None
+
+    # Downtime: hours of missed runs (rewound the way APScheduler stores them: column and pickled state).
+    now = datetime.now(UTC)
+    rewound = {
+        "reconcile": now - timedelta(hours=3) + timedelta(seconds=1),  # 5400 missed runs every 2 s
+        "aggregate": now - timedelta(hours=10) + timedelta(seconds=30),  # 10 missed hourly runs
+        "catchup": now - timedelta(days=3),  # 3 missed daily runs
+    }
+    store = sch.new_scheduler(engine, UTC)
+    store.start(paused=True)
+    for job_id, t in rewound.items():
+        store.modify_job(job_id, next_run_time=t)
+    store.shutdown(wait=False)
+
+    d2 = Daemon(args, env, tmp_path / "d2.log")
+    daemons.append(d2)
+    _wait(lambda: len([r for r in _runs(engine, "reconcile") if r.pid == d2.pid]) >= 3, 30, "reconcile runs")
+    assert d2.stop() == 0
+    elapsed = (datetime.now(UTC) - now).total_seconds()
+    mine = [r for r in _runs(engine) if r.pid == d2.pid]
+    by_job = {j: [r for r in mine if r.job_id == j] for j in sch.JOB_IDS}
+    # Each missed job ran exactly once on start-up: coalesced, neither lost nor run 10 (or 5400) times.
+    assert len(by_job["aggregate"]) == 1 and len(by_job["catchup"]) == 1
+    assert by_job["reports-monthly"] == [] and by_job["reports-weekly"] == []  # not due
+    assert 3 <= len(by_job["reconcile"]) <= elapsed / 2 + 2
+    # ... and then each follows its normal schedule, on its own grid.
+    jobs = {j: nxt for j, _, nxt in sch.stored_jobs(engine, UTC)}
+    assert jobs["aggregate"] == rewound["aggregate"] + timedelta(hours=10)
+    steps = (jobs["reconcile"] - rewound["reconcile"]).total_seconds() / 2
+    assert abs(steps - round(steps)) < 0.01 and jobs["reconcile"] > now
+    assert jobs["catchup"] > now and (jobs["catchup"].hour, jobs["catchup"].minute) == (3, 10)
+
+    r = run_cocaq(["scheduler", "--status"], env)
+    assert r.code == 0, r.err
+    lines = {line.split()[0]: line for line in r.out.splitlines()[1:]}
+    assert "none running" in r.out
+    assert "interval[0:00:02]" in lines["reconcile"] and f":{d2.pid})" in lines["reconcile"]
+    assert "cron[hour='3', minute='10']" in lines["catchup"] and lines["reports-weekly"].endswith("never")
+
+
+def test_sigterm_lets_the_running_job_finish(
+    cli_env: dict[str, str], tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    engine = _migrated(url)
+    fake, _ = _fake_sacct(tmp_path, sleep=2)
+    d = Daemon(["--reconcile-every", "1s", "--sacct", str(fake)], _env(cli_env, url), tmp_path / "d.log")
+    daemons.append(d)
+    running = _wait(
+        lambda: [r for r in _runs(engine, "reconcile") if r.status == "running"], 20, "a running job"
+    )
+    signalled = datetime.now(UTC)
+    assert d.stop(signal.SIGTERM) == 0
+    row = next(r for r in _runs(engine, "reconcile") if r.id == running[0].id)
+    assert row.status == "ok" and row.finished_at > signalled and "27 new jobs" in row.summary
+    assert len(_runs(engine, "reconcile")) == 1  # nothing new started after SIGTERM
+    assert "SIGTERM: finishing the running job, then exiting" in d.text() and "Traceback" not in d.text()
+    assert sch.lock_for(url).holder() is None
+
+
+def test_two_schedulers_one_acts_and_the_other_takes_over(
+    cli_env: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest, daemons: list[Daemon]
+) -> None:
+    url = new_database("postgresql", tmp_path, request)
+    engine = _migrated(url)
+    env = _env(cli_env, url)
+    args = ["--reconcile-every", "1s", "--sacct", str(tmp_path / "none"), "--retry", "0.5"]
+    pair = [Daemon(args, env, tmp_path / "a.log"), Daemon(args, env, tmp_path / "b.log")]
+    daemons.extend(pair)
+
+    def roles() -> tuple[Daemon, Daemon] | None:
+        act = [d for d in pair if "active:" in d.text()]
+        stand = [d for d in pair if "standby:" in d.text()]
+        return (act[0], stand[0]) if len(act) == 1 and len(stand) == 1 and act[0] is not stand[0] else None
+
+    active, standby = _wait(roles, 20, "one active and one standby scheduler")
+
+    def runs_by(d: Daemon) -> list[Any]:
+        return [r for r in _runs(engine, "reconcile") if r.pid == d.pid]
+
+    _wait(lambda: len(runs_by(active)) >= 2, 15, "the active scheduler's runs")
+    time.sleep(1)
+    assert runs_by(standby) == [] and "job reconcile" not in standby.text()
+    assert {r.pid for r in _runs(engine)} == {active.pid}
+
+    active.send(signal.SIGKILL)  # dies without releasing anything: the server frees its session's lock
+    assert active.stop() == -signal.SIGKILL
+    killed_runs = len(runs_by(active))
+    _wait(lambda: "active:" in standby.text(), 15, "the standby to take over")
+    _wait(lambda: len(runs_by(standby)) >= 2, 15, "the new active scheduler's runs")
+    assert len(runs_by(active)) == killed_runs
+
+    assert standby.stop(signal.SIGTERM) == 0 and "scheduler: stopped" in standby.text()
+    with engine.connect() as conn:
+        held = conn.execute(
+            text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid::bigint = :lo"),
+            {"lo": sch.LOCK_KEY & 0xFFFFFFFF},
+        ).scalar()
+    assert held == 0
+    engine.dispose()
