@@ -360,6 +360,34 @@ def recompute(obj: Ctx, since: str | None) -> None:
     click.echo(f"recomputed {n:,} jobs, {changed:,} changed", err=True)
 
 
+@cli.command()
+@click.option(
+    "-S", "--since", "--starttime", "since", default=None, help="Jobs that ran since then (30d, a date)."
+)
+@click.option("--full", is_flag=True, help="Every job and every day, from scratch.")
+@click.pass_obj
+def aggregate(obj: Ctx, since: str | None, full: bool) -> None:
+    """Carbon over time, embodied CO2, GPU use and the daily rollups: what the scheduler runs hourly."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from cocaq.aggregate import run_aggregate
+
+    if full and since:
+        raise UsageError("--full and --since exclude each other")
+    w = _window(since, None) if since else None
+    with Progress(
+        TextColumn("aggregating"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        console=_console(stderr=True), transient=True, disable=not sys.stderr.isatty(),
+    ) as bar:  # fmt: skip
+        task = bar.add_task("jobs", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        res = run_aggregate(obj.engine(), obj.cfg, since=w.since if w else None, full=full, progress=progress)
+    click.echo(res.line(), err=True)
+
+
 @cli.group()
 def db() -> None:
     """The database: migrations."""
@@ -460,6 +488,11 @@ def demo(obj: Ctx, out_dir: str, seed: int, days: int) -> None:
 
 # --- commands that live in their own modules (each imports its heavy parts lazily) ----------------------
 # (one line each: cli.add_command(...))
+from cocaq.cli_carbon import carbon  # noqa: E402  (after cli: it imports the helpers above)
+from cocaq.cli_scheduler import scheduler  # noqa: E402
+
+cli.add_command(carbon)
+cli.add_command(scheduler)
 
 
 def main(argv: list[str] | None = None) -> None:
