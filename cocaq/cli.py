@@ -352,12 +352,17 @@ def _print_import_summary(summary: Any, stats: Any, source_name: str) -> None:
 @click.option("-S", "--since", "--starttime", "since", default=None, help="Only jobs that ran since then.")
 @click.pass_obj
 def recompute(obj: Ctx, since: str | None) -> None:
-    """Redo estimates and CO2 with the current configuration (hardware, PUE, carbon zone)."""
+    """Redo estimates, CO2 and the rollups after the configuration or the intensity data changed."""
+    from cocaq.aggregate import run_aggregate
     from cocaq.recompute import recompute_jobs
 
     w = _window(since, None) if since else None
-    n, changed = recompute_jobs(obj.engine(), obj.cfg, since=w.since if w else None)
-    click.echo(f"recomputed {n:,} jobs, {changed:,} changed", err=True)
+    engine = obj.engine()
+    n, changed = recompute_jobs(engine, obj.cfg, since=w.since if w else None)
+    click.echo(f"recomputed {n:,} jobs' estimates, {changed:,} changed", err=True)
+    # Carbon over time, PUE by month and the days the jobs count in follow (all of them without --since).
+    res = run_aggregate(engine, obj.cfg, since=w.since if w else None, full=w is None)
+    click.echo(res.line(), err=True)
 
 
 @cli.command()
