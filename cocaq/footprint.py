@@ -302,8 +302,25 @@ def find_jobs(conn: Connection, job_id: str, cluster: str | None = None) -> list
             for e in energies
         ]
         d["gpus"] = _measured_gpus(conn, job.id)
+        d["metrics"] = _job_metrics(conn, job.id)
         out.append(d)
     return out
+
+
+def _job_metrics(conn: Connection, job_pk: int) -> dict[str, Any] | None:
+    """What the aggregator derived for the job (None until it has run)."""
+    from cocaq.models import JobMetrics
+
+    m = conn.execute(select(JobMetrics).where(JobMetrics.job_pk == job_pk)).mappings().first()
+    if m is None:
+        return None
+    return {
+        "co2_embodied_kg": (m["co2_embodied_g"] or 0.0) / 1000,
+        "gpu_util_pct": m["gpu_util_pct"],
+        "idle_gpu_hours": (m["idle_gpu_s"] or 0.0) / 3600,
+        "idle_gpu_energy_kwh": (m["idle_gpu_energy_j"] or 0.0) / 3.6e6,
+        "carbon_detail": m["carbon_detail"],
+    }
 
 
 def _measured_gpus(conn: Connection, job_pk: int) -> list[dict[str, Any]]:

@@ -187,6 +187,23 @@ def print_job(job: dict[str, Any], console: Console) -> None:
         f"CO2e: [bold]{_kg(job['co2_kg'])}[/] = {_kwh(job['energy_kwh'])} x PUE {job['pue']:.2f} x "
         f"{job['carbon_g_per_kwh']:.0f} g/kWh (zone {job['carbon_zone']}{flag}; {job['carbon_source']}{year})"
     )
+    m = job.get("metrics")
+    if m:
+        d = m.get("carbon_detail") or {}
+        shares = ", ".join(
+            f"{k} {d[k]:.0%}"
+            for k in ("series", "nearest", "annual", "world")
+            if isinstance(d.get(k), float | int) and d[k]
+        )
+        if shares:
+            console.print(f"[dim]Intensity over the run: {shares} (basis {d.get('basis', '?')})[/]")
+        if m["gpu_util_pct"] is not None:
+            console.print(
+                f"GPU utilisation (energy-weighted): {m['gpu_util_pct']:.0f}%; idle allocated GPUs: "
+                f"{m['idle_gpu_hours']:,.2f} GPU-h, {_kwh(m['idle_gpu_energy_kwh'])}"
+            )
+        if m["co2_embodied_kg"]:
+            console.print(f"Embodied (scope 3, not in the CO2e above): {_kg(m['co2_embodied_kg'])}")
     if job.get("assumptions") and job["assumptions"].get("basis") == "estimated from TDP":
         a = job["assumptions"]
         console.print(

@@ -108,3 +108,26 @@ def test_recompute_equals_computing_from_scratch(
     assert len(later[0]) == 12 and len(later[1]) >= 8, later
     assert later[0] == scratch[0] and later[1] == scratch[1]
     assert all(r[6] is None for r in later[0]), "the series covers every job: no fallback flagged"
+
+
+def test_cocaq_job_shows_how_its_carbon_and_gpu_use_were_derived(
+    tmp_path: Path, request: pytest.FixtureRequest, cli_env: dict[str, str]
+) -> None:
+    url = new_database("sqlite", tmp_path, request)
+    migrate.upgrade(create_engine(url))
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(AFTER)
+    env = dict(cli_env, COCAQ_CONFIG=str(cfg), COCAQ_DATABASE_URL=url)
+    for args in (
+        ["carbon", "import", str(_series(tmp_path))],
+        ["import", "sacct", "--file", str(_dump(tmp_path))],
+    ):
+        assert run_cocaq(args, env).code == 0
+    before = run_cocaq(["job", "101"], env)
+    assert before.code == 0 and "Intensity over the run" not in before.out
+    assert run_cocaq(["aggregate"], env).code == 0
+    r = run_cocaq(["job", "101"], env)
+    assert r.code == 0, r.err
+    assert "Intensity over the run: series 100% (basis lca)" in r.out, r.out
+    assert "Embodied (scope 3, not in the CO2e above):" in r.out
+    assert "PUE 1.40" in r.out
