@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, Table, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, Table, bindparam, delete, func, insert, or_, select, text, update
 
 from cocaq.carbon import co2_grams
 from cocaq.config import Config
@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 DAY = 86400.0
 BATCH = 20_000
+WORK_MEM = "256MB"  # PostgreSQL, for the aggregator's big statements (SET LOCAL)
+ONE_PASS = 50_000  # jobs to derive at or over which the GPU samples are read in one pass
 FAILED_STATES = ("FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "TIMEOUT")  # as the CLI's failed energy
 WATERMARK = "jobs"
 
@@ -103,11 +105,21 @@ class GpuUse:
 
 
 def _gpu_use(
-    conn: Connection, cluster_id: int, raw_ids: Sequence[str], threshold: float, step: float, max_dt: float
+    conn: Connection,
+    cluster_id: int,
+    raw_ids: Sequence[str] | None,
+    threshold: float,
+    step: float,
+    max_dt: float,
 ) -> dict[str, dict[float, GpuUse]]:
-    """Per raw job id and hour (epoch of the hour): what its GPUs' samples say."""
-    if not raw_ids:
+    """Per raw job id and hour (epoch of the hour): what its GPUs' samples say (raw_ids None: all jobs').
+
+    A job's figures depend only on its own samples, so one pass over all of them gives what the
+    per-batch queries give.
+    """
+    if raw_ids is not None and not raw_ids:
         return {}
+    only = () if raw_ids is None else (S.job_id.in_(list(raw_ids)),)
     p = (
         select(
             S.job_id,
@@ -121,7 +133,7 @@ def _gpu_use(
             S.cluster_id == cluster_id,
             S.source == "nvml",
             S.metric.in_(("power_w", "util_pct")),
-            S.job_id.in_(list(raw_ids)),
+            *only,
         )
         .group_by(S.job_id, S.node, S.device, S.ts)
         .subquery()
@@ -158,20 +170,25 @@ def _when(cond: Any, value: Any, other: Any = None) -> Any:
 # --- per-job metrics -----------------------------------------------------------------------------------
 
 
-def _process_batch(conn: Connection, cfg: Config, pks: list[int]) -> tuple[int, set[float]]:
+def _process_batch(
+    conn: Connection,
+    cfg: Config,
+    pks: list[int],
+    all_use: dict[tuple[int, str], dict[float, GpuUse]] | None = None,
+) -> tuple[int, set[float]]:
     from cocaq.intensity import IntensityIndex
 
     jobs = conn.execute(
         select(
             J.id, J.cluster_id, J.job_id_raw, J.partition, J.node_list, J.start_time, J.elapsed_s,
             J.alloc_gpus, J.n_nodes, J.energy_j, J.pue, J.carbon_zone, J.carbon_g_per_kwh, J.co2_g,
-            J.carbon_source, J.carbon_flag,
-        ).where(J.id.in_(pks))
+            J.carbon_source, J.carbon_flag, J.updated_at,
+        ).where(_among(conn, J.id, pks))
     ).all()  # fmt: skip
-    old = {
-        r.job_pk: (r.rolled_from, r.rolled_to)
-        for r in conn.execute(select(M.c.job_pk, M.c.rolled_from, M.c.rolled_to).where(M.c.job_pk.in_(pks)))
-    }
+    if len(jobs) > len(pks):  # read by range: only the batch's jobs
+        want = set(pks)
+        jobs = [j for j in jobs if j.id in want]
+    old = {r.job_pk: r for r in conn.execute(select(*_METRIC_READ).where(_among(conn, M.c.job_pk, pks)))}
     days: set[float] = set()
     # GPU samples, per cluster
     max_dt = max(3 * cfg.collector.interval_s, 60.0)
@@ -180,7 +197,7 @@ def _process_batch(conn: Connection, cfg: Config, pks: list[int]) -> tuple[int, 
     for j in jobs:
         if j.alloc_gpus and j.job_id_raw is not None:
             by_cluster[j.cluster_id].append(str(j.job_id_raw))
-    for cid, ids in by_cluster.items():
+    for cid, ids in by_cluster.items() if all_use is None else ():
         for i in range(0, len(ids), 5000):
             for jid, hours in _gpu_use(
                 conn,
@@ -191,6 +208,8 @@ def _process_batch(conn: Connection, cfg: Config, pks: list[int]) -> tuple[int, 
                 max_dt,
             ).items():
                 use[(cid, jid)] = hours
+    if all_use is not None:
+        use = all_use
     # one intensity index per batch, over the batch's span
     hw_cache: dict[tuple[str | None, str | None], Any] = {}
     plans = []
@@ -260,27 +279,30 @@ def _process_batch(conn: Connection, cfg: Config, pks: list[int]) -> tuple[int, 
         elapsed_h = (t1 - t0) / 3600.0
         e = sum(u.energy_j for u in hours.values())
         d0, d1 = _day_floor(t0), _day_floor(t1 if t1 > t0 else t0)
-        metrics.append(
-            {
-                "job_pk": j.id,
-                "co2_embodied_g": (j.alloc_gpus or 0) * elapsed_h * emb.g_per_gpu_hour
-                + max(j.n_nodes or 0, 1 if t1 > t0 else 0) * elapsed_h * emb.g_per_node_hour,
-                "gpu_util_pct": (sum(u.util_energy for u in hours.values()) / e) if e > 0 else None,
-                "gpu_samples_s": sum(u.seconds for u in hours.values()),
-                "idle_gpu_s": sum(u.idle_s for u in hours.values()),
-                "idle_gpu_energy_j": sum(u.idle_j for u in hours.values()),
-                "carbon_detail": choice.detail,
-                "rolled_from": datetime.fromtimestamp(d0, UTC),
-                "rolled_to": datetime.fromtimestamp(d1, UTC),
-                "computed_at": datetime.now(UTC),
-            }
-        )
+        row = {
+            "job_pk": j.id,
+            "co2_embodied_g": (j.alloc_gpus or 0) * elapsed_h * emb.g_per_gpu_hour
+            + max(j.n_nodes or 0, 1 if t1 > t0 else 0) * elapsed_h * emb.g_per_node_hour,
+            "gpu_util_pct": (sum(u.util_energy for u in hours.values()) / e) if e > 0 else None,
+            "gpu_samples_s": sum(u.seconds for u in hours.values()),
+            "idle_gpu_s": sum(u.idle_s for u in hours.values()),
+            "idle_gpu_energy_j": sum(u.idle_j for u in hours.values()),
+            "carbon_detail": choice.detail,
+            "rolled_from": datetime.fromtimestamp(d0, UTC),
+            "rolled_to": datetime.fromtimestamp(d1, UTC),
+            "computed_at": datetime.now(UTC),
+        }
         days.update(_days(d0, d1))
         prev = old.get(j.id)
-        if prev and prev[0] is not None and prev[1] is not None:
-            p0, p1 = _utc(prev[0]), _utc(prev[1])
+        if prev is not None and prev.rolled_from is not None and prev.rolled_to is not None:
+            p0, p1 = _utc(prev.rolled_from), _utc(prev.rolled_to)
             assert p0 is not None and p1 is not None
             days.update(_days(p0.timestamp(), p1.timestamp()))
+        if not _same_metrics(prev, row, j.updated_at):
+            metrics.append(row)
+    if conn.dialect.name == "postgresql":
+        _write_pg(conn, job_updates, metrics)
+        return changed, days
     if job_updates:
         conn.execute(
             update(cast(Table, Job.__table__))
@@ -288,9 +310,97 @@ def _process_batch(conn: Connection, cfg: Config, pks: list[int]) -> tuple[int, 
             .values({**{k: bindparam(k) for k in job_updates[0] if k != "_pk"}, "updated_at": J.updated_at}),
             job_updates,
         )
-    conn.execute(delete(M).where(M.c.job_pk.in_([m["job_pk"] for m in metrics])))
-    conn.execute(insert(M), metrics)
+    if metrics:
+        conn.execute(delete(M).where(M.c.job_pk.in_([m["job_pk"] for m in metrics])))
+        conn.execute(insert(M), metrics)
     return changed, days
+
+
+# What a job_metrics row holds besides its key and computed_at: a row whose values come out the same and
+# that is newer than the job's last change is left as it is (a full recompute then writes nothing).
+_METRIC_VALUES = (
+    "co2_embodied_g", "gpu_util_pct", "gpu_samples_s", "idle_gpu_s", "idle_gpu_energy_j", "carbon_detail",
+    "rolled_from", "rolled_to",
+)  # fmt: skip
+_METRIC_READ = (M.c.job_pk, *(M.c[k] for k in _METRIC_VALUES), M.c.computed_at)
+_JOB_UPDATE = (
+    "co2_g", "pue", "carbon_zone", "carbon_g_per_kwh", "carbon_source", "carbon_flag", "carbon_year",
+)  # fmt: skip
+
+
+def _same_metrics(prev: Any, row: dict[str, Any], updated_at: datetime | None) -> bool:
+    """Whether the stored row `prev` already says what `row` says, and was computed after the job changed."""
+    if prev is None or prev.computed_at is None or updated_at is None:
+        return False
+    if not _utc(prev.computed_at) > _utc(updated_at):  # type: ignore[operator]
+        return False  # stale: computed_at must move past updated_at (see _changed_jobs)
+    for k in _METRIC_VALUES:
+        a, b = getattr(prev, k), row[k]
+        if k in ("rolled_from", "rolled_to"):
+            a = _utc(a)
+        if a != b:
+            return False
+    return True
+
+
+def _write_pg(conn: Connection, job_updates: list[dict[str, Any]], metrics: list[dict[str, Any]]) -> None:
+    """PostgreSQL: COPY into temporary tables, then one UPDATE ... FROM and one INSERT ... ON CONFLICT."""
+    import json
+
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    with raw.cursor() as cur:
+        if job_updates:
+            cur.execute(
+                "CREATE TEMP TABLE IF NOT EXISTS cocaq_agg_jobs ON COMMIT DELETE ROWS AS "
+                f"SELECT id, {', '.join(_JOB_UPDATE)} FROM jobs WITH NO DATA"
+            )
+            with cur.copy(f"COPY cocaq_agg_jobs (id, {', '.join(_JOB_UPDATE)}) FROM STDIN") as cp:
+                for u in job_updates:
+                    cp.write_row([u["_pk"], *(u[k] for k in _JOB_UPDATE)])
+            cur.execute(
+                f"UPDATE jobs SET {', '.join(f'{k} = t.{k}' for k in _JOB_UPDATE)} "
+                "FROM cocaq_agg_jobs t WHERE jobs.id = t.id"
+            )
+        if metrics:
+            cols = ("job_pk", *_METRIC_VALUES, "computed_at")
+            cur.execute(
+                "CREATE TEMP TABLE IF NOT EXISTS cocaq_agg_metrics ON COMMIT DELETE ROWS AS "
+                f"SELECT {', '.join(cols)} FROM job_metrics WITH NO DATA"
+            )
+            with cur.copy(f"COPY cocaq_agg_metrics ({', '.join(cols)}) FROM STDIN") as cp:
+                for m in metrics:
+                    d = m["carbon_detail"]
+                    cp.write_row(
+                        [
+                            *(m[k] for k in cols[:6]),
+                            None if d is None else json.dumps(d),
+                            *(m[k] for k in cols[7:]),
+                        ]
+                    )
+            cur.execute(
+                f"INSERT INTO job_metrics ({', '.join(cols)}) "
+                f"SELECT {', '.join(cols)} FROM cocaq_agg_metrics ON CONFLICT (job_pk) DO UPDATE SET "
+                + ", ".join(f"{k} = EXCLUDED.{k}" for k in cols[1:])
+            )
+
+
+def _among(conn: Connection, col: Any, pks: list[int]) -> Any:
+    """`col IN pks` (sorted ids), cheap on PostgreSQL: a range where the ids are dense, else one array."""
+    if conn.dialect.name != "postgresql" or not pks:
+        return col.in_(pks)
+    if pks[-1] - pks[0] < 2 * len(pks):
+        return col.between(pks[0], pks[-1])
+    from sqlalchemy import BigInteger, any_
+    from sqlalchemy.dialects.postgresql import ARRAY
+
+    return col == any_(bindparam("pks", pks, type_=ARRAY(BigInteger)))
+
+
+def _big_work_mem(conn: Connection) -> None:
+    """PostgreSQL: a bigger work_mem for this transaction (the year-wide sorts and hashes stay in memory)."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SET LOCAL work_mem = '{WORK_MEM}'")
 
 
 def _days(d0: float, d1: float) -> list[float]:
@@ -316,10 +426,20 @@ def _ranges(days: Iterable[float]) -> list[tuple[float, float]]:
     return out
 
 
-def _rebuild_days(conn: Connection, days: set[float]) -> int:
+def _rebuild_days(conn: Connection, days: set[float], *, in_sql: bool | None = None) -> int:
+    """Rebuild the rollups of these days; on PostgreSQL in one statement per range (`in_sql`: force)."""
+    if in_sql is None:
+        in_sql = conn.dialect.name == "postgresql"
     rows = 0
     for first, last in _ranges(days):
         lo, hi = datetime.fromtimestamp(first, UTC), datetime.fromtimestamp(last + DAY, UTC)
+        if in_sql:
+            _big_work_mem(conn)
+            conn.execute(delete(R).where(R.c.day >= lo, R.c.day < hi))
+            rows += conn.execute(
+                text(_ROLLUP_PG), {"lo": lo, "hi": hi, "first": first, "last": last}
+            ).rowcount
+            continue
         jobs = conn.execute(
             select(
                 J.id, J.cluster_id, J.user_name, J.account, J.partition, J.start_time, J.elapsed_s,
@@ -362,6 +482,67 @@ def _rebuild_days(conn: Connection, days: set[float]) -> int:
             rows += len(batch)
     return rows
 
+
+# PostgreSQL: the same rows as _add/_rollup_row below, computed in one statement per range of days [first,
+# last] (epoch seconds of UTC midnights): each job counts in the days d from its start's day while d <= its
+# end and d <= last, kept where d >= first and it ran in d (or, with no run time, started in d).
+_ROLLUP_PG = """
+WITH j AS (
+    SELECT j.id, j.cluster_id, j.user_name, coalesce(j.account, '') AS account,
+           coalesce(j.partition, '') AS partition, split_part(coalesce(j.state, ''), ' ', 1) AS st,
+           extract(epoch FROM j.start_time)::float8 AS t0, greatest(coalesce(j.elapsed_s, 0.0), 0.0) AS el,
+           coalesce(j.alloc_cpus, 0) AS cpus, coalesce(j.alloc_gpus, 0) AS gpus,
+           coalesce(j.energy_j, 0.0) AS energy, coalesce(j.energy_measured_j, 0.0) AS measured,
+           coalesce(j.co2_g, 0.0) AS co2, coalesce(m.co2_embodied_g, 0.0) AS embodied, m.gpu_util_pct AS util,
+           coalesce(m.idle_gpu_s, 0.0) AS idle_s, coalesce(m.idle_gpu_energy_j, 0.0) AS idle_j
+    FROM jobs j LEFT JOIN job_metrics m ON m.job_pk = j.id
+    WHERE j.start_time < :hi AND (j.end_time >= :lo OR j.end_time IS NULL) AND j.start_time IS NOT NULL
+), c AS (
+    SELECT e.job_pk,
+           coalesce(sum(coalesce(e.energy_j, 0.0)) FILTER (WHERE e.component = 'gpu'), 0.0) AS gpu,
+           coalesce(sum(coalesce(e.energy_j, 0.0)) FILTER (WHERE e.component = 'cpu'), 0.0) AS cpu,
+           coalesce(sum(coalesce(e.energy_j, 0.0)) FILTER (WHERE e.component = 'dram'), 0.0) AS dram,
+           coalesce(sum(coalesce(e.energy_j, 0.0))
+                    FILTER (WHERE e.component NOT IN ('gpu', 'cpu', 'dram')), 0.0) AS other
+    FROM (SELECT job_pk, component, sum(energy_j) AS energy_j FROM job_energy
+          WHERE job_pk IN (SELECT id FROM j) GROUP BY job_pk, component) e
+    GROUP BY e.job_pk
+), d AS (
+    SELECT j.*, coalesce(c.gpu, 0.0) AS e_gpu, coalesce(c.cpu, 0.0) AS e_cpu, coalesce(c.dram, 0.0) AS e_dram,
+           coalesce(c.other, 0.0) AS e_other, x.day, x.ov,
+           CASE WHEN j.el > 0 THEN x.ov / j.el ELSE 1.0 END AS frac
+    FROM j LEFT JOIN c ON c.job_pk = j.id
+    CROSS JOIN LATERAL (
+        SELECT n * 86400.0 AS day,
+               greatest(0.0, least(j.t0 + j.el, n * 86400.0 + 86400.0) - greatest(j.t0, n * 86400.0)) AS ov
+        FROM generate_series(
+            floor(j.t0 / 86400.0)::bigint,
+            floor(least(j.t0 + j.el, CAST(:last AS float8)) / 86400.0)::bigint
+        ) AS n
+    ) x
+    WHERE x.day >= CAST(:first AS float8)
+)
+INSERT INTO daily_rollups (
+    cluster_id, day, user_name, account, partition, jobs, jobs_failed, jobs_cancelled, jobs_timeout,
+    cpu_hours, gpu_hours, energy_gpu_j, energy_cpu_j, energy_dram_j, energy_other_j, energy_measured_j,
+    energy_estimated_j, energy_failed_j, co2_g, co2_embodied_g, gpu_util_energy_j, gpu_util_weighted,
+    idle_gpu_hours, idle_gpu_energy_j)
+SELECT cluster_id, to_timestamp(day), user_name, account, partition, count(*),
+       count(*) FILTER (WHERE st IN ('FAILED', 'OUT_OF_MEMORY', 'NODE_FAIL')),
+       count(*) FILTER (WHERE st = 'CANCELLED'), count(*) FILTER (WHERE st = 'TIMEOUT'),
+       sum(cpus * ov / 3600.0), sum(gpus * ov / 3600.0),
+       sum(e_gpu * frac), sum(e_cpu * frac), sum(e_dram * frac), sum(e_other * frac), sum(measured * frac),
+       sum((energy - measured) * frac),
+       sum(CASE WHEN st IN ('FAILED', 'OUT_OF_MEMORY', 'NODE_FAIL', 'TIMEOUT') THEN energy * frac
+                ELSE 0.0 END),
+       sum(co2 * frac), sum(embodied * frac),
+       sum(CASE WHEN util IS NOT NULL THEN e_gpu * frac ELSE 0.0 END),
+       sum(CASE WHEN util IS NOT NULL THEN util * (e_gpu * frac) ELSE 0.0 END),
+       sum(idle_s * frac / 3600.0), sum(idle_j * frac)
+FROM d
+WHERE ov > 0 OR (el = 0 AND day <= t0 AND t0 < day + 86400.0)
+GROUP BY cluster_id, day, user_name, account, partition
+"""
 
 _FIELDS = (
     "jobs", "jobs_failed", "jobs_cancelled", "jobs_timeout", "cpu_hours", "gpu_hours", "energy_gpu_j",
@@ -443,9 +624,19 @@ def run_aggregate(
         pks = _changed_jobs(conn, since, full, _utc(wm))
     days: set[float] = set()
     done = 0
+    all_use = None
+    if len(pks) > ONE_PASS:  # many jobs: all GPU samples in one pass rather than by the batch's job ids
+        all_use = {}
+        max_dt = max(3 * cfg.collector.interval_s, 60.0)
+        with engine.connect() as conn:
+            for cid in conn.execute(text("SELECT id FROM clusters")).scalars():
+                for jid, hours in _gpu_use(
+                    conn, cid, None, cfg.aggregate.idle_gpu_util_pct, cfg.collector.interval_s, max_dt
+                ).items():
+                    all_use[(cid, jid)] = hours
     for i in range(0, len(pks), BATCH):
         with engine.begin() as conn:
-            changed, d = _process_batch(conn, cfg, pks[i : i + BATCH])
+            changed, d = _process_batch(conn, cfg, pks[i : i + BATCH], all_use)
         res.co2_changed += changed
         days |= d
         done += len(pks[i : i + BATCH])

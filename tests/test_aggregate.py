@@ -65,7 +65,14 @@ def _samples(engine: Engine, raw: int, start: datetime, per_10s: list[tuple[floa
         rows = []
         for i, (p, u) in enumerate(per_10s):
             ts = start + timedelta(seconds=10 * i)
-            base = {"ts": ts, "cluster_id": cid, "node": "n1", "source": "nvml", "device": "GPU-a", "job_id": str(raw)}
+            base = {
+                "ts": ts,
+                "cluster_id": cid,
+                "node": "n1",
+                "source": "nvml",
+                "device": "GPU-a",
+                "job_id": str(raw),
+            }
             rows += [{**base, "metric": "power_w", "value": p}, {**base, "metric": "util_pct", "value": u}]
         c.execute(insert(Sample), rows)
 
@@ -155,7 +162,9 @@ def test_days_add_up_to_the_jobs_and_states_are_counted(engine: Engine, tmp_path
                               " sum(co2_g), sum(jobs_failed), sum(jobs_cancelled), sum(jobs_timeout),"
                               " sum(gpu_hours) FROM daily_rollups")).one()  # fmt: skip
         split = c.execute(
-            text("SELECT day, gpu_hours FROM daily_rollups WHERE user_name = 'alice' AND gpu_hours > 0 ORDER BY day")
+            text(
+                "SELECT day, gpu_hours FROM daily_rollups WHERE user_name = 'alice' AND gpu_hours > 0 ORDER BY day"
+            )
         ).all()
     assert days[0] == pytest.approx(total[0]) and days[1] == pytest.approx(total[1])
     assert tuple(days[2:5]) == (1, 1, 1)
@@ -173,7 +182,10 @@ def test_incremental_equals_full_recompute_and_reruns_change_nothing(engine: Eng
     assert run_aggregate(engine, cfg).jobs == 0 and _rollups(engine) == first
     # Later: a job's final record moves it (longer, another state), new jobs arrive, one in a new day.
     moved = _job(10, DAY0 + timedelta(hours=22), 30.0, state="FAILED")
-    new = [_job(20, DAY0 + timedelta(days=3, hours=1), 2.0, user="carol"), _job(21, DAY0 + timedelta(hours=5), 1.0)]
+    new = [
+        _job(20, DAY0 + timedelta(days=3, hours=1), 2.0, user="carol"),
+        _job(21, DAY0 + timedelta(hours=5), 1.0),
+    ]
     import_records(engine, [moved, *new], cfg, source="sacct-json")
     res = run_aggregate(engine, cfg)
     assert res.jobs == 3
@@ -196,3 +208,99 @@ def test_cocaq_aggregate_command(engine: Engine, tmp_path: Path, cli_env: dict[s
     assert r.code == 0 and "aggregated 5 jobs" in r.err and "rebuilt 3 days" in r.err, r.err
     r = run_cocaq(["aggregate", "--full", "--since", "3d"], env)
     assert r.code == 2 and "exclude each other" in r.err
+
+
+def test_rollups_in_sql_equal_the_python_ones(engine: Engine, tmp_path: Path) -> None:
+    """PostgreSQL rebuilds days in one SQL statement; it must give what the Python loop gives."""
+    from cocaq import aggregate
+
+    if engine.dialect.name != "postgresql":
+        pytest.skip("the SQL rollups are PostgreSQL's")
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url, "[embodied]\ng_per_node_hour = 10\ng_per_gpu_hour = 30\n")
+    _scenario(engine, cfg)
+    import_records(
+        engine,
+        [_job(30, DAY0 + timedelta(days=1, hours=20), 40.0, user="dave", gpus=2, state="OUT_OF_MEMORY"),
+         _job(31, DAY0 + timedelta(days=1), 24.0, user="dave", account="lab2", state="NODE_FAIL")],
+        cfg, source="sacct-json",
+    )  # fmt: skip
+    _series(engine, "FR", DAY0, [float(30 + i % 7) for i in range(24 * 5)])
+    _samples(
+        engine, 30, DAY0 + timedelta(days=1, hours=20), [(100.0 + i % 50, float(i % 30)) for i in range(900)]
+    )
+    run_aggregate(engine, cfg)
+    in_sql = _rollups(engine)
+    days = {DAY0.timestamp() + k * 86400.0 for k in range(-1, 6)}
+    for pick in ({DAY0.timestamp() + 86400.0}, days):  # one day (jobs across its edges), then all
+        with engine.begin() as c:
+            aggregate._rebuild_days(c, pick, in_sql=False)
+        assert _rollups(engine) == in_sql
+        with engine.begin() as c:
+            aggregate._rebuild_days(c, pick, in_sql=True)
+        assert _rollups(engine) == in_sql
+    assert len(in_sql) >= 8
+
+
+def test_unchanged_metrics_are_not_rewritten_but_stale_ones_are(engine: Engine, tmp_path: Path) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    _scenario(engine, cfg)
+    _series(engine, "FR", DAY0, [40.0] * 96)
+    run_aggregate(engine, cfg)
+    q = text(
+        "SELECT j.job_id_raw, m.computed_at FROM job_metrics m JOIN jobs j ON j.id = m.job_pk ORDER BY 1"
+    )
+    with engine.connect() as c:
+        before = c.execute(q).all()
+    assert len(before) == 5
+    res = run_aggregate(engine, cfg, full=True)
+    assert res.jobs == 5
+    with engine.connect() as c:
+        assert c.execute(q).all() == before  # same values, computed after the jobs' last change: kept
+        # a job that changed after its metrics were computed gets them again even where they come out equal
+        c.execute(
+            text("UPDATE jobs SET updated_at = :t WHERE job_id_raw = 12"),
+            {"t": datetime.now(UTC) + timedelta(seconds=1)},
+        )
+        c.commit()
+    import time
+
+    time.sleep(1.1)
+    assert run_aggregate(engine, cfg).jobs == 1
+    with engine.connect() as c:
+        after = dict(c.execute(q).all())
+    assert after[12] != dict(before)[12] and {k: v for k, v in after.items() if k != 12} == {
+        k: v for k, v in before if k != 12
+    }
+    assert run_aggregate(engine, cfg).jobs == 0
+
+
+def test_samples_in_one_pass_give_what_the_batches_give(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cocaq import aggregate
+
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    _scenario(engine, cfg)
+    _series(engine, "FR", DAY0, [float(30 + i % 7) for i in range(24 * 4)])
+    _samples(engine, 10, DAY0 + timedelta(hours=22), [(100.0 + i % 50, float(i % 30)) for i in range(1500)])
+    _samples(engine, 12, DAY0 + timedelta(days=1, hours=3), [(200.0, 50.0)] * 500)
+    q = text(
+        "SELECT j.job_id_raw, j.co2_g, j.carbon_g_per_kwh, m.gpu_util_pct, m.gpu_samples_s, m.idle_gpu_s,"
+        " m.idle_gpu_energy_j FROM jobs j JOIN job_metrics m ON m.job_pk = j.id ORDER BY 1"
+    )
+    run_aggregate(engine, cfg)
+    with engine.connect() as c:
+        batched = c.execute(q).all()
+    rollups = _rollups(engine)
+    with engine.begin() as c:
+        c.execute(text("DELETE FROM job_metrics"))
+        c.execute(text("UPDATE jobs SET co2_g = 0"))
+    monkeypatch.setattr(aggregate, "ONE_PASS", 0)
+    run_aggregate(engine, cfg, full=True)
+    with engine.connect() as c:
+        assert c.execute(q).all() == batched
+    assert _rollups(engine) == rollups
+    assert any(r[3] is not None for r in batched)
