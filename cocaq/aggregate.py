@@ -82,13 +82,14 @@ def _changed_jobs(
         pass
     elif since is not None:
         q = q.where(or_(J.end_time >= since, J.end_time.is_(None), J.updated_at >= since))
-    else:
-        m = M.c
+    elif watermark is None:  # never run: every job without up-to-date metrics
         # (ties count as changed: SQLite keeps CURRENT_TIMESTAMP to the second)
-        stale = or_(M.c.job_pk.is_(None), m.computed_at <= J.updated_at, J.is_open)
-        q = q.outerjoin(M, M.c.job_pk == J.id).where(
-            stale if watermark is None else or_(stale, J.updated_at >= watermark)
-        )
+        stale = or_(M.c.job_pk.is_(None), M.c.computed_at <= J.updated_at, J.is_open)
+        q = q.outerjoin(M, M.c.job_pk == J.id).where(stale)
+    else:
+        # Whatever changed since the last completed run started (new jobs too: inserts set updated_at),
+        # and the running jobs, whose hours grow. Both by index: no scan of every job.
+        q = q.where(or_(J.updated_at >= watermark, J.is_open))
     return [r[0] for r in conn.execute(q.where(J.start_time.is_not(None)).order_by(J.id))]
 
 

@@ -79,6 +79,8 @@ class Job(Base):
         Index("ix_jobs_partition_end", "partition", "end_time"),
         Index("ix_jobs_cluster_end", "cluster_id", "end_time"),
         Index("ix_jobs_open", "is_open"),
+        Index("ix_jobs_updated_at", "updated_at"),  # the aggregator's "changed since"
+        Index("ix_jobs_end_time", "end_time"),  # the days a rollup rebuild reads
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -128,7 +130,10 @@ class Job(Base):
     assumptions: Mapped[dict[str, Any] | None]  # what an estimate assumed, to recompute later
     imported_from: Mapped[str | None] = mapped_column(String(32))
     record_hash: Mapped[str | None] = mapped_column(String(32))  # of the facts; unchanged re-imports skip
-    updated_at: Mapped[datetime] = mapped_column(server_default=func.current_timestamp(), onupdate=utcnow())
+    # (utcnow, not CURRENT_TIMESTAMP, for what SQLAlchemy writes: SQLite's has no fraction of a second)
+    updated_at: Mapped[datetime] = mapped_column(
+        server_default=func.current_timestamp(), default=utcnow(), onupdate=utcnow()
+    )
 
     energies: Mapped[list[JobEnergy]] = relationship(
         back_populates="job", cascade="all, delete-orphan", passive_deletes=True
