@@ -26,6 +26,7 @@ from sqlalchemy import Connection, Engine, Table, bindparam, delete, func, inser
 
 from cocaq.carbon import co2_grams
 from cocaq.config import Config
+from cocaq.dbtypes import as_utc
 from cocaq.hostlist import expand_hostlist
 from cocaq.models import AggregatorState, DailyRollup, Job, JobEnergy, JobMetrics, Sample
 from cocaq.sqlfuncs import epoch, utcnow
@@ -59,12 +60,6 @@ class AggregateSummary:
             f"aggregated {self.jobs:,} jobs ({self.co2_changed:,} with new CO2), rebuilt {self.days:,} days"
             f" ({self.rollup_rows:,} rollup rows) in {self.seconds:.1f} s"
         )
-
-
-def _utc(d: datetime | None) -> datetime | None:
-    if d is None:
-        return None
-    return d.replace(tzinfo=UTC) if d.tzinfo is None else d
 
 
 def _day_floor(ts: float) -> float:
@@ -226,7 +221,7 @@ def _process_batch(
                 nodes = []
             hw = hw_cache[key] = cfg.hardware_for(j.partition, nodes)[0]
         zone = hw.carbon_zone or cfg.cluster.carbon_zone
-        start = _utc(j.start_time)
+        start = as_utc(j.start_time)
         assert start is not None
         t0 = start.timestamp()
         t1 = t0 + max(j.elapsed_s or 0.0, 0.0)
@@ -296,7 +291,7 @@ def _process_batch(
         days.update(_days(d0, d1))
         prev = old.get(j.id)
         if prev is not None and prev.rolled_from is not None and prev.rolled_to is not None:
-            p0, p1 = _utc(prev.rolled_from), _utc(prev.rolled_to)
+            p0, p1 = as_utc(prev.rolled_from), as_utc(prev.rolled_to)
             assert p0 is not None and p1 is not None
             days.update(_days(p0.timestamp(), p1.timestamp()))
         if not _same_metrics(prev, row, j.updated_at):
@@ -333,12 +328,12 @@ def _same_metrics(prev: Any, row: dict[str, Any], updated_at: datetime | None) -
     """Whether the stored row `prev` already says what `row` says, and was computed after the job changed."""
     if prev is None or prev.computed_at is None or updated_at is None:
         return False
-    if not _utc(prev.computed_at) > _utc(updated_at):  # type: ignore[operator]
+    if not as_utc(prev.computed_at) > as_utc(updated_at):
         return False  # stale: computed_at must move past updated_at (see _changed_jobs)
     for k in _METRIC_VALUES:
         a, b = getattr(prev, k), row[k]
         if k in ("rolled_from", "rolled_to"):
-            a = _utc(a)
+            a = as_utc(a)
         if a != b:
             return False
     return True
@@ -462,7 +457,7 @@ def _rebuild_days(conn: Connection, days: set[float], *, in_sql: bool | None = N
                 comp[pk][c] = e or 0.0
         acc: dict[tuple[Any, ...], list[float]] = {}
         for j in jobs:
-            start = _utc(j.start_time)
+            start = as_utc(j.start_time)
             assert start is not None
             t0 = start.timestamp()
             el = max(j.elapsed_s or 0.0, 0.0)
@@ -620,9 +615,9 @@ def run_aggregate(
     res = AggregateSummary()
     st = cast(Table, AggregatorState.__table__)
     with engine.connect() as conn:
-        db_now = _utc(conn.execute(select(utcnow())).scalar_one())
+        db_now = as_utc(conn.execute(select(utcnow())).scalar_one())
         wm = conn.execute(select(st.c.watermark).where(st.c.name == WATERMARK)).scalar_one_or_none()
-        pks = _changed_jobs(conn, since, full, _utc(wm))
+        pks = _changed_jobs(conn, since, full, as_utc(wm))
     days: set[float] = set()
     done = 0
     all_use = None

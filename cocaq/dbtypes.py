@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import overload
 
 from sqlalchemy import DateTime
 from sqlalchemy.engine import Dialect
@@ -27,3 +28,14 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+@overload
+def as_utc(d: datetime) -> datetime: ...
+@overload
+def as_utc(d: None) -> None: ...
+def as_utc(d: datetime | None) -> datetime | None:
+    """A time from a query that UTCDateTime did not type (a raw SQL column): naive means UTC."""
+    if d is None:
+        return None
+    return d.replace(tzinfo=UTC) if d.tzinfo is None else d

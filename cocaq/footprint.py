@@ -344,7 +344,7 @@ def _measured_gpus(conn: Connection, job_pk: int) -> list[dict[str, Any]]:
             )
         ).all()
         for dev, e, src, start in rows:
-            if abs((_utc(start) - _utc(ts)).total_seconds()) < 1.0 and (dev not in energy or src == "nvml"):
+            if abs((start - ts).total_seconds()) < 1.0 and (dev not in energy or src == "nvml"):
                 energy[dev] = (e, src)
         gpus = payload.get("gpus") if isinstance(payload, dict) else None
         for g in gpus if isinstance(gpus, list) else []:
@@ -363,10 +363,6 @@ def _measured_gpus(conn: Connection, job_pk: int) -> list[dict[str, Any]]:
                 }
             )
     return out
-
-
-def _utc(d: datetime) -> datetime:
-    return d.replace(tzinfo=UTC) if d.tzinfo is None else d
 
 
 def now_utc() -> datetime:

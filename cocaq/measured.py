@@ -23,6 +23,7 @@ from sqlalchemy import Connection, Engine, Table, bindparam, delete, insert, sel
 
 from cocaq.carbon import co2_grams
 from cocaq.config import Config
+from cocaq.dbtypes import as_utc
 from cocaq.estimate import SOURCE_TDP, tdp_components
 from cocaq.hostlist import expand_hostlist
 from cocaq.models import Job, JobEnergy, NodeEnergy, NodeEvent
@@ -42,20 +43,14 @@ class LinkSummary:
     unmatched_examples: list[str] = field(default_factory=list)
 
 
-def _aware(d: datetime | None) -> datetime | None:
-    if d is None:
-        return None
-    return d.replace(tzinfo=UTC) if d.tzinfo is None else d
-
-
 def _pick(cands: Sequence[Any], ts: datetime, now: datetime) -> int | None:
     """The job whose run holds `ts` (closest start first)."""
     best: tuple[float, int] | None = None
     for pk, submit, start, end in cands:
-        lo = (_aware(submit) or _aware(start) or ts) - MARGIN
-        hi = (_aware(end) or now) + MARGIN
+        lo = (as_utc(submit) or as_utc(start) or ts) - MARGIN
+        hi = (as_utc(end) or now) + MARGIN
         if lo <= ts <= hi:
-            d = abs(((_aware(start) or _aware(submit) or ts) - ts).total_seconds())
+            d = abs(((as_utc(start) or as_utc(submit) or ts) - ts).total_seconds())
             if best is None or d < best[0]:
                 best = (d, pk)
     return None if best is None else best[1]
@@ -92,7 +87,7 @@ def link_events(conn: Connection, now: datetime | None = None, limit: int = 20_0
     for cid, evs in by_cluster.items():
         cands = _candidates(conn, cid, (e.job_id for e in evs))
         for e in evs:
-            pk = _pick(cands.get(e.job_id, []), _aware(e.ts) or now, now)
+            pk = _pick(cands.get(e.job_id, []), as_utc(e.ts) or now, now)
             if pk is None:
                 res.events_unmatched += 1
                 if len(res.unmatched_examples) < 5:
@@ -117,8 +112,8 @@ def _best_per_device(rows: Iterable[Any]) -> list[Any]:
     for r in rows:
         key = (r.node, r.component, r.device)
         cur = best.get(key)
-        if cur is None or (_aware(r.t1), -SOURCE_RANK.get(r.source, 5)) > (
-            _aware(cur.t1),
+        if cur is None or (as_utc(r.t1), -SOURCE_RANK.get(r.source, 5)) > (
+            as_utc(cur.t1),
             -SOURCE_RANK.get(cur.source, 5),
         ):
             best[key] = r
@@ -147,7 +142,7 @@ def apply_measured(conn: Connection, cfg: Config, job_pks: Iterable[int]) -> int
             now = datetime.now(UTC)
             for r in conn.execute(q):
                 cands = [(j.id, j.submit_time, j.start_time, j.end_time) for j in by_key[(cid, r.job_id)]]
-                pk = _pick(cands, _aware(r.job_start) or now, now)
+                pk = _pick(cands, as_utc(r.job_start) or now, now)
                 if pk is not None:
                     measured[pk].append(r)
         for job in jobs:
@@ -235,7 +230,7 @@ def jobs_with_measurements(conn: Connection, since: datetime | None = None) -> l
     for cid, items in by_cluster.items():
         cands = _candidates(conn, cid, (jid for jid, _ in items))
         for jid, start in items:
-            pk = _pick(cands.get(jid, []), _aware(start) or now, now)
+            pk = _pick(cands.get(jid, []), as_utc(start) or now, now)
             if pk is not None:
                 pks.add(pk)
     return sorted(pks)

@@ -22,14 +22,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-MAX_READ = 4096  # bytes read from one cgroup file, at most
+from cocaq.collector import sysfs
+from cocaq.collector.sysfs import MAX_READ
+from cocaq.collector.sysfs import OPEN_DIR as _OPEN_DIR
+
 MAX_CPUS = 1 << 16  # a cpu list naming more CPUs than this is garbage
 _JOB = re.compile(r"job_(\d{1,20})")
 _UID = re.compile(r"uid_(\d{1,10})")
 _SLURM_V1 = re.compile(r"slurm(?:_[A-Za-z0-9._-]{1,255})?")  # `slurm_<node>` with multiple slurmd
 _SCOPE = re.compile(r"(?:[A-Za-z0-9._-]{1,255}_)?slurmstepd\.scope")
-_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_OPEN_DIR = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 class CgroupUnavailable(Exception):
@@ -57,18 +58,9 @@ def _opendir(name: str, dir_fd: int | None = None) -> int:
 def _read(name: str, dir_fd: int, limit: int = MAX_READ) -> bytes | None:
     """A small regular file's bytes, or None: missing, symlink, FIFO, unreadable or over `limit`."""
     try:
-        fd = os.open(name, _OPEN_FILE, dir_fd=dir_fd)
-    except OSError:
+        return sysfs.read_bounded(name, dir_fd, limit)
+    except sysfs.SysfsReadError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = os.read(fd, limit + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return data if len(data) <= limit else None
 
 
 def _exists(name: str, dir_fd: int) -> bool:

@@ -14,13 +14,15 @@ import errno
 import math
 import os
 import re
-import stat
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-MAX_READ = 4096  # bytes read from one sysfs file, at most
+from cocaq.collector import sysfs
+from cocaq.collector.sysfs import MAX_READ
+from cocaq.collector.sysfs import OPEN_DIR as _OPEN_DIR
+
 _INT_MAX_LEN = 32  # a counter longer than this is garbage (u64 has 20 digits)
 # `intel-rapl:N` / `intel-rapl:N:M` (also what the kernel shows on AMD Zen), and `amd-rapl:*` if a driver
 # ever names its zones so.  `intel-rapl-mmio:*` repeats the package-0 counter through MMIO: never matched.
@@ -28,8 +30,6 @@ _ZONE = re.compile(r"(intel-rapl|amd-rapl):(\d{1,6})(?::(\d{1,6}))?")
 _PACKAGE = re.compile(r"package-(\d{1,6})(?:-die-\d{1,6})?")
 _SUBKINDS = ("dram", "core", "uncore")
 KINDS = ("package", "dram", "core", "uncore", "psys")
-_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_OPEN_DIR = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 class RaplUnavailable(Exception):
@@ -53,31 +53,13 @@ class RaplDomain:
 
 
 def read_bounded(name: str, dir_fd: int | None = None, limit: int = MAX_READ) -> bytes:
-    """Read at most `limit` bytes of a regular file without following a symlink or blocking on a FIFO.
-
-    Raises RaplReadError with a short reason; a longer file is refused rather than silently cut.
-    """
+    """`sysfs.read_bounded`, its failures as RaplReadError (with why RAPL may be unreadable)."""
     try:
-        fd = os.open(name, _OPEN_FILE, dir_fd=dir_fd)
-    except FileNotFoundError:
-        raise RaplReadError("vanished") from None
-    except PermissionError:
-        raise RaplReadError("permission denied (RAPL energy is root-only since CVE-2020-8694)") from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise RaplReadError("is a symlink: not followed") from None
-        raise RaplReadError(f"open failed: {exc.strerror or exc}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise RaplReadError("not a regular file")
-        data = os.read(fd, limit + 1)
-    except OSError as exc:
-        raise RaplReadError(f"read failed: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise RaplReadError(f"longer than {limit} bytes")
-    return data
+        return sysfs.read_bounded(name, dir_fd, limit)
+    except sysfs.SysfsReadError as exc:
+        if exc.permission:
+            raise RaplReadError("permission denied (RAPL energy is root-only since CVE-2020-8694)") from None
+        raise RaplReadError(str(exc)) from None
 
 
 def parse_uint(data: bytes) -> int:
