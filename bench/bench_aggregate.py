@@ -19,7 +19,9 @@ The database (`cocaq_bench_agg`, kept with --reuse) is a year of a site:
     job's CO2) whose time is reported as "first full".
 
 Measured, whole processes (wall clock around the subprocess):
-  (a) `cocaq aggregate --full` (--full-runs times; target < 60 s)
+  (a) `cocaq aggregate --full` (--full-runs times; target < 60 s): every job and day derived again, GPU
+      use by hour from `job_gpu_hours` (the samples are unchanged since the build's run)
+  (a') `cocaq aggregate --full --rescan-samples` (--rescan-runs times): the same, every sample read again
   (b) one incremental hour, --runs times, each for a different hour of the last days: the jobs that
       ended in that hour are put back as they were while running (state RUNNING, open, no end time,
       their samples deleted), `cocaq aggregate` runs (not timed: the hourly run that saw them running),
@@ -245,6 +247,14 @@ def incremental(dbname: str, cache: Path, hour: datetime) -> dict[str, float]:
                 "SELECT count(*) FROM samples s JOIN jobs j ON s.job_id = j.job_id_raw::text "
                 "AND s.cluster_id = j.cluster_id JOIN pick p ON p.id = j.id"
             ).fetchone()[0]  # type: ignore[index]
+            # ... and recorded, per batch, which jobs the samples belong to (collector/ship.py does)
+            conn.execute(
+                "INSERT INTO node_shipments (cluster_id, node, batch, rows, job_ids) "
+                "SELECT j.cluster_id, 'bench', 'hour-' || %s || '-' || j.cluster_id, %s, "
+                "string_agg(j.job_id_raw::text, ' ') FROM jobs j JOIN pick p ON p.id = j.id "
+                "GROUP BY j.cluster_id",
+                (hour.isoformat(), n_samples),
+            )
             conn.commit()
         imp = c.run_process([c.COCAQ, *cfg, "import", "sacct", "--file", str(f)], env)
     r = c.run_process([c.COCAQ, *cfg, "aggregate"], env)
@@ -278,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=5, help="incremental hours, and (x3) user runs")
     p.add_argument("--full-runs", type=int, default=2)
     p.add_argument("--skip-full", action="store_true")
+    p.add_argument(
+        "--rescan-runs", type=int, default=1, help="runs of (a') --full --rescan-samples (every sample read)"
+    )
     p.add_argument("--seed", type=int, default=20261121)
     p.add_argument("--reuse", action="store_true", help="use the database if it is already loaded; keep it")
     p.add_argument("--json", type=Path, default=None)
@@ -308,6 +321,14 @@ def main(argv: list[str] | None = None) -> int:
             full.append(r.wall_s)
             print(f"(a) cocaq aggregate --full: {r.wall_s:.2f} s: {r.stderr.strip()}", flush=True)
         res["full"] = full
+    rescan: list[float] = []
+    for _ in range(0 if a.skip_full else a.rescan_runs):
+        r = c.run_process([c.COCAQ, *cfg, "aggregate", "--full", "--rescan-samples"], env)
+        rescan.append(r.wall_s)
+        print(
+            f"(a') cocaq aggregate --full --rescan-samples: {r.wall_s:.2f} s: {r.stderr.strip()}", flush=True
+        )
+    res["full_rescan"] = rescan
 
     base = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     inc = []
@@ -348,6 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     if full:
         runs = ", ".join(f"{x:.2f}" for x in full)
         print(f"| (a) cocaq aggregate --full | {statistics.median(full):.2f} | {runs} |")
+    if rescan:
+        runs = ", ".join(f"{x:.2f}" for x in rescan)
+        print(f"| (a') cocaq aggregate --full --rescan-samples | {statistics.median(rescan):.2f} | {runs} |")
     agg = [x["aggregate_s"] for x in inc]
     print(
         f"| (b) cocaq aggregate, one incremental hour "

@@ -28,7 +28,16 @@ from cocaq.carbon import co2_grams
 from cocaq.config import Config
 from cocaq.dbtypes import as_utc
 from cocaq.hostlist import expand_hostlist
-from cocaq.models import AggregatorState, DailyRollup, Job, JobEnergy, JobMetrics, Sample
+from cocaq.models import (
+    AggregatorState,
+    DailyRollup,
+    Job,
+    JobEnergy,
+    JobGpuHour,
+    JobMetrics,
+    NodeShipment,
+    Sample,
+)
 from cocaq.sqlfuncs import epoch, utcnow
 
 log = logging.getLogger(__name__)
@@ -39,12 +48,18 @@ WORK_MEM = "256MB"  # PostgreSQL, for the aggregator's big statements (SET LOCAL
 ONE_PASS = 50_000  # jobs to derive at or over which the GPU samples are read in one pass
 FAILED_STATES = ("FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "TIMEOUT")  # as the CLI's failed energy
 WATERMARK = "jobs"
+GPU_HOURS = "gpu_hours"  # aggregator_state: when job_gpu_hours were brought up to date, and with what
+# Changes are picked up from `watermark - MARGIN`: a transaction that started before the last run (its
+# now() is earlier) but committed after it is still seen. Re-deriving a few jobs twice costs little.
+MARGIN = timedelta(minutes=10)
 
 J = cast(Table, Job.__table__).c
 M = cast(Table, JobMetrics.__table__)
 R = cast(Table, DailyRollup.__table__)
 E = cast(Table, JobEnergy.__table__).c
 S = cast(Table, Sample.__table__).c
+GH = cast(Table, JobGpuHour.__table__)
+NS = cast(Table, NodeShipment.__table__).c
 
 
 @dataclass
@@ -53,12 +68,16 @@ class AggregateSummary:
     co2_changed: int = 0
     days: int = 0
     rollup_rows: int = 0
+    gpu_hours_jobs: int = 0  # jobs whose GPU use by hour was derived again from samples (-1: all)
+    gpu_hours_rows: int = 0
     seconds: float = 0.0
 
     def line(self) -> str:
+        gpu = "every job's" if self.gpu_hours_jobs < 0 else f"{self.gpu_hours_jobs:,} jobs'"
         return (
             f"aggregated {self.jobs:,} jobs ({self.co2_changed:,} with new CO2), rebuilt {self.days:,} days"
-            f" ({self.rollup_rows:,} rollup rows) in {self.seconds:.1f} s"
+            f" ({self.rollup_rows:,} rollup rows), GPU samples read again for {gpu}"
+            f" in {self.seconds:.1f} s"
         )
 
 
@@ -70,9 +89,18 @@ def _day_floor(ts: float) -> float:
 
 
 def _changed_jobs(
-    conn: Connection, since: datetime | None, full: bool, watermark: datetime | None
-) -> list[int]:
-    q = select(J.id)
+    conn: Connection,
+    since: datetime | None,
+    full: bool,
+    watermark: datetime | None,
+    sampled: dict[int, set[str]],
+) -> tuple[list[int], set[int]]:
+    """The jobs to derive, and among them those whose days must be rebuilt whatever comes out.
+
+    The rest (running jobs that did not change) are derived again because their CO2 can move with new
+    intensity data; their days are rebuilt only if something they contribute did.
+    """
+    q = select(J.id, J.is_open).where(J.start_time.is_not(None))
     if full:
         pass
     elif since is not None:
@@ -84,8 +112,27 @@ def _changed_jobs(
     else:
         # Whatever changed since the last completed run started (new jobs too: inserts set updated_at),
         # and the running jobs, whose hours grow. Both by index: no scan of every job.
-        q = q.where(or_(J.updated_at >= watermark, J.is_open))
-    return [r[0] for r in conn.execute(q.where(J.start_time.is_not(None)).order_by(J.id))]
+        q = q.where(or_(J.updated_at >= watermark - MARGIN, J.is_open))
+    rows = conn.execute(q).all()
+    pks = {r[0] for r in rows}
+    must = {r[0] for r in rows if not (r[1] and watermark is not None and since is None and not full)}
+    if not full and since is None:
+        marked = _jobs_by_raw_id(conn, sampled)  # finished jobs with new samples
+        pks |= marked
+        must |= marked
+    return sorted(pks), must
+
+
+def _jobs_by_raw_id(conn: Connection, ids: dict[int, set[str]]) -> set[int]:
+    out: set[int] = set()
+    for cid, raw in ids.items():
+        nums = sorted(int(x) for x in raw if x.isdigit() and len(x) < 19)
+        for i in range(0, len(nums), 5000):
+            q = select(J.id).where(
+                J.cluster_id == cid, J.job_id_raw.in_(nums[i : i + 5000]), J.start_time.is_not(None)
+            )
+            out.update(conn.execute(q).scalars())
+    return out
 
 
 # --- GPU samples --------------------------------------------------------------------------------------
@@ -100,24 +147,35 @@ class GpuUse:
     idle_j: float = 0.0
 
 
-def _gpu_use(
-    conn: Connection,
-    cluster_id: int,
-    raw_ids: Sequence[str] | None,
-    threshold: float,
-    step: float,
-    max_dt: float,
-) -> dict[str, dict[float, GpuUse]]:
-    """Per raw job id and hour (epoch of the hour): what its GPUs' samples say (raw_ids None: all jobs').
+def _gpu_params(cfg: Config) -> tuple[float, float, float]:
+    """(idle threshold %, collector step, longest gap a sample stands for): job_gpu_hours depend on them."""
+    step = cfg.collector.interval_s
+    return cfg.aggregate.idle_gpu_util_pct, step, max(3 * step, 60.0)
 
-    A job's figures depend only on its own samples, so one pass over all of them gives what the
-    per-batch queries give.
+
+def _gpu_params_key(cfg: Config) -> str:
+    threshold, step, max_dt = _gpu_params(cfg)
+    return f"v1 idle<{threshold!r} step={step!r} max_dt={max_dt!r}"
+
+
+def _gpu_hours_select(
+    conn: Connection, cfg: Config, cluster_id: int | None, raw_ids: Sequence[str] | None
+) -> Any:
+    """Per cluster, raw job id and hour: what the job's GPU samples say (a job_gpu_hours row).
+
+    A sample stands for the time to the next one of the same GPU (the last: one collector step), capped
+    so that a gap in the samples is not filled with the power before it. A job's figures depend only on
+    its own samples, so one pass over all of them gives what per-job queries give.
     """
-    if raw_ids is not None and not raw_ids:
-        return {}
-    only = () if raw_ids is None else (S.job_id.in_(list(raw_ids)),)
+    threshold, step, max_dt = _gpu_params(cfg)
+    where = [S.source == "nvml", S.metric.in_(("power_w", "util_pct")), S.job_id.is_not(None)]
+    if cluster_id is not None:
+        where.append(S.cluster_id == cluster_id)
+    if raw_ids is not None:
+        where.append(S.job_id.in_(list(raw_ids)))
     p = (
         select(
+            S.cluster_id,
             S.job_id,
             S.node,
             S.device,
@@ -125,35 +183,95 @@ def _gpu_use(
             func.max(_when(S.metric == "power_w", S.value)).label("power"),
             func.max(_when(S.metric == "util_pct", S.value)).label("util"),
         )
-        .where(
-            S.cluster_id == cluster_id,
-            S.source == "nvml",
-            S.metric.in_(("power_w", "util_pct")),
-            *only,
-        )
-        .group_by(S.job_id, S.node, S.device, S.ts)
+        .where(*where)
+        .group_by(S.cluster_id, S.job_id, S.node, S.device, S.ts)
         .subquery()
     )
     t = func.round(epoch(p.c.ts), 3)  # (SQLite's julianday arithmetic is a few µs off a whole hour)
-    nxt = func.lead(t).over(partition_by=(p.c.job_id, p.c.node, p.c.device), order_by=p.c.ts)
-    dt = func.coalesce(nxt - t, step)  # a sample stands for the time to the next one; the last: one step
-    d = select(p.c.job_id, t.label("t"), p.c.power, p.c.util, dt.label("dt")).subquery()
-    hour = func.floor(d.c.t / 3600.0)
+    nxt = func.lead(t).over(partition_by=(p.c.cluster_id, p.c.job_id, p.c.node, p.c.device), order_by=p.c.ts)
+    dt = func.coalesce(nxt - t, step)
+    d = select(p.c.cluster_id, p.c.job_id, t.label("t"), p.c.power, p.c.util, dt.label("dt")).subquery()
+    hour = cast_bigint(func.floor(d.c.t / 3600.0))
     dtc = func.min(d.c.dt, max_dt) if conn.dialect.name == "sqlite" else func.least(d.c.dt, max_dt)
     pw = func.coalesce(d.c.power, 0.0)
     idle = d.c.util < threshold
-    q = select(
+    return select(
+        d.c.cluster_id,
         d.c.job_id,
         hour.label("hour"),
-        func.sum(pw * dtc),
-        func.sum(func.coalesce(d.c.util, 0.0) * pw * dtc),
-        func.sum(dtc),
-        func.sum(_when(idle, dtc, 0.0)),
-        func.sum(_when(idle, pw * dtc, 0.0)),
-    ).group_by(d.c.job_id, hour)
-    out: dict[str, dict[float, GpuUse]] = defaultdict(dict)
-    for jid, h, e, ue, s, idle_s, idle_j in conn.execute(q):
-        out[jid][float(h) * 3600.0] = GpuUse(e or 0.0, ue or 0.0, s or 0.0, idle_s or 0.0, idle_j or 0.0)
+        func.coalesce(func.sum(pw * dtc), 0.0),
+        func.coalesce(func.sum(func.coalesce(d.c.util, 0.0) * pw * dtc), 0.0),
+        func.coalesce(func.sum(dtc), 0.0),
+        func.coalesce(func.sum(_when(idle, dtc, 0.0)), 0.0),
+        func.coalesce(func.sum(_when(idle, pw * dtc, 0.0)), 0.0),
+    ).group_by(d.c.cluster_id, d.c.job_id, hour)
+
+
+def cast_bigint(x: Any) -> Any:
+    from sqlalchemy import BigInteger
+    from sqlalchemy import cast as sql_cast
+
+    return sql_cast(x, BigInteger)
+
+
+_GH_COLS = ("cluster_id", "job_id", "hour", "energy_j", "util_energy", "seconds", "idle_s", "idle_j")
+
+
+def _refresh_gpu_hours(conn: Connection, cfg: Config, scope: dict[int, set[str]] | None) -> int:
+    """Derive job_gpu_hours again from the samples: of every job (scope None) or of these raw ids."""
+    _big_work_mem(conn)
+    if scope is None:
+        conn.execute(delete(GH))
+        ins = insert(GH).from_select(list(_GH_COLS), _gpu_hours_select(conn, cfg, None, None))
+        return int(conn.execute(ins.execution_options(preserve_rowcount=True)).rowcount or 0)
+    n = 0
+    for cid, raw in scope.items():
+        ids = sorted(raw)
+        for i in range(0, len(ids), 5000):
+            chunk = ids[i : i + 5000]
+            conn.execute(delete(GH).where(GH.c.cluster_id == cid, GH.c.job_id.in_(chunk)))
+            ins = insert(GH).from_select(list(_GH_COLS), _gpu_hours_select(conn, cfg, cid, chunk))
+            n += int(conn.execute(ins.execution_options(preserve_rowcount=True)).rowcount or 0)
+    return n
+
+
+def _read_gpu_hours(
+    conn: Connection, keys: dict[int, list[str]] | None
+) -> dict[tuple[int, str], dict[float, GpuUse]]:
+    """job_gpu_hours of these (cluster, raw id)s (None: all), keyed by the hour's start in epoch seconds."""
+    out: dict[tuple[int, str], dict[float, GpuUse]] = defaultdict(dict)
+    cols = [GH.c[k] for k in _GH_COLS]
+    queries = []
+    if keys is None:
+        queries.append(select(*cols))
+    else:
+        for cid, ids in keys.items():
+            for i in range(0, len(ids), 5000):
+                queries.append(
+                    select(*cols).where(GH.c.cluster_id == cid, GH.c.job_id.in_(ids[i : i + 5000]))
+                )
+    for q in queries:
+        for cid, jid, h, e, ue, sec, idle_s, idle_j in conn.execute(q):
+            out[(cid, jid)][float(h) * 3600.0] = GpuUse(e, ue, sec, idle_s, idle_j)
+    return out
+
+
+def _new_samples(conn: Connection, after: datetime | None) -> dict[int, set[str]]:
+    """Raw job ids per cluster that sample batches shipped since `after` name."""
+    out: dict[int, set[str]] = defaultdict(set)
+    if after is None:
+        return out
+    q = select(NS.cluster_id, NS.job_ids).where(NS.shipped_at >= after - MARGIN, NS.job_ids.is_not(None))
+    for cid, ids in conn.execute(q):
+        out[cid].update(ids.split())
+    return out
+
+
+def _open_gpu_jobs(conn: Connection) -> dict[int, set[str]]:
+    out: dict[int, set[str]] = defaultdict(set)
+    q = select(J.cluster_id, J.job_id_raw).where(J.is_open, J.alloc_gpus > 0, J.job_id_raw.is_not(None))
+    for cid, raw in conn.execute(q):
+        out[cid].add(str(raw))
     return out
 
 
@@ -170,8 +288,13 @@ def _process_batch(
     conn: Connection,
     cfg: Config,
     pks: list[int],
+    must: set[int],
     all_use: dict[tuple[int, str], dict[float, GpuUse]] | None = None,
 ) -> tuple[int, set[float]]:
+    """Derive these jobs' metrics and write what changed; returns (jobs with new CO2, days to rebuild).
+
+    A job's days go to the rebuild if it is in `must` (it changed) or if what it contributes did.
+    """
     from cocaq.intensity import IntensityIndex
 
     jobs = conn.execute(
@@ -186,26 +309,15 @@ def _process_batch(
         jobs = [j for j in jobs if j.id in want]
     old = {r.job_pk: r for r in conn.execute(select(*_METRIC_READ).where(_among(conn, M.c.job_pk, pks)))}
     days: set[float] = set()
-    # GPU samples, per cluster
-    max_dt = max(3 * cfg.collector.interval_s, 60.0)
-    use: dict[tuple[int, str], dict[float, GpuUse]] = {}
-    by_cluster: dict[int, list[str]] = defaultdict(list)
-    for j in jobs:
-        if j.alloc_gpus and j.job_id_raw is not None:
-            by_cluster[j.cluster_id].append(str(j.job_id_raw))
-    for cid, ids in by_cluster.items() if all_use is None else ():
-        for i in range(0, len(ids), 5000):
-            for jid, hours in _gpu_use(
-                conn,
-                cid,
-                ids[i : i + 5000],
-                cfg.aggregate.idle_gpu_util_pct,
-                cfg.collector.interval_s,
-                max_dt,
-            ).items():
-                use[(cid, jid)] = hours
+    # GPU use by hour (job_gpu_hours), per cluster and raw id
     if all_use is not None:
         use = all_use
+    else:
+        keys: dict[int, list[str]] = defaultdict(list)
+        for j in jobs:
+            if j.alloc_gpus and j.job_id_raw is not None:
+                keys[j.cluster_id].append(str(j.job_id_raw))
+        use = _read_gpu_hours(conn, keys) if keys else {}
     # one intensity index per batch, over the batch's span
     hw_cache: dict[tuple[str | None, str | None], Any] = {}
     plans = []
@@ -255,10 +367,11 @@ def _process_batch(
         )
         pue = cfg.pue_at(hw, start)
         co2 = co2_grams(j.energy_j or 0.0, pue, choice.g_per_kwh)
-        if (
+        co2_changed = (
             j.co2_g != co2 or j.pue != pue or j.carbon_g_per_kwh != choice.g_per_kwh or j.carbon_zone != zone
             or j.carbon_source != choice.source or j.carbon_flag != choice.flag
-        ):  # fmt: skip
+        )  # fmt: skip
+        if co2_changed:
             changed += 1
             job_updates.append(
                 {
@@ -288,14 +401,16 @@ def _process_batch(
             "rolled_to": datetime.fromtimestamp(d1, UTC),
             "computed_at": datetime.now(UTC),
         }
-        days.update(_days(d0, d1))
         prev = old.get(j.id)
-        if prev is not None and prev.rolled_from is not None and prev.rolled_to is not None:
-            p0, p1 = as_utc(prev.rolled_from), as_utc(prev.rolled_to)
-            assert p0 is not None and p1 is not None
-            days.update(_days(p0.timestamp(), p1.timestamp()))
-        if not _same_metrics(prev, row, j.updated_at):
+        same = _same_metrics(prev, row, j.updated_at)
+        if not same:
             metrics.append(row)
+        if j.id in must or not same or co2_changed:
+            days.update(_days(d0, d1))
+            if prev is not None and prev.rolled_from is not None and prev.rolled_to is not None:
+                p0, p1 = as_utc(prev.rolled_from), as_utc(prev.rolled_to)
+                assert p0 is not None and p1 is not None
+                days.update(_days(p0.timestamp(), p1.timestamp()))
     if conn.dialect.name == "postgresql":
         _write_pg(conn, job_updates, metrics)
         return changed, days
@@ -608,31 +723,47 @@ def run_aggregate(
     *,
     since: datetime | None = None,
     full: bool = False,
+    rescan_samples: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> AggregateSummary:
-    """Derive job metrics and rebuild the days they touch; returns what it did."""
+    """Derive job metrics and rebuild the days they touch; returns what it did.
+
+    GPU use by hour (job_gpu_hours) is derived from the samples again only for jobs with newly shipped
+    samples and running jobs, unless the parameters it depends on changed or `rescan_samples` asks for
+    every job's: the samples of a finished job do not change, and re-reading a year of them is most of a
+    full recompute.
+    """
     t_start = time.monotonic()
     res = AggregateSummary()
     st = cast(Table, AggregatorState.__table__)
-    with engine.connect() as conn:
+    key = _gpu_params_key(cfg)
+    with engine.begin() as conn:
         db_now = as_utc(conn.execute(select(utcnow())).scalar_one())
-        wm = conn.execute(select(st.c.watermark).where(st.c.name == WATERMARK)).scalar_one_or_none()
-        pks = _changed_jobs(conn, since, full, as_utc(wm))
+        state = {r.name: r for r in conn.execute(select(st.c.name, st.c.watermark, st.c.params))}
+        wm = as_utc(state[WATERMARK].watermark) if WATERMARK in state else None
+        gh = state.get(GPU_HOURS)
+        sampled: dict[int, set[str]] = {}
+        if rescan_samples or gh is None or gh.params != key:
+            res.gpu_hours_rows = _refresh_gpu_hours(conn, cfg, None)
+            res.gpu_hours_jobs = -1  # every job's
+        else:
+            sampled = _new_samples(conn, as_utc(gh.watermark))
+            scope = _open_gpu_jobs(conn)
+            for cid, ids in sampled.items():
+                scope[cid] = scope.get(cid, set()) | ids
+            res.gpu_hours_rows = _refresh_gpu_hours(conn, cfg, scope)
+            res.gpu_hours_jobs = sum(len(v) for v in scope.values())
+        _set_state(conn, GPU_HOURS, db_now, key)
+        pks, must = _changed_jobs(conn, since, full, wm, sampled)
     days: set[float] = set()
     done = 0
     all_use = None
-    if len(pks) > ONE_PASS:  # many jobs: all GPU samples in one pass rather than by the batch's job ids
-        all_use = {}
-        max_dt = max(3 * cfg.collector.interval_s, 60.0)
+    if len(pks) > ONE_PASS:  # many jobs: read all of job_gpu_hours once rather than by the batch's ids
         with engine.connect() as conn:
-            for cid in conn.execute(text("SELECT id FROM clusters")).scalars():
-                for jid, hours in _gpu_use(
-                    conn, cid, None, cfg.aggregate.idle_gpu_util_pct, cfg.collector.interval_s, max_dt
-                ).items():
-                    all_use[(cid, jid)] = hours
+            all_use = _read_gpu_hours(conn, None)
     for i in range(0, len(pks), BATCH):
         with engine.begin() as conn:
-            changed, d = _process_batch(conn, cfg, pks[i : i + BATCH], all_use)
+            changed, d = _process_batch(conn, cfg, pks[i : i + BATCH], must, all_use)
         res.co2_changed += changed
         days |= d
         done += len(pks[i : i + BATCH])
@@ -644,8 +775,13 @@ def run_aggregate(
             conn.execute(delete(R))
         res.rollup_rows = _rebuild_days(conn, days)
         res.days = len(days)
-        stmt = update(st).where(st.c.name == WATERMARK).values(watermark=db_now)
-        if conn.execute(stmt).rowcount == 0:
-            conn.execute(insert(st).values(name=WATERMARK, watermark=db_now))
+        _set_state(conn, WATERMARK, db_now, None)
     res.seconds = time.monotonic() - t_start
     return res
+
+
+def _set_state(conn: Connection, name: str, watermark: datetime | None, params: str | None) -> None:
+    st = cast(Table, AggregatorState.__table__)
+    values = {"watermark": watermark, "params": params}
+    if conn.execute(update(st).where(st.c.name == name).values(values)).rowcount == 0:
+        conn.execute(insert(st).values(name=name, **values))

@@ -370,8 +370,13 @@ def recompute(obj: Ctx, since: str | None) -> None:
     "-S", "--since", "--starttime", "since", default=None, help="Jobs that ran since then (30d, a date)."
 )
 @click.option("--full", is_flag=True, help="Every job and every day, from scratch.")
+@click.option(
+    "--rescan-samples",
+    is_flag=True,
+    help="Also derive every job's GPU use from the raw samples again (slow: otherwise only new ones).",
+)
 @click.pass_obj
-def aggregate(obj: Ctx, since: str | None, full: bool) -> None:
+def aggregate(obj: Ctx, since: str | None, full: bool, rescan_samples: bool) -> None:
     """Carbon over time, embodied CO2, GPU use and the daily rollups: what the scheduler runs hourly."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -389,7 +394,14 @@ def aggregate(obj: Ctx, since: str | None, full: bool) -> None:
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        res = run_aggregate(obj.engine(), obj.cfg, since=w.since if w else None, full=full, progress=progress)
+        res = run_aggregate(
+            obj.engine(),
+            obj.cfg,
+            since=w.since if w else None,
+            full=full,
+            rescan_samples=rescan_samples,
+            progress=progress,
+        )
     click.echo(res.line(), err=True)
 
 

@@ -81,6 +81,7 @@ class Job(Base):
         Index("ix_jobs_open", "is_open"),
         Index("ix_jobs_updated_at", "updated_at"),  # the aggregator's "changed since"
         Index("ix_jobs_end_time", "end_time"),  # the days a rollup rebuild reads
+        Index("ix_jobs_raw_id", "cluster_id", "job_id_raw"),  # samples and shipments name jobs by raw id
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -235,13 +236,18 @@ class NodeShipment(Base):
     """Batches of samples a node has shipped: a batch seen here was committed, so a replay is skipped."""
 
     __tablename__ = "node_shipments"
-    __table_args__ = (UniqueConstraint("cluster_id", "node", "batch"),)
+    __table_args__ = (
+        UniqueConstraint("cluster_id", "node", "batch"),
+        Index("ix_node_shipments_shipped_at", "shipped_at"),  # the aggregator's "new samples since"
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"))
     node: Mapped[str] = mapped_column(String(128))
     batch: Mapped[str] = mapped_column(String(128))  # spool incarnation + first/last row id
     rows: Mapped[int]
+    # The raw job ids the batch has samples of, space-separated: which jobs' GPU use must be derived again.
+    job_ids: Mapped[str | None] = mapped_column(Text)
     shipped_at: Mapped[datetime] = mapped_column(server_default=func.current_timestamp())
 
 
@@ -303,6 +309,27 @@ class JobMetrics(Base):
     computed_at: Mapped[datetime] = mapped_column(server_default=func.current_timestamp())
 
 
+class JobGpuHour(Base):
+    """Per raw job id and hour: what its GPU samples say (energy, utilisation, idle time and energy).
+
+    Derived from `samples`, which for a finished job rarely change: the aggregator keeps these rows and
+    derives them again only for jobs with newly shipped samples (`node_shipments.job_ids`), running jobs,
+    or when the parameters they depend on (`aggregator_state` 'gpu_hours') change, so that a full
+    recompute does not re-read every sample.
+    """
+
+    __tablename__ = "job_gpu_hours"
+
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(64), primary_key=True)  # as samples.job_id
+    hour: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # hours since the epoch, UTC
+    energy_j: Mapped[float] = mapped_column(Float, default=0.0)  # GPU power x time
+    util_energy: Mapped[float] = mapped_column(Float, default=0.0)  # utilisation % x power x time
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)  # GPU-seconds the samples cover
+    idle_s: Mapped[float] = mapped_column(Float, default=0.0)
+    idle_j: Mapped[float] = mapped_column(Float, default=0.0)
+
+
 class DailyRollup(Base):
     """Per day x user x account x partition: what reports and the CLI read instead of scanning jobs.
 
@@ -353,6 +380,7 @@ class AggregatorState(Base):
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     watermark: Mapped[datetime | None]
+    params: Mapped[str | None] = mapped_column(String(256))  # what derived rows depend on, to redo on change
     updated_at: Mapped[datetime] = mapped_column(
         server_default=func.current_timestamp(), onupdate=func.current_timestamp()
     )

@@ -174,9 +174,9 @@ class PgTarget:
 
         def go(cur: Any) -> int:
             cur.execute(
-                "INSERT INTO node_shipments (cluster_id, node, batch, rows) VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT (cluster_id, node, batch) DO NOTHING RETURNING id",
-                (cluster_id, node, batch, len(rows)),
+                "INSERT INTO node_shipments (cluster_id, node, batch, rows, job_ids)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (cluster_id, node, batch) DO NOTHING RETURNING id",
+                (cluster_id, node, batch, len(rows), _job_ids(rows)),
             )
             if cur.fetchone() is None:
                 return 0  # committed before a crash: nothing to do but forget it locally
@@ -199,6 +199,12 @@ class PgTarget:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.conn.close()
+
+
+def _job_ids(rows: Sequence[SampleRow]) -> str | None:
+    """The raw job ids a batch has samples of, space-separated: the aggregator derives their GPU use again."""
+    ids = sorted({r[5] for r in rows if r[5]})
+    return " ".join(ids) if ids else None
 
 
 def _sqlite_ts(ts: float) -> str:
@@ -283,9 +289,9 @@ class SqliteTarget:
     def ship_samples(self, cluster_id: int, node: str, batch: str, rows: Sequence[SampleRow]) -> int:
         def go(c: Any) -> int:
             cur = c.execute(
-                "INSERT INTO node_shipments (cluster_id, node, batch, rows, shipped_at)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (cluster_id, node, batch) DO NOTHING",
-                (cluster_id, node, batch, len(rows), _sqlite_ts(time.time())),
+                "INSERT INTO node_shipments (cluster_id, node, batch, rows, job_ids, shipped_at)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (cluster_id, node, batch) DO NOTHING",
+                (cluster_id, node, batch, len(rows), _job_ids(rows), _sqlite_ts(time.time())),
             )
             if cur.rowcount == 0:
                 return 0

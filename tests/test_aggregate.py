@@ -172,7 +172,17 @@ def test_days_add_up_to_the_jobs_and_states_are_counted(engine: Engine, tmp_path
     assert [round(h, 6) for _, h in split] == [2.0, 3.0]  # the midnight job, pro rata
 
 
-def test_incremental_equals_full_recompute_and_reruns_change_nothing(engine: Engine, tmp_path: Path) -> None:
+@pytest.fixture
+def no_margin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Incremental runs re-derive what changed up to MARGIN before the last run; tests that count say 0."""
+    from cocaq import aggregate
+
+    monkeypatch.setattr(aggregate, "MARGIN", timedelta(0))
+
+
+def test_incremental_equals_full_recompute_and_reruns_change_nothing(
+    engine: Engine, tmp_path: Path, no_margin: None
+) -> None:
     url = engine.url.render_as_string(hide_password=False)
     cfg = _cfg(tmp_path, url, "[embodied]\ng_per_node_hour = 10\n")
     _scenario(engine, cfg)
@@ -242,7 +252,9 @@ def test_rollups_in_sql_equal_the_python_ones(engine: Engine, tmp_path: Path) ->
     assert len(in_sql) >= 8
 
 
-def test_unchanged_metrics_are_not_rewritten_but_stale_ones_are(engine: Engine, tmp_path: Path) -> None:
+def test_unchanged_metrics_are_not_rewritten_but_stale_ones_are(
+    engine: Engine, tmp_path: Path, no_margin: None
+) -> None:
     url = engine.url.render_as_string(hide_password=False)
     cfg = _cfg(tmp_path, url)
     _scenario(engine, cfg)
@@ -304,3 +316,109 @@ def test_samples_in_one_pass_give_what_the_batches_give(
         assert c.execute(q).all() == batched
     assert _rollups(engine) == rollups
     assert any(r[3] is not None for r in batched)
+
+
+def _ship(engine: Engine, batch: str, raw: int, start: datetime, per_10s: list[tuple[float, float]]) -> None:
+    """GPU samples as the node collector ships them (collector.ship), with the batch's job ids recorded."""
+    from collector.ship import connect
+
+    target = connect(engine.url.render_as_string(hide_password=False))
+    try:
+        cid = target.cluster_id("c")
+        rows = []
+        for i, (p, u) in enumerate(per_10s):
+            ts = (start + timedelta(seconds=10 * i)).timestamp()
+            rows += [(2 * i, ts, "nvml", "GPU-a", "power_w", str(raw), p)]
+            rows += [(2 * i + 1, ts, "nvml", "GPU-a", "util_pct", str(raw), u)]
+        assert target.ship_samples(cid, "n1", batch, rows) == len(rows)
+    finally:
+        target.close()
+
+
+def _metrics(engine: Engine) -> list[tuple[Any, ...]]:
+    q = text(
+        "SELECT j.job_id_raw, j.co2_g, j.carbon_g_per_kwh, m.gpu_util_pct, m.gpu_samples_s, m.idle_gpu_s,"
+        " m.idle_gpu_energy_j FROM jobs j JOIN job_metrics m ON m.job_pk = j.id ORDER BY 1"
+    )
+    with engine.connect() as c:
+        return [tuple(round(v, 6) if isinstance(v, float) else v for v in r) for r in c.execute(q)]
+
+
+def test_late_samples_of_a_finished_job_are_picked_up(
+    engine: Engine, tmp_path: Path, no_margin: None
+) -> None:
+    """A node that ships a finished job's samples late (it was down): the next hourly run uses them."""
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    _scenario(engine, cfg)
+    _series(engine, "FR", DAY0, [float(30 + i % 7) for i in range(24 * 4)])
+    run_aggregate(engine, cfg)
+    assert dict((r[0], r[3]) for r in _metrics(engine))[10] is None  # no samples yet: no utilisation
+    # job 10 (22:00 + 5 h) finished long ago; its node ships the first 2 h of samples now
+    _ship(engine, "b1", 10, DAY0 + timedelta(hours=22), [(250.0, 80.0)] * 360 + [(50.0, 1.0)] * 360)
+    res = run_aggregate(engine, cfg)
+    assert res.jobs == 1 and res.gpu_hours_jobs == 1, res
+    incremental, rollups = _metrics(engine), _rollups(engine)
+    util = dict((r[0], r[3]) for r in incremental)[10]
+    assert util == pytest.approx((80.0 * 250 + 1.0 * 50) / 300)
+    assert run_aggregate(engine, cfg).jobs == 0  # seen once, not again
+    # the same as deriving everything from the samples from scratch
+    res = run_aggregate(engine, cfg, full=True, rescan_samples=True)
+    assert res.gpu_hours_jobs == -1
+    assert _metrics(engine) == incremental and _rollups(engine) == rollups
+
+
+def test_full_recompute_keeps_gpu_hours_unless_their_parameters_change(
+    engine: Engine, tmp_path: Path
+) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    _scenario(engine, cfg)
+    _series(engine, "FR", DAY0, [float(30 + i % 7) for i in range(24 * 4)])
+    _samples(engine, 10, DAY0 + timedelta(hours=22), [(100.0 + i % 50, float(i % 30)) for i in range(1500)])
+    first = run_aggregate(engine, cfg)
+    assert first.gpu_hours_jobs == -1 and first.gpu_hours_rows > 0  # never run: every job's samples
+    metrics, rollups = _metrics(engine), _rollups(engine)
+    res = run_aggregate(engine, cfg, full=True)
+    assert res.gpu_hours_jobs == 0 and _metrics(engine) == metrics and _rollups(engine) == rollups
+    # a new idle threshold changes what the samples say: every job's GPU hours are derived again
+    cfg2 = _cfg(tmp_path, url, "[aggregate]\nidle_gpu_util_pct = 20\n")
+    res = run_aggregate(engine, cfg2, full=True)
+    assert res.gpu_hours_jobs == -1
+    idle = {r[0]: r[5] for r in _metrics(engine)}
+    assert idle[10] > {r[0]: r[5] for r in metrics}[10]
+    assert _rollups(engine) != rollups
+    with engine.connect() as c:
+        params = c.execute(text("SELECT params FROM aggregator_state WHERE name = 'gpu_hours'")).scalar_one()
+    assert "idle<20.0" in params
+
+
+def test_a_change_committed_after_a_run_started_is_not_missed(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An import whose transaction began before the last run (updated_at = its start) but committed
+    after it: the next run looks MARGIN before the watermark and still derives it."""
+    from cocaq import aggregate
+
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    _scenario(engine, cfg)
+    run_aggregate(engine, cfg)
+    import_records(
+        engine, [_job(10, DAY0 + timedelta(hours=22), 30.0, state="FAILED")], cfg, source="sacct-json"
+    )
+    with engine.begin() as c:
+        wm = c.execute(text("SELECT watermark FROM aggregator_state WHERE name = 'jobs'")).scalar_one()
+        wm = wm if isinstance(wm, datetime) else datetime.fromisoformat(wm)
+        c.execute(
+            text("UPDATE jobs SET updated_at = :t WHERE job_id_raw = 10"),
+            {"t": (wm.replace(tzinfo=UTC) if wm.tzinfo is None else wm) - timedelta(minutes=3)},
+        )
+    with monkeypatch.context() as m:
+        m.setattr(aggregate, "MARGIN", timedelta(0))
+        assert run_aggregate(engine, cfg).jobs == 0  # without the margin it is missed
+    stale = _rollups(engine)
+    assert run_aggregate(engine, cfg).jobs >= 1
+    caught_up = _rollups(engine)
+    run_aggregate(engine, cfg, full=True)
+    assert caught_up == _rollups(engine) != stale
