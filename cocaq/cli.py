@@ -506,10 +506,12 @@ def demo(obj: Ctx, out_dir: str, seed: int, days: int) -> None:
 # --- commands that live in their own modules (each imports its heavy parts lazily) ----------------------
 # (one line each: cli.add_command(...))
 from cocaq.cli_carbon import carbon  # noqa: E402  (after cli: it imports the helpers above)
+from cocaq.cli_mail import mail  # noqa: E402
 from cocaq.cli_scheduler import scheduler  # noqa: E402
 
 cli.add_command(carbon)
 cli.add_command(scheduler)
+cli.add_command(mail)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,7 +2,8 @@
 
 Lookup order for the file: `--config`, then `$COCAQ_CONFIG`, then `/etc/cocaq/cocaq.toml` (if present).
 Environment variables override single keys: `COCAQ_DATABASE_URL`, `COCAQ_CLUSTER__PUE`,
-`COCAQ_ESTIMATE__GPU_UTILISATION` (`__` separates a section from its key).
+`COCAQ_ESTIMATE__GPU_UTILISATION` (`__` separates a section from its key); `COCAQ_SMTP_HOST` and
+`COCAQ_SMTP_PORT` are short for `COCAQ_MAIL__SMTP_HOST` and `COCAQ_MAIL__SMTP_PORT` (and win over them).
 """
 
 from __future__ import annotations
@@ -119,6 +120,45 @@ class Aggregate:
     idle_gpu_util_pct: float = 5.0  # an allocated GPU below this utilisation counts as idle
 
 
+MAIL_TRANSPORTS = ("smtp", "outbox")
+SMTP_SECURITY = ("starttls", "tls", "none")
+SMTP_DEFAULT_PORTS = {"none": 25, "starttls": 587, "tls": 465}
+IN_DOUBT = ("resend", "skip")
+
+
+@dataclass(frozen=True)
+class Mail:
+    """How report e-mails leave (SMTP or an outbox of .eml files) and whom they reach (reports/).
+
+    Holds no password: only where to read it (`smtp_password_env`, `smtp_password_file`), read when the
+    SMTP connection is opened, so a printed or logged Config never shows one.
+    """
+
+    transport: str = "smtp"
+    smtp_host: str = "localhost"  # COCAQ_SMTP_HOST
+    smtp_port: int | None = None  # COCAQ_SMTP_PORT; None: 25, 587 or 465 by smtp_security
+    smtp_security: str = "none"  # "starttls", "tls" (implicit, SMTPS) or "none" (a local relay)
+    smtp_user: str | None = None
+    smtp_password_env: str | None = None  # name of the environment variable holding the password
+    smtp_password_file: str | None = None
+    smtp_ca_file: str | None = None  # CA bundle to trust for the server (default: the system's)
+    smtp_timeout_s: float = 30.0
+    from_address: str | None = None  # "cocaq@example.org" or "HPC <hpc@example.org>"; None: cocaq@FQDN
+    outbox_dir: str | None = None  # None: <spool_dir>/outbox
+    address_template: str | None = None  # "{user}@example.org"
+    address_map: str | None = None  # CSV (user,address) or TOML (user = "address"), one per line
+    opt_out_file: str | None = None  # user names or addresses, one per line
+    max_per_user_per_day: int = 10  # messages to one address in 24 h; 0: no limit
+    retry_attempts: int = 4  # tries per message on transient errors (4xx, connection, timeout)
+    retry_base_delay_s: float = 2.0  # then 2x, 4x... (capped at 5 minutes)
+    in_doubt: str = "resend"  # a message left 'sending' by a crash: resend (same Message-ID) or skip
+    list_unsubscribe: str | None = None  # "<mailto:hpc@example.org?subject=unsubscribe%20{user}>"
+
+    @property
+    def port(self) -> int:
+        return self.smtp_port if self.smtp_port is not None else SMTP_DEFAULT_PORTS[self.smtp_security]
+
+
 @dataclass(frozen=True)
 class Config:
     database_url: str = field(default_factory=default_database_url)
@@ -128,6 +168,7 @@ class Config:
     carbon: Carbon = field(default_factory=Carbon)
     embodied: Embodied = field(default_factory=Embodied)
     aggregate: Aggregate = field(default_factory=Aggregate)
+    mail: Mail = field(default_factory=Mail)
     pue_monthly: dict[str, float] = field(default_factory=dict)  # "2026-01" -> PUE; [cluster.pue_monthly]
     estimate: Estimate = field(default_factory=Estimate)
     default_hardware: Hardware = field(default_factory=Hardware)
@@ -288,6 +329,109 @@ def _small_table(section: str, t: Any, cls: Any, ranges: dict[str, tuple[float, 
     return cls(**values)
 
 
+def _opt_str(key: str, value: Any) -> str | None:
+    """An optional string: "" (an environment variable set empty) means unset."""
+    if isinstance(value, str) and not value.strip():
+        return None
+    return _str(key, value)
+
+
+def _mail(t: Any) -> Mail:
+    if not isinstance(t, dict):
+        raise ConfigError(f"config: mail: expected a table, got {t!r}")
+    _check_keys("mail", t, {f.name for f in fields(Mail)})
+    if not t:
+        return Mail()
+    import re
+
+    from cocaq.reports.addresses import (
+        check_address_template,
+        check_list_unsubscribe,
+        looks_like_address,
+    )
+
+    v: dict[str, Any] = {}
+    for key, choices in (
+        ("transport", MAIL_TRANSPORTS),
+        ("smtp_security", SMTP_SECURITY),
+        ("in_doubt", IN_DOUBT),
+    ):
+        if key in t:
+            if t[key] not in choices:
+                raise ConfigError(f"config: mail.{key}: expected one of {', '.join(choices)}, got {t[key]!r}")
+            v[key] = t[key]
+    for key in (
+        "smtp_user",
+        "smtp_password_env",
+        "smtp_password_file",
+        "smtp_ca_file",
+        "from_address",
+        "outbox_dir",
+        "address_template",
+        "address_map",
+        "opt_out_file",
+        "list_unsubscribe",
+    ):
+        if key in t:
+            v[key] = _opt_str(f"mail.{key}", t[key])
+    if "smtp_host" in t:
+        v["smtp_host"] = _str("mail.smtp_host", t["smtp_host"])
+        if any(c.isspace() or c in "/@" for c in v["smtp_host"]):
+            raise ConfigError(
+                f"config: mail.smtp_host: expected a host name or address, got {t['smtp_host']!r}"
+            )
+    if "smtp_port" in t:
+        port = _num("mail.smtp_port", t["smtp_port"], 1.0, 65535.0)
+        if port != int(port):
+            raise ConfigError(f"config: mail.smtp_port: expected a whole number, got {t['smtp_port']!r}")
+        v["smtp_port"] = int(port)
+    if "smtp_timeout_s" in t:
+        v["smtp_timeout_s"] = _num("mail.smtp_timeout_s", t["smtp_timeout_s"], 0.1, 600.0)
+    if "max_per_user_per_day" in t:
+        v["max_per_user_per_day"] = int(_num("mail.max_per_user_per_day", t["max_per_user_per_day"], 0, 1e6))
+    if "retry_attempts" in t:
+        v["retry_attempts"] = int(_num("mail.retry_attempts", t["retry_attempts"], 1.0, 100.0))
+    if "retry_base_delay_s" in t:
+        v["retry_base_delay_s"] = _num("mail.retry_base_delay_s", t["retry_base_delay_s"], 0.0, 3600.0)
+    m = replace(Mail(), **v)
+    if m.smtp_password_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", m.smtp_password_env):
+        raise ConfigError(
+            "config: mail.smtp_password_env: expected the name of an environment variable "
+            f"(like SMTP_PASSWORD), got {m.smtp_password_env!r}"
+        )
+    if m.smtp_password_env and m.smtp_password_file:
+        raise ConfigError("config: mail.smtp_password_env: give it or mail.smtp_password_file, not both")
+    if (m.smtp_password_env or m.smtp_password_file) and not m.smtp_user:
+        raise ConfigError("config: mail.smtp_user: needed with a password (smtp_password_env or _file)")
+    if m.smtp_user and not (m.smtp_password_env or m.smtp_password_file):
+        raise ConfigError(
+            "config: mail.smtp_user: say where its password is (smtp_password_env or smtp_password_file)"
+        )
+    if m.smtp_user and m.smtp_security == "none" and m.smtp_host not in ("localhost", "127.0.0.1", "::1"):
+        raise ConfigError(
+            f"config: mail.smtp_user: logging in to {m.smtp_host} needs smtp_security 'starttls' or 'tls' "
+            "(the password would cross the network in clear)"
+        )
+    if m.from_address is not None:
+        from email.utils import getaddresses
+
+        parsed = getaddresses([m.from_address])
+        if len(parsed) != 1 or not looks_like_address(parsed[0][1]) or not m.from_address.isprintable():
+            raise ConfigError(
+                "config: mail.from_address: expected an address like cocaq@example.org or "
+                f"'HPC <hpc@example.org>', got {m.from_address!r}"
+            )
+    if m.address_template is not None:
+        problem = check_address_template(m.address_template)
+        if problem:
+            raise ConfigError(f"config: mail.address_template: {m.address_template!r} {problem}")
+    if m.list_unsubscribe is not None:
+        problem = check_list_unsubscribe(m.list_unsubscribe)
+        if problem:
+            raise ConfigError(f"config: mail.list_unsubscribe: {problem}")
+    return m
+
+
 def _from_dict(data: dict[str, Any], source: str) -> Config:
     _check_keys(
         "",
@@ -304,6 +448,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
             "carbon",
             "embodied",
             "aggregate",
+            "mail",
         },
     )
     cfg = Config(source=source)
@@ -389,6 +534,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
         ),
         pue_monthly=pue_monthly,
         collector=_collector(data.get("collector", {})),
+        mail=_mail(data.get("mail", {})),
         cluster=cluster,
         estimate=estimate,
         default_hardware=default_hw,
@@ -399,11 +545,20 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
 
 def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
     """Fold COCAQ_* variables into the raw TOML dict, so one validator checks both."""
-    known_sections = {"cluster", "estimate", "defaults", "collector", "carbon", "embodied", "aggregate"}
+    known_sections = {
+        *("cluster", "estimate", "defaults", "collector", "carbon", "embodied", "aggregate", "mail")
+    }
+    # The variable that holds the SMTP password is not a setting, whatever its name.
+    mail = data.get("mail")
+    secret_vars = {
+        environ.get("COCAQ_MAIL__SMTP_PASSWORD_ENV"),
+        mail.get("smtp_password_env") if isinstance(mail, dict) else None,
+    }
     for name, value in sorted(environ.items()):
         if (
             not name.startswith("COCAQ_")
             or name in _NON_SETTING_ENV
+            or name in secret_vars
             or name.startswith(_NON_SETTING_PREFIXES)
         ):
             continue
@@ -420,10 +575,15 @@ def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
             data[key] = value
         elif key == "cluster":
             data.setdefault("cluster", {})["name"] = value
+        elif key in ("smtp_host", "smtp_port"):  # COCAQ_SMTP_HOST, COCAQ_SMTP_PORT
+            tbl = data.setdefault("mail", {})
+            if not isinstance(tbl, dict):
+                raise ConfigError(f"environment: {name}: config section mail is not a table")
+            tbl[key] = value
         else:
             raise ConfigError(
                 f"environment: {name}: unknown setting (use COCAQ_DATABASE_URL, COCAQ_SPOOL_DIR, "
-                "COCAQ_CLUSTER or COCAQ_SECTION__KEY)"
+                "COCAQ_CLUSTER, COCAQ_SMTP_HOST, COCAQ_SMTP_PORT or COCAQ_SECTION__KEY)"
             )
     return data
 
