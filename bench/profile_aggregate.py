@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--db", default="cocaq_bench_agg")
     p.add_argument("--full", action="store_true")
+    p.add_argument("--rescan-samples", action="store_true")
+    p.add_argument("--no-cprofile", action="store_true", help="phases and SQL only, at full speed")
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--out", type=Path, default=None, help="write the pstats file here")
     a = p.parse_args(argv)
@@ -58,17 +60,21 @@ def main(argv: list[str] | None = None) -> int:
 
     prof = cProfile.Profile()
     t0 = time.perf_counter()
-    prof.enable()
-    res = run_aggregate(engine, cfg, full=a.full)
+    if not a.no_cprofile:
+        prof.enable()
+    res = run_aggregate(engine, cfg, full=a.full, rescan_samples=a.rescan_samples)
     prof.disable()
     wall = time.perf_counter() - t0
     print(res.line())
-    print(f"wall {wall:.2f} s (under cProfile)")
+    print(f"wall {wall:.2f} s" + ("" if a.no_cprofile else " (under cProfile)"))
+    print("phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in res.phases.items()))
     total_sql = sum(v[0] for v in sql.values())
     print(f"\nSQL through execute(): {total_sql:.2f} s in {sum(int(v[1]) for v in sql.values())} statements")
     for k, (t, n) in sorted(sql.items(), key=lambda kv: -kv[1][0])[:15]:
         print(f"  {t:8.3f} s {int(n):6d}x  {k}")
     print()
+    if a.no_cprofile:
+        return 0
     st = pstats.Stats(prof)
     st.sort_stats("cumulative").print_stats(a.top)
     st.sort_stats("tottime").print_stats(a.top)

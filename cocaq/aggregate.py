@@ -14,15 +14,30 @@ whole days is what makes a re-run idempotent and an incremental run equal to a f
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, Table, bindparam, delete, func, insert, or_, select, text, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    Text,
+    bindparam,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy import cast as sql_cast
 
 from cocaq.carbon import co2_grams
 from cocaq.config import Config
@@ -71,6 +86,12 @@ class AggregateSummary:
     gpu_hours_jobs: int = 0  # jobs whose GPU use by hour was derived again from samples (-1: all)
     gpu_hours_rows: int = 0
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per part of the run, for -v
+
+    def lap(self, name: str, since: float) -> float:
+        now = time.monotonic()
+        self.phases[name] = self.phases.get(name, 0.0) + now - since
+        return now
 
     def line(self) -> str:
         gpu = "every job's" if self.gpu_hours_jobs < 0 else f"{self.gpu_hours_jobs:,} jobs'"
@@ -297,17 +318,19 @@ def _process_batch(
     """
     from cocaq.intensity import IntensityIndex
 
+    ts = _ts_reader(conn)
     jobs = conn.execute(
         select(
-            J.id, J.cluster_id, J.job_id_raw, J.partition, J.node_list, J.start_time, J.elapsed_s,
+            J.id, J.cluster_id, J.job_id_raw, J.partition, J.node_list, ts(J.start_time), J.elapsed_s,
             J.alloc_gpus, J.n_nodes, J.energy_j, J.pue, J.carbon_zone, J.carbon_g_per_kwh, J.co2_g,
-            J.carbon_source, J.carbon_flag, J.updated_at,
+            J.carbon_source, J.carbon_flag, ts(J.updated_at),
         ).where(_among(conn, J.id, pks))
     ).all()  # fmt: skip
     if len(jobs) > len(pks):  # read by range: only the batch's jobs
         want = set(pks)
         jobs = [j for j in jobs if j.id in want]
-    old = {r.job_pk: r for r in conn.execute(select(*_METRIC_READ).where(_among(conn, M.c.job_pk, pks)))}
+    read = [*_METRIC_READ[:7], *(ts(M.c[k]) for k in ("rolled_from", "rolled_to", "computed_at"))]
+    old = {r[0]: r for r in conn.execute(select(*read).where(_among(conn, M.c.job_pk, pks))).all()}
     days: set[float] = set()
     # GPU use by hour (job_gpu_hours), per cluster and raw id
     if all_use is not None:
@@ -333,13 +356,11 @@ def _process_batch(
                 nodes = []
             hw = hw_cache[key] = cfg.hardware_for(j.partition, nodes)[0]
         zone = hw.carbon_zone or cfg.cluster.carbon_zone
-        start = as_utc(j.start_time)
-        assert start is not None
-        t0 = start.timestamp()
+        t0 = _epoch_of(j.start_time)
         t1 = t0 + max(j.elapsed_s or 0.0, 0.0)
         zones.add(zone)
         t_lo, t_hi = min(t_lo, t0), max(t_hi, t1)
-        plans.append((j, hw, zone, start, t0, t1))
+        plans.append((j, hw, zone, t0, t1))
     if not plans:
         return 0, days
     index = IntensityIndex.load(
@@ -353,7 +374,7 @@ def _process_batch(
     job_updates, metrics = [], []
     changed = 0
     emb = cfg.embodied
-    for j, hw, zone, start, t0, t1 in plans:
+    for j, hw, zone, t0, t1 in plans:
         hours = use.get((j.cluster_id, str(j.job_id_raw)), {}) if j.alloc_gpus else {}
         hours = {
             h: u for h, u in hours.items() if h + 3600.0 > t0 - 60 and h < t1 + 60
@@ -362,10 +383,8 @@ def _process_batch(
             (max(h, t0), min(h + 3600.0, t1), u.energy_j) for h, u in sorted(hours.items()) if u.energy_j > 0
         ]
         weights = [w for w in weights if w[1] > w[0]]
-        choice = index.for_interval(
-            zone, start, datetime.fromtimestamp(max(t1, t0 + 1e-3), UTC), weights or None
-        )
-        pue = cfg.pue_at(hw, start)
+        choice = index.for_interval(zone, t0, max(t1, t0 + 1e-3), weights or None)
+        pue = cfg.pue_at(hw, datetime.fromtimestamp(t0, UTC) if cfg.pue_monthly else None)
         co2 = co2_grams(j.energy_j or 0.0, pue, choice.g_per_kwh)
         co2_changed = (
             j.co2_g != co2 or j.pue != pue or j.carbon_g_per_kwh != choice.g_per_kwh or j.carbon_zone != zone
@@ -386,31 +405,42 @@ def _process_batch(
                 }
             )
         elapsed_h = (t1 - t0) / 3600.0
-        e = sum(u.energy_j for u in hours.values())
         d0, d1 = _day_floor(t0), _day_floor(t1 if t1 > t0 else t0)
-        row = {
-            "job_pk": j.id,
-            "co2_embodied_g": (j.alloc_gpus or 0) * elapsed_h * emb.g_per_gpu_hour
-            + max(j.n_nodes or 0, 1 if t1 > t0 else 0) * elapsed_h * emb.g_per_node_hour,
-            "gpu_util_pct": (sum(u.util_energy for u in hours.values()) / e) if e > 0 else None,
-            "gpu_samples_s": sum(u.seconds for u in hours.values()),
-            "idle_gpu_s": sum(u.idle_s for u in hours.values()),
-            "idle_gpu_energy_j": sum(u.idle_j for u in hours.values()),
-            "carbon_detail": choice.detail,
-            "rolled_from": datetime.fromtimestamp(d0, UTC),
-            "rolled_to": datetime.fromtimestamp(d1, UTC),
-            "computed_at": datetime.now(UTC),
-        }
+        if hours:
+            e = sum(u.energy_j for u in hours.values())
+            gpu = (
+                (sum(u.util_energy for u in hours.values()) / e) if e > 0 else None,
+                sum(u.seconds for u in hours.values()),
+                sum(u.idle_s for u in hours.values()),
+                sum(u.idle_j for u in hours.values()),
+            )
+        else:
+            gpu = _NO_GPU_USE
+        embodied = (j.alloc_gpus or 0) * elapsed_h * emb.g_per_gpu_hour + max(
+            j.n_nodes or 0, 1 if t1 > t0 else 0
+        ) * elapsed_h * emb.g_per_node_hour
+        detail = choice.detail_json or json.dumps(choice.detail)  # compared as stored (json keeps the text)
+        values = (embodied, *gpu, detail, d0, d1)
         prev = old.get(j.id)
-        same = _same_metrics(prev, row, j.updated_at)
+        same = _same_metrics(prev, values, j.updated_at)
         if not same:
-            metrics.append(row)
+            metrics.append(
+                {
+                    "job_pk": j.id,
+                    **dict(zip(_METRIC_VALUES[:5], values[:5], strict=True)),
+                    "carbon_detail": choice.detail,
+                    "rolled_from": datetime.fromtimestamp(d0, UTC),
+                    "rolled_to": datetime.fromtimestamp(d1, UTC),
+                    "computed_at": datetime.now(UTC),
+                    "_detail": detail,
+                }
+            )
         if j.id in must or not same or co2_changed:
-            days.update(_days(d0, d1))
-            if prev is not None and prev.rolled_from is not None and prev.rolled_to is not None:
-                p0, p1 = as_utc(prev.rolled_from), as_utc(prev.rolled_to)
-                assert p0 is not None and p1 is not None
-                days.update(_days(p0.timestamp(), p1.timestamp()))
+            days.add(d0)
+            if d1 > d0:
+                days.update(_days(d0, d1))
+            if prev is not None and prev[7] is not None and prev[8] is not None:
+                days.update(_days(_epoch_of(prev[7]), _epoch_of(prev[8])))
     if conn.dialect.name == "postgresql":
         _write_pg(conn, job_updates, metrics)
         return changed, days
@@ -423,7 +453,7 @@ def _process_batch(
         )
     if metrics:
         conn.execute(delete(M).where(M.c.job_pk.in_([m["job_pk"] for m in metrics])))
-        conn.execute(insert(M), metrics)
+        conn.execute(insert(M), [{k: v for k, v in m.items() if k != "_detail"} for m in metrics])
     return changed, days
 
 
@@ -433,30 +463,47 @@ _METRIC_VALUES = (
     "co2_embodied_g", "gpu_util_pct", "gpu_samples_s", "idle_gpu_s", "idle_gpu_energy_j", "carbon_detail",
     "rolled_from", "rolled_to",
 )  # fmt: skip
-_METRIC_READ = (M.c.job_pk, *(M.c[k] for k in _METRIC_VALUES), M.c.computed_at)
+_METRIC_READ = (
+    M.c.job_pk,
+    *(sql_cast(M.c[k], Text) if k == "carbon_detail" else M.c[k] for k in _METRIC_VALUES),
+    M.c.computed_at,
+)
 _JOB_UPDATE = (
     "co2_g", "pue", "carbon_zone", "carbon_g_per_kwh", "carbon_source", "carbon_flag", "carbon_year",
 )  # fmt: skip
 
 
-def _same_metrics(prev: Any, row: dict[str, Any], updated_at: datetime | None) -> bool:
-    """Whether the stored row `prev` already says what `row` says, and was computed after the job changed."""
-    if prev is None or prev.computed_at is None or updated_at is None:
+_NO_GPU_USE: tuple[float | None, float, float, float] = (None, 0.0, 0.0, 0.0)
+
+
+def _epoch_of(d: datetime | float) -> float:
+    if isinstance(d, float):
+        return d
+    return (d if d.tzinfo is not None else d.replace(tzinfo=UTC)).timestamp()
+
+
+def _ts_reader(conn: Connection) -> Callable[[Any], Any]:
+    """How _process_batch reads times: epoch seconds on PostgreSQL (exact, and no datetime objects to
+    make for a million rows), datetimes on SQLite (its julianday arithmetic is ~50 µs off)."""
+    if conn.dialect.name == "postgresql":
+        return lambda col: epoch(col).label(col.name)
+    return lambda col: col
+
+
+def _same_metrics(prev: Any, values: tuple[Any, ...], updated_at: datetime | None) -> bool:
+    """Whether the stored row `prev` (as _METRIC_READ) already says `values` (the _METRIC_VALUES, the
+    detail as JSON text, the days as epoch seconds), and was computed after the job last changed."""
+    if prev is None or prev[9] is None or updated_at is None:
         return False
-    if not as_utc(prev.computed_at) > as_utc(updated_at):
+    if not _epoch_of(prev[9]) > _epoch_of(updated_at):
         return False  # stale: computed_at must move past updated_at (see _changed_jobs)
-    for k in _METRIC_VALUES:
-        a, b = getattr(prev, k), row[k]
-        if k in ("rolled_from", "rolled_to"):
-            a = as_utc(a)
-        if a != b:
-            return False
-    return True
+    if prev[1:7] != values[:6] or prev[7] is None or prev[8] is None:
+        return False
+    return _epoch_of(prev[7]) == values[6] and _epoch_of(prev[8]) == values[7]
 
 
 def _write_pg(conn: Connection, job_updates: list[dict[str, Any]], metrics: list[dict[str, Any]]) -> None:
     """PostgreSQL: COPY into temporary tables, then one UPDATE ... FROM and one INSERT ... ON CONFLICT."""
-    import json
 
     raw = conn.connection.driver_connection
     assert raw is not None
@@ -481,14 +528,7 @@ def _write_pg(conn: Connection, job_updates: list[dict[str, Any]], metrics: list
             )
             with cur.copy(f"COPY cocaq_agg_metrics ({', '.join(cols)}) FROM STDIN") as cp:
                 for m in metrics:
-                    d = m["carbon_detail"]
-                    cp.write_row(
-                        [
-                            *(m[k] for k in cols[:6]),
-                            None if d is None else json.dumps(d),
-                            *(m[k] for k in cols[7:]),
-                        ]
-                    )
+                    cp.write_row([*(m[k] for k in cols[:6]), m["_detail"], *(m[k] for k in cols[7:])])
             cur.execute(
                 f"INSERT INTO job_metrics ({', '.join(cols)}) "
                 f"SELECT {', '.join(cols)} FROM cocaq_agg_metrics ON CONFLICT (job_pk) DO UPDATE SET "
@@ -537,19 +577,18 @@ def _ranges(days: Iterable[float]) -> list[tuple[float, float]]:
     return out
 
 
-def _rebuild_days(conn: Connection, days: set[float], *, in_sql: bool | None = None) -> int:
-    """Rebuild the rollups of these days; on PostgreSQL in one statement per range (`in_sql`: force)."""
+def _rebuild_days(
+    conn: Connection, days: set[float], *, in_sql: bool | None = None, wide: bool | None = None
+) -> int:
+    """Rebuild the rollups of these days; on PostgreSQL in one statement per range (`in_sql`, `wide`:
+    force the way, for tests)."""
     if in_sql is None:
         in_sql = conn.dialect.name == "postgresql"
     rows = 0
     for first, last in _ranges(days):
         lo, hi = datetime.fromtimestamp(first, UTC), datetime.fromtimestamp(last + DAY, UTC)
         if in_sql:
-            _big_work_mem(conn)
-            conn.execute(delete(R).where(R.c.day >= lo, R.c.day < hi))
-            rows += conn.execute(
-                text(_ROLLUP_PG), {"lo": lo, "hi": hi, "first": first, "last": last}
-            ).rowcount
+            rows += _rebuild_range_pg(conn, lo, hi, first, last, wide)
             continue
         jobs = conn.execute(
             select(
@@ -594,10 +633,59 @@ def _rebuild_days(conn: Connection, days: set[float], *, in_sql: bool | None = N
     return rows
 
 
-# PostgreSQL: the same rows as _add/_rollup_row below, computed in one statement per range of days [first,
+_KEYS = ("cluster_id", "day", "user_name", "account", "partition")
+
+
+def _rebuild_range_pg(
+    conn: Connection, lo: datetime, hi: datetime, first: float, last: float, wide: bool | None
+) -> int:
+    """One range of days on PostgreSQL: the rows computed into a temporary table, then only the
+    differences written (most rows of a recompute come out the same, and rewriting a year's rows and
+    their five indexes costs more than computing them). Returns the range's row count."""
+    _big_work_mem(conn)
+    if wide is None:
+        wide = (last - first) / DAY + 1 > WIDE_DAYS
+    # One query that runs once: compiling it (JIT) costs seconds and saves nothing. Its groups (about a
+    # quarter of the jobs) fit in memory: hashing them beats sorting a million job-days.
+    conn.exec_driver_sql("SET LOCAL jit = off")
+    conn.exec_driver_sql("SET LOCAL enable_sort = off")
+    conn.exec_driver_sql("DROP TABLE IF EXISTS cocaq_rollup_new")
+    sql = _ROLLUP_PG_WIDE if wide else _ROLLUP_PG_NARROW
+    params = {"lo": lo, "hi": hi, "first": first, "last": last}
+    conn.execute(text(f"CREATE TEMP TABLE cocaq_rollup_new ON COMMIT DROP AS {sql}"), params)
+    conn.exec_driver_sql("SET LOCAL enable_sort = on")
+    conn.exec_driver_sql("ANALYZE cocaq_rollup_new")
+    same_key = " AND ".join(f"r.{k} = t.{k}" for k in _KEYS)
+    vals = ", ".join(_FIELDS)
+    conn.execute(
+        text(
+            "DELETE FROM daily_rollups r WHERE r.day >= :lo AND r.day < :hi"
+            f" AND NOT EXISTS (SELECT 1 FROM cocaq_rollup_new t WHERE {same_key})"
+        ),
+        {"lo": lo, "hi": hi},
+    )
+    new_vals = ", ".join("t." + f for f in _FIELDS)
+    old_vals = ", ".join("r." + f for f in _FIELDS)
+    conn.exec_driver_sql(
+        f"UPDATE daily_rollups r SET ({vals}, computed_at) = ({new_vals}, now())"
+        f" FROM cocaq_rollup_new t WHERE {same_key} AND ({old_vals}) IS DISTINCT FROM ({new_vals})"
+    )
+    conn.exec_driver_sql(
+        f"INSERT INTO daily_rollups ({', '.join(_KEYS)}, {vals}) SELECT {', '.join(_KEYS)}, {vals}"
+        f" FROM cocaq_rollup_new t WHERE NOT EXISTS (SELECT 1 FROM daily_rollups r WHERE {same_key})"
+    )
+    n = conn.exec_driver_sql("SELECT count(*) FROM cocaq_rollup_new").scalar_one()
+    conn.exec_driver_sql("DROP TABLE cocaq_rollup_new")
+    return int(n)
+
+
+# PostgreSQL: the same rows as _add/_rollup_row below, computed in one query per range of days [first,
 # last] (epoch seconds of UTC midnights): each job counts in the days d from its start's day while d <= its
 # end and d <= last, kept where d >= first and it ran in d (or, with no run time, started in d).
-_ROLLUP_PG = """
+# Two ways to get each job's energy by component: for a few days' jobs, an index lookup per job; for a
+# long range (a full recompute), one pass over job_energy hashed by job. Jobs within one day (most of
+# them) skip generate_series, whose row estimate would otherwise mislead the planner.
+_ROLLUP_JOBS = """
 WITH j AS (
     SELECT j.id, j.cluster_id, j.user_name, coalesce(j.account, '') AS account,
            coalesce(j.partition, '') AS partition, split_part(coalesce(j.state, ''), ' ', 1) AS st,
@@ -605,55 +693,61 @@ WITH j AS (
            coalesce(j.alloc_cpus, 0) AS cpus, coalesce(j.alloc_gpus, 0) AS gpus,
            coalesce(j.energy_j, 0.0) AS energy, coalesce(j.energy_measured_j, 0.0) AS measured,
            coalesce(j.co2_g, 0.0) AS co2, coalesce(m.co2_embodied_g, 0.0) AS embodied, m.gpu_util_pct AS util,
-           coalesce(m.idle_gpu_s, 0.0) AS idle_s, coalesce(m.idle_gpu_energy_j, 0.0) AS idle_j
+           coalesce(m.idle_gpu_s, 0.0) AS idle_s, coalesce(m.idle_gpu_energy_j, 0.0) AS idle_j,
+           coalesce(c.gpu, 0.0) AS e_gpu, coalesce(c.cpu, 0.0) AS e_cpu, coalesce(c.dram, 0.0) AS e_dram,
+           coalesce(c.other, 0.0) AS e_other
     FROM jobs j LEFT JOIN job_metrics m ON m.job_pk = j.id
+    {energy}
     WHERE j.start_time < :hi AND (j.end_time >= :lo OR j.end_time IS NULL) AND j.start_time IS NOT NULL
-), c AS (
-    SELECT e.job_pk,
-           coalesce(sum(coalesce(e.energy_j, 0.0)) FILTER (WHERE e.component = 'gpu'), 0.0) AS gpu,
-           coalesce(sum(coalesce(e.energy_j, 0.0)) FILTER (WHERE e.component = 'cpu'), 0.0) AS cpu,
-           coalesce(sum(coalesce(e.energy_j, 0.0)) FILTER (WHERE e.component = 'dram'), 0.0) AS dram,
-           coalesce(sum(coalesce(e.energy_j, 0.0))
-                    FILTER (WHERE e.component NOT IN ('gpu', 'cpu', 'dram')), 0.0) AS other
-    FROM (SELECT job_pk, component, sum(energy_j) AS energy_j FROM job_energy
-          WHERE job_pk IN (SELECT id FROM j) GROUP BY job_pk, component) e
-    GROUP BY e.job_pk
-), d AS (
-    SELECT j.*, coalesce(c.gpu, 0.0) AS e_gpu, coalesce(c.cpu, 0.0) AS e_cpu, coalesce(c.dram, 0.0) AS e_dram,
-           coalesce(c.other, 0.0) AS e_other, x.day, x.ov,
-           CASE WHEN j.el > 0 THEN x.ov / j.el ELSE 1.0 END AS frac
-    FROM j LEFT JOIN c ON c.job_pk = j.id
-    CROSS JOIN LATERAL (
-        SELECT n * 86400.0 AS day,
-               greatest(0.0, least(j.t0 + j.el, n * 86400.0 + 86400.0) - greatest(j.t0, n * 86400.0)) AS ov
+), x AS (
+    SELECT j.*, k.day, greatest(0.0, least(j.t0 + j.el, k.day + 86400.0) - greatest(j.t0, k.day)) AS ov
+    FROM j CROSS JOIN LATERAL (SELECT floor(j.t0 / 86400.0) * 86400.0 AS day) k
+    WHERE floor(j.t0 / 86400.0) = floor(least(j.t0 + j.el, CAST(:last AS float8)) / 86400.0)
+    UNION ALL
+    SELECT j.*, k.day, greatest(0.0, least(j.t0 + j.el, k.day + 86400.0) - greatest(j.t0, k.day)) AS ov
+    FROM j CROSS JOIN LATERAL (
+        SELECT n * 86400.0::float8 AS day
         FROM generate_series(
-            floor(j.t0 / 86400.0)::bigint,
-            floor(least(j.t0 + j.el, CAST(:last AS float8)) / 86400.0)::bigint
+            floor(j.t0 / 86400.0)::bigint, floor(least(j.t0 + j.el, CAST(:last AS float8)) / 86400.0)::bigint
         ) AS n
-    ) x
-    WHERE x.day >= CAST(:first AS float8)
+    ) k
+    WHERE floor(j.t0 / 86400.0) <> floor(least(j.t0 + j.el, CAST(:last AS float8)) / 86400.0)
+), d AS (
+    SELECT x.*, CASE WHEN x.el > 0 THEN x.ov / x.el ELSE 1.0 END AS frac
+    FROM x WHERE x.day >= CAST(:first AS float8)
 )
-INSERT INTO daily_rollups (
-    cluster_id, day, user_name, account, partition, jobs, jobs_failed, jobs_cancelled, jobs_timeout,
-    cpu_hours, gpu_hours, energy_gpu_j, energy_cpu_j, energy_dram_j, energy_other_j, energy_measured_j,
-    energy_estimated_j, energy_failed_j, co2_g, co2_embodied_g, gpu_util_energy_j, gpu_util_weighted,
-    idle_gpu_hours, idle_gpu_energy_j)
-SELECT cluster_id, to_timestamp(day), user_name, account, partition, count(*),
-       count(*) FILTER (WHERE st IN ('FAILED', 'OUT_OF_MEMORY', 'NODE_FAIL')),
-       count(*) FILTER (WHERE st = 'CANCELLED'), count(*) FILTER (WHERE st = 'TIMEOUT'),
-       sum(cpus * ov / 3600.0), sum(gpus * ov / 3600.0),
-       sum(e_gpu * frac), sum(e_cpu * frac), sum(e_dram * frac), sum(e_other * frac), sum(measured * frac),
-       sum((energy - measured) * frac),
+SELECT cluster_id, to_timestamp(day) AS day, user_name, account, partition, count(*)::int AS jobs,
+       (count(*) FILTER (WHERE st IN ('FAILED', 'OUT_OF_MEMORY', 'NODE_FAIL')))::int AS jobs_failed,
+       (count(*) FILTER (WHERE st = 'CANCELLED'))::int AS jobs_cancelled,
+       (count(*) FILTER (WHERE st = 'TIMEOUT'))::int AS jobs_timeout,
+       sum(cpus * ov / 3600.0) AS cpu_hours, sum(gpus * ov / 3600.0) AS gpu_hours,
+       sum(e_gpu * frac) AS energy_gpu_j, sum(e_cpu * frac) AS energy_cpu_j,
+       sum(e_dram * frac) AS energy_dram_j, sum(e_other * frac) AS energy_other_j,
+       sum(measured * frac) AS energy_measured_j, sum((energy - measured) * frac) AS energy_estimated_j,
        sum(CASE WHEN st IN ('FAILED', 'OUT_OF_MEMORY', 'NODE_FAIL', 'TIMEOUT') THEN energy * frac
-                ELSE 0.0 END),
-       sum(co2 * frac), sum(embodied * frac),
-       sum(CASE WHEN util IS NOT NULL THEN e_gpu * frac ELSE 0.0 END),
-       sum(CASE WHEN util IS NOT NULL THEN util * (e_gpu * frac) ELSE 0.0 END),
-       sum(idle_s * frac / 3600.0), sum(idle_j * frac)
+                ELSE 0.0 END) AS energy_failed_j,
+       sum(co2 * frac) AS co2_g, sum(embodied * frac) AS co2_embodied_g,
+       sum(CASE WHEN util IS NOT NULL THEN e_gpu * frac ELSE 0.0 END) AS gpu_util_energy_j,
+       sum(CASE WHEN util IS NOT NULL THEN util * (e_gpu * frac) ELSE 0.0 END) AS gpu_util_weighted,
+       sum(idle_s * frac / 3600.0) AS idle_gpu_hours, sum(idle_j * frac) AS idle_gpu_energy_j
 FROM d
 WHERE ov > 0 OR (el = 0 AND day <= t0 AND t0 < day + 86400.0)
 GROUP BY cluster_id, day, user_name, account, partition
 """
+_ENERGY_SUMS = """
+           sum(coalesce(e.energy_j, 0.0)) FILTER (WHERE e.component = 'gpu') AS gpu,
+           sum(coalesce(e.energy_j, 0.0)) FILTER (WHERE e.component = 'cpu') AS cpu,
+           sum(coalesce(e.energy_j, 0.0)) FILTER (WHERE e.component = 'dram') AS dram,
+           sum(coalesce(e.energy_j, 0.0)) FILTER (WHERE e.component NOT IN ('gpu', 'cpu', 'dram')) AS other
+"""
+_ROLLUP_PG_NARROW = _ROLLUP_JOBS.format(
+    energy=f"LEFT JOIN LATERAL (SELECT {_ENERGY_SUMS} FROM job_energy e WHERE e.job_pk = j.id) c ON true"
+)
+_ROLLUP_PG_WIDE = _ROLLUP_JOBS.format(
+    energy=f"LEFT JOIN (SELECT e.job_pk, {_ENERGY_SUMS} FROM job_energy e GROUP BY e.job_pk) c"
+    " ON c.job_pk = j.id"
+)
+WIDE_DAYS = 31  # ranges of more days than this take the one-pass variant
 
 _FIELDS = (
     "jobs", "jobs_failed", "jobs_cancelled", "jobs_timeout", "cpu_hours", "gpu_hours", "energy_gpu_j",
@@ -754,30 +848,109 @@ def run_aggregate(
             res.gpu_hours_rows = _refresh_gpu_hours(conn, cfg, scope)
             res.gpu_hours_jobs = sum(len(v) for v in scope.values())
         _set_state(conn, GPU_HOURS, db_now, key)
+        t = res.lap("gpu hours from samples", t_start)
         pks, must = _changed_jobs(conn, since, full, wm, sampled)
+        t = res.lap("choosing jobs", t)
     days: set[float] = set()
     done = 0
     all_use = None
     if len(pks) > ONE_PASS:  # many jobs: read all of job_gpu_hours once rather than by the batch's ids
         with engine.connect() as conn:
             all_use = _read_gpu_hours(conn, None)
-    for i in range(0, len(pks), BATCH):
-        with engine.begin() as conn:
-            changed, d = _process_batch(conn, cfg, pks[i : i + BATCH], must, all_use)
+        t = res.lap("reading gpu hours", t)
+    batches = [pks[i : i + BATCH] for i in range(0, len(pks), BATCH)]
+    workers = _workers(engine, cfg, len(pks))
+    if workers > 1:
+        results = _derive_in_processes(engine, cfg, batches, must, all_use, workers)
+    else:
+        results = (_derive(engine, cfg, b, must, all_use) for b in batches)
+    for n, changed, d in results:
         res.co2_changed += changed
         days |= d
-        done += len(pks[i : i + BATCH])
+        done += n
         if progress:
             progress(done, len(pks))
     res.jobs = len(pks)
+    t = res.lap("deriving jobs", t)
     with engine.begin() as conn:
         if full:  # from scratch: days that only old rollups cover (their jobs deleted since) go too
-            conn.execute(delete(R))
+            if days:  # one range from the first day to the last: days with no jobs in between are emptied
+                d_lo, d_hi = min(days), max(days)
+                outside = or_(
+                    R.c.day < datetime.fromtimestamp(d_lo, UTC),
+                    R.c.day >= datetime.fromtimestamp(d_hi + DAY, UTC),
+                )
+                conn.execute(delete(R).where(outside))
+                days = set(_days(d_lo, d_hi))
+            else:
+                conn.execute(delete(R))
         res.rollup_rows = _rebuild_days(conn, days)
         res.days = len(days)
         _set_state(conn, WATERMARK, db_now, None)
+    res.lap("rollups", t)
     res.seconds = time.monotonic() - t_start
+    log.info("aggregate: %s", ", ".join(f"{k} {v:.2f} s" for k, v in res.phases.items()))
     return res
+
+
+PARALLEL_MIN = 100_000  # jobs to derive from which worker processes pay for their start-up
+
+
+def _workers(engine: Engine, cfg: Config, n_jobs: int) -> int:
+    """Processes to derive jobs in: only for many jobs on PostgreSQL (SQLite has one writer)."""
+    if engine.dialect.name != "postgresql" or n_jobs < PARALLEL_MIN:
+        return 1
+    import os
+
+    return min(cfg.aggregate.workers or os.cpu_count() or 1, (n_jobs + BATCH - 1) // BATCH)
+
+
+def _derive(
+    engine: Engine,
+    cfg: Config,
+    batch: list[int],
+    must: set[int],
+    all_use: dict[tuple[int, str], dict[float, GpuUse]] | None,
+) -> tuple[int, int, set[float]]:
+    with engine.begin() as conn:
+        changed, days = _process_batch(conn, cfg, batch, must, all_use)
+    return len(batch), changed, days
+
+
+# In a worker process (spawned: the scheduler runs the aggregator in a thread, and forking a threaded
+# process is unsafe): its own engine, the run's config and GPU use, set once by _init_worker.
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(url: str, cfg: Config, all_use: dict[tuple[int, str], dict[float, GpuUse]] | None) -> None:
+    from cocaq.db import make_engine
+
+    _WORKER.update(engine=make_engine(url, check=False), cfg=cfg, all_use=all_use)
+
+
+def _derive_in_worker(task: tuple[list[int], set[int]]) -> tuple[int, int, set[float]]:
+    batch, must = task
+    return _derive(_WORKER["engine"], _WORKER["cfg"], batch, must, _WORKER["all_use"])
+
+
+def _derive_in_processes(
+    engine: Engine,
+    cfg: Config,
+    batches: list[list[int]],
+    must: set[int],
+    all_use: dict[tuple[int, str], dict[float, GpuUse]] | None,
+    workers: int,
+) -> Iterable[tuple[int, int, set[float]]]:
+    """Batches derived by `workers` processes, each with its own connection and transactions (a batch is
+    a transaction either way). A failing batch raises here, as it would in-process."""
+    import multiprocessing
+
+    log.info("aggregate: deriving %d batches in %d processes", len(batches), workers)
+    tasks = [(b, must.intersection(b)) for b in batches]
+    ctx = multiprocessing.get_context("spawn")
+    url = engine.url.render_as_string(hide_password=False)
+    with ctx.Pool(workers, initializer=_init_worker, initargs=(url, cfg, all_use)) as pool:
+        yield from pool.imap_unordered(_derive_in_worker, tasks)
 
 
 def _set_state(conn: Connection, name: str, watermark: datetime | None, params: str | None) -> None:

@@ -118,6 +118,7 @@ class Embodied:
 @dataclass(frozen=True)
 class Aggregate:
     idle_gpu_util_pct: float = 5.0  # an allocated GPU below this utilisation counts as idle
+    workers: int = 0  # processes for deriving many jobs (PostgreSQL): 0 = one per CPU, 1 = none
 
 
 MAIL_TRANSPORTS = ("smtp", "outbox")
@@ -323,6 +324,13 @@ def _small_table(section: str, t: Any, cls: Any, ranges: dict[str, tuple[float, 
                 raise ConfigError(
                     f"config: {section}.{k}: expected seconds or a duration like 2h, got {v!r}"
                 ) from None
+        elif k == "workers":
+            n = v if isinstance(v, int) and not isinstance(v, bool) else None
+            if isinstance(v, str) and v.strip().isdigit():
+                n = int(v)
+            if n is None or not 0 <= n <= 64:
+                raise ConfigError(f"config: {section}.{k}: expected a whole number from 0 to 64, got {v!r}")
+            values[k] = n
         else:
             lo, hi = ranges[k]
             values[k] = _num(f"{section}.{k}", v, lo, hi)

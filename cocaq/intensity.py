@@ -562,6 +562,7 @@ class Choice:
     source: str  # short, <= 128 characters
     flag: str | None
     detail: dict[str, Any]
+    detail_json: str = ""  # `detail` as JSON text where the index made it (shared by equal choices)
 
 
 @dataclass(frozen=True)
@@ -594,6 +595,7 @@ class _Zone:
     """
 
     __slots__ = (
+        "_choices",
         "b",
         "basis",
         "cn",
@@ -675,6 +677,10 @@ class _Zone:
         self.label = _series_label(zone, basis, rows) if rows else ""
         fb_src = fb.source
         self.mixed_label = f"{self.label} + {fb_src}"[:_SOURCE_MAX] if rows else fb_src[:_SOURCE_MAX]
+        # How a run was covered -> (source, flag, detail, its JSON): most runs are covered alike (all by
+        # the series), and building and serialising the same detail a million times is a full
+        # recompute's largest cost after the database.
+        self._choices: dict[tuple[float, float], tuple[str, str | None, dict[str, Any], str]] = {}
 
     def _integrals(self, x: float, k: int) -> tuple[float, float, float]:
         """From b[0] to x, x in piece k (-1: before b[0], len(b) - 1: after b[-1]): (value x time, series
@@ -719,6 +725,15 @@ class _Zone:
         return self.val[k], self.meth[k], self.row[k]
 
     def choice(self, g: float, s: float, n: float) -> Choice:
+        hit = self._choices.get((s, n))
+        if hit is None:
+            c = self._choice(g, s, n)
+            hit = (c.source, c.flag, c.detail, json.dumps(c.detail))
+            if len(self._choices) < 10_000:
+                self._choices[(s, n)] = hit
+        return Choice(g, hit[0], hit[1], hit[2], hit[3])
+
+    def _choice(self, g: float, s: float, n: float) -> Choice:
         f = max(0.0, 1.0 - s - n)
         world = self.fb_key == "world"
         detail: dict[str, Any] = {

@@ -246,9 +246,10 @@ def test_rollups_in_sql_equal_the_python_ones(engine: Engine, tmp_path: Path) ->
         with engine.begin() as c:
             aggregate._rebuild_days(c, pick, in_sql=False)
         assert _rollups(engine) == in_sql
-        with engine.begin() as c:
-            aggregate._rebuild_days(c, pick, in_sql=True)
-        assert _rollups(engine) == in_sql
+        for wide in (False, True):  # by index per job, and in one pass over job_energy
+            with engine.begin() as c:
+                aggregate._rebuild_days(c, pick, in_sql=True, wide=wide)
+            assert _rollups(engine) == in_sql
     assert len(in_sql) >= 8
 
 
@@ -422,3 +423,58 @@ def test_a_change_committed_after_a_run_started_is_not_missed(
     caught_up = _rollups(engine)
     run_aggregate(engine, cfg, full=True)
     assert caught_up == _rollups(engine) != stale
+
+
+def test_full_recompute_drops_rollups_of_deleted_jobs(engine: Engine, tmp_path: Path) -> None:
+    """Rows only a deleted job made (in the middle of the range and at its end) go; the rest stay."""
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    _scenario(engine, cfg)
+    import_records(engine, [_job(40, DAY0 + timedelta(days=9), 1.0, user="erin")], cfg, source="sacct-json")
+    run_aggregate(engine, cfg)
+    before = _rollups(engine)
+    with engine.begin() as c:
+        c.execute(text("DELETE FROM jobs WHERE job_id_raw IN (12, 40)"))  # bob's day-1 job, erin's day 9
+    run_aggregate(engine, cfg, full=True)
+    after = _rollups(engine)
+    assert {r[2] for r in before} == {"alice", "bob", "erin"} and {r[2] for r in after} == {"alice", "bob"}
+    assert len(after) == len(before) - 2
+    assert after == [r for r in before if r[2] != "erin" and not (r[2] == "bob" and r[1].day == 6)]
+
+
+def test_many_jobs_derived_in_worker_processes_give_the_same(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL derives big runs in processes (spawned, each with its own connection): same rows."""
+    from cocaq import aggregate
+
+    if engine.dialect.name != "postgresql":
+        pytest.skip("worker processes are for PostgreSQL")
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url, "[embodied]\ng_per_gpu_hour = 30\n[aggregate]\nworkers = 2\n")
+    jobs = [
+        _job(100 + i, DAY0 + timedelta(hours=i * 5), 1.0 + i % 7, user=f"u{i % 5}", gpus=i % 3)
+        for i in range(60)
+    ]
+    import_records(engine, jobs, cfg, source="sacct-json")
+    _series(engine, "FR", DAY0, [float(30 + i % 11) for i in range(24 * 20)])
+    _samples(engine, 101, DAY0 + timedelta(hours=5), [(100.0 + i % 50, float(i % 30)) for i in range(700)])
+    run_aggregate(engine, cfg)
+    serial_metrics, serial_rollups = _metrics(engine), _rollups(engine)
+    with engine.begin() as c:
+        c.execute(text("DELETE FROM job_metrics"))
+        c.execute(text("DELETE FROM daily_rollups"))
+        c.execute(text("UPDATE jobs SET co2_g = 0"))
+    monkeypatch.setattr(aggregate, "PARALLEL_MIN", 1)
+    monkeypatch.setattr(aggregate, "BATCH", 7)  # 9 batches over 2 processes
+    calls: list[int] = []
+    real = aggregate._derive_in_processes
+
+    def spy(*args: Any) -> Any:
+        calls.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(aggregate, "_derive_in_processes", spy)
+    res = run_aggregate(engine, cfg, full=True)
+    assert calls == [2] and res.jobs == 60 and res.co2_changed == 60
+    assert _metrics(engine) == serial_metrics and _rollups(engine) == serial_rollups

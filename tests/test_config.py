@@ -104,6 +104,8 @@ def test_default_database_is_sqlite_in_user_data_dir(tmp_path: Path, monkeypatch
         ("[carbon]\ngap_tolerance_s = 'soon'\n", {}, "carbon.gap_tolerance_s: expected seconds or a duration"),
         ("[embodied]\ng_per_gpu_hour = -1\n", {}, "embodied.g_per_gpu_hour: expected a number between"),
         ("[aggregate]\nidle_gpu_util_pct = 120\n", {}, "aggregate.idle_gpu_util_pct: expected a number"),
+        ("[aggregate]\nworkers = 2.5\n", {}, "aggregate.workers: expected a whole number from 0 to 64"),
+        ("", {"COCAQ_AGGREGATE__WORKERS": "many"}, "aggregate.workers: expected a whole number"),
         ("[cluster.pue_monthly]\n'2026-13' = 1.2\n", {}, "cluster.pue_monthly: '2026-13' is not a month"),
         ("[cluster.pue_monthly]\n'2026-01' = 0.9\n", {}, "cluster.pue_monthly.2026-01: expected a number"),
         ("", {"COCAQ_COLLECTOR__IDLE_POLICY": "fair"}, "collector.idle_policy: expected one of"),
