@@ -101,6 +101,11 @@ def cli(ctx: click.Context, config_path: str | None, verbose: int) -> None:
 # --- users ----------------------------------------------------------------------------------------
 
 
+from_jobs_opt = click.option(
+    "--from-jobs", is_flag=True, help="Ignore the daily rollups and compute everything from jobs (slower)."
+)
+
+
 @cli.command()
 @click.argument("user", required=False)
 @since_opt
@@ -108,17 +113,26 @@ def cli(ctx: click.Context, config_path: str | None, verbose: int) -> None:
 @cluster_opt
 @click.option("-o", "--format", "fmt", type=FORMAT, default="table", show_default=True)
 @click.option("--top", default=5, show_default=True, type=click.IntRange(0, 1000), help="How many top jobs.")
+@from_jobs_opt
 @click.pass_obj
 def user(
-    obj: Ctx, user: str | None, since: str, until: str | None, cluster: str | None, fmt: str, top: int
+    obj: Ctx,
+    user: str | None,
+    since: str,
+    until: str | None,
+    cluster: str | None,
+    fmt: str,
+    top: int,
+    from_jobs: bool,
 ) -> None:
     """A user's footprint over a window (default: you, the last 30 days)."""
+    from cocaq.dbapi import connect
     from cocaq.footprint import user_footprint
 
     name = user or getpass.getuser()
     w = _window(since, until)
-    with obj.engine().connect() as conn:
-        fp = user_footprint(conn, name, w, cluster=cluster, top=top)
+    with connect(obj.cfg.database_url) as db:
+        fp = user_footprint(db, name, w, cluster=cluster, top=top, from_jobs=from_jobs)
     _emit(fp, fmt)
 
 
@@ -129,20 +143,30 @@ def user(
 @cluster_opt
 @click.option("-o", "--format", "fmt", type=FORMAT, default="table", show_default=True)
 @click.option("--top", default=5, show_default=True, type=click.IntRange(0, 1000))
+@from_jobs_opt
 @click.pass_obj
 def lab(
-    obj: Ctx, account: str, since: str, until: str | None, cluster: str | None, fmt: str, top: int
+    obj: Ctx,
+    account: str,
+    since: str,
+    until: str | None,
+    cluster: str | None,
+    fmt: str,
+    top: int,
+    from_jobs: bool,
 ) -> None:
     """A lab's (Slurm account's) totals and its users over a window."""
+    from cocaq.dbapi import connect
     from cocaq.footprint import lab_footprint
 
     w = _window(since, until)
-    with obj.engine().connect() as conn:
-        fp = lab_footprint(conn, account, w, cluster=cluster, top=top)
+    with connect(obj.cfg.database_url) as db:
+        fp = lab_footprint(db, account, w, cluster=cluster, top=top, from_jobs=from_jobs)
     _emit(fp, fmt)
 
 
 def _emit(fp: Any, fmt: str) -> None:
+    """JSON and CSV stay light (no rich: `cocaq user` runs on every login node); tables use rich."""
     from cocaq import render
 
     if fmt == "json":

@@ -355,6 +355,7 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
 
     from cocaq import migrate
     from cocaq.db import make_engine, mask_url
+    from cocaq.dbapi import connect
     from cocaq.footprint import Window, cluster_totals, group_totals, user_footprint
     from cocaq.importer import import_records
     from cocaq.models import Cluster, Job
@@ -396,12 +397,12 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
         )
 
     w = Window(end - timedelta(days=days), end)
-    with engine.connect() as conn:
-        total = cluster_totals(conn, w, cluster=DEMO_CLUSTER)
-        labs = group_totals(conn, w, "account", cluster=DEMO_CLUSTER)
-        users = group_totals(conn, w, "user", cluster=DEMO_CLUSTER)
-        parts = group_totals(conn, w, "partition", cluster=DEMO_CLUSTER)
-        heavy = user_footprint(conn, users[0]["user"], w, cluster=DEMO_CLUSTER) if users else None
+    with connect(url) as db:
+        total = cluster_totals(db, w, cluster=DEMO_CLUSTER)
+        labs = group_totals(db, w, "account", cluster=DEMO_CLUSTER)
+        users = group_totals(db, w, "user", cluster=DEMO_CLUSTER)
+        parts = group_totals(db, w, "partition", cluster=DEMO_CLUSTER)
+        heavy = user_footprint(db, users[0]["user"], w, cluster=DEMO_CLUSTER) if users else None
 
     for name, rows in (("labs", labs), ("users", users), ("partitions", parts)):
         with open(out / f"{name}.csv", "w", newline="") as fh:

@@ -1,71 +1,73 @@
-"""Per-user, per-lab and per-job footprints over a time window, computed in SQL.
+"""Per-user, per-lab and per-group footprints over a time window: daily rollups where they answer, jobs
+for the rest.
 
 A job counts in the window it ran in: a job that ran across the window's edge contributes the share of
 its CPU/GPU-hours, energy and CO2 that falls inside (pro rata of run time), so months add up exactly.
+The aggregator's `daily_rollups` hold exactly that per UTC day, so a window's totals are:
+
+* the rollups of the whole UTC days inside the window that the aggregator has covered (days that end at
+  or before the UTC midnight on or before its watermark, the start of its last completed run), plus
+* for the partial days at the window's edges and the days after the watermark, the same quantities
+  computed from `jobs` (with `job_energy` and `job_metrics`) with the rollups' own formulas
+  (`cocaq.aggregate._ROLLUP_PG`): one pass over the key's jobs in the window.
+
+Two figures always come from that pass over the whole window: job counts (a rollup counts a job once in
+each day it ran, so days do not add up to distinct jobs) and energy with PUE (no rollup holds it); the
+top jobs need the pass anyway. With no watermark (the aggregator never ran), or `from_jobs`, everything
+comes from jobs, which is also what tests compare the rollup path with.
+
+The queries go through `cocaq.dbapi` (plain psycopg or sqlite3): `cocaq user` runs on every login node,
+and importing SQLAlchemy would be most of its run time. `find_jobs` (`cocaq job`) keeps the ORM.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import (
-    Boolean,
-    ColumnElement,
-    Connection,
-    Float,
-    Integer,
-    String,
-    and_,
-    case,
-    column,
-    func,
-    literal,
-    or_,
-    select,
-    table,
-)
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
-from cocaq.dbtypes import UTCDateTime
-from cocaq.sqlfuncs import epoch, greatest, least
-
-# The columns these queries read, as light Core constructs: `cocaq user` runs on every login node, and
-# importing the ORM and the mapped classes would cost it ~0.1 s.  tests/test_footprint_tables.py checks
-# that they match cocaq.models.
-JOBS = table(
-    "jobs",
-    column("id", Integer),
-    column("cluster_id", Integer),
-    column("job_id", String),
-    column("name", String),
-    column("user_name", String),
-    column("account", String),
-    column("partition", String),
-    column("state", String),
-    column("is_open", Boolean),
-    column("submit_time", UTCDateTime()),
-    column("start_time", UTCDateTime()),
-    column("end_time", UTCDateTime()),
-    column("elapsed_s", Float),
-    column("alloc_cpus", Integer),
-    column("alloc_gpus", Integer),
-    column("energy_j", Float),
-    column("energy_measured_j", Float),
-    column("pue", Float),
-    column("co2_g", Float),
-)
-CLUSTERS = table("clusters", column("id", Integer), column("name", String))
-J = JOBS.c
-C = CLUSTERS.c
+    from cocaq.dbapi import Db
 
 # Everyday equivalents (US EPA Greenhouse Gas Equivalencies Calculator).
 CAR_KG_PER_KM = 0.400 / 1.609344  # "about 400 grams of CO2 per mile" for a typical passenger vehicle
 PHONE_CHARGE_KG = 8.22e-3  # kg CO2 per smartphone charge
 
+DAY = timedelta(days=1)
+# What a daily_rollups row sums (cocaq.aggregate._FIELDS without the job counts), in its units.
+ROLLUP_SUMS = (
+    "cpu_hours", "gpu_hours", "energy_gpu_j", "energy_cpu_j", "energy_dram_j", "energy_other_j",
+    "energy_measured_j", "energy_estimated_j", "energy_failed_j", "co2_g", "co2_embodied_g",
+    "gpu_util_energy_j", "gpu_util_weighted", "idle_gpu_hours", "idle_gpu_energy_j",
+)  # fmt: skip
+# What always comes from jobs over the whole window: distinct jobs by state, and energy x PUE.
+JOB_SUMS = ("jobs", "jobs_failed", "jobs_cancelled", "jobs_timeout", "facility_j")
+FAILED = ("FAILED", "OUT_OF_MEMORY", "NODE_FAIL")  # a rollup's jobs_failed
+FAILED_ENERGY = (*FAILED, "TIMEOUT")  # a rollup's energy_failed_j (as `cocaq.aggregate.FAILED_STATES`)
+# The columns these queries read; tests/test_footprint_tables.py checks them against cocaq.models.
+READS: dict[str, tuple[str, ...]] = {
+    "jobs": (
+        "id", "cluster_id", "job_id", "name", "user_name", "account", "partition", "state", "start_time",
+        "end_time", "elapsed_s", "alloc_cpus", "alloc_gpus", "energy_j", "energy_measured_j", "pue", "co2_g",
+    ),
+    "job_energy": ("job_pk", "component", "energy_j"),
+    "job_metrics": ("job_pk", "co2_embodied_g", "gpu_util_pct", "idle_gpu_s", "idle_gpu_energy_j"),
+    "daily_rollups": ("cluster_id", "day", "user_name", "account", "partition", *ROLLUP_SUMS),
+    "aggregator_state": ("name", "watermark"),
+    "clusters": ("id", "name"),
+}  # fmt: skip
+WATERMARK = "jobs"  # aggregator_state.name of the jobs' watermark (cocaq.aggregate.WATERMARK)
+
+Sums = dict[str, float]
+
 
 @dataclass
 class Window:
+    """[since, until): aware datetimes (any zone; days are UTC days)."""
+
     since: datetime
     until: datetime
 
@@ -78,69 +80,98 @@ class Window:
         return self.until.timestamp()
 
 
-def _overlap(w: Window) -> tuple[ColumnElement[float], ColumnElement[float]]:
-    run_start = epoch(J.start_time)
-    run_end = run_start + J.elapsed_s
-    overlap = greatest(
-        literal(0.0), least(run_end, literal(w.until_s)) - greatest(run_start, literal(w.since_s))
-    )
-    frac = case((J.elapsed_s > 0, overlap / J.elapsed_s), else_=literal(1.0))
-    return overlap, frac
+@dataclass
+class Plan:
+    """Where a window's numbers come from: rollup days [rollup_since, rollup_until), jobs for `edges`."""
+
+    watermark: datetime | None  # the aggregator's, None if it never ran (or not read: from_jobs)
+    rollups_through: datetime | None  # the UTC midnight on or before it: rollups are complete up to it
+    rollup_since: datetime | None
+    rollup_until: datetime | None
+    edges: list[tuple[float, float]]  # epoch intervals computed from jobs
+    from_jobs: bool
+
+    @property
+    def rollup_days(self) -> int:
+        if self.rollup_since is None or self.rollup_until is None:
+            return 0
+        return (self.rollup_until - self.rollup_since) // DAY
 
 
-def window_clause(w: Window) -> ColumnElement[bool]:
-    return and_(
-        J.start_time < w.until,
-        or_(J.end_time >= w.since, J.end_time.is_(None)),
-    )
+def _midnight(d: datetime) -> datetime:
+    return d.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
-def _totals_columns(w: Window) -> list[Any]:
-    overlap, frac = _overlap(w)
-    counted = case((or_(overlap > 0, J.elapsed_s == 0), 1), else_=0)
-    return [
-        func.coalesce(func.sum(counted), 0).label("jobs"),
-        func.coalesce(func.sum(J.alloc_cpus * overlap), 0.0).label("cpu_s"),
-        func.coalesce(func.sum(J.alloc_gpus * overlap), 0.0).label("gpu_s"),
-        func.coalesce(func.sum(J.energy_j * frac), 0.0).label("energy_j"),
-        func.coalesce(func.sum(J.energy_j * J.pue * frac), 0.0).label("facility_j"),
-        func.coalesce(func.sum(J.energy_measured_j * frac), 0.0).label("measured_j"),
-        func.coalesce(func.sum(J.co2_g * frac), 0.0).label("co2_g"),
-        func.coalesce(
-            func.sum(
-                case(
-                    (J.state.in_(("FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "TIMEOUT")), J.energy_j * frac),
-                    else_=0.0,
-                )
-            ),
-            0.0,
-        ).label("failed_j"),
-    ]
+def plan_window(w: Window, watermark: datetime | None, *, from_jobs: bool = False) -> Plan:
+    """Split the window into the whole days the rollups cover and the rest (computed from jobs)."""
+    through = None if watermark is None or from_jobs else _midnight(watermark)
+    first = _midnight(w.since)
+    if first < w.since:
+        first += DAY
+    last = _midnight(w.until) if through is None else min(_midnight(w.until), through)
+    if through is None or last <= first:
+        return Plan(watermark, through, None, None, [(w.since_s, w.until_s)], from_jobs)
+    edges = []
+    if w.since < first:
+        edges.append((w.since_s, first.timestamp()))
+    if last < w.until:
+        edges.append((last.timestamp(), w.until_s))
+    return Plan(watermark, through, first, last, edges, from_jobs)
 
 
 @dataclass
 class Totals:
+    """A window's totals; the first eight are the original output, the rest what the rollups hold."""
+
     jobs: int
     cpu_hours: float
     gpu_hours: float
     energy_kwh: float
     energy_kwh_with_pue: float
     measured_energy_fraction: float | None
-    co2_kg: float
-    failed_energy_kwh: float
+    co2_kg: float  # operational (with PUE); embodied is apart, never added in
+    failed_energy_kwh: float  # jobs that failed or timed out
+    jobs_failed: int = 0  # FAILED, OUT_OF_MEMORY, NODE_FAIL
+    jobs_cancelled: int = 0
+    jobs_timeout: int = 0
+    energy_gpu_kwh: float = 0.0
+    energy_cpu_kwh: float = 0.0
+    energy_dram_kwh: float = 0.0
+    energy_other_kwh: float = 0.0  # node-level measurements (Slurm's ConsumedEnergy) and the like
+    energy_measured_kwh: float = 0.0
+    energy_estimated_kwh: float = 0.0
+    gpu_util_pct: float | None = None  # energy-weighted, over the GPU energy that samples cover
+    idle_gpu_hours: float = 0.0  # allocated GPU-hours under the idle threshold
+    idle_gpu_energy_kwh: float = 0.0
+    co2_embodied_kg: float = 0.0  # scope 3, reported apart from co2_kg
 
     @classmethod
-    def from_row(cls, r: Any) -> Totals:
-        e = float(r.energy_j)
+    def from_sums(cls, s: Mapping[str, float]) -> Totals:
+        g = {k: float(s.get(k) or 0.0) for k in (*ROLLUP_SUMS, *JOB_SUMS)}
+        e = g["energy_measured_j"] + g["energy_estimated_j"]
+        util_e = g["gpu_util_energy_j"]
         return cls(
-            jobs=int(r.jobs),
-            cpu_hours=float(r.cpu_s) / 3600,
-            gpu_hours=float(r.gpu_s) / 3600,
+            jobs=round(g["jobs"]),
+            cpu_hours=g["cpu_hours"],
+            gpu_hours=g["gpu_hours"],
             energy_kwh=e / 3.6e6,
-            energy_kwh_with_pue=float(r.facility_j) / 3.6e6,
-            measured_energy_fraction=(float(r.measured_j) / e) if e > 0 else None,
-            co2_kg=float(r.co2_g) / 1000,
-            failed_energy_kwh=float(r.failed_j) / 3.6e6,
+            energy_kwh_with_pue=g["facility_j"] / 3.6e6,
+            measured_energy_fraction=(g["energy_measured_j"] / e) if e > 0 else None,
+            co2_kg=g["co2_g"] / 1000,
+            failed_energy_kwh=g["energy_failed_j"] / 3.6e6,
+            jobs_failed=round(g["jobs_failed"]),
+            jobs_cancelled=round(g["jobs_cancelled"]),
+            jobs_timeout=round(g["jobs_timeout"]),
+            energy_gpu_kwh=g["energy_gpu_j"] / 3.6e6,
+            energy_cpu_kwh=g["energy_cpu_j"] / 3.6e6,
+            energy_dram_kwh=g["energy_dram_j"] / 3.6e6,
+            energy_other_kwh=g["energy_other_j"] / 3.6e6,
+            energy_measured_kwh=g["energy_measured_j"] / 3.6e6,
+            energy_estimated_kwh=g["energy_estimated_j"] / 3.6e6,
+            gpu_util_pct=(g["gpu_util_weighted"] / util_e) if util_e > 0 else None,
+            idle_gpu_hours=g["idle_gpu_hours"],
+            idle_gpu_energy_kwh=g["idle_gpu_energy_j"] / 3.6e6,
+            co2_embodied_kg=g["co2_embodied_g"] / 1000,
         )
 
 
@@ -175,6 +206,19 @@ class Footprint:
     totals: Totals
     top_jobs: list[TopJob] = field(default_factory=list)
     members: list[dict[str, Any]] = field(default_factory=list)  # per user, for a lab
+    plan: Plan | None = None
+
+    def source(self) -> dict[str, Any]:
+        """Where the numbers came from, for scripts (JSON) and the table's footnote."""
+        p = self.plan
+        days = None
+        if p is not None and p.rollup_since is not None and p.rollup_until is not None:
+            days = {"since": p.rollup_since.isoformat(), "until": p.rollup_until.isoformat()}
+        return {
+            "rollups_through": p.rollups_through.isoformat() if p and p.rollups_through else None,
+            "rollup_days": days,  # the whole days summed from daily_rollups; the rest came from jobs
+            "from_jobs": bool(p and p.from_jobs),
+        }
 
     def as_dict(self) -> dict[str, Any]:
         t = asdict(self.totals)
@@ -184,6 +228,7 @@ class Footprint:
             "until": self.until.isoformat(),
             **t,
             "equivalents": equivalents(self.totals.co2_kg),
+            **self.source(),
             "top_jobs": [
                 {**asdict(j), "start": j.start.isoformat() if j.start else None} for j in self.top_jobs
             ],
@@ -194,79 +239,317 @@ class Footprint:
         return d
 
 
-def _cluster_filter(cluster: str | None) -> list[ColumnElement[bool]]:
-    if not cluster:
-        return []
-    return [J.cluster_id == select(C.id).where(C.name == cluster).scalar_subquery()]
+# --- SQL ----------------------------------------------------------------------------------------------
+# One text per statement, in cocaq.dbapi's psycopg style; the few spellings that differ by dialect here.
 
 
-def _top_jobs(conn: Connection, where: list[Any], w: Window, n: int) -> list[TopJob]:
-    _, frac = _overlap(w)
-    e = (J.energy_j * frac).label("e")
-    q = (
-        select(
-            J.job_id,
-            C.name,
-            J.name,
-            J.partition,
-            J.state,
-            J.start_time,
-            J.elapsed_s,
-            J.alloc_gpus,
-            e,
-            (J.co2_g * frac).label("c"),
-            J.energy_measured_j,
-            J.energy_j,
-        )
-        .join(CLUSTERS, C.id == J.cluster_id)
-        .where(*where)
-        .order_by(e.desc())
-        .limit(n)
+def _greatest(db: Db, *xs: str) -> str:
+    return f"{'greatest' if db.dialect == 'postgresql' else 'max'}({', '.join(xs)})"
+
+
+def _least(db: Db, *xs: str) -> str:
+    return f"{'least' if db.dialect == 'postgresql' else 'min'}({', '.join(xs)})"
+
+
+def _epoch(db: Db, col: str) -> str:
+    """Seconds since 1970 of a timestamp column, to the microsecond (as the aggregator computes it)."""
+    if db.dialect == "postgresql":
+        # date_part is float8 arithmetic on the microseconds, extract(...)::float8 (the rollups') goes
+        # through numeric: both round the same exact value to the nearest double; date_part is cheaper.
+        return f"date_part('epoch', {col})"
+    # SQLite keeps naive UTC text: whole seconds by strftime, the fraction from the text (julianday
+    # would round to the millisecond and land a job starting at midnight a hair into the day before).
+    return (
+        f"(CAST(strftime('%%s', {col}) AS INTEGER)"
+        f" + CASE WHEN length({col}) > 19 THEN CAST(substr({col}, 20) AS REAL) ELSE 0.0 END)"
     )
-    return [
-        TopJob(
-            job_id=r[0],
-            cluster=r[1],
-            name=r[2],
-            partition=r[3],
-            state=r[4],
-            start=r[5],
-            elapsed_h=float(r[6]) / 3600,
-            gpus=int(r[7]),
-            energy_kwh=float(r[8]) / 3.6e6,
-            co2_kg=float(r[9]) / 1000,
-            measured=bool(r[11]) and float(r[10]) >= float(r[11]) * 0.999,
-        )
-        for r in conn.execute(q)
-    ]
+
+
+def _first_word(db: Db, col: str) -> str:
+    """`CANCELLED by 5` -> `CANCELLED`, as the rollups read a state."""
+    if db.dialect == "postgresql":
+        return f"split_part(coalesce({col}, ''), ' ', 1)"
+    return (
+        f"CASE WHEN instr(coalesce({col}, ''), ' ') > 0 THEN substr({col}, 1, instr({col}, ' ') - 1)"
+        f" ELSE coalesce({col}, '') END"
+    )
+
+
+def _in(values: Iterable[str]) -> str:
+    return "(" + ", ".join(f"'{v}'" for v in values) + ")"  # constants of this module, never user input
+
+
+_KEYS = {  # group key -> (jobs column, rollups column)
+    None: ("''", "''"),
+    "user": ("j.user_name", "r.user_name"),
+    "account": ("coalesce(j.account, '')", "r.account"),
+    "partition": ("coalesce(j.partition, '')", "r.partition"),
+}
+_SCOPES = {"user": ("j.user_name", "r.user_name"), "account": ("j.account", "r.account")}
+# The top-job columns of the statement's third part, with their types (for the other parts' NULLs).
+_TOP = (
+    ("id", "bigint"), ("job_id", "text"), ("cluster", "text"), ("name", "text"), ("partition", "text"),
+    ("state", "text"), ("start_time", "timestamptz"), ("elapsed_s", "float8"), ("alloc_gpus", "bigint"),
+    ("e", "float8"), ("c", "float8"), ("energy_measured_j", "float8"), ("energy_j", "float8"),
+)  # fmt: skip
+PART_JOBS, PART_ROLLUPS, PART_TOP = 0, 1, 2
+
+
+def _filters(scope: str | None, cluster: str | None, which: int) -> str:
+    """`AND ...` conditions on jobs (which=0) or daily_rollups (which=1); values are bound parameters."""
+    out = ""
+    if scope is not None:
+        out += f" AND {_SCOPES[scope][which]} = %(key)s"
+    if cluster:
+        alias = "jr"[which]
+        out += f" AND {alias}.cluster_id = (SELECT id FROM clusters WHERE name = %(cluster)s)"
+    return out
+
+
+def _nulls(types: Iterable[str]) -> str:
+    """Typed NULLs (PostgreSQL types a UNION's columns pairwise; an untyped pair would become text)."""
+    return ", ".join(f"CAST(NULL AS {t})" for t in types)
+
+
+def footprint_sql(
+    db: Db, group: str | None, scope: str | None, cluster: str | None, *, edges: int, rollups: bool, top: bool
+) -> str:
+    """One statement, one pass over the scope's jobs in the window, returning rows of three parts:
+
+    0 (PART_JOBS), per key: distinct jobs by state and energy x PUE over the whole window, and the
+      rollups' quantities over the edge intervals (as cocaq.aggregate._ROLLUP_PG computes them for a
+      day: job_energy by component and job_metrics are read for the edge jobs only, by `IN`, which
+      PostgreSQL plans as index lookups rather than a merge join along all of job_metrics);
+    1 (PART_ROLLUPS), per key: the sums of daily_rollups over [r0, r1) (with `rollups`);
+    2 (PART_TOP): the top jobs by energy in the window (with `top`).
+
+    `y` holds each job once with f (its share of run time in the window) and fe (in the edges); the
+    OFFSET 0 fences keep PostgreSQL from inlining t0 and el into every expression that uses them.
+    """
+    gt, lt = (lambda *a: _greatest(db, *a)), (lambda *a: _least(db, *a))
+    ov = gt("0.0", f"{lt('t0 + el', '%(until)s')} - {gt('t0', '%(since)s')}")
+    ov_e = " + ".join(
+        gt("0.0", f"{lt('t0 + el', f'%(eb{i})s')} - {gt('t0', f'%(ea{i})s')}") for i in range(edges)
+    )
+    in_edges = " OR ".join(f"(t0 >= %(ea{i})s AND t0 < %(eb{i})s)" for i in range(edges))
+    n_sums = len(JOB_SUMS) + len(ROLLUP_SUMS)
+    top_types = [t for _, t in _TOP]
+    fence = "\n            OFFSET 0" if db.dialect == "postgresql" else ""
+    top_cte = """, t AS (
+    SELECT id, energy * f AS top_e, co2 * f AS top_c FROM y WHERE f > 0 ORDER BY top_e DESC, id LIMIT %(top)s
+)"""
+    sql = f"""
+WITH y AS (
+    SELECT x.*,
+           CASE WHEN el > 0 THEN ov / el WHEN t0 >= %(since)s AND t0 < %(until)s THEN 1.0 ELSE 0.0 END AS f,
+           CASE WHEN el > 0 THEN ov_e / el WHEN {in_edges or "1 = 0"} THEN 1.0 ELSE 0.0 END AS fe
+    FROM (
+        SELECT w.*, {ov} AS ov, {ov_e or "0.0"} AS ov_e
+        FROM (
+            SELECT {_KEYS[group][0]} AS k, j.id, {_first_word(db, "j.state")} AS st,
+                   {_epoch(db, "j.start_time")} AS t0, {gt("coalesce(j.elapsed_s, 0.0)", "0.0")} AS el,
+                   coalesce(j.alloc_cpus, 0) AS cpus, coalesce(j.alloc_gpus, 0) AS gpus,
+                   coalesce(j.energy_j, 0.0) AS energy, coalesce(j.energy_measured_j, 0.0) AS measured,
+                   coalesce(j.co2_g, 0.0) AS co2, coalesce(j.energy_j, 0.0) * coalesce(j.pue, 1.0) AS facility
+            FROM jobs j
+            WHERE j.start_time < %(until_ts)s AND (j.end_time >= %(since_ts)s OR j.end_time IS NULL)
+                  AND j.start_time IS NOT NULL{_filters(scope, cluster, 0)}{fence}
+        ) w{fence}
+    ) x
+), e AS (
+    SELECT id, k, st, el, ov_e, fe, cpus, gpus, energy, measured, co2 FROM y WHERE fe > 0
+), c AS (
+    SELECT q.job_pk,
+           sum(CASE WHEN q.component = 'gpu' THEN coalesce(q.energy_j, 0.0) ELSE 0.0 END) AS gpu,
+           sum(CASE WHEN q.component = 'cpu' THEN coalesce(q.energy_j, 0.0) ELSE 0.0 END) AS cpu,
+           sum(CASE WHEN q.component = 'dram' THEN coalesce(q.energy_j, 0.0) ELSE 0.0 END) AS dram,
+           sum(CASE WHEN q.component NOT IN ('gpu', 'cpu', 'dram') THEN coalesce(q.energy_j, 0.0)
+                    ELSE 0.0 END) AS other
+    FROM job_energy q WHERE q.job_pk IN (SELECT id FROM e) GROUP BY q.job_pk
+), m AS (
+    SELECT job_pk, co2_embodied_g, gpu_util_pct, idle_gpu_s, idle_gpu_energy_j
+    FROM job_metrics WHERE job_pk IN (SELECT id FROM e)
+), es AS (
+    SELECT e.k,
+           sum(e.cpus * e.ov_e / 3600.0) AS cpu_hours, sum(e.gpus * e.ov_e / 3600.0) AS gpu_hours,
+           sum(coalesce(c.gpu, 0.0) * e.fe) AS energy_gpu_j, sum(coalesce(c.cpu, 0.0) * e.fe) AS energy_cpu_j,
+           sum(coalesce(c.dram, 0.0) * e.fe) AS energy_dram_j,
+           sum(coalesce(c.other, 0.0) * e.fe) AS energy_other_j,
+           sum(e.measured * e.fe) AS energy_measured_j,
+           sum((e.energy - e.measured) * e.fe) AS energy_estimated_j,
+           sum(CASE WHEN e.st IN {_in(FAILED_ENERGY)} THEN e.energy * e.fe ELSE 0.0 END) AS energy_failed_j,
+           sum(e.co2 * e.fe) AS co2_g, sum(coalesce(m.co2_embodied_g, 0.0) * e.fe) AS co2_embodied_g,
+           sum(CASE WHEN m.gpu_util_pct IS NOT NULL THEN coalesce(c.gpu, 0.0) * e.fe ELSE 0.0 END)
+               AS gpu_util_energy_j,
+           sum(CASE WHEN m.gpu_util_pct IS NOT NULL THEN m.gpu_util_pct * (coalesce(c.gpu, 0.0) * e.fe)
+                    ELSE 0.0 END) AS gpu_util_weighted,
+           sum(coalesce(m.idle_gpu_s, 0.0) * e.fe / 3600.0) AS idle_gpu_hours,
+           sum(coalesce(m.idle_gpu_energy_j, 0.0) * e.fe) AS idle_gpu_energy_j
+    FROM e LEFT JOIN c ON c.job_pk = e.id LEFT JOIN m ON m.job_pk = e.id
+    GROUP BY e.k
+), n AS (
+    SELECT k, sum(CASE WHEN f > 0 THEN 1 ELSE 0 END) AS jobs,
+           sum(CASE WHEN f > 0 AND st IN {_in(FAILED)} THEN 1 ELSE 0 END) AS jobs_failed,
+           sum(CASE WHEN f > 0 AND st = 'CANCELLED' THEN 1 ELSE 0 END) AS jobs_cancelled,
+           sum(CASE WHEN f > 0 AND st = 'TIMEOUT' THEN 1 ELSE 0 END) AS jobs_timeout,
+           sum(facility * f) AS facility_j
+    FROM y GROUP BY k
+){top_cte if top else ""}
+SELECT {PART_JOBS}, n.k, {", ".join(f"n.{c}" for c in JOB_SUMS)}, {", ".join(f"es.{c}" for c in ROLLUP_SUMS)},
+       {_nulls(top_types)}
+FROM n LEFT JOIN es ON es.k = n.k"""
+    if rollups:
+        sql += f"""
+UNION ALL
+SELECT {PART_ROLLUPS}, {_KEYS[group][1]}, {_nulls(["float8"] * len(JOB_SUMS))},
+       {", ".join(f"sum(r.{c})" for c in ROLLUP_SUMS)}, {_nulls(top_types)}
+FROM daily_rollups r
+WHERE r.day >= %(r0)s AND r.day < %(r1)s{_filters(scope, cluster, 1)}
+GROUP BY 2"""
+    if top:
+        sql += f"""
+UNION ALL
+SELECT {PART_TOP}, '', {_nulls(["float8"] * n_sums)},
+       j.id, j.job_id, cl.name, j.name, j.partition, j.state, j.start_time, j.elapsed_s, j.alloc_gpus,
+       t.top_e, t.top_c, j.energy_measured_j, j.energy_j
+FROM t JOIN jobs j ON j.id = t.id JOIN clusters cl ON cl.id = j.cluster_id"""
+    return sql
+
+
+def _params(w: Window, key: str | None, cluster: str | None, plan: Plan, top: int) -> dict[str, Any]:
+    p: dict[str, Any] = {"since": w.since_s, "until": w.until_s, "since_ts": w.since, "until_ts": w.until}
+    if key is not None:
+        p["key"] = key
+    if cluster:
+        p["cluster"] = cluster
+    for i, (a, b) in enumerate(plan.edges):
+        p[f"ea{i}"], p[f"eb{i}"] = a, b
+    if plan.rollup_since is not None:
+        p["r0"], p["r1"] = plan.rollup_since, plan.rollup_until
+    if top > 0:
+        p["top"] = top
+    return p
+
+
+def read_watermark(db: Db) -> datetime | None:
+    """The start of the aggregator's last completed run (None: it never ran)."""
+    rows = db.rows("SELECT watermark FROM aggregator_state WHERE name = %(n)s", {"n": WATERMARK})
+    return db.timestamp(rows[0][0]) if rows else None
+
+
+@dataclass
+class Result:
+    """What `query` read: raw sums per group key (rollup units), the top jobs, and where they came from."""
+
+    sums: dict[str, Sums]
+    top_jobs: list[TopJob]
+    plan: Plan
+
+
+def query(
+    db: Db,
+    w: Window,
+    group: str | None = None,
+    *,
+    scope: tuple[str, str] | None = None,
+    cluster: str | None = None,
+    top: int = 0,
+    from_jobs: bool = False,
+) -> Result:
+    """Sums per `group` key (user, account, partition; None: one row keyed '') of the jobs in `scope`
+    (("user", name) or ("account", lab)), from rollups and jobs as `plan_window` splits the window,
+    and the `top` jobs by energy in it."""
+    plan = plan_window(w, None if from_jobs else read_watermark(db), from_jobs=from_jobs)
+    skind, key = scope if scope else (None, None)
+    rollups = plan.rollup_since is not None
+    sql = footprint_sql(db, group, skind, cluster, edges=len(plan.edges), rollups=rollups, top=top > 0)
+    sums: dict[str, Sums] = {}
+    tops = []
+    names = (*JOB_SUMS, *ROLLUP_SUMS)
+    for row in db.rows(sql, _params(w, key, cluster, plan, top)):
+        part, k, vals, t = row[0], row[1], row[2 : 2 + len(names)], row[2 + len(names) :]
+        if part == PART_TOP:
+            tops.append(t)
+            continue
+        s = sums.setdefault(k, dict.fromkeys(names, 0.0))  # (rollups only: jobs deleted since)
+        for name, v in zip(names, vals, strict=True):
+            if v is not None:
+                s[name] += float(v)
+    tops.sort(key=lambda t: (-float(t[9]), t[0]))
+    return Result(sums, [_top_job(db, t) for t in tops], plan)
+
+
+def _top_job(db: Db, t: tuple[Any, ...]) -> TopJob:
+    _id, job_id, cluster, name, partition, state, start, elapsed, gpus, e, c, measured, energy = t
+    return TopJob(
+        job_id=job_id,
+        cluster=cluster,
+        name=name,
+        partition=partition,
+        state=state,
+        start=db.timestamp(start),
+        elapsed_h=float(elapsed or 0.0) / 3600,
+        gpus=int(gpus or 0),
+        energy_kwh=float(e) / 3.6e6,
+        co2_kg=float(c) / 1000,
+        measured=bool(energy) and float(measured or 0.0) >= float(energy) * 0.999,
+    )
+
+
+def _add(rows: Iterable[Sums]) -> Sums:
+    total: Sums = dict.fromkeys((*JOB_SUMS, *ROLLUP_SUMS), 0.0)
+    for s in rows:
+        for k, v in s.items():
+            total[k] += v
+    return total
 
 
 def user_footprint(
-    conn: Connection, user: str, w: Window, *, cluster: str | None = None, top: int = 5
+    db: Db, user: str, w: Window, *, cluster: str | None = None, top: int = 5, from_jobs: bool = False
 ) -> Footprint:
-    where = [J.user_name == user, window_clause(w), *_cluster_filter(cluster)]
-    row = conn.execute(select(*_totals_columns(w)).where(*where)).one()
-    return Footprint("user", user, w.since, w.until, Totals.from_row(row), _top_jobs(conn, where, w, top))
+    r = query(db, w, None, scope=("user", user), cluster=cluster, top=top, from_jobs=from_jobs)
+    totals = Totals.from_sums(_add(r.sums.values()))
+    return Footprint("user", user, w.since, w.until, totals, r.top_jobs, plan=r.plan)
 
 
 def lab_footprint(
-    conn: Connection, account: str, w: Window, *, cluster: str | None = None, top: int = 5
+    db: Db, account: str, w: Window, *, cluster: str | None = None, top: int = 5, from_jobs: bool = False
 ) -> Footprint:
-    where = [J.account == account, window_clause(w), *_cluster_filter(cluster)]
-    row = conn.execute(select(*_totals_columns(w)).where(*where)).one()
-    members = []
-    q = select(J.user_name, *_totals_columns(w)).where(*where).group_by(J.user_name)
-    for r in conn.execute(q):
-        t = Totals.from_row(r)
-        members.append({"user": r.user_name, **asdict(t)})
-    members.sort(key=lambda m: m["energy_kwh"], reverse=True)
-    return Footprint(
-        "account", account, w.since, w.until, Totals.from_row(row), _top_jobs(conn, where, w, top), members
-    )
+    """A lab's totals are the sum of its users' rows (each job has one user)."""
+    r = query(db, w, "user", scope=("account", account), cluster=cluster, top=top, from_jobs=from_jobs)
+    members = [{"user": u, **asdict(Totals.from_sums(s))} for u, s in r.sums.items()]
+    members = [m for m in members if m["jobs"]]
+    members.sort(key=lambda m: (-m["energy_kwh"], m["user"]))
+    totals = Totals.from_sums(_add(r.sums.values()))
+    return Footprint("account", account, w.since, w.until, totals, r.top_jobs, members, r.plan)
+
+
+def group_totals(
+    db: Db, w: Window, by: str, *, cluster: str | None = None, from_jobs: bool = False
+) -> list[dict[str, Any]]:
+    """Totals per user, account (lab) or partition, largest energy first."""
+    r = query(db, w, by, cluster=cluster, from_jobs=from_jobs)
+    rows = [{by: k, **asdict(Totals.from_sums(s))} for k, s in r.sums.items()]
+    rows = [row for row in rows if row["jobs"]]
+    rows.sort(key=lambda row: (-row["energy_kwh"], row[by]))
+    return rows
+
+
+def cluster_totals(db: Db, w: Window, *, cluster: str | None = None, from_jobs: bool = False) -> Totals:
+    r = query(db, w, None, cluster=cluster, from_jobs=from_jobs)
+    return Totals.from_sums(_add(r.sums.values()))
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+# --- one job (`cocaq job`): the ORM is fine here --------------------------------------------------------
 
 
 def find_jobs(conn: Connection, job_id: str, cluster: str | None = None) -> list[dict[str, Any]]:
     """Every stored job with this id (ids repeat across clusters and after a reset), newest first."""
+    from sqlalchemy import select
     from sqlalchemy.orm import Session
 
     from cocaq.models import Cluster, Job, JobEnergy
@@ -274,11 +557,13 @@ def find_jobs(conn: Connection, job_id: str, cluster: str | None = None) -> list
     q = (
         select(Job, Cluster.name)
         .join(Cluster, Cluster.id == Job.cluster_id)
-        .where(Job.job_id == job_id, *_cluster_filter(cluster))
+        .where(Job.job_id == job_id)
         .order_by(Job.submit_time.desc())
     )
+    if cluster:
+        q = q.where(Cluster.name == cluster)
     out = []
-    for job, cname in Session(bind=conn).execute(q).tuples().all():
+    for job, cname in Session(bind=conn).execute(q).all():
         energies = conn.execute(
             select(
                 JobEnergy.node, JobEnergy.component, JobEnergy.method, JobEnergy.source, JobEnergy.energy_j
@@ -309,6 +594,8 @@ def find_jobs(conn: Connection, job_id: str, cluster: str | None = None) -> list
 
 def _job_metrics(conn: Connection, job_pk: int) -> dict[str, Any] | None:
     """What the aggregator derived for the job (None until it has run)."""
+    from sqlalchemy import select
+
     from cocaq.models import JobMetrics
 
     m = conn.execute(select(JobMetrics).where(JobMetrics.job_pk == job_pk)).mappings().first()
@@ -325,6 +612,8 @@ def _job_metrics(conn: Connection, job_pk: int) -> dict[str, Any] | None:
 
 def _measured_gpus(conn: Connection, job_pk: int) -> list[dict[str, Any]]:
     """The GPUs the node hooks saw the job get (Slurm index, UUID) and each one's measured energy."""
+    from sqlalchemy import select
+
     from cocaq.models import NodeEnergy, NodeEvent
 
     starts = conn.execute(
@@ -363,22 +652,3 @@ def _measured_gpus(conn: Connection, job_pk: int) -> list[dict[str, Any]]:
                 }
             )
     return out
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
-
-
-def group_totals(conn: Connection, w: Window, by: str, *, cluster: str | None = None) -> list[dict[str, Any]]:
-    """Totals per user, account (lab) or partition, largest energy first."""
-    col = {"user": J.user_name, "account": J.account, "partition": J.partition}[by]
-    q = select(col.label("key"), *_totals_columns(w)).where(window_clause(w), *_cluster_filter(cluster))
-    rows = [{by: r.key, **asdict(Totals.from_row(r))} for r in conn.execute(q.group_by(col))]
-    rows = [r for r in rows if r["jobs"]]
-    rows.sort(key=lambda r: r["energy_kwh"], reverse=True)
-    return rows
-
-
-def cluster_totals(conn: Connection, w: Window, *, cluster: str | None = None) -> Totals:
-    row = conn.execute(select(*_totals_columns(w)).where(window_clause(w), *_cluster_filter(cluster))).one()
-    return Totals.from_row(row)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -22,6 +20,20 @@ SUMMARY_FIELDS = [
     "measured_energy_fraction",
     "co2_kg",
     "failed_energy_kwh",
+    # what the daily rollups add (after the columns scripts already read)
+    "jobs_failed",
+    "jobs_cancelled",
+    "jobs_timeout",
+    "energy_gpu_kwh",
+    "energy_cpu_kwh",
+    "energy_dram_kwh",
+    "energy_other_kwh",
+    "energy_measured_kwh",
+    "energy_estimated_kwh",
+    "gpu_util_pct",
+    "idle_gpu_hours",
+    "idle_gpu_energy_kwh",
+    "co2_embodied_kg",
 ]
 
 
@@ -36,9 +48,12 @@ def to_json(data: Any) -> str:
 
 
 def footprint_csv(fp: Footprint) -> str:
+    import csv  # (only CSV output needs it)
+    import io
+
     d = fp.as_dict()
     key = "user" if fp.scope == "user" else "lab"
-    cols = [key, "since", "until", *SUMMARY_FIELDS]
+    cols = [key, "since", "until", *SUMMARY_FIELDS, "rollups_through"]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(cols)
@@ -67,6 +82,23 @@ def _kg(v: float) -> str:
     return f"{v:,.1f} kg" if v >= 10 else f"{v:,.3f} kg"
 
 
+def _source_line(fp: Footprint) -> str:
+    """Where the numbers came from, in words."""
+    src = fp.source()
+    if src["from_jobs"]:
+        return "Computed from the jobs table (--from-jobs)."
+    if src["rollups_through"] is None:
+        return "Computed from the jobs table (the aggregator has not run yet)."
+    days = src["rollup_days"]
+    if days is None:
+        through = src["rollups_through"][:10]
+        return f"Computed from the jobs table (no whole day in the window up to {through})."
+    return (
+        f"Whole days {days['since'][:10]} to {days['until'][:10]} from the daily rollups, the rest from the "
+        "jobs table."
+    )
+
+
 def print_footprint(fp: Footprint, console: Console) -> None:
     from rich.table import Table  # only tables need rich; json and csv output stay light
 
@@ -79,32 +111,56 @@ def print_footprint(fp: Footprint, console: Console) -> None:
     tab = Table(show_header=False, box=None, pad_edge=False)
     tab.add_column(style="dim")
     tab.add_column(justify="right")
-    tab.add_row("jobs", f"{t.jobs:,}")
+    ends = ((t.jobs_failed, "failed"), (t.jobs_cancelled, "cancelled"), (t.jobs_timeout, "timed out"))
+    outcomes = [f"{n:,} {what}" for n, what in ends if n]
+    tab.add_row("jobs", f"{t.jobs:,}" + (f" ({', '.join(outcomes)})" if outcomes else ""))
     tab.add_row("CPU-hours", f"{t.cpu_hours:,.1f}")
     tab.add_row("GPU-hours", f"{t.gpu_hours:,.1f}")
     measured = "" if t.measured_energy_fraction is None else f" ({t.measured_energy_fraction:.0%} measured)"
     tab.add_row("energy", _kwh(t.energy_kwh) + measured)
+    parts = [
+        f"{name} {_kwh(v)}"
+        for name, v in (
+            ("GPU", t.energy_gpu_kwh),
+            ("CPU", t.energy_cpu_kwh),
+            ("memory", t.energy_dram_kwh),
+            ("node/other", t.energy_other_kwh),
+        )
+        if v
+    ]
+    if parts:
+        tab.add_row("  by component", ", ".join(parts))
+    tab.add_row("  measured / estimated", f"{_kwh(t.energy_measured_kwh)} / {_kwh(t.energy_estimated_kwh)}")
     tab.add_row("energy incl. cooling (PUE)", _kwh(t.energy_kwh_with_pue))
     tab.add_row("CO2e", _kg(t.co2_kg))
     if t.failed_energy_kwh:
         tab.add_row("on jobs that failed or timed out", _kwh(t.failed_energy_kwh))
+    if t.gpu_util_pct is not None:
+        tab.add_row("GPU utilisation (energy-weighted)", f"{t.gpu_util_pct:.0f}%")
+    if t.idle_gpu_hours or t.idle_gpu_energy_kwh:
+        tab.add_row("idle allocated GPUs", f"{t.idle_gpu_hours:,.1f} GPU-h, {_kwh(t.idle_gpu_energy_kwh)}")
     eq = equivalents(t.co2_kg)
     tab.add_row("like driving", f"{eq['car_km']:,.0f} km by car")
     tab.add_row("or charging", f"{eq['smartphone_charges']:,.0f} smartphones")
+    if t.co2_embodied_kg:
+        tab.add_row("embodied CO2e (hardware, not in CO2e above)", _kg(t.co2_embodied_kg))
     console.print(tab)
     if fp.members:
         m = Table(title="Users", title_justify="left")
-        for col in ("user", "jobs", "GPU-h", "kWh", "kg CO2e", "measured"):
+        for col in ("user", "jobs", "failed", "GPU-h", "kWh", "kg CO2e", "measured", "GPU util"):
             m.add_column(col, justify="left" if col == "user" else "right")
         for u in fp.members:
             frac = u["measured_energy_fraction"]
+            util = u["gpu_util_pct"]
             m.add_row(
                 u["user"],
                 f"{u['jobs']:,}",
+                f"{u['jobs_failed']:,}",
                 f"{u['gpu_hours']:,.1f}",
                 f"{u['energy_kwh']:,.2f}",
                 f"{u['co2_kg']:,.2f}",
                 "" if frac is None else f"{frac:.0%}",
+                "" if util is None else f"{util:.0f}%",
             )
         console.print(m)
     if fp.top_jobs:
@@ -124,6 +180,7 @@ def print_footprint(fp: Footprint, console: Console) -> None:
                 "measured" if tj.measured else "estimated",
             )
         console.print(j)
+    console.print(f"[dim]{_source_line(fp)}[/]")
 
 
 def print_job(job: dict[str, Any], console: Console) -> None:

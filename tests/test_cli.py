@@ -179,3 +179,62 @@ def test_import_summary_counts_skips(env: dict[str, str]) -> None:
     assert r.code == 0
     assert "skipped 2" in r.err
     assert "skipped 1: pending (not started yet)" in r.err and "skipped 1: wrong number of fields" in r.err
+
+
+def _close(a: object, b: object, where: str = "") -> None:
+    """Equal, floats to rounding (sums in another order), through dicts and lists."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            _close(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _close(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-9, abs=1e-12), where
+    else:
+        assert a == b, where
+
+
+def test_user_and_lab_read_rollups_after_aggregate_and_agree_with_from_jobs(env: dict[str, str]) -> None:
+    window = ["-S", "2026-10-31T06:00", "-E", "2026-11-06T12:00"]  # partial days at both ends
+    r = run_cocaq(["user", "alice", *window, "-o", "json"], env)
+    assert r.code == 0, r.err
+    before = json.loads(r.out)
+    assert before["rollups_through"] is None and before["rollup_days"] is None  # never aggregated
+    assert (before["jobs_failed"], before["jobs_cancelled"], before["jobs_timeout"]) == (1, 0, 0)
+    assert before["energy_other_kwh"] == pytest.approx(1.0)  # job 11's measured node energy
+    assert before["energy_measured_kwh"] == pytest.approx(1.0)
+    assert before["energy_gpu_kwh"] > 0 and before["energy_cpu_kwh"] > 0
+    assert before["co2_embodied_kg"] == 0 and before["gpu_util_pct"] is None
+    r = run_cocaq(["aggregate"], env)
+    assert r.code == 0, r.err
+    for cmd in (["user", "alice"], ["lab", "lab_a"]):
+        fast = json.loads(run_cocaq([*cmd, *window, "-o", "json"], env).out)
+        slow = json.loads(run_cocaq([*cmd, *window, "-o", "json", "--from-jobs"], env).out)
+        assert fast["rollups_through"] is not None and fast["rollup_days"] == {
+            "since": "2026-11-01T00:00:00+00:00",
+            "until": "2026-11-06T00:00:00+00:00",
+        }
+        assert slow["rollups_through"] is None and slow["from_jobs"] is True
+        for k in ("rollups_through", "rollup_days", "from_jobs"):
+            del fast[k], slow[k]
+        _close(fast, slow)
+    assert fast["jobs"] == 3 and [u["user"] for u in fast["users"]] == ["alice", "bob"]
+    r = run_cocaq(["user", "alice", *window], env)
+    assert "by component" in r.out and "measured / estimated" in r.out and "1 failed" in r.out
+    assert "from the daily rollups" in r.out
+    r = run_cocaq(["lab", "lab_a", *window, "--from-jobs"], env)
+    assert "GPU util" in r.out and "Computed from the jobs table (--from-jobs)" in r.out
+    rows = list(csv.DictReader(io.StringIO(run_cocaq(["user", "bob", *window, "-o", "csv"], env).out)))
+    assert rows[0]["jobs"] == "1" and rows[0]["rollups_through"] and "energy_cpu_kwh" in rows[0]
+
+
+def test_unknown_user_has_zero_totals(env: dict[str, str]) -> None:
+    r = run_cocaq(["user", "nobody", "-S", "2026-11-01", "-E", "2026-12-01", "-o", "json"], env)
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert d["jobs"] == 0 and d["energy_kwh"] == 0 and d["top_jobs"] == []
+    r = run_cocaq(["lab", "no_lab", "-S", "2026-11-01", "-E", "2026-12-01"], env)
+    assert r.code == 0 and "No jobs ran in this window" in r.out

@@ -1,0 +1,186 @@
+"""Plain DB-API connections (psycopg, sqlite3) for the login-node commands, without SQLAlchemy.
+
+`cocaq user` runs on every login node, and importing SQLAlchemy was most of its run time; its few
+read-only queries need a connection, bound parameters and nothing else. `connect()` turns the configured
+`database_url` (`postgresql+psycopg://`, `postgresql://`, `sqlite:///PATH`) into one, with the same
+one-line errors as `cocaq.db`: a bad URL is a config error, an unreachable database exit 3 with the
+password masked, a missing schema says to run `cocaq db upgrade`.
+
+SQL is written once, in psycopg's style (`%(name)s` parameters, `%%` for a percent sign); for SQLite it
+becomes `:name`. Datetimes are bound as each backend stores them: aware on PostgreSQL, naive UTC text
+(`YYYY-MM-DD HH:MM:SS[.ffffff]`, as `cocaq.dbtypes.UTCDateTime` writes) on SQLite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from cocaq.errors import ConfigError, DatabaseError
+
+# As SQLAlchemy's make_url splits a URL (scheme, user, password, then the rest as written).
+_URL = re.compile(r"(?P<scheme>[\w+]+)://(?:(?P<user>[^:/@]*)(?::(?P<password>[^@]*))?@)?(?P<rest>.*)", re.S)
+_POSTGRES = ("postgresql", "postgresql+psycopg")
+_SQLITE = ("sqlite", "sqlite+pysqlite")
+_PARAM = re.compile(r"%\((\w+)\)s|%%")
+# The tables the login-node commands read: their absence means an old or empty schema.
+TABLES = ("jobs", "job_energy", "job_metrics", "daily_rollups", "aggregator_state", "clusters")
+_UNDEFINED = ("42P01", "42703")  # PostgreSQL's undefined_table, undefined_column
+_SQLITE_UNDEFINED = ("no such table", "no such column")
+
+
+def mask_url(url: str) -> str:
+    """The URL with its password as `***` (as cocaq.db.mask_url writes it, for the same messages)."""
+    m = _URL.fullmatch(url.strip())
+    if m is None:
+        return "<unparseable database URL>"
+    if m["password"] is None:
+        return url.strip()
+    return f"{m['scheme']}://{m['user']}:***@{m['rest']}"
+
+
+def _sqlite_text(d: datetime) -> str:
+    """A bound time as UTCDateTime stores it, but whole seconds without a fraction: then `col >= t` and
+    `col < t` compare stored text of either form ('...:00' or '...:00.000000') as the times compare."""
+    if d.tzinfo is None:
+        raise ValueError(f"naive datetime {d!r}: cocaq binds only timezone-aware times")
+    d = d.astimezone(UTC)
+    return d.strftime("%Y-%m-%d %H:%M:%S.%f" if d.microsecond else "%Y-%m-%d %H:%M:%S")
+
+
+class Db:
+    """One connection that reads one snapshot (a read-only transaction), so that what the aggregator
+    wrote and its watermark agree within a command."""
+
+    def __init__(self, raw: Any, dialect: str, url: str, errors: tuple[type[Exception], ...]) -> None:
+        self.raw = raw
+        self.dialect = dialect  # "postgresql" or "sqlite", as SQLAlchemy names them
+        self.url = url
+        self._errors = errors
+
+    def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run one statement with bound parameters; driver errors become one-line DatabaseErrors."""
+        p = dict(params or {})
+        if self.dialect == "sqlite":
+            sql = _PARAM.sub(lambda m: f":{m[1]}" if m[1] else "%", sql)
+            p = {k: _sqlite_text(v) if isinstance(v, datetime) else v for k, v in p.items()}
+        try:
+            cur = self.raw.execute(sql, p)
+            return list(cur.fetchall()) if cur.description is not None else []
+        except self._errors as exc:
+            raise self._error(exc) from None
+
+    def timestamp(self, v: Any) -> datetime | None:
+        """A timestamp column's value as an aware UTC datetime (SQLite returns the stored text)."""
+        if v is None:
+            return None
+        if isinstance(v, str):
+            v = datetime.fromisoformat(v)
+        assert isinstance(v, datetime)
+        return v.replace(tzinfo=UTC) if v.tzinfo is None else v.astimezone(UTC)
+
+    def _error(self, exc: Exception) -> DatabaseError:
+        reason = _first_line(exc)
+        undefined = getattr(exc, "sqlstate", None) in _UNDEFINED or reason.startswith(_SQLITE_UNDEFINED)
+        if not undefined:
+            return DatabaseError(f"database {mask_url(self.url)}: {reason}")
+        if "jobs" in self._missing_tables():
+            return DatabaseError(f"database {mask_url(self.url)} has no cocaq schema: run `cocaq db upgrade`")
+        return DatabaseError(
+            f"database {mask_url(self.url)} has an older cocaq schema ({reason}): run `cocaq db upgrade`"
+        )
+
+    def _missing_tables(self) -> set[str]:
+        try:
+            self.raw.rollback()
+            if self.dialect == "sqlite":
+                cur = self.raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            else:
+                cur = self.raw.execute(
+                    "SELECT c.relname FROM pg_class c WHERE c.oid IN "
+                    "(SELECT to_regclass(t) FROM unnest(%(t)s::text[]) AS t)",
+                    {"t": list(TABLES)},
+                )
+            present = {r[0] for r in cur.fetchall()}
+        except self._errors:
+            return set()
+        return set(TABLES) - present
+
+    def close(self) -> None:
+        with contextlib.suppress(*self._errors):
+            self.raw.rollback()
+        self.raw.close()
+
+    def __enter__(self) -> Db:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def connect(url: str) -> Db:
+    """A read-only connection to the configured database, or a one-line error."""
+    m = _URL.fullmatch(url.strip())
+    if m is None:
+        raise ConfigError(f"config: database_url: not a database URL: {mask_url(url)}")
+    scheme = m["scheme"].lower()
+    if scheme in _SQLITE:
+        return _connect_sqlite(url, m)
+    if scheme in _POSTGRES:
+        return _connect_postgres(url, m)
+    raise ConfigError(
+        f"config: database_url: {mask_url(url)}: unsupported database "
+        "(use postgresql+psycopg://... or sqlite:///PATH)"
+    )
+
+
+def _connect_sqlite(url: str, m: re.Match[str]) -> Db:
+    import sqlite3
+
+    if m["user"] is not None:
+        raise ConfigError(f"config: database_url: not a database URL: {mask_url(url)}")
+    rest = m["rest"].split("?", 1)[0]
+    path = rest[1:] if rest.startswith("/") else rest  # sqlite:///rel.db, sqlite:////abs.db
+    if path in ("", ":memory:") or not Path(path).expanduser().is_file():
+        # Nothing to read: say so as for an empty database, and leave no file behind.
+        raise DatabaseError(f"database {mask_url(url)} has no cocaq schema: run `cocaq db upgrade`")
+    try:
+        raw = sqlite3.connect(str(Path(path).expanduser()), timeout=10.0, isolation_level=None)
+        raw.execute("BEGIN")  # one snapshot from the first read on
+    except sqlite3.Error as exc:
+        raise DatabaseError(f"cannot connect to database {mask_url(url)}: {_first_line(exc)}") from None
+    return Db(raw, "sqlite", url, (sqlite3.Error,))
+
+
+def _connect_postgres(url: str, m: re.Match[str]) -> Db:
+    import psycopg
+
+    conninfo = "postgresql://" + url.strip().split("://", 1)[1]
+    timeout = int(os.environ.get("COCAQ_TEST_CONNECT_TIMEOUT", "5"))
+    try:
+        raw = psycopg.connect(conninfo, autocommit=True, connect_timeout=timeout)
+    except psycopg.ProgrammingError as exc:  # a conninfo libpq cannot parse (its message quotes the URL)
+        reason = _first_line(exc).replace(conninfo, mask_url(conninfo))
+        if m["password"]:
+            reason = reason.replace(m["password"], "***")
+        raise ConfigError(f"config: database_url: {mask_url(url)}: {reason}") from None
+    except psycopg.Error as exc:
+        raise DatabaseError(f"cannot connect to database {mask_url(url)}: {_first_line(exc)}") from None
+    try:
+        # One round trip: the snapshot, and no JIT (it costs more than these short statements take).
+        raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL jit = off")
+    except psycopg.Error as exc:
+        raise DatabaseError(f"database {mask_url(url)}: {_first_line(exc)}") from None
+    return Db(raw, "postgresql", url, (psycopg.Error,))
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -1,0 +1,72 @@
+"""`cocaq user`/`lab` as scripts call them (JSON, CSV) load no SQLAlchemy, ORM, Alembic or rich.
+
+The login-node commands must start fast; `python -X importtime` lists every module the real process
+imports, so a stray import anywhere on the path (cocaq.cli, config, footprint, dbapi, render) fails here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from tests.conftest import ROOT, run_cocaq
+
+HEAVY = ("sqlalchemy", "alembic", "rich")
+
+
+def _imported(args: list[str], env: dict[str, str]) -> set[str]:
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "cocaq", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:") and line.count("|") == 2
+    }
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["user", "alice", "--since", "30d", "--format", "json"],
+        ["user", "alice", "--since", "30d", "--format", "csv", "--from-jobs"],
+        ["lab", "lab_a", "--since", "2w", "--format", "json"],
+    ],
+)
+def test_json_and_csv_paths_import_no_sqlalchemy(
+    engine: Engine, cli_env: dict[str, str], args: list[str]
+) -> None:
+    env = dict(cli_env, COCAQ_DATABASE_URL=engine.url.render_as_string(hide_password=False))
+    mods = _imported(args, env)
+    assert {"cocaq.cli", "cocaq.footprint", "cocaq.dbapi"} <= mods  # (the listing works)
+    heavy = sorted(m for m in mods if m.split(".")[0] in HEAVY or m in ("cocaq.models", "cocaq.db"))
+    assert heavy == [], heavy
+    # only the driver the URL names
+    driver, other = ("psycopg", "sqlite3") if engine.dialect.name == "postgresql" else ("sqlite3", "psycopg")
+    assert driver in mods and other not in mods
+
+
+def test_bad_urls_and_missing_databases_are_one_line_errors(cli_env: dict[str, str], tmp_path: Path) -> None:
+    missing = tmp_path / "nope" / "cocaq.sqlite"
+    cases = [
+        ("not a url", 2, "not a database URL"),
+        ("mysql://u:pw@h/db", 2, "unsupported database"),
+        (f"sqlite:///{missing}", 3, "run `cocaq db upgrade`"),
+        ("postgresql+psycopg://u:s3cret@127.0.0.1:1/x?connect_timeout=bad", 3, "cannot connect to database"),
+    ]
+    for url, code, message in cases:
+        r = run_cocaq(["user", "alice", "--format", "json"], dict(cli_env, COCAQ_DATABASE_URL=url))
+        assert r.code == code and message in r.err, (url, r.err)
+        assert "Traceback" not in r.err and r.err.strip().count("\n") == 0 and "s3cret" not in r.err
+    assert not missing.parent.exists()  # a read-only command leaves nothing behind
