@@ -1,0 +1,2209 @@
+"""What the monthly reports say, as typed dataclasses computed in SQL: per user, per lab, for admins, per job.
+
+Where each figure comes from, and why:
+
+* Totals, trends, daily and weekly series, per-user/lab/partition tables and rankings come from
+  `daily_rollups`. A rollup row holds a UTC day's share of every job that ran in it (pro rata to its
+  hours), so a UTC month is exactly the sum of its days and two months compare like for like; a month is
+  a few thousand rows to read whatever the number of jobs.
+* What a rollup cannot hold comes from `jobs` (+ `job_metrics`), each job weighted by the share of its
+  run inside the month, the rollups' own formula (`cocaq.aggregate`): distinct jobs and their states (a
+  rollup counts a job once in every day it ran), the CO2 of idle-GPU and failed-job energy (a rollup
+  keeps their energy, not the intensity and PUE it was emitted at), the zones, sources and PUE used, the
+  GPU-utilisation histogram, and per-job lists (top jobs, idle jobs, GPU jobs for `reports.suggest`).
+* Per-GPU use of a multi-GPU job comes from `samples`: `job_gpu_hours` and `job_metrics` add a job's GPUs
+  together, so they cannot tell one idle GPU out of four from four GPUs each idle a quarter of the time.
+  Samples are read only for the few jobs whose job-level figures leave that possible.
+
+Months are UTC months because the rollups' days are UTC days. The rollups are as fresh as the
+aggregator's last run: `Basis.complete` says whether it ran after the month ended (run `cocaq aggregate`
+before building reports). Energy is IT energy (before PUE); CO2 is operational (energy x PUE x intensity)
+and embodied CO2 is always reported apart, never added in.
+
+The per-row classes (GpuJob, JobLine, DayPoint, ...) are plain slotted dataclasses: a month of the
+whole site holds tens of thousands of them, and frozen ones cost several times more to build.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import (
+    Connection,
+    Float,
+    String,
+    Table,
+    and_,
+    case,
+    func,
+    literal,
+    or_,
+    select,
+    union_all,
+)
+from sqlalchemy import cast as sql_cast
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
+
+from cocaq.config import Config
+from cocaq.dbtypes import as_utc
+from cocaq.errors import UsageError
+from cocaq.footprint import equivalents
+from cocaq.hostlist import expand_hostlist
+from cocaq.models import (
+    AggregatorState,
+    Cluster,
+    DailyRollup,
+    Job,
+    JobEnergy,
+    JobGpuHour,
+    JobMetrics,
+    ModelMetadata,
+    NodeEnergy,
+    Sample,
+)
+from cocaq.slurm.record import FINAL_STATES
+from cocaq.sqlfuncs import greatest, least
+
+J = cast(Table, Job.__table__).c
+M = cast(Table, JobMetrics.__table__).c
+R = cast(Table, DailyRollup.__table__).c
+E = cast(Table, JobEnergy.__table__).c
+GH = cast(Table, JobGpuHour.__table__).c
+CL = cast(Table, Cluster.__table__).c
+MM = cast(Table, ModelMetadata.__table__).c
+S = cast(Table, Sample.__table__).c
+NE = cast(Table, NodeEnergy.__table__).c
+AS = cast(Table, AggregatorState.__table__).c
+JOBS = cast(Table, Job.__table__)
+METRICS = cast(Table, JobMetrics.__table__)
+MODELS = cast(Table, ModelMetadata.__table__)
+
+J_PER_KWH = 3.6e6
+WORK_MEM = "64MB"  # PostgreSQL, per sort or hash of these statements (SET LOCAL)
+DAY_S = 86400.0
+# As the rollups count them (cocaq.aggregate): jobs_failed, and the states whose energy is "failed energy".
+FAILED = ("FAILED", "OUT_OF_MEMORY", "NODE_FAIL")
+FAILED_ENERGY = (*FAILED, "TIMEOUT")
+# What a daily_rollups row sums (cocaq.aggregate._FIELDS without the per-day job counts).
+SUMS = (
+    "cpu_hours", "gpu_hours", "energy_gpu_j", "energy_cpu_j", "energy_dram_j", "energy_other_j",
+    "energy_measured_j", "energy_estimated_j", "energy_failed_j", "co2_g", "co2_embodied_g",
+    "gpu_util_energy_j", "gpu_util_weighted", "idle_gpu_hours", "idle_gpu_energy_j",
+)  # fmt: skip
+# model_metadata has no precision column: these keys of its `extra` JSON say it, when a source records it.
+PRECISION_KEYS = ("precision", "dtype", "mixed_precision", "amp")
+_REDUCED = ("bf16", "bfloat16", "fp16", "float16", "half", "mixed", "amp", "fp8", "float8", "int8")
+_FULL = ("fp32", "float32", "tf32", "single", "full", "fp64", "float64", "double")
+
+# What the daily and weekly series show.
+DAY_SUMS = (
+    "energy_measured_j",
+    "energy_estimated_j",
+    "co2_g",
+    "gpu_hours",
+    "gpu_util_energy_j",
+    "gpu_util_weighted",
+)
+# What the peers are compared on: energy and utilisation.
+PEER_SUMS = ("energy_measured_j", "energy_estimated_j", "gpu_util_energy_j", "gpu_util_weighted")
+
+Sums = dict[str, float]
+
+
+# --- SQL spellings that differ by dialect ----------------------------------------------------------------
+
+
+class _epoch_s(FunctionElement[float]):
+    """Seconds since 1970 of a timestamp column, exact to the microsecond on both dialects.
+
+    (cocaq.sqlfuncs.epoch uses julianday on SQLite, a few µs off: a job starting at midnight would count
+    a hair in the day before; the rollups and cocaq.footprint read the text instead, as here.)
+    """
+
+    type = Float()
+    inherit_cache = True
+    name = "epoch_s"
+
+
+@compiles(_epoch_s, "postgresql")
+def _epoch_s_pg(element: Any, compiler: Any, **kw: Any) -> str:
+    return f"CAST(EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)}) AS DOUBLE PRECISION)"
+
+
+@compiles(_epoch_s, "sqlite")
+def _epoch_s_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
+    col = compiler.process(element.clauses, **kw)
+    return (
+        f"(CAST(strftime('%s', {col}) AS INTEGER)"
+        f" + CASE WHEN length({col}) > 19 THEN CAST(substr({col}, 20) AS REAL) ELSE 0.0 END)"
+    )
+
+
+class _first_word(FunctionElement[str]):
+    """`CANCELLED by 5` -> `CANCELLED`, as the rollups read a state."""
+
+    type = String()
+    inherit_cache = True
+    name = "first_word"
+
+
+@compiles(_first_word, "postgresql")
+def _first_word_pg(element: Any, compiler: Any, **kw: Any) -> str:
+    return f"split_part(coalesce({compiler.process(element.clauses, **kw)}, ''), ' ', 1)"
+
+
+@compiles(_first_word, "sqlite")
+def _first_word_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
+    c = compiler.process(element.clauses, **kw)
+    return (
+        f"CASE WHEN instr(coalesce({c}, ''), ' ') > 0 THEN substr({c}, 1, instr({c}, ' ') - 1)"
+        f" ELSE coalesce({c}, '') END"
+    )
+
+
+class _floor(FunctionElement[float]):
+    """floor() of a non-negative number (SQLite may lack floor(): a cast truncates, the same there)."""
+
+    type = Float()
+    inherit_cache = True
+    name = "floor_"
+
+
+@compiles(_floor, "postgresql")
+def _floor_pg(element: Any, compiler: Any, **kw: Any) -> str:
+    return f"floor({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(_floor, "sqlite")
+def _floor_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
+    return f"CAST({compiler.process(element.clauses, **kw)} AS INTEGER)"
+
+
+def _f(x: float) -> Any:
+    return literal(x, Float)
+
+
+# --- the month -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Month:
+    """A UTC calendar month [start, end)."""
+
+    start: datetime
+    end: datetime
+
+    @classmethod
+    def of(cls, when: datetime | date) -> Month:
+        """The UTC month holding `when` (a naive datetime is taken as UTC)."""
+        if isinstance(when, datetime):
+            when = as_utc(when).astimezone(UTC)
+        start = datetime(when.year, when.month, 1, tzinfo=UTC)
+        end = datetime(when.year + (when.month == 12), when.month % 12 + 1, 1, tzinfo=UTC)
+        return cls(start, end)
+
+    def previous(self) -> Month:
+        return Month.of(self.start - timedelta(days=1))
+
+    @property
+    def label(self) -> str:
+        return f"{self.start:%Y-%m}"
+
+    def days(self) -> list[date]:
+        n = (self.end - self.start).days
+        return [(self.start + timedelta(days=i)).date() for i in range(n)]
+
+
+# --- what the reports hold ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MonthTotals:
+    """A scope's month: energy before PUE, CO2 operational with PUE; embodied apart, never added in."""
+
+    energy_kwh: float = 0.0
+    co2_kg: float = 0.0
+    co2_embodied_kg: float = 0.0
+    gpu_hours: float = 0.0
+    cpu_hours: float = 0.0
+    jobs: int = 0  # distinct jobs that ran in the month (from jobs: rollups count a job in each day)
+    jobs_failed: int = 0  # FAILED, OUT_OF_MEMORY, NODE_FAIL
+    jobs_cancelled: int = 0
+    jobs_timeout: int = 0
+    gpu_util_pct: float | None = None  # energy-weighted, over the GPU energy that samples cover
+    idle_gpu_hours: float = 0.0  # allocated GPU-hours under the idle threshold
+    idle_gpu_kwh: float = 0.0  # what those GPUs drew (their samples' power x time)
+    idle_co2_kg: float = 0.0  # at each job's own intensity x PUE (see `_job_groups`)
+    failed_kwh: float = 0.0  # FAILED, OUT_OF_MEMORY, NODE_FAIL and TIMEOUT jobs
+    failed_co2_kg: float = 0.0
+    measured_kwh: float = 0.0
+    estimated_kwh: float = 0.0
+    gpu_kwh: float = 0.0
+    cpu_kwh: float = 0.0
+    dram_kwh: float = 0.0
+    other_kwh: float = 0.0  # node-level measurements (Slurm's ConsumedEnergy)
+
+    @property
+    def measured_share(self) -> float | None:
+        return self.measured_kwh / self.energy_kwh if self.energy_kwh > 0 else None
+
+
+@dataclass(frozen=True)
+class Equivalents:
+    """Everyday equivalents of the operational CO2 (cocaq.footprint's US EPA factors)."""
+
+    car_km: float
+    smartphone_charges: float
+
+
+@dataclass(frozen=True)
+class Change:
+    """One figure this month against the previous: `delta` in its unit (percentage points for a
+    utilisation), `pct` relative (None when the previous month had none)."""
+
+    current: float | None
+    previous: float | None
+    delta: float | None
+    pct: float | None
+
+    @classmethod
+    def of(cls, current: float | None, previous: float | None) -> Change:
+        if current is None or previous is None:
+            return cls(current, previous, None, None)
+        return cls(
+            current, previous, current - previous, (current / previous - 1) * 100 if previous else None
+        )
+
+
+@dataclass(frozen=True)
+class Trend:
+    previous_month: Month
+    energy_kwh: Change
+    co2_kg: Change
+    gpu_hours: Change
+    gpu_util_pct: Change  # delta in percentage points
+
+
+@dataclass(frozen=True)
+class PeerStanding:
+    """Where a user stands among the users with jobs in the month on the same cluster(s).
+
+    Percentiles say the share of the *other* peers below the user (ties count half): 100 is the most
+    energy of all, 0 the least; None with no other peer. Utilisation ranks only users whose GPU
+    utilisation is known (GPU jobs with samples).
+    """
+
+    clusters: tuple[str, ...]
+    users: int  # peers with jobs in the month, the user included
+    energy_rank: int | None  # 1 = the most energy
+    energy_percentile: float | None
+    gpu_users: int  # peers with a known GPU utilisation, the user included if theirs is
+    gpu_util_rank: int | None  # 1 = the highest utilisation
+    gpu_util_percentile: float | None
+
+
+@dataclass(slots=True)
+class JobLine:
+    """A job in a top-N list; energy, CO2 and GPU-hours are the month's share of it."""
+
+    pk: int
+    job_id: str
+    cluster: str
+    name: str | None
+    partition: str | None
+    state: str
+    start: datetime | None
+    end: datetime | None
+    gpus: int
+    elapsed_h: float
+    share_in_month: float
+    energy_kwh: float
+    co2_kg: float
+    gpu_hours: float
+    measured_share: float | None
+    gpu_util_pct: float | None
+
+
+@dataclass(slots=True)
+class DeviceUse:
+    """One GPU of a job, from its samples (util_pct and power_w of that device)."""
+
+    node: str
+    device: str
+    samples: int  # utilisation samples
+    hours: float  # the time they cover: first to last sample, plus one spacing
+    idle_share: float  # of those samples, the share under the idle threshold
+    mean_util_pct: float
+    mean_power_w: float | None
+    energy_kwh: float | None  # mean power x the time covered
+
+
+@dataclass(slots=True)
+class GpuJob:
+    """A GPU job of the month: the month's share of its energy, CO2 and hours, and job-level ratios."""
+
+    pk: int
+    job_id: str
+    cluster: str
+    name: str | None
+    partition: str | None
+    state: str
+    start: datetime | None
+    end: datetime | None
+    gpus: int
+    cpus: int
+    elapsed_h: float
+    time_limit_h: float | None
+    share_in_month: float
+    gpu_hours: float  # in the month
+    energy_kwh: float  # in the month
+    gpu_energy_kwh: float  # in the month: the job's GPU component (measured or estimated)
+    co2_kg: float  # in the month
+    gpu_util_pct: float | None  # whole job, energy-weighted over its samples
+    sampled_share: float  # GPU-time that samples cover / allocated GPU-time
+    idle_share: float | None  # sampled GPU-time under the idle threshold / sampled GPU-time
+    idle_gpu_hours: float  # in the month
+    idle_kwh: float  # in the month
+    idle_co2_kg: float  # in the month, at the job's intensity x PUE
+    cpu_usage: float | None  # TotalCPU / (allocated CPUs x elapsed)
+    mean_gpu_power_w: float | None  # per GPU, from the samples (job_gpu_hours)
+    gpu_tdp_w: float  # of its hardware profile (config)
+    precision: str | None  # "reduced" or "full" when model_metadata says it, else None
+    precision_label: str | None  # the value it said
+    models: tuple[str, ...] = ()
+    devices: tuple[DeviceUse, ...] = ()  # filled only for multi-GPU jobs examined per GPU
+
+
+@dataclass(frozen=True)
+class TimeLimitUse:
+    """How much of their time limit the user's COMPLETED jobs that ended in the month used.
+
+    Only jobs with a known limit (jobs.time_limit_s, from sacct's Timelimit) count.
+    """
+
+    finished: int = 0  # finished in the month with a known limit, any state
+    completed: int = 0  # of which COMPLETED: the ones whose use of the limit says anything
+    timeouts: int = 0
+    median_use: float | None = None  # median of elapsed / limit over the completed ones
+    median_limit_h: float | None = None
+    median_elapsed_h: float | None = None
+    p95_elapsed_h: float | None = None
+    max_elapsed_h: float | None = None
+    requested_h: float = 0.0  # sum of limits (wall time)
+    used_h: float = 0.0  # sum of elapsed
+    examples: tuple[str, ...] = ()  # completed jobs that left the most of their limit unused
+
+
+@dataclass(slots=True)
+class DayPoint:
+    day: date
+    energy_kwh: float
+    co2_kg: float
+    gpu_hours: float
+    gpu_util_pct: float | None
+
+
+@dataclass(slots=True)
+class WeekPoint:
+    """An ISO week, clipped to the month (`first`..`last`, `days` of it in the month)."""
+
+    iso_year: int
+    iso_week: int
+    first: date
+    last: date
+    days: int
+    energy_kwh: float
+    co2_kg: float
+    gpu_hours: float
+    gpu_util_pct: float | None
+
+
+@dataclass(frozen=True)
+class CarbonBasis:
+    """Intensity used for a part of the energy: zone, source (and fallback flag), energy share."""
+
+    zone: str | None
+    source: str | None
+    flag: str | None
+    energy_kwh: float
+    energy_share: float
+    co2_kg: float
+    g_per_kwh: float | None  # energy-weighted mean intensity (before PUE)
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What the figures rest on: how much was measured, which intensities and PUE, how fresh."""
+
+    measured_share: float | None
+    carbon: tuple[CarbonBasis, ...]
+    pue_min: float | None
+    pue_max: float | None
+    idle_threshold_pct: float
+    rollups_through: datetime | None  # the aggregator's last completed run started then
+    complete: bool  # it ran after the month ended: every day of the month is in the rollups
+
+
+@dataclass(frozen=True)
+class UserMonth:
+    user: str
+    month: Month
+    cluster: str | None  # the cluster asked for (None: all)
+    clusters: tuple[str, ...]  # where the user ran this month
+    accounts: tuple[str, ...]
+    totals: MonthTotals
+    equivalents: Equivalents
+    trend: Trend
+    peers: PeerStanding
+    top_jobs: tuple[JobLine, ...]
+    idle_jobs: tuple[GpuJob, ...]  # jobs that held GPUs nearly idle, most idle energy first
+    gpu_jobs: tuple[GpuJob, ...]  # every GPU job of the month, most energy first (for suggestions)
+    time_limits: TimeLimitUse
+    basis: Basis
+    daily: tuple[DayPoint, ...]  # every day of the month
+
+
+@dataclass(frozen=True)
+class IdleWaste:
+    """Allocated GPU time under the idle threshold of a user or lab; share = idle / all GPU-hours."""
+
+    key: str
+    gpu_hours: float
+    idle_gpu_hours: float
+    idle_share: float | None
+    idle_kwh: float
+    idle_co2_kg: float
+
+
+@dataclass(frozen=True)
+class LabUser:
+    user: str
+    jobs: int
+    energy_kwh: float
+    co2_kg: float
+    gpu_hours: float
+    gpu_util_pct: float | None
+    idle_gpu_hours: float
+    idle_kwh: float
+    failed_kwh: float
+
+
+@dataclass(frozen=True)
+class ModelUse:
+    """Energy of the jobs model_metadata names a model for (a job naming several splits evenly)."""
+
+    model_name: str
+    framework: str | None
+    jobs: int
+    energy_kwh: float
+    co2_kg: float
+    gpu_hours: float
+
+
+@dataclass(frozen=True)
+class LabMonth:
+    account: str
+    month: Month
+    cluster: str | None
+    totals: MonthTotals
+    equivalents: Equivalents
+    trend: Trend
+    users: tuple[LabUser, ...]  # most energy first
+    idle_by_user: tuple[IdleWaste, ...]  # most idle energy first
+    models: tuple[ModelUse, ...]  # empty when no model_metadata
+    weekly: tuple[WeekPoint, ...]
+    basis: Basis
+
+
+@dataclass(frozen=True)
+class GroupEnergy:
+    key: str
+    jobs: int
+    energy_kwh: float
+    co2_kg: float
+    gpu_hours: float
+    cpu_hours: float
+    gpu_util_pct: float | None
+    measured_share: float | None
+    energy_share: float | None  # of the month's total
+
+
+@dataclass(frozen=True)
+class UtilBin:
+    lo: float  # [lo, hi) percent; the last bin holds 100
+    hi: float
+    jobs: int
+    gpu_hours: float
+
+
+@dataclass(frozen=True)
+class UtilHistogram:
+    """GPU jobs by their energy-weighted utilisation, weighted by their GPU-hours in the month."""
+
+    bins: tuple[UtilBin, ...]
+    unsampled_jobs: int  # GPU jobs without samples: utilisation unknown
+    unsampled_gpu_hours: float
+
+
+@dataclass(frozen=True)
+class FailedEnergy:
+    key: str  # a lab or a state
+    jobs: int
+    energy_kwh: float
+    co2_kg: float
+
+
+@dataclass(frozen=True)
+class StateEnergy:
+    state: str
+    jobs: int
+    energy_kwh: float
+    co2_kg: float
+    counts_as_failed: bool  # in failed energy (FAILED, OUT_OF_MEMORY, NODE_FAIL, TIMEOUT)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    partition: str
+    energy_kwh: float
+    measured_kwh: float
+    estimated_kwh: float
+    measured_share: float | None
+
+
+@dataclass(slots=True)
+class DayIntensity:
+    day: date
+    g_per_kwh: float
+    energy_kwh: float
+
+
+@dataclass(frozen=True)
+class ZoneIntensity:
+    """The intensity a zone's jobs were given over the month (from jobs.carbon_g_per_kwh).
+
+    `g_per_kwh` weights every job by its energy in the month; `daily_mean_g_per_kwh` is the plain mean of
+    the days' energy-weighted values (`daily`), a reading of the series itself rather than of when the
+    jobs ran.
+    """
+
+    zone: str
+    energy_kwh: float
+    g_per_kwh: float | None
+    daily_mean_g_per_kwh: float | None
+    daily: tuple[DayIntensity, ...]
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WindowUse:
+    start: datetime
+    end: datetime
+    gpu_hours: float
+    idle_gpu_hours: float
+    idle_share: float | None
+    gpu_util_pct: float | None
+
+
+@dataclass(frozen=True)
+class BeforeAfterUser:
+    user: str
+    first_report: datetime
+    before: WindowUse
+    after: WindowUse
+    idle_share_change: float | None  # after - before
+    gpu_util_change: float | None  # percentage points
+
+
+@dataclass(frozen=True)
+class BeforeAfter:
+    """Idle-GPU share and GPU utilisation before and after each user's first report.
+
+    An observational before/after comparison, not a controlled effect: there is no control group, and
+    anything else that changed around the report (projects, deadlines, the software, the season, which
+    users keep running GPU jobs at all) is mixed into the difference. Read it as a description.
+
+    Each user's windows are the `window_days` whole UTC days before the day of the first report and the
+    `window_days` whole days after it (the day of the report itself, when it was not at midnight, is in
+    neither). A user counts only with GPU-hours and GPU samples on both sides (without samples an idle
+    share of 0 would mean "unknown"), and only once the after-window is over by the month's end and in
+    the rollups (`pending` otherwise). The aggregate figures are GPU-hour-weighted: the idle share is
+    idle GPU-hours over GPU-hours of the included users on each side; the utilisation is each user's
+    energy-weighted utilisation weighted by their GPU-hours on that side.
+    """
+
+    window_days: int
+    users: tuple[BeforeAfterUser, ...]
+    gpu_hours_before: float
+    gpu_hours_after: float
+    idle_share_before: float | None
+    idle_share_after: float | None
+    idle_share_change: float | None
+    gpu_util_before: float | None
+    gpu_util_after: float | None
+    gpu_util_change: float | None
+    excluded: tuple[str, ...]  # no GPU-hours or no samples on one side
+    pending: tuple[str, ...]  # the after-window is not over (or not aggregated) by the month's end
+
+
+@dataclass(frozen=True)
+class AdminMonth:
+    month: Month
+    cluster: str | None
+    totals: MonthTotals
+    equivalents: Equivalents
+    trend: Trend
+    by_lab: tuple[GroupEnergy, ...]
+    by_partition: tuple[GroupEnergy, ...]
+    by_week: tuple[WeekPoint, ...]
+    util_histogram: UtilHistogram
+    idle_by_user: tuple[IdleWaste, ...]
+    idle_by_lab: tuple[IdleWaste, ...]
+    failed_by_lab: tuple[FailedEnergy, ...]
+    energy_by_state: tuple[StateEnergy, ...]
+    coverage: tuple[Coverage, ...]
+    intensity: tuple[ZoneIntensity, ...]
+    top_users: tuple[GroupEnergy, ...]
+    before_after: BeforeAfter | None
+    basis: Basis
+
+
+@dataclass(frozen=True)
+class EnergyPart:
+    node: str
+    component: str
+    method: str
+    source: str
+    energy_kwh: float
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """One job's footprint and what it rests on."""
+
+    pk: int
+    job_id: str
+    cluster: str
+    user: str
+    account: str | None
+    partition: str | None
+    name: str | None
+    state: str
+    state_detail: str | None
+    is_open: bool
+    submit: datetime
+    start: datetime | None
+    end: datetime | None
+    elapsed_h: float
+    time_limit_h: float | None
+    cpus: int
+    gpus: int
+    gpu_type: str | None
+    node_list: str | None
+    energy_kwh: float
+    measured_kwh: float
+    estimated_kwh: float
+    by_component: dict[str, float]  # kWh
+    by_method: dict[str, float]  # kWh: measured, estimated
+    parts: tuple[EnergyPart, ...]
+    pue: float
+    carbon_zone: str | None
+    carbon_g_per_kwh: float | None
+    carbon_source: str | None
+    carbon_year: int | None
+    carbon_flag: str | None
+    carbon_detail: dict[str, Any] | None
+    co2_kg: float
+    co2_embodied_kg: float | None  # None until the aggregator has run for the job
+    gpu_util_pct: float | None
+    sampled_gpu_hours: float
+    idle_gpu_hours: float
+    idle_kwh: float
+    idle_co2_kg: float
+    cpu_usage: float | None
+    hw_profile: str | None
+    final: bool  # the energy will not change: see `job_footprint`
+    final_reasons: tuple[str, ...]  # why not, when not
+    metrics_current: bool  # job_metrics derived after the job's last change
+    models: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """Sizes of the lists and what counts as a job holding GPUs nearly idle."""
+
+    top_jobs: int = 5
+    idle_jobs: int = 5
+    # A job holds its GPUs nearly idle when at least this share of its sampled GPU time was under the
+    # idle threshold ([aggregate] idle_gpu_util_pct), for at least `min_idle_gpu_hours` in the month.
+    nearly_idle_share: float = 0.5
+    min_idle_gpu_hours: float = 0.5
+    # Multi-GPU jobs whose GPUs are looked at one by one in `samples` (most idle GPU-hours first), per user
+    # and in all: reading a job's samples costs rows x GPUs x its hours, the costly part of a month (a
+    # per-GPU summary kept by the aggregator would remove it). Candidates: see `_examine_devices`.
+    device_jobs: int = 3
+    device_jobs_total: int = 300
+    top_users: int = 10
+
+
+# --- building blocks -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Scope:
+    """Which jobs: a user or users, a lab, a cluster (None: all)."""
+
+    users: Sequence[str] | None = None
+    account: str | None = None
+    cluster_id: int | None = None
+
+    def jobs(self) -> list[Any]:
+        out: list[Any] = []
+        if self.users is not None:
+            out.append(J.user_name == self.users[0] if len(self.users) == 1 else J.user_name.in_(self.users))
+        if self.account is not None:
+            out.append(J.account == self.account)
+        if self.cluster_id is not None:
+            out.append(J.cluster_id == self.cluster_id)
+        return out
+
+    def rollups(self) -> list[Any]:
+        out: list[Any] = []
+        if self.users is not None:
+            out.append(R.user_name == self.users[0] if len(self.users) == 1 else R.user_name.in_(self.users))
+        if self.account is not None:
+            out.append(R.account == self.account)
+        if self.cluster_id is not None:
+            out.append(R.cluster_id == self.cluster_id)
+        return out
+
+
+def _tune(conn: Connection) -> None:
+    """PostgreSQL, for this transaction: no JIT (these scans of a month are costed high enough to be
+    compiled, and compiling them takes longer than running them), and work_mem for grouping a month's
+    jobs in memory rather than sorting them on disk. (In autocommit mode: a warning, no effect.)"""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SET LOCAL jit = off; SET LOCAL work_mem = '{WORK_MEM}'")
+
+
+def _cluster_id(conn: Connection, name: str | None) -> int | None:
+    if name is None:
+        return None
+    cid = conn.execute(select(CL.id).where(CL.name == name)).scalar()
+    if cid is None:
+        raise UsageError(f"no cluster named {name!r} in the database")
+    return int(cid)
+
+
+def _cluster_names(conn: Connection) -> dict[int, str]:
+    return {int(i): str(n) for i, n in conn.execute(select(CL.id, CL.name))}
+
+
+def _watermark(conn: Connection) -> datetime | None:
+    return as_utc(conn.execute(select(AS.watermark).where(AS.name == "jobs")).scalar())
+
+
+def _rollups(
+    conn: Connection,
+    lo: datetime,
+    hi: datetime,
+    keys: Sequence[Any],
+    where: list[Any],
+    sums: Sequence[str] = SUMS,
+) -> dict[Any, Sums]:
+    """Sums of the rollups of days [lo, hi) per key tuple (keys: rollup columns)."""
+    q = select(*keys, *(func.sum(R[k]) for k in sums)).where(R.day >= lo, R.day < hi, *where)
+    if keys:
+        q = q.group_by(*keys)
+    out: dict[Any, Sums] = {}
+    n = len(keys)
+    for row in conn.execute(q).all():
+        out[tuple(row[:n])] = {k: float(v or 0.0) for k, v in zip(sums, row[n:], strict=True)}
+    return out
+
+
+def _add(into: Sums, s: Mapping[str, float]) -> Sums:
+    for k, v in s.items():
+        into[k] = into.get(k, 0.0) + v
+    return into
+
+
+def _total(rows: Iterable[Mapping[str, float]]) -> Sums:
+    out: Sums = dict.fromkeys(SUMS, 0.0)
+    for s in rows:
+        _add(out, s)
+    return out
+
+
+def _util(s: Mapping[str, float]) -> float | None:
+    e = s.get("gpu_util_energy_j", 0.0)
+    return s.get("gpu_util_weighted", 0.0) / e if e > 0 else None
+
+
+def _kwh(s: Mapping[str, float]) -> float:
+    return (s.get("energy_measured_j", 0.0) + s.get("energy_estimated_j", 0.0)) / J_PER_KWH
+
+
+def _month_jobs(lo: datetime, hi: datetime, where: list[Any]) -> Any:
+    """The jobs that ran in [lo, hi) with job_metrics, and `f`: the share of each inside it.
+
+    The rollups' formula: a job with run time counts by the share of its hours inside; one without, in
+    the window its start is in. Only rows with f > 0 ran in the window (a job ending exactly at `lo`
+    did not).
+    """
+    lo_s, hi_s = lo.timestamp(), hi.timestamp()
+    w = (
+        select(
+            J.id,
+            J.cluster_id,
+            J.job_id,
+            J.job_id_raw,
+            J.name,
+            J.user_name,
+            func.coalesce(J.account, "").label("account"),
+            func.coalesce(J.partition, "").label("partition"),
+            J.node_list,
+            J.state,
+            _first_word(J.state).label("st"),
+            J.is_open,
+            J.start_time,
+            J.end_time,
+            func.coalesce(J.alloc_cpus, 0).label("cpus"),
+            func.coalesce(J.alloc_gpus, 0).label("gpus"),
+            J.total_cpu_s,
+            J.time_limit_s,
+            J.elapsed_s,
+            func.coalesce(J.energy_j, 0.0).label("energy"),
+            func.coalesce(J.energy_measured_j, 0.0).label("measured"),
+            func.coalesce(J.co2_g, 0.0).label("co2"),
+            func.coalesce(J.pue, 1.0).label("pue"),
+            J.carbon_zone.label("zone"),
+            J.carbon_g_per_kwh.label("g"),
+            J.carbon_source.label("source"),
+            J.carbon_flag.label("flag"),
+            M.gpu_util_pct.label("util"),
+            func.coalesce(M.gpu_samples_s, 0.0).label("samples_s"),
+            func.coalesce(M.idle_gpu_s, 0.0).label("idle_s"),
+            func.coalesce(M.idle_gpu_energy_j, 0.0).label("idle_j"),
+            func.coalesce(M.co2_embodied_g, 0.0).label("embodied"),
+            _epoch_s(J.start_time).label("t0"),
+            greatest(func.coalesce(J.elapsed_s, 0.0), _f(0.0)).label("el"),
+        )
+        .select_from(JOBS.outerjoin(METRICS, M.job_pk == J.id))
+        .where(
+            J.start_time < hi, or_(J.end_time >= lo, J.end_time.is_(None)), J.start_time.is_not(None), *where
+        )
+        .subquery("w")
+    )
+    ov = greatest(_f(0.0), least(w.c.t0 + w.c.el, _f(hi_s)) - greatest(w.c.t0, _f(lo_s)))
+    x = select(w, ov.label("ov")).subquery("x")
+    frac = case(
+        (x.c.el > 0, x.c.ov / x.c.el), (and_(x.c.t0 >= _f(lo_s), x.c.t0 < _f(hi_s)), _f(1.0)), else_=_f(0.0)
+    )
+    return select(x, frac.label("f")).subquery("y")
+
+
+@dataclass
+class _JobStats:
+    jobs: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    timeout: int = 0
+    failed_co2_g: float = 0.0
+    idle_co2_g: float = 0.0
+    pue_min: float | None = None
+    pue_max: float | None = None
+
+    def add(self, o: _JobStats) -> None:
+        self.jobs += o.jobs
+        self.failed += o.failed
+        self.cancelled += o.cancelled
+        self.timeout += o.timeout
+        self.failed_co2_g += o.failed_co2_g
+        self.idle_co2_g += o.idle_co2_g
+        self.pue_min = _opt(min, self.pue_min, o.pue_min)
+        self.pue_max = _opt(max, self.pue_max, o.pue_max)
+
+
+def _opt(fn: Any, a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else float(fn(a, b))
+
+
+@dataclass
+class _Group:
+    """The month's jobs of one key, state and carbon basis: one row of `_job_groups`."""
+
+    key: tuple[Any, ...]
+    st: str
+    zone: str | None
+    source: str | None
+    flag: str | None
+    jobs: int
+    energy_j: float  # the month's share
+    co2_g: float
+    energy_x_g: float  # sum of energy x intensity, over the energy whose intensity is known
+    energy_known_j: float
+    idle_co2_g: float
+    pue_min: float | None
+    pue_max: float | None
+    bin: int | None = None  # with `bins`: the utilisation bin (UTIL_BINS: no samples; -1: no GPU)
+    gpu_hours: float = 0.0  # with `bins`
+
+
+UTIL_BINS = 10  # 10% wide; index UTIL_BINS counts GPU jobs without samples
+
+
+def _job_groups(conn: Connection, y: Any, keys: Sequence[Any], *, bins: bool = False) -> list[_Group]:
+    """One pass over the month's jobs, grouped by `keys`, state and carbon basis (a few rows per key).
+
+    Everything the reports take from jobs rather than rollups folds out of it: distinct jobs by state,
+    energy and CO2 by state, zones and sources, the PUE range, the CO2 of idle GPU energy and (with
+    `bins`, grouped by utilisation bin too) the GPU-utilisation histogram. One pass because each
+    would read the month's jobs again.
+
+    The CO2 of idle GPU energy is each job's idle energy (in the month) x its own PUE x its own carbon
+    intensity, summed: the idle energy was drawn during the job's run, and the job's intensity is the
+    energy-weighted average of the grid over that run, so this is the share of the job's CO2 its idle
+    GPUs account for. (The hours the GPUs sat idle may have had a cleaner or dirtier grid than the run's
+    average; per-hour idle energy is in job_gpu_hours if that precision is ever wanted.)
+    """
+    src, kcols = y, list(keys)
+    if bins:
+        # the utilisation bin as one more key: one CASE per job rather than conditional sums per bin
+        u = y.c.util
+        bin_ = case(
+            (y.c.gpus <= 0, -1),
+            (u.is_(None), UTIL_BINS),
+            *((u < 10.0 * (i + 1), i) for i in range(UTIL_BINS - 1)),
+            else_=UTIL_BINS - 1,  # the last bin holds 100%
+        )
+        src = select(y, bin_.label("bin"), (y.c.gpus * y.c.ov / 3600.0).label("gh")).subquery("yb")
+        kcols = [src.c[k.name] for k in keys] + [src.c.bin]
+    c = src.c
+    e = c.energy * c.f
+    cols = [
+        *kcols,
+        c.st,
+        c.zone,
+        c.source,
+        c.flag,
+        func.count(),
+        func.sum(e),
+        func.sum(c.co2 * c.f),
+        func.sum(e * func.coalesce(c.g, 0.0)),
+        func.sum(case((c.g.is_not(None), e), else_=_f(0.0))),
+        func.sum(c.idle_j * c.f * c.pue * func.coalesce(c.g, 0.0) / J_PER_KWH),
+        func.min(c.pue),
+        func.max(c.pue),
+    ]
+    if bins:
+        cols.append(func.sum(c.gh))
+    q = select(*cols).where(c.f > 0).group_by(*kcols, c.st, c.zone, c.source, c.flag)
+    n = len(keys)
+    m = len(kcols)
+    out = []
+    for r in conn.execute(q).all():
+        out.append(
+            _Group(
+                tuple(r[:n]),
+                r[m] or "",
+                r[m + 1],
+                r[m + 2],
+                r[m + 3],
+                int(r[m + 4]),
+                float(r[m + 5] or 0.0),
+                float(r[m + 6] or 0.0),
+                float(r[m + 7] or 0.0),
+                float(r[m + 8] or 0.0),
+                float(r[m + 9] or 0.0),
+                _num(r[m + 10]),
+                _num(r[m + 11]),
+                int(r[n]) if bins else None,
+                float(r[m + 12] or 0.0) if bins else 0.0,
+            )
+        )
+    return out
+
+
+def _same(key: tuple[Any, ...]) -> Any:
+    return key
+
+
+def _stats(groups: Iterable[_Group], fold: Callable[[tuple[Any, ...]], Any] = _same) -> dict[Any, _JobStats]:
+    """Per key (or per fold(key)): distinct jobs by state, CO2 of failed jobs and idle GPU energy, PUE."""
+    out: dict[Any, _JobStats] = defaultdict(_JobStats)
+    for g in groups:
+        js = out[fold(g.key)]
+        js.add(
+            _JobStats(
+                g.jobs,
+                g.jobs if g.st in FAILED else 0,
+                g.jobs if g.st == "CANCELLED" else 0,
+                g.jobs if g.st == "TIMEOUT" else 0,
+                g.co2_g if g.st in FAILED_ENERGY else 0.0,
+                g.idle_co2_g,
+                g.pue_min,
+                g.pue_max,
+            )
+        )
+    return out
+
+
+def _carbon(
+    groups: Iterable[_Group], fold: Callable[[tuple[Any, ...]], Any] = _same
+) -> dict[Any, list[tuple[Any, ...]]]:
+    """Per key (or fold(key)): (zone, source, flag, energy J, CO2 g, energy x intensity, energy with a
+    known intensity)."""
+    acc: dict[Any, dict[tuple[Any, ...], list[float]]] = defaultdict(dict)
+    for g in groups:
+        a = acc[fold(g.key)].setdefault((g.zone, g.source, g.flag), [0.0, 0.0, 0.0, 0.0])
+        a[0] += g.energy_j
+        a[1] += g.co2_g
+        a[2] += g.energy_x_g
+        a[3] += g.energy_known_j
+    return {k: [(*zsf, *v) for zsf, v in d.items()] for k, d in acc.items()}
+
+
+def _whole(key: tuple[Any, ...]) -> Any:
+    return ()
+
+
+def _num(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def _basis(
+    cfg: Config,
+    s: Mapping[str, float],
+    carbon: Sequence[tuple[Any, ...]],
+    js: _JobStats | None,
+    watermark: datetime | None,
+    month: Month,
+) -> Basis:
+    total_e = sum(float(c[3] or 0.0) for c in carbon)
+    parts = []
+    for zone, source, flag, e, co2, eg, e_known in carbon:
+        e, co2 = float(e or 0.0), float(co2 or 0.0)
+        parts.append(
+            CarbonBasis(
+                zone,
+                source,
+                flag,
+                e / J_PER_KWH,
+                e / total_e if total_e > 0 else 0.0,
+                co2 / 1000,
+                float(eg) / float(e_known) if e_known else None,
+            )
+        )
+    parts.sort(key=lambda p: (-p.energy_kwh, p.zone or "", p.source or "", p.flag or ""))
+    e = _kwh(s)
+    return Basis(
+        measured_share=(s.get("energy_measured_j", 0.0) / J_PER_KWH / e) if e > 0 else None,
+        carbon=tuple(parts),
+        pue_min=js.pue_min if js else None,
+        pue_max=js.pue_max if js else None,
+        idle_threshold_pct=cfg.aggregate.idle_gpu_util_pct,
+        rollups_through=watermark,
+        complete=watermark is not None and watermark >= month.end,
+    )
+
+
+def _totals(s: Mapping[str, float], js: _JobStats | None) -> MonthTotals:
+    js = js or _JobStats()
+    g = {k: float(s.get(k, 0.0)) for k in SUMS}
+    return MonthTotals(
+        energy_kwh=_kwh(g),
+        co2_kg=g["co2_g"] / 1000,
+        co2_embodied_kg=g["co2_embodied_g"] / 1000,
+        gpu_hours=g["gpu_hours"],
+        cpu_hours=g["cpu_hours"],
+        jobs=js.jobs,
+        jobs_failed=js.failed,
+        jobs_cancelled=js.cancelled,
+        jobs_timeout=js.timeout,
+        gpu_util_pct=_util(g),
+        idle_gpu_hours=g["idle_gpu_hours"],
+        idle_gpu_kwh=g["idle_gpu_energy_j"] / J_PER_KWH,
+        idle_co2_kg=js.idle_co2_g / 1000,
+        failed_kwh=g["energy_failed_j"] / J_PER_KWH,
+        failed_co2_kg=js.failed_co2_g / 1000,
+        measured_kwh=g["energy_measured_j"] / J_PER_KWH,
+        estimated_kwh=g["energy_estimated_j"] / J_PER_KWH,
+        gpu_kwh=g["energy_gpu_j"] / J_PER_KWH,
+        cpu_kwh=g["energy_cpu_j"] / J_PER_KWH,
+        dram_kwh=g["energy_dram_j"] / J_PER_KWH,
+        other_kwh=g["energy_other_j"] / J_PER_KWH,
+    )
+
+
+def _equivalents(t: MonthTotals) -> Equivalents:
+    eq = equivalents(t.co2_kg)
+    return Equivalents(car_km=float(eq["car_km"]), smartphone_charges=float(eq["smartphone_charges"]))
+
+
+def _trend(prev: Month, cur: Mapping[str, float], old: Mapping[str, float]) -> Trend:
+    return Trend(
+        previous_month=prev,
+        energy_kwh=Change.of(_kwh(cur), _kwh(old)),
+        co2_kg=Change.of(cur.get("co2_g", 0.0) / 1000, old.get("co2_g", 0.0) / 1000),
+        gpu_hours=Change.of(cur.get("gpu_hours", 0.0), old.get("gpu_hours", 0.0)),
+        gpu_util_pct=Change.of(_util(cur), _util(old)),
+    )
+
+
+def _daily(
+    conn: Connection, month: Month, keys: Sequence[Any], where: list[Any]
+) -> dict[Any, dict[date, Sums]]:
+    """Per key, per day of the month: the rollups' sums that the series show (DAY_SUMS)."""
+    rows = _rollups(conn, month.start, month.end, [*keys, R.day], where, DAY_SUMS)
+    out: dict[Any, dict[date, Sums]] = defaultdict(dict)
+    for k, s in rows.items():
+        _add(out[k[:-1]].setdefault(as_utc(k[-1]).date(), {}), s)
+    return out
+
+
+def _day_points(month: Month, days: Mapping[date, Sums]) -> tuple[DayPoint, ...]:
+    out = []
+    for d in month.days():
+        s = days.get(d, {})
+        out.append(DayPoint(d, _kwh(s), s.get("co2_g", 0.0) / 1000, s.get("gpu_hours", 0.0), _util(s)))
+    return tuple(out)
+
+
+def _weeks(month: Month, days: Mapping[date, Sums]) -> tuple[WeekPoint, ...]:
+    """ISO weeks (Monday to Sunday), clipped to the month."""
+    acc: dict[tuple[int, int], tuple[list[date], Sums]] = {}
+    for d in month.days():
+        iso = d.isocalendar()
+        ds, s = acc.setdefault((iso[0], iso[1]), ([], dict.fromkeys(DAY_SUMS, 0.0)))
+        ds.append(d)
+        _add(s, days.get(d, {}))
+    return tuple(
+        WeekPoint(y, w, ds[0], ds[-1], len(ds), _kwh(s), s["co2_g"] / 1000, s["gpu_hours"], _util(s))
+        for (y, w), (ds, s) in sorted(acc.items())
+    )
+
+
+def _standing(mine: float, ordered: Sequence[float]) -> tuple[int, float | None]:
+    """(rank from the top, percentile of the others below, ties half) of `mine` in sorted `ordered`."""
+    n = len(ordered)
+    below = bisect.bisect_left(ordered, mine)
+    at_or_below = bisect.bisect_right(ordered, mine)
+    rank = n - at_or_below + 1
+    if n < 2:
+        return rank, None
+    ties = at_or_below - below - 1  # the others with the same value
+    return rank, 100.0 * (below + 0.5 * ties) / (n - 1)
+
+
+# --- per user ---------------------------------------------------------------------------------------
+
+
+def user_month(
+    conn: Connection,
+    cfg: Config,
+    user: str,
+    month_start: datetime | date,
+    *,
+    cluster: str | None = None,
+    options: ReportOptions | None = None,
+) -> UserMonth:
+    """One user's month (an empty one, all zeros, if they ran nothing); see `users_month`."""
+    return users_month(conn, cfg, month_start, cluster=cluster, users=[user], options=options)[user]
+
+
+def users_month(
+    conn: Connection,
+    cfg: Config,
+    month_start: datetime | date,
+    *,
+    cluster: str | None = None,
+    users: Sequence[str] | None = None,
+    options: ReportOptions | None = None,
+) -> dict[str, UserMonth]:
+    """The month of every user with jobs in it (or of `users`, each present, empty if idle), in one pass.
+
+    For the sender: a dozen statements for all users together, instead of a dozen per user. Peers are
+    always every user of the month on the user's cluster(s), whoever is asked for.
+    """
+    _tune(conn)
+    opts = options or ReportOptions()
+    month = Month.of(month_start)
+    prev = month.previous()
+    cid = _cluster_id(conn, cluster)
+    names = _cluster_names(conn)
+    scope = _Scope(users=list(users) if users is not None else None, cluster_id=cid)
+    everyone = _Scope(cluster_id=cid)
+    watermark = _watermark(conn)
+
+    # Rollups: the asked users' month (per cluster and lab), previous month and days; every user's
+    # energy and utilisation per cluster, for the peers.
+    keys = [R.user_name, R.cluster_id, R.account]
+    per_user: dict[str, dict[int, Sums]] = defaultdict(dict)
+    accounts: dict[str, set[str]] = defaultdict(set)
+    for (u, c, a), s in _rollups(conn, month.start, month.end, keys, scope.rollups()).items():
+        _add(per_user[u].setdefault(c, {}), s)
+        accounts[u].add(a)
+    old = _rollups(conn, prev.start, prev.end, [R.user_name], scope.rollups())
+    daily = _daily(conn, month, [R.user_name], scope.rollups())
+    everyone_by_cluster: dict[str, dict[int, Sums]] = defaultdict(dict)
+    lean = _rollups(conn, month.start, month.end, keys[:2], everyone.rollups(), PEER_SUMS)
+    for (u, c), s in lean.items():
+        everyone_by_cluster[u][c] = s
+    peers = _peers(everyone_by_cluster, names, set(per_user) if users is not None else None)
+
+    y = _month_jobs(month.start, month.end, scope.jobs())
+    groups = _job_groups(conn, y, [y.c.user_name])
+    stats, carbon = _stats(groups), _carbon(groups)
+    top = _top_jobs(conn, y, names, opts.top_jobs)
+    gpu, raw_keys = _gpu_jobs(conn, cfg, y, names)
+    limits = _time_limits(conn, month, scope)
+
+    wanted = (
+        list(dict.fromkeys(users)) if users is not None else sorted(set(per_user) | {k[0] for k in stats})
+    )
+    _examine_devices(conn, cfg, gpu, raw_keys, opts, wanted)
+    out: dict[str, UserMonth] = {}
+    for u in wanted:
+        s = _total(per_user.get(u, {}).values())
+        js = stats.get((u,))
+        totals = _totals(s, js)
+        jobs = sorted(gpu.get(u, []), key=lambda g: (-g.energy_kwh, g.pk))
+        idle = [
+            g
+            for g in jobs
+            if g.idle_share is not None
+            and g.idle_share >= opts.nearly_idle_share
+            and g.idle_gpu_hours >= opts.min_idle_gpu_hours
+        ]
+        idle.sort(key=lambda g: (-g.idle_kwh, -g.idle_gpu_hours, g.pk))
+        out[u] = UserMonth(
+            user=u,
+            month=month,
+            cluster=cluster,
+            clusters=tuple(sorted(names.get(c, str(c)) for c in per_user.get(u, {}))),
+            accounts=tuple(sorted(accounts.get(u, set()))),
+            totals=totals,
+            equivalents=_equivalents(totals),
+            trend=_trend(prev, s, old.get((u,), {})),
+            peers=peers.get(u) or PeerStanding((), 0, None, None, 0, None, None),
+            top_jobs=tuple(top.get(u, [])),
+            idle_jobs=tuple(idle[: opts.idle_jobs]),
+            gpu_jobs=tuple(jobs),
+            time_limits=limits.get(u, TimeLimitUse()),
+            basis=_basis(cfg, s, carbon.get((u,), []), js, watermark, month),
+            daily=_day_points(month, daily.get((u,), {})),
+        )
+    return out
+
+
+def _peers(
+    per_user: Mapping[str, Mapping[int, Sums]], names: Mapping[int, str], only: set[str] | None = None
+) -> dict[str, PeerStanding]:
+    """Each user's (or each of `only`'s) standing among the users of the month on the same cluster(s),
+    compared on those clusters."""
+    by_set: dict[frozenset[int], list[str]] = defaultdict(list)
+    for u, cs in per_user.items():
+        if only is None or u in only:
+            by_set[frozenset(cs)].append(u)
+    out: dict[str, PeerStanding] = {}
+    for cset, members in by_set.items():
+        peers = [u for u, cs in per_user.items() if cset & set(cs)]
+        sums = {u: _total(s for c, s in per_user[u].items() if c in cset) for u in peers}
+        kwh = sorted(_kwh(s) for s in sums.values())
+        utils = {u: _util(s) for u, s in sums.items()}
+        known = sorted(v for v in utils.values() if v is not None)
+        for u in members:
+            rank, pct = _standing(_kwh(sums[u]), kwh)
+            mine = utils[u]
+            urank, upct = _standing(mine, known) if mine is not None else (None, None)
+            out[u] = PeerStanding(
+                clusters=tuple(sorted(names.get(c, str(c)) for c in cset)),
+                users=len(peers),
+                energy_rank=rank,
+                energy_percentile=pct,
+                gpu_users=len(known),
+                gpu_util_rank=urank,
+                gpu_util_percentile=upct,
+            )
+    return out
+
+
+def _top_jobs(conn: Connection, y: Any, names: Mapping[int, str], n: int) -> dict[str, list[JobLine]]:
+    """Each user's n jobs with the most energy in the month (window function: one statement for all)."""
+    if n <= 0:
+        return {}
+    e = y.c.energy * y.c.f
+    rn = func.row_number().over(partition_by=y.c.user_name, order_by=(e.desc(), y.c.id))
+    t = (
+        select(
+            y.c.id,
+            y.c.cluster_id,
+            y.c.job_id,
+            y.c.name,
+            y.c.partition,
+            y.c.state,
+            y.c.start_time,
+            y.c.end_time,
+            y.c.gpus,
+            y.c.el,
+            y.c.f,
+            e.label("e"),
+            (y.c.co2 * y.c.f).label("c"),
+            (y.c.gpus * y.c.ov / 3600.0).label("gh"),
+            y.c.measured,
+            y.c.energy,
+            y.c.util,
+            y.c.user_name,
+            rn.label("rn"),
+        )
+        .where(y.c.f > 0)
+        .subquery("t")
+    )
+    out: dict[str, list[JobLine]] = defaultdict(list)
+    q = select(t).where(t.c.rn <= n).order_by(t.c.user_name, t.c.rn)
+    for (
+        pk,
+        cid,
+        jid,
+        name,
+        part,
+        state,
+        start,
+        end,
+        gpus,
+        el,
+        f,
+        e_j,
+        co2,
+        gh,
+        measured,
+        energy,
+        util,
+        user,
+        _rn,
+    ) in conn.execute(q).all():
+        out[user].append(
+            JobLine(
+                pk=pk,
+                job_id=jid,
+                cluster=names.get(cid, ""),
+                name=name,
+                partition=part or None,
+                state=state,
+                start=as_utc(start),
+                end=as_utc(end),
+                gpus=gpus,
+                elapsed_h=el / 3600,
+                share_in_month=f,
+                energy_kwh=e_j / J_PER_KWH,
+                co2_kg=co2 / 1000,
+                gpu_hours=gh or 0.0,
+                measured_share=measured / energy if energy else None,
+                gpu_util_pct=util,
+            )
+        )
+    return out
+
+
+def precision_of(extra: Mapping[str, Any] | None) -> tuple[str | None, str | None]:
+    """("reduced" | "full" | None, the value read) from a model_metadata row's `extra`.
+
+    The schema has no precision column; a source that knows it records it under one of PRECISION_KEYS
+    (`{"precision": "bf16"}`, `{"dtype": "float32"}`, `{"amp": true}`). Anything else is unknown.
+    """
+    if not isinstance(extra, Mapping):
+        return None, None
+    for key in PRECISION_KEYS:
+        v = extra.get(key)
+        if isinstance(v, bool):
+            return ("reduced" if v else "full"), f"{key}={v}".lower()
+        if isinstance(v, str) and v.strip():
+            t = v.strip().lower().replace("torch.", "")
+            if any(w in t for w in _REDUCED):
+                return "reduced", t
+            if any(w in t for w in _FULL):
+                return "full", t
+            return None, t
+    return None, None
+
+
+def _gpu_jobs(
+    conn: Connection, cfg: Config, y: Any, names: Mapping[int, str]
+) -> tuple[dict[str, list[GpuJob]], dict[int, tuple[int, int]]]:
+    """Every GPU job of the month per user, with its GPU energy, mean sampled power and precision; and
+    each job's (cluster id, raw job id), which its samples are filed under.
+
+    One statement: the jobs, their GPU energy (job_energy) and their sampled power (job_gpu_hours),
+    joined by job rather than looked up per job (a correlated subquery per job costs more).
+    """
+    gpu = (y.c.f > 0, y.c.gpus > 0)
+    cols = (
+        "id", "cluster_id", "job_id", "job_id_raw", "user_name", "name", "partition", "node_list", "state",
+        "start_time", "end_time", "gpus", "cpus", "el", "time_limit_s", "total_cpu_s", "f", "ov", "energy",
+        "co2", "pue", "g", "util", "samples_s", "idle_s", "idle_j", "t0",
+    )  # fmt: skip
+    # the month's GPU jobs once (PostgreSQL would otherwise scan them for each join below)
+    g = select(*(y.c[k] for k in cols)).where(*gpu).cte("g").prefix_with("MATERIALIZED", dialect="postgresql")
+    ge = (
+        select(E.job_pk.label("pk"), func.sum(E.energy_j).label("e"))
+        .select_from(g.join(JobEnergy.__table__, and_(E.job_pk == g.c.id, E.component == "gpu")))
+        .group_by(E.job_pk)
+        .subquery("ge")
+    )
+    # the job's own hours of job_gpu_hours (a raw id Slurm reused belongs to another run: as the aggregator)
+    hours = and_(
+        GH.cluster_id == g.c.cluster_id,
+        GH.job_id == sql_cast(g.c.job_id_raw, String),
+        GH.hour * _f(3600.0) + _f(3600.0) > g.c.t0 - _f(60.0),
+        GH.hour * _f(3600.0) < g.c.t0 + g.c.el + _f(60.0),
+    )
+    gh = (
+        select(g.c.id.label("pk"), func.sum(GH.energy_j).label("se"), func.sum(GH.seconds).label("ss"))
+        .select_from(g.join(JobGpuHour.__table__, hours))
+        .group_by(g.c.id)
+        .subquery("gh")
+    )
+    q = select(*(g.c[k] for k in cols[:-1]), ge.c.e, gh.c.se, gh.c.ss).select_from(
+        g.outerjoin(ge, ge.c.pk == g.c.id).outerjoin(gh, gh.c.pk == g.c.id)
+    )
+    rows = conn.execute(q).all()
+    if not rows:
+        return {}, {}
+    precision: dict[int, tuple[str | None, str | None]] = {}
+    models: dict[int, list[str]] = defaultdict(list)
+    mq = (
+        select(MM.job_pk, MM.model_name, MM.extra)
+        .select_from(y.join(MODELS, MM.job_pk == y.c.id))
+        .where(*gpu)
+        .order_by(MM.job_pk, MM.id)
+    )
+    for pk, model, extra in conn.execute(mq):
+        models[pk].append(model)
+        p = precision_of(extra)
+        if p[0] is not None and precision.get(pk, (None, None))[0] != "full":
+            precision[pk] = p  # "full" anywhere wins: the job is not known to be reduced throughout
+        elif pk not in precision:
+            precision[pk] = p
+    tdps: dict[tuple[str | None, str | None], float] = {}
+    out: dict[str, list[GpuJob]] = defaultdict(list)
+    keys: dict[int, tuple[int, int]] = {}
+    none = (None, None)
+    for (
+        pk, cid, job_id, raw, user, name, part, node_list, state, start, end, gpus, cpus, el, limit, cpu_s, f,
+        ov, energy, co2, pue, g_per_kwh, util, samples_s, idle_s, idle_j, gpu_j, s_e, s_s,
+    ) in rows:  # fmt: skip
+        if raw is not None:
+            keys[pk] = (cid, raw)
+        hw_key = (part or None, node_list if cfg.node_groups else None)
+        tdp = tdps.get(hw_key)
+        if tdp is None:
+            tdp = tdps[hw_key] = _gpu_tdp(cfg, part or None, node_list)
+        idle_kwh = idle_j * f / J_PER_KWH
+        prec = precision.get(pk, none)
+        out[user].append(
+            GpuJob(
+                pk=pk,
+                job_id=job_id,
+                cluster=names.get(cid, ""),
+                name=name,
+                partition=part or None,
+                state=state,
+                start=as_utc(start),
+                end=as_utc(end),
+                gpus=gpus,
+                cpus=cpus,
+                elapsed_h=el / 3600,
+                time_limit_h=limit / 3600 if limit else None,
+                share_in_month=f,
+                gpu_hours=gpus * ov / 3600,
+                energy_kwh=energy * f / J_PER_KWH,
+                gpu_energy_kwh=(gpu_j or 0.0) * f / J_PER_KWH,
+                co2_kg=co2 * f / 1000,
+                gpu_util_pct=util,
+                sampled_share=samples_s / (gpus * el) if el > 0 else 0.0,
+                idle_share=idle_s / samples_s if samples_s > 0 else None,
+                idle_gpu_hours=idle_s * f / 3600,
+                idle_kwh=idle_kwh,
+                idle_co2_kg=idle_kwh * pue * (g_per_kwh or 0.0) / 1000,
+                cpu_usage=cpu_s / (cpus * el) if cpu_s is not None and cpus and el > 0 else None,
+                mean_gpu_power_w=s_e / s_s if s_e is not None and s_s else None,
+                gpu_tdp_w=tdp,
+                precision=prec[0],
+                precision_label=prec[1],
+                models=tuple(models.get(pk, ())),
+            )
+        )
+    return out, keys
+
+
+def _gpu_tdp(cfg: Config, partition: str | None, node_list: str | None) -> float:
+    """The GPU TDP of a job's hardware profile (a node group's when all its nodes are in one)."""
+    try:
+        nodes = expand_hostlist(node_list or "") if cfg.node_groups else []
+    except ValueError:
+        nodes = []
+    return float(cfg.hardware_for(partition, nodes)[0].gpu_tdp_w)
+
+
+def _examine_devices(
+    conn: Connection,
+    cfg: Config,
+    gpu: dict[str, list[GpuJob]],
+    keys: Mapping[int, tuple[int, int]],
+    opts: ReportOptions,
+    users: Iterable[str],
+) -> None:
+    """Per-GPU use, from `samples`, of multi-GPU jobs where one GPU may have idled while another worked.
+
+    Job-level figures bound what per-GPU ones can be (the job's GPUs sampled alike): one GPU idle over
+    half its time puts at least 0.5 / GPUs of the job's sampled GPU time under the threshold, and one
+    GPU busy over half its time at most 1 - 0.5 / GPUs. Jobs outside those bounds, with samples over
+    less than half their GPU time or less than `min_idle_gpu_hours` idle, are not read.
+    """
+    if opts.device_jobs <= 0 or opts.device_jobs_total <= 0:
+        return
+    chosen: list[tuple[str, int, GpuJob]] = []
+    for u in users:
+        jobs = gpu.get(u) or []
+        cands = [
+            (i, g)
+            for i, g in enumerate(jobs)
+            if g.gpus >= 2
+            and g.idle_share is not None
+            and 0.5 / g.gpus <= g.idle_share <= 1 - 0.5 / g.gpus
+            and g.sampled_share >= 0.5
+            and g.idle_gpu_hours >= opts.min_idle_gpu_hours
+            and g.start is not None
+            and g.pk in keys
+        ]
+        cands.sort(key=lambda t: (-t[1].idle_gpu_hours, t[1].pk))
+        chosen += [(u, i, g) for i, g in cands[: opts.device_jobs]]
+    chosen.sort(key=lambda t: (-t[2].idle_gpu_hours, t[2].pk))
+    chosen = chosen[: opts.device_jobs_total]
+    found = _devices(conn, [(g, keys[g.pk]) for _u, _i, g in chosen], cfg)
+    for u, i, g in chosen:
+        if found.get(g.pk):
+            gpu[u][i] = replace(g, devices=found[g.pk])
+
+
+def _devices(
+    conn: Connection, jobs: Sequence[tuple[GpuJob, tuple[int, int]]], cfg: Config, chunk: int = 200
+) -> dict[int, tuple[DeviceUse, ...]]:
+    """Per job: each GPU's share of idle samples, mean utilisation and power, the time its samples cover.
+
+    One statement per `chunk` jobs, each job's samples by its (cluster, raw id) and run (the index's
+    range); a raw id twice in a chunk (Slurm reused it) would mix two runs, so it goes to another chunk.
+    """
+    threshold = cfg.aggregate.idle_gpu_util_pct
+    step = cfg.collector.interval_s
+    chunks: list[dict[tuple[int, int], GpuJob]] = []
+    for g, key in jobs:
+        for ch in chunks:
+            if key not in ch and len(ch) < chunk:
+                ch[key] = g
+                break
+        else:
+            chunks.append({key: g})
+    util = S.metric == "util_pct"
+    power = S.metric == "power_w"
+    zero = _f(0.0)
+    out: dict[int, list[DeviceUse]] = defaultdict(list)
+    for ch in chunks:
+        runs = []
+        for (cid, raw), g in ch.items():
+            assert g.start is not None
+            hi = (g.end or g.start + timedelta(hours=g.elapsed_h)) + timedelta(minutes=1)
+            runs.append(
+                and_(
+                    S.cluster_id == cid,
+                    S.job_id == str(raw),
+                    S.ts >= g.start - timedelta(minutes=1),
+                    S.ts <= hi,
+                )
+            )
+        q = (
+            select(
+                S.cluster_id,
+                S.job_id,
+                S.node,
+                S.device,
+                func.sum(case((util, _f(1.0)), else_=zero)),
+                func.sum(case((and_(util, S.value < threshold), _f(1.0)), else_=zero)),
+                func.sum(case((util, S.value), else_=zero)),
+                func.sum(case((power, _f(1.0)), else_=zero)),
+                func.sum(case((power, S.value), else_=zero)),
+                func.min(S.ts),
+                func.max(S.ts),
+            )
+            .where(or_(*runs), S.source == "nvml", S.metric.in_(("util_pct", "power_w")))
+            .group_by(S.cluster_id, S.job_id, S.node, S.device)
+            .order_by(S.cluster_id, S.job_id, S.node, S.device)
+        )
+        for cid, raw, node, device, n, n_idle, u_sum, n_p, p_sum, t_first, t_last in conn.execute(q):
+            job = ch.get((int(cid), int(raw)))
+            if job is None or not n:
+                continue
+            # regular samples: each stands for one spacing, (last - first) / (n - 1); one alone, the interval
+            span = (as_utc(t_last) - as_utc(t_first)).total_seconds()
+            covered = span * n / (n - 1) if n > 1 else step
+            mean_p = float(p_sum) / float(n_p) if n_p else None
+            out[job.pk].append(
+                DeviceUse(
+                    node,
+                    device,
+                    int(n),
+                    covered / 3600,
+                    float(n_idle) / float(n),
+                    float(u_sum) / float(n),
+                    mean_p,
+                    mean_p * covered / J_PER_KWH if mean_p is not None else None,
+                )
+            )
+    return {pk: tuple(v) for pk, v in out.items()}
+
+
+def _time_limits(conn: Connection, month: Month, scope: _Scope) -> dict[str, TimeLimitUse]:
+    """Per user: the use of their time limits by the jobs that ended in the month with a known limit."""
+    ended = (J.end_time >= month.start, J.end_time < month.end, J.is_open.is_(False), J.time_limit_s > 0)
+    counts = select(J.user_name, func.count(), func.sum(case((J.state == "TIMEOUT", 1), else_=0))).where(
+        *ended, *scope.jobs()
+    )
+    out: dict[str, TimeLimitUse] = {
+        u: TimeLimitUse(finished=int(n), timeouts=int(t or 0))
+        for u, n, t in conn.execute(counts.group_by(J.user_name)).all()
+    }
+    done: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    q = select(J.user_name, J.elapsed_s, J.time_limit_s, J.job_id).where(
+        *ended, J.state == "COMPLETED", *scope.jobs()
+    )
+    for u, el, limit, jid in conn.execute(q).all():
+        done[u].append((float(el or 0.0), float(limit), jid))
+    for u, jobs in done.items():
+        els = sorted(j[0] for j in jobs)
+        k95 = max(0, min(len(els) - 1, -(-95 * len(els) // 100) - 1))  # nearest rank
+        unused = heapq.nsmallest(3, jobs, key=lambda j: (j[0] - j[1], j[2]))
+        out[u] = replace(
+            out[u],
+            completed=len(jobs),
+            median_use=statistics.median([j[0] / j[1] for j in jobs]),
+            median_limit_h=statistics.median([j[1] for j in jobs]) / 3600,
+            median_elapsed_h=statistics.median(els) / 3600,
+            p95_elapsed_h=els[k95] / 3600,
+            max_elapsed_h=els[-1] / 3600,
+            requested_h=sum(j[1] for j in jobs) / 3600,
+            used_h=sum(els) / 3600,
+            examples=tuple(j[2] for j in unused),
+        )
+    return out
+
+
+# --- per lab ------------------------------------------------------------------------------------------
+
+
+def lab_month(
+    conn: Connection,
+    cfg: Config,
+    account: str,
+    month_start: datetime | date,
+    *,
+    cluster: str | None = None,
+) -> LabMonth:
+    """A lab's (Slurm account's) month: totals and trend, its users, idle waste, models, weeks."""
+    _tune(conn)
+    month = Month.of(month_start)
+    prev = month.previous()
+    cid = _cluster_id(conn, cluster)
+    scope = _Scope(account=account, cluster_id=cid)
+    watermark = _watermark(conn)
+    by_user = _rollups(conn, month.start, month.end, [R.user_name], scope.rollups())
+    s = _total(by_user.values())
+    old = _total(_rollups(conn, prev.start, prev.end, [], scope.rollups()).values())
+    days = _daily(conn, month, [], scope.rollups()).get((), {})
+    y = _month_jobs(month.start, month.end, scope.jobs())
+    groups = _job_groups(conn, y, [y.c.user_name])
+    stats = _stats(groups)
+    js = _JobStats()
+    for v in stats.values():
+        js.add(v)
+    totals = _totals(s, js)
+    users = []
+    idle = []
+    for (u,), us in by_user.items():
+        t = _totals(us, stats.get((u,)))
+        users.append(
+            LabUser(
+                u,
+                t.jobs,
+                t.energy_kwh,
+                t.co2_kg,
+                t.gpu_hours,
+                t.gpu_util_pct,
+                t.idle_gpu_hours,
+                t.idle_gpu_kwh,
+                t.failed_kwh,
+            )
+        )
+        if t.idle_gpu_hours > 0:
+            idle.append(_idle(u, t))
+    users.sort(key=lambda x: (-x.energy_kwh, x.user))
+    idle.sort(key=lambda x: (-x.idle_kwh, -x.idle_gpu_hours, x.key))
+    return LabMonth(
+        account=account,
+        month=month,
+        cluster=cluster,
+        totals=totals,
+        equivalents=_equivalents(totals),
+        trend=_trend(prev, s, old),
+        users=tuple(users),
+        idle_by_user=tuple(idle),
+        models=_models(conn, y),
+        weekly=_weeks(month, days),
+        basis=_basis(cfg, s, _carbon(groups, _whole).get((), []), js, watermark, month),
+    )
+
+
+def _idle(key: str, t: MonthTotals) -> IdleWaste:
+    share = t.idle_gpu_hours / t.gpu_hours if t.gpu_hours > 0 else None
+    return IdleWaste(key, t.gpu_hours, t.idle_gpu_hours, share, t.idle_gpu_kwh, t.idle_co2_kg)
+
+
+def _models(conn: Connection, y: Any) -> tuple[ModelUse, ...]:
+    """Energy per (model, framework) of the jobs model_metadata describes, each job's month share split
+    evenly among the distinct models it names (so the table never counts a job twice)."""
+    q = (
+        select(
+            y.c.id,
+            MM.model_name,
+            MM.framework,
+            y.c.energy * y.c.f,
+            y.c.co2 * y.c.f,
+            y.c.gpus * y.c.ov / 3600.0,
+        )
+        .select_from(y.join(MODELS, MM.job_pk == y.c.id))
+        .where(y.c.f > 0)
+    )
+    per_job: dict[int, tuple[set[tuple[str, str | None]], float, float, float]] = {}
+    for pk, model, fw, e, c, gh in conn.execute(q):
+        entry = per_job.setdefault(pk, (set(), float(e or 0.0), float(c or 0.0), float(gh or 0.0)))
+        entry[0].add((model, fw))
+    acc: dict[tuple[str, str | None], list[float]] = {}
+    for keys, e, c, gh in per_job.values():
+        for k in keys:
+            a = acc.setdefault(k, [0.0, 0.0, 0.0, 0.0])
+            a[0] += 1
+            a[1] += e / len(keys)
+            a[2] += c / len(keys)
+            a[3] += gh / len(keys)
+    out = [ModelUse(m, fw, int(a[0]), a[1] / J_PER_KWH, a[2] / 1000, a[3]) for (m, fw), a in acc.items()]
+    out.sort(key=lambda x: (-x.energy_kwh, x.model_name, x.framework or ""))
+    return tuple(out)
+
+
+# --- for admins --------------------------------------------------------------------------------------
+
+
+def admin_month(
+    conn: Connection,
+    cfg: Config,
+    month_start: datetime | date,
+    cluster: str | None = None,
+    *,
+    first_report: Mapping[str, datetime] | None = None,
+    window_days: int = 30,
+    options: ReportOptions | None = None,
+) -> AdminMonth:
+    """The site's month: totals, by lab/partition/week, utilisation, idle waste, failures, coverage,
+    intensity, top users, and (with `first_report`, user -> first report sent) the before/after
+    comparison described in `BeforeAfter`."""
+    _tune(conn)
+    opts = options or ReportOptions()
+    month = Month.of(month_start)
+    prev = month.previous()
+    cid = _cluster_id(conn, cluster)
+    scope = _Scope(cluster_id=cid)
+    watermark = _watermark(conn)
+    rolled = _rollups(conn, month.start, month.end, [R.user_name, R.account, R.partition], scope.rollups())
+    old = _total(_rollups(conn, prev.start, prev.end, [], scope.rollups()).values())
+    days = _daily(conn, month, [], scope.rollups()).get((), {})
+    y = _month_jobs(month.start, month.end, scope.jobs())
+    groups = _job_groups(conn, y, [y.c.user_name, y.c.account, y.c.partition], bins=True)
+    stats = _stats(groups)
+
+    def fold(index: int) -> tuple[dict[str, Sums], dict[str, _JobStats]]:
+        sums: dict[str, Sums] = defaultdict(lambda: dict.fromkeys(SUMS, 0.0))
+        js: dict[str, _JobStats] = defaultdict(_JobStats)
+        for k, v in rolled.items():
+            _add(sums[k[index]], v)
+        for k, st in stats.items():
+            js[k[index]].add(st)
+        return sums, js
+
+    s = _total(rolled.values())
+    js_all = _JobStats()
+    for st in stats.values():
+        js_all.add(st)
+    totals = _totals(s, js_all)
+    labs, labs_js = fold(1)
+    parts, parts_js = fold(2)
+    people, people_js = fold(0)
+
+    def table(sums: Mapping[str, Sums], js: Mapping[str, _JobStats]) -> list[GroupEnergy]:
+        out = []
+        for k, v in sums.items():
+            t = _totals(v, js.get(k))
+            out.append(
+                GroupEnergy(
+                    k,
+                    t.jobs,
+                    t.energy_kwh,
+                    t.co2_kg,
+                    t.gpu_hours,
+                    t.cpu_hours,
+                    t.gpu_util_pct,
+                    t.measured_share,
+                    t.energy_kwh / totals.energy_kwh if totals.energy_kwh > 0 else None,
+                )
+            )
+        out.sort(key=lambda g: (-g.energy_kwh, g.key))
+        return out
+
+    def idle(sums: Mapping[str, Sums], js: Mapping[str, _JobStats]) -> tuple[IdleWaste, ...]:
+        out = [_idle(k, _totals(v, js.get(k))) for k, v in sums.items() if v["idle_gpu_hours"] > 0]
+        out.sort(key=lambda x: (-x.idle_kwh, -x.idle_gpu_hours, x.key))
+        return tuple(out)
+
+    failed = [
+        FailedEnergy(
+            k,
+            labs_js[k].failed + labs_js[k].timeout,
+            v["energy_failed_j"] / J_PER_KWH,
+            labs_js[k].failed_co2_g / 1000,
+        )
+        for k, v in labs.items()
+        if v["energy_failed_j"] > 0 or labs_js[k].failed + labs_js[k].timeout
+    ]
+    failed.sort(key=lambda x: (-x.energy_kwh, x.key))
+    coverage = [
+        Coverage(
+            k,
+            _kwh(v),
+            v["energy_measured_j"] / J_PER_KWH,
+            v["energy_estimated_j"] / J_PER_KWH,
+            v["energy_measured_j"] / J_PER_KWH / _kwh(v) if _kwh(v) > 0 else None,
+        )
+        for k, v in parts.items()
+    ]
+    coverage.sort(key=lambda c: (-c.energy_kwh, c.partition))
+    carbon = _carbon(groups, _whole).get((), [])
+    return AdminMonth(
+        month=month,
+        cluster=cluster,
+        totals=totals,
+        equivalents=_equivalents(totals),
+        trend=_trend(prev, s, old),
+        by_lab=tuple(table(labs, labs_js)),
+        by_partition=tuple(table(parts, parts_js)),
+        by_week=_weeks(month, days),
+        util_histogram=_histogram(groups),
+        idle_by_user=idle(people, people_js),
+        idle_by_lab=idle(labs, labs_js),
+        failed_by_lab=tuple(failed),
+        energy_by_state=_states(groups),
+        coverage=tuple(coverage),
+        intensity=_intensity(conn, y, month, carbon),
+        top_users=tuple(table(people, people_js)[: opts.top_users]),
+        before_after=None
+        if first_report is None
+        else before_after(
+            conn, first_report, month, window_days=window_days, cluster_id=cid, watermark=watermark
+        ),
+        basis=_basis(cfg, s, carbon, js_all, watermark, month),
+    )
+
+
+def _histogram(groups: Iterable[_Group]) -> UtilHistogram:
+    """GPU jobs by energy-weighted utilisation in 10% bins, weighted by their GPU-hours in the month."""
+    acc = [[0, 0.0] for _ in range(UTIL_BINS + 1)]
+    for g in groups:
+        if g.bin is not None and g.bin >= 0:
+            acc[g.bin][0] += g.jobs
+            acc[g.bin][1] += g.gpu_hours
+    bins = tuple(UtilBin(10.0 * i, 10.0 * (i + 1), int(acc[i][0]), acc[i][1]) for i in range(UTIL_BINS))
+    return UtilHistogram(bins, int(acc[UTIL_BINS][0]), acc[UTIL_BINS][1])
+
+
+def _states(groups: Iterable[_Group]) -> tuple[StateEnergy, ...]:
+    acc: dict[str, list[float]] = {}
+    for g in groups:
+        a = acc.setdefault(g.st, [0, 0.0, 0.0])
+        a[0] += g.jobs
+        a[1] += g.energy_j
+        a[2] += g.co2_g
+    out = [
+        StateEnergy(st, int(n), e / J_PER_KWH, c / 1000, st in FAILED_ENERGY) for st, (n, e, c) in acc.items()
+    ]
+    out.sort(key=lambda x: (-x.energy_kwh, x.state))
+    return tuple(out)
+
+
+def _intensity(
+    conn: Connection, y: Any, month: Month, carbon: Sequence[tuple[Any, ...]]
+) -> tuple[ZoneIntensity, ...]:
+    """Per zone and day: the jobs' intensity weighted by their energy in the day (pro rata of hours)."""
+    d0 = month.start.timestamp()
+    n = len(month.days())
+    used = (y.c.f > 0, y.c.el > 0, y.c.g.is_not(None), y.c.energy > 0)
+    first, last = _floor(y.c.t0 / DAY_S), _floor((y.c.t0 + y.c.el) / DAY_S)
+    # most jobs run within one day: all their energy is that day's
+    e1 = y.c.energy * y.c.f
+    one_day = select(y.c.zone, (first * DAY_S).label("d"), (e1 * y.c.g).label("eg"), e1.label("e")).where(
+        *used, first == last
+    )
+    # the others: split by the hours in each day of the month
+    days = union_all(*(select(_f(d0 + i * DAY_S).label("d")) for i in range(n))).subquery("days")
+    ov = greatest(_f(0.0), least(y.c.t0 + y.c.el, days.c.d + DAY_S) - greatest(y.c.t0, days.c.d))
+    e = y.c.energy * ov / y.c.el
+    more = (
+        select(y.c.zone, days.c.d, (e * y.c.g).label("eg"), e.label("e"))
+        .select_from(y.join(days, and_(y.c.t0 < days.c.d + DAY_S, y.c.t0 + y.c.el > days.c.d)))
+        .where(*used, first != last)
+    )
+    u = union_all(one_day, more).subquery("u")
+    q = select(u.c.zone, u.c.d, func.sum(u.c.eg), func.sum(u.c.e)).group_by(u.c.zone, u.c.d)
+    per: dict[str, list[DayIntensity]] = defaultdict(list)
+    for zone, d, eg, ej in conn.execute(q):
+        if ej and float(ej) > 0:
+            day = datetime.fromtimestamp(float(d), UTC).date()
+            per[zone or ""].append(DayIntensity(day, float(eg) / float(ej), float(ej) / J_PER_KWH))
+    sources: dict[str, set[str]] = defaultdict(set)
+    for zone, source, flag, *_rest in carbon:
+        sources[zone or ""].add(f"{source} ({flag})" if flag else str(source))
+    out = []
+    for zone, ds in per.items():
+        ds.sort(key=lambda x: x.day)
+        e = sum(d.energy_kwh for d in ds)
+        out.append(
+            ZoneIntensity(
+                zone,
+                e,
+                sum(d.g_per_kwh * d.energy_kwh for d in ds) / e if e > 0 else None,
+                statistics.fmean(d.g_per_kwh for d in ds) if ds else None,
+                tuple(ds),
+                tuple(sorted(sources.get(zone, set()))),
+            )
+        )
+    out.sort(key=lambda z: (-z.energy_kwh, z.zone))
+    return tuple(out)
+
+
+def _midnight(t: datetime) -> datetime:
+    return as_utc(t).astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def before_after(
+    conn: Connection,
+    first_report: Mapping[str, datetime],
+    month: Month,
+    *,
+    window_days: int = 30,
+    cluster_id: int | None = None,
+    watermark: datetime | None = None,
+) -> BeforeAfter:
+    """Idle-GPU share and GPU utilisation in the windows around each user's first report (`BeforeAfter`:
+    observational, not a controlled effect), from the users' daily rollups."""
+    span = timedelta(days=window_days)
+    windows: dict[str, tuple[datetime, datetime, datetime, datetime]] = {}
+    pending = []
+    limit = month.end
+    if watermark is not None:
+        limit = min(limit, _midnight(watermark))
+    for u, t in sorted(first_report.items()):
+        b1 = _midnight(t)
+        a0 = b1 if b1 == as_utc(t) else b1 + timedelta(days=1)
+        if a0 + span > limit:
+            pending.append(u)
+            continue
+        windows[u] = (b1 - span, b1, a0, a0 + span)
+    rows: dict[str, dict[datetime, Sums]] = defaultdict(dict)
+    if windows:
+        lo = min(w[0] for w in windows.values())
+        hi = max(w[3] for w in windows.values())
+        names = sorted(windows)
+        where: list[Any] = [R.user_name.in_(names)] if len(names) <= 5000 else []
+        if cluster_id is not None:
+            where.append(R.cluster_id == cluster_id)
+        for (u, d), s in _rollups(conn, lo, hi, [R.user_name, R.day], where).items():
+            if u in windows:
+                rows[u][as_utc(d)] = s
+
+    def side(u: str, a: datetime, b: datetime) -> tuple[WindowUse, Sums]:
+        s = _total(v for d, v in rows.get(u, {}).items() if a <= d < b)
+        gh = s["gpu_hours"]
+        return WindowUse(
+            a, b, gh, s["idle_gpu_hours"], s["idle_gpu_hours"] / gh if gh > 0 else None, _util(s)
+        ), s
+
+    users, excluded = [], []
+    for u, (b0, b1, a0, a1) in windows.items():
+        before, _ = side(u, b0, b1)
+        after, _ = side(u, a0, a1)
+        if (
+            before.gpu_hours <= 0
+            or after.gpu_hours <= 0
+            or before.gpu_util_pct is None
+            or after.gpu_util_pct is None
+        ):
+            excluded.append(u)
+            continue
+        assert before.idle_share is not None and after.idle_share is not None
+        users.append(
+            BeforeAfterUser(
+                u,
+                as_utc(first_report[u]),
+                before,
+                after,
+                after.idle_share - before.idle_share,
+                after.gpu_util_pct - before.gpu_util_pct,
+            )
+        )
+    hb = sum(x.before.gpu_hours for x in users)
+    ha = sum(x.after.gpu_hours for x in users)
+    ib = sum(x.before.idle_gpu_hours for x in users) / hb if hb > 0 else None
+    ia = sum(x.after.idle_gpu_hours for x in users) / ha if ha > 0 else None
+    ub = sum(x.before.gpu_hours * (x.before.gpu_util_pct or 0.0) for x in users) / hb if hb > 0 else None
+    ua = sum(x.after.gpu_hours * (x.after.gpu_util_pct or 0.0) for x in users) / ha if ha > 0 else None
+    return BeforeAfter(
+        window_days=window_days,
+        users=tuple(users),
+        gpu_hours_before=hb,
+        gpu_hours_after=ha,
+        idle_share_before=ib,
+        idle_share_after=ia,
+        idle_share_change=ia - ib if ia is not None and ib is not None else None,
+        gpu_util_before=ub,
+        gpu_util_after=ua,
+        gpu_util_change=ua - ub if ua is not None and ub is not None else None,
+        excluded=tuple(sorted(excluded)),
+        pending=tuple(pending),
+    )
+
+
+# --- one job ----------------------------------------------------------------------------------------------
+
+
+def job_footprint(conn: Connection, cfg: Config, job_pk: int) -> JobReport:
+    """One job's energy by component and method, CO2 and its basis, embodied apart, GPU use and idling,
+    and whether the energy is final.
+
+    Final means it will not change any more: the job is not open, its state is a final Slurm state (the
+    import or `cocaq reconcile` has seen it end), and every measured node record of it (node_energy) is
+    the epilog's final one. `metrics_current` says whether the aggregator has derived its metrics (carbon
+    over the run, utilisation, idle, embodied) since the job last changed.
+    """
+    j = conn.execute(
+        select(Job.__table__, CL.name.label("cluster"))
+        .join_from(cast(Table, Job.__table__), cast(Table, Cluster.__table__), CL.id == J.cluster_id)
+        .where(J.id == job_pk)
+    ).one_or_none()
+    if j is None:
+        raise UsageError(f"no job with id {job_pk}")
+    m = conn.execute(select(JobMetrics.__table__).where(M.job_pk == job_pk)).one_or_none()
+    parts = tuple(
+        EnergyPart(r.node, r.component, r.method, r.source, float(r.energy_j) / J_PER_KWH)
+        for r in conn.execute(
+            select(E.node, E.component, E.method, E.source, E.energy_j)
+            .where(E.job_pk == job_pk)
+            .order_by(E.component, E.node, E.source)
+        )
+    )
+    by_component: dict[str, float] = defaultdict(float)
+    by_method: dict[str, float] = defaultdict(float)
+    for p in parts:
+        by_component[p.component] += p.energy_kwh
+        by_method[p.method] += p.energy_kwh
+    reasons = []
+    state = (j.state or "").split(" ")[0]
+    if j.is_open:
+        reasons.append(f"the job is still {state or 'open'}")
+    elif state not in FINAL_STATES:
+        reasons.append(f"state {state or '?'} is not a final Slurm state")
+    if j.job_id_raw is not None and j.start_time is not None:
+        start = as_utc(j.start_time)
+        end = as_utc(j.end_time) or datetime.now(UTC)
+        open_nodes = conn.execute(
+            select(func.count()).where(
+                NE.cluster_id == j.cluster_id,
+                NE.job_id == str(j.job_id_raw),
+                NE.final.is_(False),
+                NE.job_start >= start - timedelta(minutes=10),
+                NE.job_start <= end + timedelta(minutes=10),
+            )
+        ).scalar()
+        if open_nodes:
+            reasons.append(f"{open_nodes} measured node record(s) not final yet (no epilog record)")
+    metrics_current = bool(m is not None and as_utc(m.computed_at) >= as_utc(j.updated_at))
+    idle_j = float(m.idle_gpu_energy_j or 0.0) if m is not None else 0.0
+    el = max(float(j.elapsed_s or 0.0), 0.0)
+    models = tuple(
+        r[0] for r in conn.execute(select(MM.model_name).where(MM.job_pk == job_pk).order_by(MM.id))
+    )
+    return JobReport(
+        pk=int(j.id),
+        job_id=j.job_id,
+        cluster=j.cluster,
+        user=j.user_name,
+        account=j.account,
+        partition=j.partition,
+        name=j.name,
+        state=j.state,
+        state_detail=j.state_detail,
+        is_open=bool(j.is_open),
+        submit=as_utc(j.submit_time),
+        start=as_utc(j.start_time),
+        end=as_utc(j.end_time),
+        elapsed_h=el / 3600,
+        time_limit_h=float(j.time_limit_s) / 3600 if j.time_limit_s else None,
+        cpus=int(j.alloc_cpus or 0),
+        gpus=int(j.alloc_gpus or 0),
+        gpu_type=j.gpu_type,
+        node_list=j.node_list,
+        energy_kwh=float(j.energy_j or 0.0) / J_PER_KWH,
+        measured_kwh=float(j.energy_measured_j or 0.0) / J_PER_KWH,
+        estimated_kwh=(float(j.energy_j or 0.0) - float(j.energy_measured_j or 0.0)) / J_PER_KWH,
+        by_component=dict(by_component),
+        by_method=dict(by_method),
+        parts=parts,
+        pue=float(j.pue or 1.0),
+        carbon_zone=j.carbon_zone,
+        carbon_g_per_kwh=_num(j.carbon_g_per_kwh),
+        carbon_source=j.carbon_source,
+        carbon_year=j.carbon_year,
+        carbon_flag=j.carbon_flag,
+        carbon_detail=m.carbon_detail if m is not None else None,
+        co2_kg=float(j.co2_g or 0.0) / 1000,
+        co2_embodied_kg=float(m.co2_embodied_g or 0.0) / 1000 if m is not None else None,
+        gpu_util_pct=_num(m.gpu_util_pct) if m is not None else None,
+        sampled_gpu_hours=float(m.gpu_samples_s or 0.0) / 3600 if m is not None else 0.0,
+        idle_gpu_hours=float(m.idle_gpu_s or 0.0) / 3600 if m is not None else 0.0,
+        idle_kwh=idle_j / J_PER_KWH,
+        idle_co2_kg=idle_j / J_PER_KWH * float(j.pue or 1.0) * float(j.carbon_g_per_kwh or 0.0) / 1000,
+        cpu_usage=float(j.total_cpu_s) / (int(j.alloc_cpus) * el)
+        if j.total_cpu_s is not None and j.alloc_cpus and el > 0
+        else None,
+        hw_profile=j.hw_profile,
+        final=not reasons,
+        final_reasons=tuple(reasons),
+        metrics_current=metrics_current,
+        models=models,
+    )
