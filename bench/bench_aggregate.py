@@ -24,8 +24,9 @@ Measured, whole processes (wall clock around the subprocess):
   (a') `cocaq aggregate --full --rescan-samples` (--rescan-runs times): the same, every sample read again
   (b) one incremental hour, --runs times, each for a different hour of the last days: the jobs that
       ended in that hour are put back as they were while running (state RUNNING, open, no end time,
-      their samples deleted), `cocaq aggregate` runs (not timed: the hourly run that saw them running),
-      then their samples are written again and their final sacct lines (from the kept file) are
+      their samples from that hour on deleted), `cocaq aggregate` runs (not timed: the hourly run that
+      saw them running), then their samples of the hour are written again and recorded as shipped
+      (node_shipments, as the collector does), their final sacct lines (from the kept file) are
       imported with `cocaq import sacct --file`, as the next hour's import does; then the timed
       `cocaq aggregate` (target < 2 s).
   (c) `cocaq user HEAVY --since 30d --format json` (the user with the most jobs in the window) and the
@@ -231,9 +232,11 @@ def incremental(dbname: str, cache: Path, hour: datetime) -> dict[str, float]:
             (pks,),
         )
         conn.execute("CREATE TEMP TABLE pick AS SELECT unnest(%s::bigint[]) AS id", (pks,))
+        # the collector had shipped their samples up to the start of the hour; the rest comes now
         conn.execute(
             "DELETE FROM samples s USING jobs j, pick p WHERE p.id = j.id AND s.cluster_id = j.cluster_id "
-            "AND s.job_id = j.job_id_raw::text AND s.ts >= j.start_time"
+            "AND s.job_id = j.job_id_raw::text AND s.ts >= greatest(j.start_time, %s)",
+            (hour,),
         )
         conn.commit()
     c.run_process([c.COCAQ, *cfg, "aggregate"], env)  # the previous hour's run
@@ -245,15 +248,18 @@ def incremental(dbname: str, cache: Path, hour: datetime) -> dict[str, float]:
             conn.execute(_GEN)
             n_samples = conn.execute(
                 "SELECT count(*) FROM samples s JOIN jobs j ON s.job_id = j.job_id_raw::text "
-                "AND s.cluster_id = j.cluster_id JOIN pick p ON p.id = j.id"
+                "AND s.cluster_id = j.cluster_id JOIN pick p ON p.id = j.id WHERE s.ts >= %s",
+                (hour,),
             ).fetchone()[0]  # type: ignore[index]
-            # ... and recorded, per batch, which jobs the samples belong to (collector/ship.py does)
+            # ... and recorded, per batch, which jobs the samples belong to and from when (as
+            # collector/ship.py does)
             conn.execute(
                 "INSERT INTO node_shipments (cluster_id, node, batch, rows, job_ids) "
                 "SELECT j.cluster_id, 'bench', 'hour-' || %s || '-' || j.cluster_id, %s, "
-                "string_agg(j.job_id_raw::text, ' ') FROM jobs j JOIN pick p ON p.id = j.id "
-                "GROUP BY j.cluster_id",
-                (hour.isoformat(), n_samples),
+                "string_agg(j.job_id_raw::text || '@' || "
+                "floor(extract(epoch FROM greatest(j.start_time, %s)))::bigint, ' ') "
+                "FROM jobs j JOIN pick p ON p.id = j.id GROUP BY j.cluster_id",
+                (hour.isoformat(), n_samples, hour),
             )
             conn.commit()
         imp = c.run_process([c.COCAQ, *cfg, "import", "sacct", "--file", str(f)], env)

@@ -114,7 +114,7 @@ def _changed_jobs(
     since: datetime | None,
     full: bool,
     watermark: datetime | None,
-    sampled: dict[int, set[str]],
+    sampled: Scope,
 ) -> tuple[list[int], set[int]]:
     """The jobs to derive, and among them those whose days must be rebuilt whatever comes out.
 
@@ -134,9 +134,19 @@ def _changed_jobs(
         # Whatever changed since the last completed run started (new jobs too: inserts set updated_at),
         # and the running jobs, whose hours grow. Both by index: no scan of every job.
         q = q.where(or_(J.updated_at >= watermark - MARGIN, J.is_open))
-    rows = conn.execute(q).all()
-    pks = {r[0] for r in rows}
-    must = {r[0] for r in rows if not (r[1] and watermark is not None and since is None and not full)}
+    if conn.dialect.name == "postgresql":  # a million ids: straight from the driver, no Row objects
+        compiled = q.compile(dialect=conn.dialect)
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        with raw.cursor() as cur:
+            rows = cur.execute(str(compiled), compiled.params).fetchall()
+    else:
+        rows = conn.execute(q).all()
+    if full or since is not None or watermark is None:
+        pks = must = {r[0] for r in rows}
+    else:
+        pks = {r[0] for r in rows}
+        must = {r[0] for r in rows if not r[1]}
     if not full and since is None:
         marked = _jobs_by_raw_id(conn, sampled)  # finished jobs with new samples
         pks |= marked
@@ -144,7 +154,7 @@ def _changed_jobs(
     return sorted(pks), must
 
 
-def _jobs_by_raw_id(conn: Connection, ids: dict[int, set[str]]) -> set[int]:
+def _jobs_by_raw_id(conn: Connection, ids: Scope) -> set[int]:
     out: set[int] = set()
     for cid, raw in ids.items():
         nums = sorted(int(x) for x in raw if x.isdigit() and len(x) < 19)
@@ -180,7 +190,11 @@ def _gpu_params_key(cfg: Config) -> str:
 
 
 def _gpu_hours_select(
-    conn: Connection, cfg: Config, cluster_id: int | None, raw_ids: Sequence[str] | None
+    conn: Connection,
+    cfg: Config,
+    cluster_id: int | None,
+    raw_ids: Sequence[str] | None,
+    since: datetime | None = None,
 ) -> Any:
     """Per cluster, raw job id and hour: what the job's GPU samples say (a job_gpu_hours row).
 
@@ -194,6 +208,8 @@ def _gpu_hours_select(
         where.append(S.cluster_id == cluster_id)
     if raw_ids is not None:
         where.append(S.job_id.in_(list(raw_ids)))
+    if since is not None:  # on an hour's start: the hours from there on come out whole
+        where.append(S.ts >= since)
     p = (
         select(
             S.cluster_id,
@@ -238,21 +254,35 @@ def cast_bigint(x: Any) -> Any:
 _GH_COLS = ("cluster_id", "job_id", "hour", "energy_j", "util_energy", "seconds", "idle_s", "idle_j")
 
 
-def _refresh_gpu_hours(conn: Connection, cfg: Config, scope: dict[int, set[str]] | None) -> int:
-    """Derive job_gpu_hours again from the samples: of every job (scope None) or of these raw ids."""
+Scope = dict[int, dict[str, float | None]]  # cluster -> raw job id -> from when (epoch s; None: all)
+
+
+def _refresh_gpu_hours(conn: Connection, cfg: Config, scope: Scope | None) -> int:
+    """Derive job_gpu_hours again from the samples: of every job (scope None), or of these jobs from the
+    hour before their first new sample on (that hour's last sample now has a successor; earlier hours
+    cannot change, and a week-long job's older samples are not read again every hour)."""
     _big_work_mem(conn)
     if scope is None:
         conn.execute(delete(GH))
         ins = insert(GH).from_select(list(_GH_COLS), _gpu_hours_select(conn, cfg, None, None))
         return int(conn.execute(ins.execution_options(preserve_rowcount=True)).rowcount or 0)
     n = 0
-    for cid, raw in scope.items():
-        ids = sorted(raw)
-        for i in range(0, len(ids), 5000):
-            chunk = ids[i : i + 5000]
-            conn.execute(delete(GH).where(GH.c.cluster_id == cid, GH.c.job_id.in_(chunk)))
-            ins = insert(GH).from_select(list(_GH_COLS), _gpu_hours_select(conn, cfg, cid, chunk))
-            n += int(conn.execute(ins.execution_options(preserve_rowcount=True)).rowcount or 0)
+    for cid, jobs in scope.items():
+        by_hour: dict[int | None, list[str]] = defaultdict(list)
+        for jid, t in jobs.items():
+            by_hour[None if t is None else int(t // 3600) - 1].append(jid)
+        for h0, ids_ in by_hour.items():
+            ids = sorted(ids_)
+            for i in range(0, len(ids), 5000):
+                chunk = ids[i : i + 5000]
+                gone = delete(GH).where(GH.c.cluster_id == cid, GH.c.job_id.in_(chunk))
+                if h0 is not None:
+                    gone = gone.where(GH.c.hour >= h0)
+                conn.execute(gone)
+                since = None if h0 is None else datetime.fromtimestamp(h0 * 3600.0, UTC)
+                sel = _gpu_hours_select(conn, cfg, cid, chunk, since)
+                ins = insert(GH).from_select(list(_GH_COLS), sel)
+                n += int(conn.execute(ins.execution_options(preserve_rowcount=True)).rowcount or 0)
     return n
 
 
@@ -277,22 +307,23 @@ def _read_gpu_hours(
     return out
 
 
-def _new_samples(conn: Connection, after: datetime | None) -> dict[int, set[str]]:
-    """Raw job ids per cluster that sample batches shipped since `after` name."""
-    out: dict[int, set[str]] = defaultdict(set)
+def _new_samples(conn: Connection, after: datetime | None) -> Scope:
+    """The jobs (per cluster, raw id) that sample batches shipped since `after` have samples of, each with
+    its earliest new sample's time (None where a batch did not say: the whole job)."""
+    out: Scope = defaultdict(dict)
     if after is None:
         return out
     q = select(NS.cluster_id, NS.job_ids).where(NS.shipped_at >= after - MARGIN, NS.job_ids.is_not(None))
     for cid, ids in conn.execute(q):
-        out[cid].update(ids.split())
-    return out
-
-
-def _open_gpu_jobs(conn: Connection) -> dict[int, set[str]]:
-    out: dict[int, set[str]] = defaultdict(set)
-    q = select(J.cluster_id, J.job_id_raw).where(J.is_open, J.alloc_gpus > 0, J.job_id_raw.is_not(None))
-    for cid, raw in conn.execute(q):
-        out[cid].add(str(raw))
+        jobs = out[cid]
+        for token in ids.split():
+            jid, _, t = token.partition("@")
+            ts = float(t) if t.isdigit() else None
+            if jid not in jobs:
+                jobs[jid] = ts
+            else:
+                prev = jobs[jid]
+                jobs[jid] = None if prev is None or ts is None else min(prev, ts)
     return out
 
 
@@ -823,9 +854,9 @@ def run_aggregate(
     """Derive job metrics and rebuild the days they touch; returns what it did.
 
     GPU use by hour (job_gpu_hours) is derived from the samples again only for jobs with newly shipped
-    samples and running jobs, unless the parameters it depends on changed or `rescan_samples` asks for
-    every job's: the samples of a finished job do not change, and re-reading a year of them is most of a
-    full recompute.
+    samples, from the hour before the first new one, unless the parameters it depends on changed or
+    `rescan_samples` asks for every job's: samples once shipped do not change, and re-reading a year of
+    them is most of a full recompute.
     """
     t_start = time.monotonic()
     res = AggregateSummary()
@@ -836,17 +867,14 @@ def run_aggregate(
         state = {r.name: r for r in conn.execute(select(st.c.name, st.c.watermark, st.c.params))}
         wm = as_utc(state[WATERMARK].watermark) if WATERMARK in state else None
         gh = state.get(GPU_HOURS)
-        sampled: dict[int, set[str]] = {}
+        sampled: Scope = {}
         if rescan_samples or gh is None or gh.params != key:
             res.gpu_hours_rows = _refresh_gpu_hours(conn, cfg, None)
             res.gpu_hours_jobs = -1  # every job's
         else:
             sampled = _new_samples(conn, as_utc(gh.watermark))
-            scope = _open_gpu_jobs(conn)
-            for cid, ids in sampled.items():
-                scope[cid] = scope.get(cid, set()) | ids
-            res.gpu_hours_rows = _refresh_gpu_hours(conn, cfg, scope)
-            res.gpu_hours_jobs = sum(len(v) for v in scope.values())
+            res.gpu_hours_rows = _refresh_gpu_hours(conn, cfg, sampled)
+            res.gpu_hours_jobs = sum(len(v) for v in sampled.values())
         _set_state(conn, GPU_HOURS, db_now, key)
         t = res.lap("gpu hours from samples", t_start)
         pks, must = _changed_jobs(conn, since, full, wm, sampled)

@@ -202,9 +202,14 @@ class PgTarget:
 
 
 def _job_ids(rows: Sequence[SampleRow]) -> str | None:
-    """The raw job ids a batch has samples of, space-separated: the aggregator derives their GPU use again."""
-    ids = sorted({r[5] for r in rows if r[5]})
-    return " ".join(ids) if ids else None
+    """The raw job ids a batch has samples of, each with its earliest sample's time (`123@1763650000`,
+    space-separated): the aggregator derives those jobs' GPU use again from that hour on."""
+    first: dict[str, float] = {}
+    for r in rows:
+        job, ts = r[5], r[1]
+        if job and (job not in first or ts < first[job]):
+            first[job] = ts
+    return " ".join(f"{j}@{int(t)}" for j, t in sorted(first.items())) or None
 
 
 def _sqlite_ts(ts: float) -> str:

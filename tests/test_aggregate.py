@@ -478,3 +478,34 @@ def test_many_jobs_derived_in_worker_processes_give_the_same(
     res = run_aggregate(engine, cfg, full=True)
     assert calls == [2] and res.jobs == 60 and res.co2_changed == 60
     assert _metrics(engine) == serial_metrics and _rollups(engine) == serial_rollups
+
+
+def test_new_samples_of_a_running_job_redo_only_the_hours_from_the_one_before(
+    engine: Engine, tmp_path: Path, no_margin: None
+) -> None:
+    """Shipped hour by hour, a long job's older hours are not read again; the result is a full rescan's."""
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    _scenario(engine, cfg)  # job 10: 22:00 for 5 h
+    _series(engine, "FR", DAY0, [float(30 + i % 7) for i in range(24 * 4)])
+    start = DAY0 + timedelta(hours=22)
+    run_aggregate(engine, cfg)
+    _ship(engine, "b1", 10, start, [(200.0, 70.0)] * 720)  # 22:00-24:00
+    run_aggregate(engine, cfg)
+    h22 = int(start.timestamp() // 3600)
+    with engine.begin() as c:  # mark the first hour: a run that reads it again would overwrite this
+        c.execute(
+            text("UPDATE job_gpu_hours SET energy_j = 1.0 WHERE job_id = '10' AND hour = :h"), {"h": h22}
+        )
+    _ship(engine, "b2", 10, start + timedelta(hours=2), [(100.0, 10.0)] * 720)  # 00:00-02:00
+    res = run_aggregate(engine, cfg)
+    assert res.gpu_hours_jobs == 1
+    with engine.connect() as c:
+        rows = dict(c.execute(text("SELECT hour, energy_j FROM job_gpu_hours WHERE job_id = '10'")).all())
+    assert rows[h22] == 1.0  # not read again
+    assert rows[h22 + 1] == pytest.approx(200.0 * 3600)  # the hour before the new samples: redone
+    assert rows[h22 + 2] == pytest.approx(100.0 * 3600) and rows[h22 + 3] == pytest.approx(100.0 * 3600)
+    run_aggregate(engine, cfg, full=True, rescan_samples=True)
+    with engine.connect() as c:
+        again = dict(c.execute(text("SELECT hour, energy_j FROM job_gpu_hours WHERE job_id = '10'")).all())
+    assert again == {**rows, h22: pytest.approx(200.0 * 3600)}
