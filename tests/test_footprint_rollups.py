@@ -145,6 +145,13 @@ def _check_all(url: str) -> dict[str, int]:
     return used
 
 
+@pytest.fixture(autouse=True, params=["psycopg2", "psycopg"])
+def pg_driver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The login-node path reads PostgreSQL through psycopg2 where installed, else psycopg 3: both."""
+    monkeypatch.setenv("COCAQ_TEST_PG_DRIVER", request.param)
+    return str(request.param)
+
+
 def test_rollups_plus_edges_equal_the_jobs_alone(engine: Engine, tmp_path: Path) -> None:
     url = _scenario(engine, tmp_path)
     used = _check_all(url)
