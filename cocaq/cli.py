@@ -531,11 +531,14 @@ def demo(obj: Ctx, out_dir: str, seed: int, days: int) -> None:
 # (one line each: cli.add_command(...))
 from cocaq.cli_carbon import carbon  # noqa: E402  (after cli: it imports the helpers above)
 from cocaq.cli_mail import mail  # noqa: E402
+from cocaq.cli_report import report  # noqa: E402
 from cocaq.cli_scheduler import scheduler  # noqa: E402
 
 cli.add_command(carbon)
 cli.add_command(scheduler)
 cli.add_command(mail)
+cli.add_command(report)
+import cocaq.cli_report_send  # noqa: E402, F401  (adds `report send` to the report group)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -161,6 +161,21 @@ class Mail:
 
 
 @dataclass(frozen=True)
+class Reports:
+    """What the rendered reports say about the site, where admins' templates are, and who gets the lab and
+    admin reports (users' own addresses come from [mail])."""
+
+    template_dir: str | None = None  # files here override reports/templates/ files of the same name
+    site_name: str | None = None  # in subjects and headers; None: the cluster's name
+    contact: str | None = None  # who to ask (an address or a few words), in every report's footer
+    lab_heads: dict[str, tuple[str, ...]] = field(default_factory=dict)  # Slurm account -> addresses
+    admins: tuple[str, ...] = ()  # addresses of the admin report
+    before_after_days: int = 30  # window on each side of a user's first report (admin report)
+    archive_dir: str | None = None  # where the batch keeps the admins' interactive HTML, one file a month
+    job_digest_minutes: int = 30  # job e-mails: a user's ended jobs wait this long to go as one digest
+
+
+@dataclass(frozen=True)
 class Config:
     database_url: str = field(default_factory=default_database_url)
     spool_dir: str = "/var/spool/cocaq"
@@ -170,6 +185,7 @@ class Config:
     embodied: Embodied = field(default_factory=Embodied)
     aggregate: Aggregate = field(default_factory=Aggregate)
     mail: Mail = field(default_factory=Mail)
+    reports: Reports = field(default_factory=Reports)
     pue_monthly: dict[str, float] = field(default_factory=dict)  # "2026-01" -> PUE; [cluster.pue_monthly]
     estimate: Estimate = field(default_factory=Estimate)
     default_hardware: Hardware = field(default_factory=Hardware)
@@ -440,6 +456,69 @@ def _mail(t: Any) -> Mail:
     return m
 
 
+def _addresses(key: str, value: Any) -> tuple[str, ...]:
+    """A list of e-mail addresses (from the environment: comma-separated)."""
+    from cocaq.reports.addresses import looks_like_address, normalise_address
+
+    if isinstance(value, str):
+        value = [a.strip() for a in value.split(",") if a.strip()]
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise ConfigError(
+            f'config: {key}: expected a list of addresses like ["hpc@example.org"], got {value!r}'
+        )
+    for a in value:
+        if not looks_like_address(a.strip()):
+            raise ConfigError(f"config: {key}: {a!r} is not an e-mail address")
+    return tuple(dict.fromkeys(normalise_address(a) for a in value))
+
+
+def _reports(t: Any) -> Reports:
+    if not isinstance(t, dict):
+        raise ConfigError(f"config: reports: expected a table, got {t!r}")
+    _check_keys("reports", t, {f.name for f in fields(Reports)})
+    v: dict[str, Any] = {}
+    for key in ("site_name", "contact"):
+        if key in t:
+            v[key] = _opt_str(f"reports.{key}", t[key])
+    for key in ("template_dir", "archive_dir"):
+        if key in t:
+            d = _opt_str(f"reports.{key}", t[key])
+            if d is not None:
+                d = os.path.expanduser(d)
+                if not os.path.isdir(d):
+                    what = "not a directory" if os.path.exists(d) else "no such directory"
+                    raise ConfigError(f"config: reports.{key}: {d}: {what}")
+            v[key] = d
+    if "admins" in t:
+        v["admins"] = _addresses("reports.admins", t["admins"])
+    if "lab_heads" in t:
+        heads = t["lab_heads"]
+        if not isinstance(heads, dict):
+            raise ConfigError(
+                'config: reports.lab_heads: expected a table like { lab_nlp = ["head@example.org"] } '
+                f"(set it in the config file), got {heads!r}"
+            )
+        v["lab_heads"] = {
+            str(acct): _addresses(f"reports.lab_heads.{acct}", [a] if isinstance(a, str) else a)
+            for acct, a in heads.items()
+        }
+    if "before_after_days" in t:
+        n = _num("reports.before_after_days", t["before_after_days"], 1.0, 366.0)
+        if n != int(n):
+            raise ConfigError(
+                f"config: reports.before_after_days: expected whole days, got {t['before_after_days']!r}"
+            )
+        v["before_after_days"] = int(n)
+    if "job_digest_minutes" in t:
+        n = _num("reports.job_digest_minutes", t["job_digest_minutes"], 0.0, 1440.0)
+        if n != int(n):
+            raise ConfigError(
+                f"config: reports.job_digest_minutes: expected whole minutes, got {t['job_digest_minutes']!r}"
+            )
+        v["job_digest_minutes"] = int(n)
+    return replace(Reports(), **v)
+
+
 def _from_dict(data: dict[str, Any], source: str) -> Config:
     _check_keys(
         "",
@@ -457,6 +536,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
             "embodied",
             "aggregate",
             "mail",
+            "reports",
         },
     )
     cfg = Config(source=source)
@@ -543,6 +623,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
         pue_monthly=pue_monthly,
         collector=_collector(data.get("collector", {})),
         mail=_mail(data.get("mail", {})),
+        reports=_reports(data.get("reports", {})),
         cluster=cluster,
         estimate=estimate,
         default_hardware=default_hw,
@@ -553,9 +634,8 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
 
 def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
     """Fold COCAQ_* variables into the raw TOML dict, so one validator checks both."""
-    known_sections = {
-        *("cluster", "estimate", "defaults", "collector", "carbon", "embodied", "aggregate", "mail")
-    }
+    known_sections = {"cluster", "estimate", "defaults", "collector", "carbon", "embodied", "aggregate"}
+    known_sections |= {"mail", "reports"}
     # The variable that holds the SMTP password is not a setting, whatever its name.
     mail = data.get("mail")
     secret_vars = {

@@ -60,6 +60,23 @@ cpu_model = "AMD EPYC 9654 (96 cores, 360 W)"
 cpu_tdp_w_per_core = 3.75
 gpu_tdp_w = 0
 mem_gb = 768
+
+[collector]
+interval_s = 300         # the demo's GPU samples (A100 nodes) are 5 minutes apart; a real collector: 10 s
+
+[embodied]               # manufacturing (scope 3), reported apart from operational CO2
+g_per_gpu_hour = 25
+g_per_node_hour = 10
+
+[mail]
+transport = "outbox"
+address_template = "{user}@example.org"
+
+[reports]
+site_name = "Demo cluster"
+contact = "hpc-support@example.org"
+admins = ["hpc-admins@example.org"]
+lab_heads = { lab_nlp = ["nlp-head@example.org"], lab_vision = ["vision-head@example.org"] }
 """
 
 # partition -> (node prefix, nodes, GPUs per node, cores per node)
@@ -107,6 +124,8 @@ class _Job:
     energy_j: float | None
     limit_min: int
     running: bool = False
+    kind: str = ""  # what the user was doing (the GPU samples follow it)
+    gpu_load: float = 0.0  # share of the GPUs' TDP they drew
 
 
 def _ts(t: datetime) -> str:
@@ -157,6 +176,8 @@ class _Generator:
             part = r.choice(["gpu_a100", "gpu_v100", "gpu_v100"])
             gpus_per, nnodes = r.choice([1, 2, 4, 4] if part == "gpu_v100" else [1, 2, 4, 8]), 1
             hours, limit_h, gpu_w, cpu_use = r.lognormvariate(math.log(5), 0.8), 24, 0.78, 0.5
+            if user == "frank":  # a data loader too slow for the GPUs: CPUs saturated, GPUs waiting
+                gpu_w, cpu_use = 0.32, 0.97
             outcome = self._outcome(0.08, 0.06, 0.05, 0.02)
             name = r.choice(["resnet50", "vit-b16", "unet-seg", "detr", "bert-base", "gnn-train"])
         elif kind == "debug":
@@ -237,6 +258,8 @@ class _Generator:
                     energy_j=energy,
                     limit_min=limit_h * 60,
                     running=running,
+                    kind=kind,
+                    gpu_load=gpu_w,
                 )
             )
 
@@ -396,6 +419,12 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
             engine, iter_parsable(fh, tz=UTC, default_cluster=DEMO_CLUSTER, stats=stats), cfg, source="demo"
         )
 
+    n_samples = _write_samples(engine, jobs, seed, cfg.collector.interval_s)
+    from cocaq.aggregate import run_aggregate
+
+    run_aggregate(engine, cfg, full=True, rescan_samples=True)
+    reports = _write_reports(engine, cfg, out / "reports", end, days)
+
     w = Window(end - timedelta(days=days), end)
     with connect(url) as db:
         total = cluster_totals(db, w, cluster=DEMO_CLUSTER)
@@ -467,7 +496,17 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
             f"Heaviest user: {heavy.key}, {heavy.totals.energy_kwh:,.0f} kWh, "
             f"{heavy.totals.co2_kg:,.0f} kg CO2e"
         )
-    console.print(f"Wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out}/")
+    console.print(
+        f"GPU samples of the A100 nodes: {n_samples:,} (5 min apart); `cocaq aggregate` derived the daily "
+        "rollups, utilisation and idle GPUs the reports read"
+    )
+    console.print(f"Wrote {', '.join(sorted(p.name for p in out.iterdir() if p.is_file()))} to {out}/")
+    console.print(
+        f"Reports of {reports['month']} in {out / 'reports'}/: the admins' interactive page "
+        f"{reports['admin_page']}, and e-mails (.html to open in a browser, .eml as sent) for the admins, "
+        f"{len(reports['users'])} users ({', '.join(reports['users'])}), labs {', '.join(reports['labs'])} "
+        f"and job {reports['job']}"
+    )
     first_job = next((j.job_id for j in jobs if j.gpus and j.state == "COMPLETED"), jobs[0].job_id)
     prog = _prog_name()
     console.print("\nTry next:")
@@ -477,6 +516,146 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
         "cocaq lab lab_nlp --since 30d",
         f"cocaq job {first_job}",
         f"cocaq --config {cfg_path} import sacct --file {dump}   # again: nothing is duplicated",
+        f"cocaq --config {cfg_path} report user {reports['users'][0]} --month {reports['month']} "
+        f"--out {out / 'reports'}",
     ):
         console.print(f"  {prog}{cmd[len('cocaq') :]}", soft_wrap=True)
     console.print(f"[dim]({time.monotonic() - t0:.1f} s)[/]")
+
+
+# GPU behaviour per kind of job, for the samples: (share of the time busy, utilisation when busy).
+_GPU_USE = {
+    "llm": (0.97, (48.0, 66.0)),  # communication-bound: partly busy, near full power (a power cap helps)
+    "train": (0.97, (82.0, 97.0)),
+    "debug": (0.6, (25.0, 70.0)),
+    "notebook": (0.1, (30.0, 85.0)),  # held for hours, used now and then
+}
+
+
+def _write_samples(engine: Any, jobs: list[_Job], seed: int, step_s: float) -> int:
+    """NVML samples (power, utilisation) of the GPU jobs on the A100 nodes, as the collector ships them:
+    one per GPU every `step_s`, each job's GPUs named by their index on the node.
+
+    What they show: notebooks that hold GPUs idle, training that keeps them busy, some training with one
+    GPU doing nothing (the `fewer-gpus` suggestion), a data-starved user (frank) and communication-bound
+    LLM jobs drawing most of their power at moderate utilisation (`power-cap`).
+    """
+    from sqlalchemy import insert
+
+    from cocaq.models import Cluster, Sample
+
+    rng = random.Random(seed + 1)
+    step = max(int(step_s), 1)
+    with engine.begin() as conn:
+        cid = conn.execute(select(Cluster.id).where(Cluster.name == DEMO_CLUSTER)).scalar_one()
+        conn.execute(delete(Sample).where(Sample.cluster_id == cid))
+        rows: list[dict[str, Any]] = []
+        n = 0
+        for j in jobs:
+            if not j.gpus or j.partition not in ("gpu_a100", "interactive") or j.elapsed < step:
+                continue
+            busy_share, (lo, hi) = _GPU_USE.get(j.kind, (0.8, (40.0, 90.0)))
+            if j.user == "frank" and j.kind == "train":
+                busy_share, (lo, hi) = 0.95, (22.0, 36.0)
+            per_node = max(j.gpus // len(j.nodes), 1)
+            # a fifth of the multi-GPU training jobs left GPUs after the first unused (single-GPU code)
+            one_gpu = j.kind == "train" and per_node > 1 and j.user != "frank" and rng.random() < 0.2
+            offset = j.raw_id % step  # jobs' samples interleave rather than collide on a shared node
+            for node in j.nodes:
+                for k in range(per_node):
+                    dev = f"GPU-{k}"
+                    for i in range(int(j.elapsed // step)):
+                        ts = j.start + timedelta(seconds=offset + i * step)
+                        if (one_gpu and k > 0) or rng.random() > busy_share:
+                            util = rng.uniform(0.0, 2.0)
+                            power = rng.uniform(52.0, 66.0)
+                        else:
+                            util = rng.uniform(lo, hi)
+                            power = 60.0 + (400.0 * max(j.gpu_load, 0.3) - 60.0) * rng.uniform(0.9, 1.1)
+                        base = {"ts": ts, "cluster_id": cid, "node": node, "source": "nvml", "device": dev,
+                                "job_id": str(j.raw_id)}  # fmt: skip
+                        rows.append({**base, "metric": "power_w", "value": round(power, 1)})
+                        rows.append({**base, "metric": "util_pct", "value": round(util, 1)})
+            if len(rows) >= 20_000:
+                conn.execute(insert(Sample).prefix_with("OR IGNORE"), rows)
+                n += len(rows)
+                rows = []
+        if rows:
+            conn.execute(insert(Sample).prefix_with("OR IGNORE"), rows)
+            n += len(rows)
+    return n
+
+
+def _write_reports(engine: Any, cfg: Any, out: Path, end: datetime, days: int) -> dict[str, Any]:
+    """The month's reports as a site gets them: the admins' interactive page and e-mail, and e-mails of a
+    few users (the heaviest, the idlest, the one with most to gain) and labs, and of one job.
+
+    The month is the UTC month holding most of the demo's days. Every user is taken to have had a first
+    report nine and a half days before the month's data ends, so the admin report shows its before/after
+    section (the demo's users do not change their habits: expect no effect).
+    """
+    from cocaq.cli_report import file_stem, user_address, write_email
+    from cocaq.reports.data import Month, admin_month, job_footprint, lab_month, users_month
+    from cocaq.reports.render import (
+        render_admin_email,
+        render_admin_html,
+        render_jobs,
+        render_lab_month,
+        render_user_month,
+    )
+    from cocaq.reports.suggest import suggest_for_user
+
+    month = Month.of(end - timedelta(days=days / 2))
+    limit = min(month.end, end)
+    if out.exists():
+        for old in out.iterdir():
+            if old.is_file() and old.suffix in (".html", ".eml"):
+                old.unlink()
+    with engine.connect() as conn:
+        months = users_month(conn, cfg, month.start, cluster=DEMO_CLUSTER)
+        first = {u: limit - timedelta(days=9.5) for u, um in months.items() if um.totals.gpu_hours > 0}
+        adm = admin_month(conn, cfg, month.start, DEMO_CLUSTER, first_report=first, window_days=7)
+        labs = {
+            a: lab_month(conn, cfg, a, month.start, cluster=DEMO_CLUSTER) for a in ("lab_nlp", "lab_vision")
+        }
+        busy = [um for um in months.values() if um.totals.energy_kwh > 0]
+        suggestions = {um.user: suggest_for_user(um) for um in busy}
+        picks: list[str] = []
+        for key in (
+            lambda um: um.totals.energy_kwh,
+            lambda um: um.totals.idle_gpu_kwh,
+            lambda um: (len(suggestions[um.user]), sum(s.saving_kwh or 0 for s in suggestions[um.user])),
+        ):
+            for um in sorted(busy, key=key, reverse=True):
+                if um.user not in picks:
+                    picks.append(um.user)
+                    break
+        top = next((j for u in picks for j in months[u].top_jobs if j.gpus), None)
+        job = job_footprint(conn, cfg, top.pk) if top is not None else None
+    label = month.label
+    out.mkdir(parents=True, exist_ok=True)
+    page = out / f"admin-{label}.html"
+    page.write_text(render_admin_html(adm, cfg), encoding="utf-8")
+    write_email(out, f"admin-{label}-email", render_admin_email(adm, cfg), cfg, cfg.reports.admins[0])
+    for u in picks:
+        r = render_user_month(months[u], suggestions[u], cfg)
+        write_email(out, file_stem("user", u, label), r, cfg, user_address(engine, cfg, u))
+    for a, lm in labs.items():
+        write_email(
+            out, file_stem("lab", a, label), render_lab_month(lm, cfg), cfg, cfg.reports.lab_heads[a][0]
+        )
+    if job is not None:
+        write_email(
+            out,
+            file_stem("job", job.job_id),
+            render_jobs([job], cfg),
+            cfg,
+            user_address(engine, cfg, job.user),
+        )
+    return {
+        "month": label,
+        "admin_page": page.name,
+        "users": picks,
+        "labs": list(labs),
+        "job": job.job_id if job is not None else "none",
+    }

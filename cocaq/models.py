@@ -406,17 +406,40 @@ class SentReport(Base):
     """Each report or e-mail sent, so none is sent twice and failures are visible."""
 
     __tablename__ = "sent_reports"
-    __table_args__ = (UniqueConstraint("kind", "recipient", "period_start"),)
+    __table_args__ = (
+        UniqueConstraint("kind", "recipient", "period_start"),
+        Index("ix_sent_reports_user_kind", "user_name", "kind"),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     kind: Mapped[str] = mapped_column(String(32))  # user-monthly, job, lab-monthly, admin
-    recipient: Mapped[str] = mapped_column(String(320))
+    recipient: Mapped[str] = mapped_column(String(320))  # the address
+    # The Slurm user a user-addressed report was for (None for labs and admins): addresses change.
+    user_name: Mapped[str | None] = mapped_column(String(64))
     period_start: Mapped[datetime]
     period_end: Mapped[datetime]
     sent_at: Mapped[datetime | None]
     status: Mapped[str] = mapped_column(String(16))  # sent, failed, skipped
     message_id: Mapped[str | None] = mapped_column(String(256))
     error: Mapped[str | None] = mapped_column(Text)
+
+
+class JobNotice(Base):
+    """A job that a job e-mail tells of: bound once, to one digest, before that digest is sent.
+
+    `digest_at` is the digest's key, its `sent_reports.period_start` (kind "job"); the digest was sent
+    when that ledger row (with this `user_name`) is `sent`. The primary key makes a job belong to one
+    digest only, whichever runs race (reports/jobmail.py).
+    """
+
+    __tablename__ = "job_notices"
+    __table_args__ = (Index("ix_job_notices_digest", "digest_at", "user_name"),)
+
+    job_pk: Mapped[int] = mapped_column(
+        BigId, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    user_name: Mapped[str] = mapped_column(String(64))
+    digest_at: Mapped[datetime]
 
 
 class SchedulerRun(Base):

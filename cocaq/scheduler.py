@@ -7,8 +7,10 @@ table `apscheduler_jobs`, which it creates), so their next run times survive res
                      last 2 days or since the last successful reconcile, whichever is longer
     aggregate        hourly: per-job metrics and daily rollups of what changed (cocaq.aggregate)
     catchup          daily at 03:10: late data, a week back (reconcile, then aggregate)
-    reports-monthly  on the 1st at 06:00: last month's reports (cocaq.reports.trigger)
-    reports-weekly   Mondays at 06:00: last week's reports
+    reports-monthly  on the 1st at 06:00: last month's user, lab and admin e-mails (cocaq.reports.trigger)
+    reports-weekly   Mondays at 06:00: no weekly report; in a month's first two weeks, last month's batch
+                     again (sends only what did not go)
+    reports-jobs     every 5 minutes: job e-mails of jobs whose energy became final (digests per user)
 
 Times are in the cluster's timezone (config `cluster.timezone`, else this machine's).
 
@@ -54,6 +56,7 @@ JOBSTORE_TABLE = "apscheduler_jobs"
 RECONCILE_WINDOW = timedelta(days=2)
 CATCHUP_WINDOW = timedelta(days=7)
 DEFAULT_RECONCILE_EVERY = timedelta(minutes=5)
+JOB_MAIL_EVERY = timedelta(minutes=5)
 # The advisory lock's key (a bigint; advisory locks are per database): "cocaqsch" in ASCII.
 LOCK_KEY = int.from_bytes(b"cocaqsch", "big")
 HOST = socket.gethostname()
@@ -261,7 +264,12 @@ def _reports(engine: Engine, cfg: Config, kind: str, period_start: datetime, wha
     if trigger is None:
         return "skipped", f"reports: not available in this version; {what} not sent"
     result = trigger(kind, period_start, engine, cfg)
-    return "ok", f"reports: {what}: " + (_describe(result) if result is not None else "triggered")
+    # The result's own status where it has one: "skipped" when there was nothing to do, "error" when the
+    # mail server stopped the batch.
+    status = getattr(result, "status", "ok")
+    if status not in ("ok", "skipped", "error"):
+        status = "ok"
+    return status, f"reports: {what}: " + (_describe(result) if result is not None else "triggered")
 
 
 # --- the job functions (module-level: the job store refers to them by name) ---------------------------
@@ -318,12 +326,20 @@ def job_reports_weekly(config_path: str | None = None, via: str = "scheduler") -
     return _recorded("reports-weekly", config_path, via, work)
 
 
+def job_reports_jobs(config_path: str | None = None, via: str = "scheduler") -> RunResult:
+    def work(engine: Engine, cfg: Config, now: datetime) -> tuple[str, str]:
+        return _reports(engine, cfg, "jobs", now, "ended jobs")
+
+    return _recorded("reports-jobs", config_path, via, work)
+
+
 JOB_FUNCS: dict[str, Callable[..., RunResult]] = {
     "reconcile": job_reconcile,
     "aggregate": job_aggregate,
     "catchup": job_catchup,
     "reports-monthly": job_reports_monthly,
     "reports-weekly": job_reports_weekly,
+    "reports-jobs": job_reports_jobs,
 }
 JOB_IDS = tuple(JOB_FUNCS)
 _TAKES_SACCT = {"reconcile", "catchup"}
@@ -370,6 +386,12 @@ def job_specs(opts: Options, tz: tzinfo) -> list[JobSpec]:
         JobSpec("reports-monthly", CronTrigger(day=1, hour=6, minute=0, timezone=tz), 31 * day, base),
         JobSpec(
             "reports-weekly", CronTrigger(day_of_week="mon", hour=6, minute=0, timezone=tz), 7 * day, base
+        ),
+        JobSpec(
+            "reports-jobs",
+            IntervalTrigger(seconds=JOB_MAIL_EVERY.total_seconds(), timezone=tz),
+            int(2 * JOB_MAIL_EVERY.total_seconds()),
+            base,
         ),
     ]
 

@@ -265,7 +265,7 @@ class _Batch:
             self._failed(addr, f"cannot build the message: {exc}")
             return
         row_id = self.ledger.claim(
-            item.kind, addr, item.period_start, item.period_end, message_id, self.clock(), entry
+            item.kind, addr, item.period_start, item.period_end, message_id, self.clock(), entry, item.user
         )
         if row_id is None:
             s.already_sent += 1

@@ -18,9 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Connection, Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from cocaq.dbtypes import as_utc
 from cocaq.models import SentReport
 
 SENDING, SENT, FAILED = "sending", "sent", "failed"
@@ -61,13 +62,21 @@ class Ledger:
         message_id: str,
         now: datetime,
         seen: Entry | None,
+        user_name: str | None = None,
     ) -> int | None:
         """Mark the report `sending` with this Message-ID, if the row is still as `seen`; its id, or None.
 
-        None means another run got there first (inserted the row, or moved it on).
+        None means another run got there first (inserted the row, or moved it on). `user_name`: the
+        Slurm user a user-addressed report is for (kept: the address alone cannot say it).
         """
         t = SentReport
-        values = {"status": SENDING, "message_id": message_id, "sent_at": now, "error": None}
+        values = {
+            "status": SENDING,
+            "message_id": message_id,
+            "sent_at": now,
+            "error": None,
+            "user_name": user_name,
+        }
         try:
             with self.engine.begin() as conn:
                 if seen is None:
@@ -109,3 +118,15 @@ class Ledger:
             q = q.where(t.kind == kind)
         with self.engine.connect() as conn:
             return [tuple(r) for r in conn.execute(q.order_by(t.sent_at))]  # type: ignore[misc]
+
+
+def first_reports(conn: Connection, kind: str = "user-monthly") -> dict[str, datetime]:
+    """user -> when their first report of `kind` was sent (`sent` rows only), for admin_month's
+    before/after comparison. Rows written before migration 0007 have no user name and do not count."""
+    t = SentReport
+    q = (
+        select(t.user_name, func.min(t.sent_at))
+        .where(t.kind == kind, t.status == SENT, t.user_name.is_not(None), t.sent_at.is_not(None))
+        .group_by(t.user_name)
+    )
+    return {str(u): as_utc(at) for u, at in conn.execute(q) if at is not None}

@@ -13,6 +13,18 @@ if [ "$(id -u)" = 0 ]; then
     echo "== slurm: tests/slurm/cluster.sh up"
     tests/slurm/cluster.sh up || echo "test: tests/slurm/cluster.sh up failed; tests/test_slurm_jobs.py will say why" >&2
 fi
+# As root: Debian's Chromium for tests/test_report_screens.py, which opens the rendered reports headless and
+# looks at screenshots (without it that module fails and says why; COCAQ_SKIP_SCREENSHOTS=1 skips it).
+if [ "$(id -u)" = 0 ] && [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null; then
+    echo "== chromium: apt-get install chromium (first run only)"
+    apt=(apt-get install -y -q chromium)
+    if ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null; then
+        # a fresh machine (CI image) may have no or stale package lists
+        apt-get update -q >/dev/null || true
+        DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null \
+            || echo "test: chromium could not be installed; tests/test_report_screens.py will say why" >&2
+    fi
+fi
 echo "== ruff" && .venv/bin/ruff check .
 echo "== mypy" && scripts/typecheck.sh
 echo "== pytest (PostgreSQL: $COCAQ_TEST_PG_URL)"

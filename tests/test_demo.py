@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import email
+import email.policy
 import json
+import re
 from pathlib import Path
 
 from tests.conftest import run_cocaq
@@ -38,6 +41,34 @@ def test_demo_fills_the_embedded_database_and_writes_outputs(cli_env: dict[str, 
     )
     assert "Try next" in r.out and "cocaq user" in r.out
     assert "'interactive' is not configured" in r.out
+
+    # The month's reports: the admins' interactive page and e-mail, a few users', two labs', one job's.
+    reports = out / "reports"
+    names = sorted(p.name for p in reports.iterdir())
+    (page,) = [n for n in names if re.fullmatch(r"admin-\d{4}-\d{2}\.html", n)]
+    month = page[len("admin-") : -len(".html")]
+    assert f"Reports of {month} in {reports}" in r.out and f"report user dave --month {month}" in r.out
+    assert f"admin-{month}-email.eml" in names and f"admin-{month}-email.html" in names
+    users = [n for n in names if n.startswith("user-") and n.endswith(".eml")]
+    labs = [n for n in names if n.startswith("lab-") and n.endswith(".eml")]
+    assert len(users) == 3 and f"user-dave-{month}.eml" in users and f"user-erin-{month}.eml" in users
+    assert sorted(labs) == [f"lab-lab_nlp-{month}.eml", f"lab-lab_vision-{month}.eml"]
+    assert len([n for n in names if n.startswith("job-") and n.endswith(".eml")]) == 1
+    html = (reports / page).read_text()
+    assert html.count("Plotly.newPlot") >= 6 and "Before and after the first report" in html
+    assert not re.search(r"<script[^>]*\bsrc\s*=", html)
+    dave = email.message_from_bytes(
+        (reports / f"user-dave-{month}.eml").read_bytes(), policy=email.policy.default
+    )
+    assert dave["To"] == "dave@example.org" and dave["Subject"].startswith("[Demo cluster] Your ")
+    text = dave.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    assert "A GPU power cap would cost these jobs little" in text  # his LLM jobs: busy GPUs, partly used
+    assert "Embodied emissions, apart" in text and "measured" in text
+    erin = email.message_from_bytes(
+        (reports / f"user-erin-{month}.eml").read_bytes(), policy=email.policy.default
+    )
+    text = erin.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    assert "Idle GPUs" in text and "JOBS THAT HELD GPUS NEARLY IDLE" in text  # her notebooks
 
     # The commands it suggests work on what it made.
     heavy = s["users"][0]["user"]

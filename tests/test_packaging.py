@@ -42,6 +42,11 @@ def test_wheel_has_a_single_top_level_package(wheel: Path) -> None:
     ):
         assert path in names, path
     assert not [n for n in names if n.startswith(("tests/", "collector/", "migrations/"))]
+    # the report templates ship with the code that renders them (reports/render.py reads them from there)
+    templates = sorted(p.name for p in (ROOT / "reports" / "templates").iterdir() if p.is_file())
+    assert "user_month.html" in templates and "_theme.html" in templates
+    for name in templates:
+        assert f"cocaq/reports/templates/{name}" in names, name
 
 
 def test_installed_wheel_works_without_the_checkout(wheel: Path, tmp_path: Path) -> None:
@@ -81,7 +86,7 @@ def test_installed_wheel_works_without_the_checkout(wheel: Path, tmp_path: Path)
         text=True,
         check=False,
     )
-    assert r.returncode == 0 and "-> 0006" in r.stderr, r.stderr
+    assert r.returncode == 0 and "-> 0007" in r.stderr, r.stderr
 
 
 def test_node_side_packages_import_light() -> None:

@@ -1,7 +1,8 @@
 """`cocaq scheduler`: jobs, run log, one active scheduler, coalesced catch-up, graceful stop.
 
 The daemon tests run real `cocaq scheduler` processes; the job functions are also called in-process, on
-SQLite and PostgreSQL, with the optional aggregator and reports both absent and present.
+SQLite and PostgreSQL, with the optional aggregator and reports both absent and present, and with the
+real `cocaq.reports.trigger`.
 """
 
 from __future__ import annotations
@@ -260,6 +261,40 @@ def test_aggregate_and_reports_jobs_with_and_without_their_modules(
     res = sch.run_once("aggregate", sch.Options())
     assert (res.status, res.summary) == ("error", "ZeroDivisionError: division by zero")
     assert _runs(job_env, "aggregate")[-1].status == "error"
+
+
+def test_reports_jobs_with_the_real_trigger(
+    job_env: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cocaq.reports.trigger is there now: each reports job runs it and records its own words and status
+    (nothing to send in an empty database, so nothing reaches the outbox)."""
+    monkeypatch.setenv("COCAQ_MAIL__TRANSPORT", "outbox")
+    monkeypatch.setenv("COCAQ_MAIL__OUTBOX_DIR", str(tmp_path / "outbox"))
+    now = datetime.now(UTC)
+    month = (now.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
+    res = sch.run_once("reports-monthly", sch.Options())
+    assert res.status == "ok", res.summary
+    assert res.summary.startswith(
+        f"reports: monthly user reports for {month}: report send {month}: users: 0 sent, 0 already sent"
+    ), res.summary
+    assert "admin: 0 sent" in res.summary and "no [reports] admins configured" in res.summary
+
+    res = sch.run_once("reports-jobs", sch.Options())
+    assert (res.status, res.summary) == (
+        "ok",
+        "reports: ended jobs: job e-mails: 0 new digest(s) of 0 job(s), 0 digest(s) to send",
+    )
+
+    # Weekly: last month's batch again in a month's first two weeks, else nothing, said so (skipped).
+    res = sch.run_once("reports-weekly", sch.Options())
+    monday = sch.previous_week_start(now, UTC) + timedelta(days=7)
+    last = (monday.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
+    if monday.day <= 14:
+        assert res.status == "ok" and f"report send {last}: users: 0 sent" in res.summary, res.summary
+    else:
+        assert res.status == "skipped" and "no weekly report" in res.summary, res.summary
+    assert not (tmp_path / "outbox").exists()
+    assert [r.status for r in _runs(job_env, "reports-jobs")] == ["ok"]
 
 
 def test_report_periods() -> None:

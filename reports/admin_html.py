@@ -1,0 +1,315 @@
+"""The Plotly charts of the admins' interactive report (`reports.render.render_admin_html`).
+
+The page is one standalone file: plotly.js is embedded once in its <head> and each chart is a <div> with
+its figure as JSON (Plotly escapes <, > and / in it, so a lab or user name cannot close the script).
+Names are HTML-escaped too, because Plotly reads a few tags (<b>, <br>, <a>) in labels. No chart links
+anywhere: `displaylogo` is off and the mode bar keeps only zoom, pan, reset and the PNG download.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from html import escape
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cocaq.reports.data import AdminMonth
+
+from cocaq.reports.charts import COLOURS, CYCLE
+
+CONFIG = {
+    "displaylogo": False,
+    "responsive": True,
+    "showSendToCloud": False,
+    "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d", "toggleSpikelines"],
+}
+FONT = "-apple-system, BlinkMacSystemFont, Segoe UI, Roboto, Helvetica, Arial, sans-serif"
+
+
+def _rgb(c: tuple[int, int, int]) -> str:
+    return f"rgb({c[0]},{c[1]},{c[2]})"
+
+
+def _name(s: str | None, fallback: str) -> str:
+    """A label for Plotly: short, and with <, > and & escaped (Plotly reads a few tags in labels and shows
+    entities as their characters; a quote needs no escaping there)."""
+    from cocaq.reports.render import short
+
+    return escape(short(s or fallback, 28), quote=False)
+
+
+@lru_cache(maxsize=1)
+def plotly_js() -> Any:
+    """plotly.js, minified, as markup to put inside a <script> element (it holds no `</script`)."""
+    from markupsafe import Markup
+    from plotly.offline import get_plotlyjs
+
+    js = get_plotlyjs()
+    if "</script" in js.lower():  # never seen; would end the element early
+        js = js.replace("</script", "<\\/script").replace("</SCRIPT", "<\\/SCRIPT")
+    return Markup(js)
+
+
+def _layout(title: str, subtitle: str, *, height: int = 380, **kw: Any) -> dict[str, Any]:
+    """A plain white layout (no Plotly template: each would add 10 kB of JSON per chart)."""
+    axis = {"gridcolor": "#e5e7eb", "linecolor": "#9ca3af", "zeroline": False, "automargin": True}
+    sub = f"<span style='font-size:12px;color:#6b7280'>{escape(subtitle)}</span>"
+    layout: dict[str, Any] = {
+        "template": "none",
+        "title": {
+            "text": f"<b>{escape(title)}</b><br>{sub}",
+            "x": 0.01,
+            "xanchor": "left",
+        },
+        "font": {"family": FONT, "size": 13, "color": "#111827"},
+        "height": height,
+        "margin": {"l": 60, "r": 30, "t": 80, "b": 100},
+        "paper_bgcolor": "#ffffff",
+        "plot_bgcolor": "#ffffff",
+        "legend": {
+            "orientation": "h",
+            "x": 0,
+            "xanchor": "left",
+            "y": 0,
+            "yanchor": "bottom",
+            "yref": "container",
+            "traceorder": "normal",
+        },
+        "bargap": 0.3,
+        "hoverlabel": {"font": {"family": FONT}},
+        "xaxis": dict(axis),
+        "yaxis": dict(axis),
+    }
+    for k, v in kw.items():
+        layout[k] = {**layout[k], **v} if isinstance(v, dict) and isinstance(layout.get(k), dict) else v
+    return layout
+
+
+def _div(name: str, data: Sequence[dict[str, Any]], layout: dict[str, Any]) -> str:
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    fig = go.Figure(data=list(data), layout=layout)
+    html: str = pio.to_html(
+        fig, config=CONFIG, full_html=False, include_plotlyjs=False, div_id=f"chart-{name}", validate=False
+    )
+    return html
+
+
+def _bar(name: str, x: Sequence[Any], y: Sequence[Any], colour: str, hover: str, **kw: Any) -> dict[str, Any]:
+    return {
+        "type": "bar",
+        "name": name,
+        "x": list(x),
+        "y": list(y),
+        "marker": {"color": _rgb(COLOURS[colour])},
+        "hovertemplate": hover,
+        **kw,
+    }
+
+
+def _height(rows: int, least: int = 220) -> int:
+    return max(least, 150 + 30 * rows)
+
+
+KWH_H = "%{y}: %{x:,.1f} kWh<extra>%{fullData.name}</extra>"
+
+
+def plotly_charts(m: AdminMonth) -> dict[str, str]:
+    """name -> the chart's HTML (<div> and the <script> that draws it), only for charts with data.
+
+    The names are those of the e-mail's static charts, so one template (`_admin_body.html`) places both.
+    Horizontal bars are listed bottom-up by Plotly: the lists are reversed to put the largest on top.
+    """
+    from cocaq.reports.render import hours, pct
+
+    out: dict[str, str] = {}
+    month_name = f"{m.month.start:%B %Y}"
+    kwh_x = {"xaxis": {"title": {"text": "kWh"}}}
+
+    labs = list(reversed(m.by_lab[:25]))
+    if labs:
+        names = [_name(g.key, "(no account)") for g in labs]
+        meas = [g.energy_kwh * (g.measured_share or 0.0) for g in labs]
+        est = [g.energy_kwh - x for g, x in zip(labs, meas, strict=True)]
+        extra = [[g.co2_kg, g.gpu_hours, g.jobs] for g in labs]
+        hover = (
+            "%{y}: %{x:,.1f} kWh %{fullData.name}<br>the lab: %{customdata[0]:,.1f} kg CO2e, "
+            "%{customdata[1]:,.0f} GPU-h, %{customdata[2]} jobs<extra></extra>"
+        )
+        h = {"orientation": "h", "customdata": extra}
+        out["labs"] = _div(
+            "labs",
+            [
+                _bar("measured", meas, names, "measured", hover, **h),
+                _bar("estimated", est, names, "estimated", hover, **h),
+            ],
+            _layout(
+                "Energy by lab",
+                "IT energy before PUE, measured and estimated",
+                barmode="stack",
+                height=_height(len(labs)),
+                **kwh_x,
+            ),
+        )
+    cov = list(reversed(m.coverage[:25]))
+    if cov:
+        names = [_name(c.partition, "(none)") for c in cov]
+        h = {"orientation": "h"}
+        out["partitions"] = _div(
+            "partitions",
+            [
+                _bar("measured", [c.measured_kwh for c in cov], names, "measured", KWH_H, **h),
+                _bar("estimated", [c.estimated_kwh for c in cov], names, "estimated", KWH_H, **h),
+            ],
+            _layout(
+                "Energy by partition",
+                "measured and estimated, IT energy before PUE",
+                barmode="stack",
+                height=_height(len(cov)),
+                **kwh_x,
+            ),
+        )
+    weeks = list(m.by_week)
+    if weeks:
+        x = [f"{w.first:%d %b}" + (f"-{w.last:%d %b}" if w.last != w.first else "") for w in weeks]
+        hover = (
+            "%{x}: %{y:,.1f} kWh, %{customdata[0]:,.1f} kg CO2e, %{customdata[1]:,.0f} GPU-h<extra></extra>"
+        )
+        data = [
+            _bar(
+                "energy (kWh)",
+                x,
+                [w.energy_kwh for w in weeks],
+                "energy",
+                hover,
+                customdata=[[w.co2_kg, w.gpu_hours] for w in weeks],
+            )
+        ]
+        if any(w.gpu_util_pct is not None for w in weeks):
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines+markers",
+                    "name": "GPU utilisation (%)",
+                    "x": x,
+                    "yaxis": "y2",
+                    "y": [w.gpu_util_pct for w in weeks],
+                    "line": {"color": _rgb(COLOURS["util"])},
+                    "hovertemplate": "%{x}: GPU utilisation %{y:.0f}%<extra></extra>",
+                }
+            )
+        y2 = {
+            "title": {"text": "% GPU utilisation"},
+            "overlaying": "y",
+            "side": "right",
+            "range": [0, 100],
+            "tickmode": "linear",
+            "dtick": 25,
+            "showgrid": False,
+        }
+        out["weeks"] = _div(
+            "weeks",
+            data,
+            _layout(
+                "Energy per week",
+                f"ISO weeks (from Monday) within {month_name}",
+                yaxis={"title": {"text": "kWh"}},
+                yaxis2=y2,
+            ),
+        )
+    hist = m.util_histogram
+    if any(b.gpu_hours > 0 for b in hist.bins):
+        note = f"; {hours(hist.unsampled_gpu_hours)} without samples not shown" if hist.unsampled_jobs else ""
+        out["util"] = _div(
+            "util",
+            [
+                _bar(
+                    "GPU-hours",
+                    [f"{b.lo:.0f}-{b.hi:.0f}%" for b in hist.bins],
+                    [b.gpu_hours for b in hist.bins],
+                    "energy",
+                    "%{x}: %{y:,.0f} GPU-h in %{customdata} jobs<extra></extra>",
+                    customdata=[b.jobs for b in hist.bins],
+                )
+            ],
+            _layout(
+                "GPU utilisation of GPU jobs",
+                "GPU-hours by the job's energy-weighted utilisation" + note,
+                xaxis={"title": {"text": "utilisation"}},
+                yaxis={"title": {"text": "GPU-hours"}},
+            ),
+        )
+    idle = list(reversed(m.idle_by_user[:25]))
+    if idle:
+        hover = (
+            "%{y}: %{x:,.2f} kWh, %{customdata[2]:,.2f} kg CO2e<br>%{customdata[0]:,.1f} idle GPU-h, "
+            "%{customdata[1]:.0f}% of their GPU-hours<extra></extra>"
+        )
+        extra = [[w.idle_gpu_hours, (w.idle_share or 0.0) * 100, w.idle_co2_kg] for w in idle]
+        out["idle"] = _div(
+            "idle",
+            [
+                _bar(
+                    "idle GPU energy",
+                    [w.idle_kwh for w in idle],
+                    [_name(w.key, "?") for w in idle],
+                    "idle",
+                    hover,
+                    orientation="h",
+                    customdata=extra,
+                )
+            ],
+            _layout(
+                "Idle GPUs: top users",
+                f"GPUs under {pct(m.basis.idle_threshold_pct)} utilisation while allocated",
+                height=_height(len(idle)),
+                xaxis={"title": {"text": "kWh drawn by idle GPUs"}},
+            ),
+        )
+    zones = [z for z in m.intensity if z.daily]
+    if zones:
+        lines = [
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": _name(z.zone, "unknown zone"),
+                "x": [d.day.isoformat() for d in z.daily],
+                "y": [d.g_per_kwh for d in z.daily],
+                "line": {"color": _rgb(CYCLE[k % len(CYCLE)])},
+                "hovertemplate": "%{x}: %{y:,.0f} g CO2e/kWh<extra>%{fullData.name}</extra>",
+            }
+            for k, z in enumerate(zones)
+        ]
+        out["intensity"] = _div(
+            "intensity",
+            lines,
+            _layout(
+                "Carbon intensity used",
+                "per UTC day, weighted by the energy of the jobs that ran",
+                yaxis={"title": {"text": "g CO2e/kWh"}, "rangemode": "tozero"},
+            ),
+        )
+    ba = m.before_after
+    if ba is not None and ba.users and ba.idle_share_before is not None and ba.gpu_util_before is not None:
+        cats = ["idle share of GPU-hours (%)", "GPU utilisation (%)"]
+        before = [ba.idle_share_before * 100, ba.gpu_util_before]
+        after = [(ba.idle_share_after or 0.0) * 100, ba.gpu_util_after or 0.0]
+        sub = (
+            f"{len(ba.users)} users, {ba.window_days} days each side; observational, not a controlled effect"
+        )
+        out["before-after"] = _div(
+            "before-after",
+            [
+                _bar("before", cats, before, "before", "%{x}: %{y:.1f}<extra>before</extra>"),
+                _bar("after", cats, after, "after", "%{x}: %{y:.1f}<extra>after</extra>"),
+            ],
+            _layout(
+                "Before and after first reports",
+                sub,
+                barmode="group",
+                yaxis={"title": {"text": "%"}, "rangemode": "tozero"},
+            ),
+        )
+    return out
