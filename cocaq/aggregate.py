@@ -360,7 +360,7 @@ def _process_batch(
     if len(jobs) > len(pks):  # read by range: only the batch's jobs
         want = set(pks)
         jobs = [j for j in jobs if j.id in want]
-    read = [*_METRIC_READ[:7], *(ts(M.c[k]) for k in ("rolled_from", "rolled_to", "computed_at"))]
+    read = [*_METRIC_READ[:8], *(ts(M.c[k]) for k in ("rolled_from", "rolled_to", "computed_at"))]
     old = {r[0]: r for r in conn.execute(select(*read).where(_among(conn, M.c.job_pk, pks))).all()}
     days: set[float] = set()
     # GPU use by hour (job_gpu_hours), per cluster and raw id
@@ -444,6 +444,7 @@ def _process_batch(
                 sum(u.seconds for u in hours.values()),
                 sum(u.idle_s for u in hours.values()),
                 sum(u.idle_j for u in hours.values()),
+                e,
             )
         else:
             gpu = _NO_GPU_USE
@@ -458,7 +459,7 @@ def _process_batch(
             metrics.append(
                 {
                     "job_pk": j.id,
-                    **dict(zip(_METRIC_VALUES[:5], values[:5], strict=True)),
+                    **dict(zip(_METRIC_VALUES[:6], values[:6], strict=True)),
                     "carbon_detail": choice.detail,
                     "rolled_from": datetime.fromtimestamp(d0, UTC),
                     "rolled_to": datetime.fromtimestamp(d1, UTC),
@@ -470,8 +471,8 @@ def _process_batch(
             days.add(d0)
             if d1 > d0:
                 days.update(_days(d0, d1))
-            if prev is not None and prev[7] is not None and prev[8] is not None:
-                days.update(_days(_epoch_of(prev[7]), _epoch_of(prev[8])))
+            if prev is not None and prev[8] is not None and prev[9] is not None:
+                days.update(_days(_epoch_of(prev[8]), _epoch_of(prev[9])))
     if conn.dialect.name == "postgresql":
         _write_pg(conn, job_updates, metrics)
         return changed, days
@@ -491,8 +492,8 @@ def _process_batch(
 # What a job_metrics row holds besides its key and computed_at: a row whose values come out the same and
 # that is newer than the job's last change is left as it is (a full recompute then writes nothing).
 _METRIC_VALUES = (
-    "co2_embodied_g", "gpu_util_pct", "gpu_samples_s", "idle_gpu_s", "idle_gpu_energy_j", "carbon_detail",
-    "rolled_from", "rolled_to",
+    "co2_embodied_g", "gpu_util_pct", "gpu_samples_s", "idle_gpu_s", "idle_gpu_energy_j", "gpu_samples_j",
+    "carbon_detail", "rolled_from", "rolled_to",
 )  # fmt: skip
 _METRIC_READ = (
     M.c.job_pk,
@@ -504,7 +505,7 @@ _JOB_UPDATE = (
 )  # fmt: skip
 
 
-_NO_GPU_USE: tuple[float | None, float, float, float] = (None, 0.0, 0.0, 0.0)
+_NO_GPU_USE: tuple[float | None, float, float, float, float] = (None, 0.0, 0.0, 0.0, 0.0)
 
 
 def _epoch_of(d: datetime | float) -> float:
@@ -524,13 +525,13 @@ def _ts_reader(conn: Connection) -> Callable[[Any], Any]:
 def _same_metrics(prev: Any, values: tuple[Any, ...], updated_at: datetime | None) -> bool:
     """Whether the stored row `prev` (as _METRIC_READ) already says `values` (the _METRIC_VALUES, the
     detail as JSON text, the days as epoch seconds), and was computed after the job last changed."""
-    if prev is None or prev[9] is None or updated_at is None:
+    if prev is None or prev[10] is None or updated_at is None:
         return False
-    if not _epoch_of(prev[9]) > _epoch_of(updated_at):
+    if not _epoch_of(prev[10]) > _epoch_of(updated_at):
         return False  # stale: computed_at must move past updated_at (see _changed_jobs)
-    if prev[1:7] != values[:6] or prev[7] is None or prev[8] is None:
+    if prev[1:8] != values[:7] or prev[8] is None or prev[9] is None:
         return False
-    return _epoch_of(prev[7]) == values[6] and _epoch_of(prev[8]) == values[7]
+    return _epoch_of(prev[8]) == values[7] and _epoch_of(prev[9]) == values[8]
 
 
 def _write_pg(conn: Connection, job_updates: list[dict[str, Any]], metrics: list[dict[str, Any]]) -> None:
@@ -559,7 +560,7 @@ def _write_pg(conn: Connection, job_updates: list[dict[str, Any]], metrics: list
             )
             with cur.copy(f"COPY cocaq_agg_metrics ({', '.join(cols)}) FROM STDIN") as cp:
                 for m in metrics:
-                    cp.write_row([*(m[k] for k in cols[:6]), m["_detail"], *(m[k] for k in cols[7:])])
+                    cp.write_row([*(m[k] for k in cols[:7]), m["_detail"], *(m[k] for k in cols[8:])])
             cur.execute(
                 f"INSERT INTO job_metrics ({', '.join(cols)}) "
                 f"SELECT {', '.join(cols)} FROM cocaq_agg_metrics ON CONFLICT (job_pk) DO UPDATE SET "
@@ -625,7 +626,7 @@ def _rebuild_days(
             select(
                 J.id, J.cluster_id, J.user_name, J.account, J.partition, J.start_time, J.elapsed_s,
                 J.alloc_cpus, J.alloc_gpus, J.state, J.energy_j, J.energy_measured_j, J.co2_g,
-                M.c.co2_embodied_g, M.c.gpu_util_pct, M.c.gpu_samples_s, M.c.idle_gpu_s,
+                M.c.co2_embodied_g, M.c.gpu_util_pct, M.c.gpu_samples_s, M.c.idle_gpu_s, M.c.gpu_samples_j,
                 M.c.idle_gpu_energy_j,
             )
             .outerjoin(M, M.c.job_pk == J.id)
@@ -724,6 +725,7 @@ WITH j AS (
            coalesce(j.alloc_cpus, 0) AS cpus, coalesce(j.alloc_gpus, 0) AS gpus,
            coalesce(j.energy_j, 0.0) AS energy, coalesce(j.energy_measured_j, 0.0) AS measured,
            coalesce(j.co2_g, 0.0) AS co2, coalesce(m.co2_embodied_g, 0.0) AS embodied, m.gpu_util_pct AS util,
+           coalesce(m.gpu_samples_j, 0.0) AS util_j,
            coalesce(m.idle_gpu_s, 0.0) AS idle_s, coalesce(m.idle_gpu_energy_j, 0.0) AS idle_j,
            coalesce(c.gpu, 0.0) AS e_gpu, coalesce(c.cpu, 0.0) AS e_cpu, coalesce(c.dram, 0.0) AS e_dram,
            coalesce(c.other, 0.0) AS e_other
@@ -758,8 +760,8 @@ SELECT cluster_id, to_timestamp(day) AS day, user_name, account, partition, coun
        sum(CASE WHEN st IN ('FAILED', 'OUT_OF_MEMORY', 'NODE_FAIL', 'TIMEOUT') THEN energy * frac
                 ELSE 0.0 END) AS energy_failed_j,
        sum(co2 * frac) AS co2_g, sum(embodied * frac) AS co2_embodied_g,
-       sum(CASE WHEN util IS NOT NULL THEN e_gpu * frac ELSE 0.0 END) AS gpu_util_energy_j,
-       sum(CASE WHEN util IS NOT NULL THEN util * (e_gpu * frac) ELSE 0.0 END) AS gpu_util_weighted,
+       sum(CASE WHEN util IS NOT NULL THEN util_j * frac ELSE 0.0 END) AS gpu_util_energy_j,
+       sum(CASE WHEN util IS NOT NULL THEN util * (util_j * frac) ELSE 0.0 END) AS gpu_util_weighted,
        sum(idle_s * frac / 3600.0) AS idle_gpu_hours, sum(idle_j * frac) AS idle_gpu_energy_j
 FROM d
 WHERE ov > 0 OR (el = 0 AND day <= t0 AND t0 < day + 86400.0)
@@ -817,8 +819,8 @@ def _add(
     v[12] += energy if state in FAILED_STATES else 0.0
     v[13] += (j.co2_g or 0.0) * frac
     v[14] += (j.co2_embodied_g or 0.0) * frac
-    if j.gpu_util_pct is not None:
-        ge = comp.get("gpu", 0.0) * frac
+    if j.gpu_util_pct is not None:  # weighted by the GPU energy its samples saw (also node-measured jobs)
+        ge = (j.gpu_samples_j or 0.0) * frac
         v[15] += ge
         v[16] += j.gpu_util_pct * ge
     v[17] += (j.idle_gpu_s or 0.0) * frac / 3600.0

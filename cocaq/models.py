@@ -302,6 +302,9 @@ class JobMetrics(Base):
     gpu_samples_s: Mapped[float] = mapped_column(Float, default=0.0)  # GPU-seconds that samples cover
     idle_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)  # allocated GPU-seconds under threshold
     idle_gpu_energy_j: Mapped[float] = mapped_column(Float, default=0.0)
+    # GPU energy that the samples saw: the weight of gpu_util_pct when days and months average it (the
+    # job's GPU energy component is 0 where it was measured for the whole node)
+    gpu_samples_j: Mapped[float] = mapped_column(Float, default=0.0)
     carbon_detail: Mapped[dict[str, Any] | None]  # how the intensity was chosen: series coverage, fallbacks
     # The days the job was last counted in (UTC midnights): if its times change, those days are redone too.
     rolled_from: Mapped[datetime | None]

@@ -509,3 +509,28 @@ def test_new_samples_of_a_running_job_redo_only_the_hours_from_the_one_before(
     with engine.connect() as c:
         again = dict(c.execute(text("SELECT hour, energy_j FROM job_gpu_hours WHERE job_id = '10'")).all())
     assert again == {**rows, h22: pytest.approx(200.0 * 3600)}
+
+
+def test_utilisation_of_a_node_measured_job_counts_in_the_days(engine: Engine, tmp_path: Path) -> None:
+    """A job whose energy Slurm measured for the whole node (no GPU component) still has GPU samples: the
+    days average its utilisation, weighted by the GPU energy the samples saw."""
+    from dataclasses import replace as dc_replace
+
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    start = DAY0 + timedelta(hours=10)
+    measured = dc_replace(_job(50, start, 1.0), consumed_energy_j=2.0e6)
+    estimated = _job(51, start, 1.0, user="alice")
+    import_records(engine, [measured, estimated], cfg, source="sacct-json")
+    _samples(engine, 50, start, [(300.0, 80.0)] * 360)  # 300 W at 80 % for the hour
+    _samples(engine, 51, start + timedelta(seconds=5), [(100.0, 20.0)] * 360)  # 100 W at 20 % (its own GPU)
+    run_aggregate(engine, cfg)
+    with engine.connect() as c:
+        comps = dict(c.execute(text("SELECT j.job_id_raw, count(*) FILTER (WHERE e.component = 'gpu') FROM jobs j"
+                                    " JOIN job_energy e ON e.job_pk = j.id GROUP BY 1")).all())  # fmt: skip
+        w, e = c.execute(
+            text("SELECT sum(gpu_util_weighted), sum(gpu_util_energy_j) FROM daily_rollups")
+        ).one()
+    assert comps[50] == 0 and comps[51] == 1  # node-measured: no GPU component of its own
+    assert e == pytest.approx((300.0 + 100.0) * 3600)
+    assert w / e == pytest.approx((80.0 * 300 + 20.0 * 100) / 400)  # 65 %, not 20 % (the estimated one alone)

@@ -618,8 +618,9 @@ def test_before_and_after_the_first_report(month_db: Setup) -> None:
     w = wide.users[0]
     assert w.before.gpu_hours == approx(4 + 4 + 4 + 1) and w.before.idle_gpu_hours == approx(6.0)
     assert wide.idle_share_before == approx(6.0 / 13.0)
-    # utilisation is weighted by the jobs' GPU energy: equal here (1 GPU x 4 h, 2 GPUs x 2 h at the TDP)
-    assert w.before.gpu_util_pct == approx((90 * 300 / 360 + 0.0) / 2)
+    # utilisation is weighted by the GPU energy the jobs' samples saw: 101 at 75 % over 360 W x 2 h,
+    # 102 at 0 % over 50 W x 4 h
+    assert w.before.gpu_util_pct == approx((75.0 * 360 * 2 + 0.0 * 50 * 4) / (360 * 2 + 50 * 4))
     # 20 days after March 14 or later end in April: those windows are not over
     assert too_wide.users == () and too_wide.pending == ("alice", "carol", "zed")
 
