@@ -6,7 +6,7 @@ import getpass
 import logging
 import os
 import sys
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import click
 
@@ -80,7 +80,29 @@ cluster_opt = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """Commands that live in their own modules are imported when named (or listed by --help): `cocaq
+    user` on a login node does not pay for importing the report, mail, carbon and scheduler commands."""
+
+    # name -> ("module:attribute", then modules that add subcommands to it)
+    lazy: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            import importlib
+
+            module, attribute = self.lazy[cmd_name][0].split(":")
+            command = getattr(importlib.import_module(module), attribute)
+            for extra in self.lazy[cmd_name][1:]:
+                importlib.import_module(extra)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
     "config_path",
@@ -527,18 +549,15 @@ def demo(obj: Ctx, out_dir: str, seed: int, days: int) -> None:
     run_demo(obj, out_dir, seed=seed, days=days)
 
 
-# --- commands that live in their own modules (each imports its heavy parts lazily) ----------------------
-# (one line each: cli.add_command(...))
-from cocaq.cli_carbon import carbon  # noqa: E402  (after cli: it imports the helpers above)
-from cocaq.cli_mail import mail  # noqa: E402
-from cocaq.cli_report import report  # noqa: E402
-from cocaq.cli_scheduler import scheduler  # noqa: E402
-
-cli.add_command(carbon)
-cli.add_command(scheduler)
-cli.add_command(mail)
-cli.add_command(report)
-import cocaq.cli_report_send  # noqa: E402, F401  (adds `report send` to the report group)
+# --- commands that live in their own modules, imported when used (LazyGroup) ---------------------------
+LazyGroup.lazy.update(
+    {
+        "carbon": ("cocaq.cli_carbon:carbon",),
+        "mail": ("cocaq.cli_mail:mail",),
+        "report": ("cocaq.cli_report:report", "cocaq.cli_report_send"),  # the latter adds `report send`
+        "scheduler": ("cocaq.cli_scheduler:scheduler",),
+    }
+)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -52,6 +52,8 @@ def test_json_and_csv_paths_import_no_sqlalchemy(
     assert {"cocaq.cli", "cocaq.footprint", "cocaq.dbapi"} <= mods  # (the listing works)
     heavy = sorted(m for m in mods if m.split(".")[0] in HEAVY or m in ("cocaq.models", "cocaq.db"))
     assert heavy == [], heavy
+    # the other commands' modules load when those commands are named (cocaq.cli.LazyGroup)
+    assert not {"cocaq.cli_report", "cocaq.cli_mail", "cocaq.cli_carbon", "cocaq.cli_scheduler"} & mods
     # only the driver the URL names: for PostgreSQL psycopg2 (fast to import), not psycopg 3 as well
     if engine.dialect.name == "postgresql":
         assert "psycopg2" in mods and "psycopg" not in mods and "sqlite3" not in mods
