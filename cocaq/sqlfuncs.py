@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Float
+from sqlalchemy import Float, String
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
@@ -84,3 +84,69 @@ def _utcnow_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
 @compiles(utcnow)
 def _utcnow_default(element: Any, compiler: Any, **kw: Any) -> str:
     return "CURRENT_TIMESTAMP"
+
+
+class epoch_exact(FunctionElement[float]):
+    """Seconds since 1970 of a timestamp column, exact to the microsecond on both dialects.
+
+    (epoch above uses julianday on SQLite, a few µs off: a job starting at midnight would count
+    a hair in the day before; the rollups and cocaq.footprint read the text instead, as here.)
+    """
+
+    type = Float()
+    inherit_cache = True
+    name = "epoch_exact"
+
+
+@compiles(epoch_exact, "postgresql")
+def _epoch_exact_pg(element: Any, compiler: Any, **kw: Any) -> str:
+    return f"CAST(EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)}) AS DOUBLE PRECISION)"
+
+
+@compiles(epoch_exact, "sqlite")
+def _epoch_exact_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
+    col = compiler.process(element.clauses, **kw)
+    return (
+        f"(CAST(strftime('%s', {col}) AS INTEGER)"
+        f" + CASE WHEN length({col}) > 19 THEN CAST(substr({col}, 20) AS REAL) ELSE 0.0 END)"
+    )
+
+
+class first_word(FunctionElement[str]):
+    """`CANCELLED by 5` -> `CANCELLED`, as the rollups read a state."""
+
+    type = String()
+    inherit_cache = True
+    name = "first_word"
+
+
+@compiles(first_word, "postgresql")
+def _first_word_pg(element: Any, compiler: Any, **kw: Any) -> str:
+    return f"split_part(coalesce({compiler.process(element.clauses, **kw)}, ''), ' ', 1)"
+
+
+@compiles(first_word, "sqlite")
+def _first_word_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
+    c = compiler.process(element.clauses, **kw)
+    return (
+        f"CASE WHEN instr(coalesce({c}, ''), ' ') > 0 THEN substr({c}, 1, instr({c}, ' ') - 1)"
+        f" ELSE coalesce({c}, '') END"
+    )
+
+
+class floor_(FunctionElement[float]):
+    """floor() of a non-negative number (SQLite may lack floor(): a cast truncates, the same there)."""
+
+    type = Float()
+    inherit_cache = True
+    name = "floor_"
+
+
+@compiles(floor_, "postgresql")
+def _floor_pg(element: Any, compiler: Any, **kw: Any) -> str:
+    return f"floor({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(floor_, "sqlite")
+def _floor_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
+    return f"CAST({compiler.process(element.clauses, **kw)} AS INTEGER)"

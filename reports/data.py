@@ -49,8 +49,6 @@ from sqlalchemy import (
     union_all,
 )
 from sqlalchemy import cast as sql_cast
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.functions import FunctionElement
 
 from cocaq.config import Config
 from cocaq.dbtypes import as_utc
@@ -70,6 +68,9 @@ from cocaq.models import (
     Sample,
 )
 from cocaq.slurm.record import FINAL_STATES
+from cocaq.sqlfuncs import epoch_exact as _epoch_s
+from cocaq.sqlfuncs import first_word as _first_word
+from cocaq.sqlfuncs import floor_ as _floor
 from cocaq.sqlfuncs import greatest, least
 
 J = cast(Table, Job.__table__).c
@@ -118,73 +119,7 @@ PEER_SUMS = ("energy_measured_j", "energy_estimated_j", "gpu_util_energy_j", "gp
 Sums = dict[str, float]
 
 
-# --- SQL spellings that differ by dialect ----------------------------------------------------------------
-
-
-class _epoch_s(FunctionElement[float]):
-    """Seconds since 1970 of a timestamp column, exact to the microsecond on both dialects.
-
-    (cocaq.sqlfuncs.epoch uses julianday on SQLite, a few µs off: a job starting at midnight would count
-    a hair in the day before; the rollups and cocaq.footprint read the text instead, as here.)
-    """
-
-    type = Float()
-    inherit_cache = True
-    name = "epoch_s"
-
-
-@compiles(_epoch_s, "postgresql")
-def _epoch_s_pg(element: Any, compiler: Any, **kw: Any) -> str:
-    return f"CAST(EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)}) AS DOUBLE PRECISION)"
-
-
-@compiles(_epoch_s, "sqlite")
-def _epoch_s_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
-    col = compiler.process(element.clauses, **kw)
-    return (
-        f"(CAST(strftime('%s', {col}) AS INTEGER)"
-        f" + CASE WHEN length({col}) > 19 THEN CAST(substr({col}, 20) AS REAL) ELSE 0.0 END)"
-    )
-
-
-class _first_word(FunctionElement[str]):
-    """`CANCELLED by 5` -> `CANCELLED`, as the rollups read a state."""
-
-    type = String()
-    inherit_cache = True
-    name = "first_word"
-
-
-@compiles(_first_word, "postgresql")
-def _first_word_pg(element: Any, compiler: Any, **kw: Any) -> str:
-    return f"split_part(coalesce({compiler.process(element.clauses, **kw)}, ''), ' ', 1)"
-
-
-@compiles(_first_word, "sqlite")
-def _first_word_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
-    c = compiler.process(element.clauses, **kw)
-    return (
-        f"CASE WHEN instr(coalesce({c}, ''), ' ') > 0 THEN substr({c}, 1, instr({c}, ' ') - 1)"
-        f" ELSE coalesce({c}, '') END"
-    )
-
-
-class _floor(FunctionElement[float]):
-    """floor() of a non-negative number (SQLite may lack floor(): a cast truncates, the same there)."""
-
-    type = Float()
-    inherit_cache = True
-    name = "floor_"
-
-
-@compiles(_floor, "postgresql")
-def _floor_pg(element: Any, compiler: Any, **kw: Any) -> str:
-    return f"floor({compiler.process(element.clauses, **kw)})"
-
-
-@compiles(_floor, "sqlite")
-def _floor_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
-    return f"CAST({compiler.process(element.clauses, **kw)} AS INTEGER)"
+# --- SQL spellings that differ by dialect: cocaq.sqlfuncs ------------------------------------------------
 
 
 def _f(x: float) -> Any:
