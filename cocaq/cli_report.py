@@ -144,16 +144,7 @@ def _send(obj: Ctx, items: Sequence[Outgoing], force: bool) -> None:
 def _outgoing(kind: str, month: Month, r: Rendered, **who: Any) -> Outgoing:
     from cocaq.reports.deliver import Outgoing
 
-    return Outgoing(
-        kind=kind,
-        period_start=month.start,
-        period_end=month.end,
-        subject=r.subject,
-        text=r.text,
-        html=r.html,
-        images=r.images,
-        **who,
-    )
+    return Outgoing.of(kind, month.start, month.end, r, **who)
 
 
 def _check_target(out_dir: str | None, send: bool) -> None:

@@ -370,16 +370,7 @@ def _rendered_users(
     from cocaq.reports.deliver import Outgoing
 
     def outgoing(u: str, r: Rendered) -> Outgoing:
-        return Outgoing(
-            kind=kind,
-            period_start=month.start,
-            period_end=month.end,
-            subject=r.subject,
-            text=r.text,
-            html=r.html,
-            images=r.images,
-            user=u,
-        )
+        return Outgoing.of(kind, month.start, month.end, r, user=u)
 
     workers = render_workers(len(todo))
     if not workers:
@@ -456,16 +447,7 @@ def _send_labs(sender: _Sender, month: Month, cluster: str | None, section: Sect
                 conn.rollback()
             r = render_lab_month(lm, cfg)
             for a in addrs:
-                yield Outgoing(
-                    kind=kind,
-                    period_start=month.start,
-                    period_end=month.end,
-                    subject=r.subject,
-                    text=r.text,
-                    html=r.html,
-                    images=r.images,
-                    address=a,
-                )
+                yield Outgoing.of(kind, month.start, month.end, r, address=a)
 
     sender.send(section, sum(len(a) for _, _, a in todo), render)
 

@@ -67,6 +67,13 @@ class Outgoing:
     def who(self) -> str:
         return self.user if self.user is not None else str(self.address)
 
+    @classmethod
+    def of(cls, kind: str, start: datetime, end: datetime, rendered: Any, **who: str) -> Outgoing:
+        """From a rendered message (reports.render.Rendered: subject, text, html, images) and
+        `user=` or `address=`."""
+        r = rendered
+        return cls(kind, start, end, r.subject, r.text, r.html, r.images, **who)
+
 
 @dataclass
 class DeliverySummary:

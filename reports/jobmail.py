@@ -296,16 +296,7 @@ def send_job_mail(
             with engine.connect() as conn:
                 reps = [reports.get(pk) or job_footprint(conn, cfg, pk) for pk in pks]
             r = render_jobs(reps, cfg)
-            yield Outgoing(
-                kind=KIND,
-                period_start=at,
-                period_end=at,
-                subject=r.subject,
-                text=r.text,
-                html=r.html,
-                images=r.images,
-                user=user,
-            )
+            yield Outgoing.of(KIND, at, at, r, user=user)
 
     from cocaq.reports.deliver import deliver
 
