@@ -53,7 +53,7 @@ from cocaq.models import (
     NodeShipment,
     Sample,
 )
-from cocaq.sqlfuncs import epoch, utcnow
+from cocaq.sqlfuncs import epoch, epoch_exact, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -349,18 +349,17 @@ def _process_batch(
     """
     from cocaq.intensity import IntensityIndex
 
-    ts = _ts_reader(conn)
     jobs = conn.execute(
         select(
-            J.id, J.cluster_id, J.job_id_raw, J.partition, J.node_list, ts(J.start_time), J.elapsed_s,
+            J.id, J.cluster_id, J.job_id_raw, J.partition, J.node_list, _ts(J.start_time), J.elapsed_s,
             J.alloc_gpus, J.n_nodes, J.energy_j, J.pue, J.carbon_zone, J.carbon_g_per_kwh, J.co2_g,
-            J.carbon_source, J.carbon_flag, ts(J.updated_at),
+            J.carbon_source, J.carbon_flag, _ts(J.updated_at),
         ).where(_among(conn, J.id, pks))
     ).all()  # fmt: skip
     if len(jobs) > len(pks):  # read by range: only the batch's jobs
         want = set(pks)
         jobs = [j for j in jobs if j.id in want]
-    read = [*_METRIC_READ[:8], *(ts(M.c[k]) for k in ("rolled_from", "rolled_to", "computed_at"))]
+    read = [*_METRIC_READ[:8], *(_ts(M.c[k]) for k in ("rolled_from", "rolled_to", "computed_at"))]
     old = {r[0]: r for r in conn.execute(select(*read).where(_among(conn, M.c.job_pk, pks))).all()}
     days: set[float] = set()
     # GPU use by hour (job_gpu_hours), per cluster and raw id
@@ -514,12 +513,10 @@ def _epoch_of(d: datetime | float) -> float:
     return (d if d.tzinfo is not None else d.replace(tzinfo=UTC)).timestamp()
 
 
-def _ts_reader(conn: Connection) -> Callable[[Any], Any]:
-    """How _process_batch reads times: epoch seconds on PostgreSQL (exact, and no datetime objects to
-    make for a million rows), datetimes on SQLite (its julianday arithmetic is ~50 µs off)."""
-    if conn.dialect.name == "postgresql":
-        return lambda col: epoch(col).label(col.name)
-    return lambda col: col
+def _ts(col: Any) -> Any:
+    """A time as _process_batch reads it: epoch seconds, exact on both dialects (no datetime objects to
+    make for a million rows)."""
+    return epoch_exact(col).label(col.name)
 
 
 def _same_metrics(prev: Any, values: tuple[Any, ...], updated_at: datetime | None) -> bool:
