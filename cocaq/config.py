@@ -79,7 +79,7 @@ class Cluster:
     pue: float = 1.0
 
 
-COLLECTOR_SOURCES = ("nvml", "rapl", "cgroup", "pm_counters")
+COLLECTOR_SOURCES = ("nvml", "rapl", "cgroup", "pm_counters", "jobmeta")
 IDLE_POLICIES = ("allocated", "cputime", "none")
 
 
@@ -89,7 +89,7 @@ class Collector:
 
     interval_s: float = 10.0
     ship_interval_s: float = 60.0
-    sources: tuple[str, ...] = ("nvml", "rapl", "cgroup")
+    sources: tuple[str, ...] = ("nvml", "rapl", "cgroup", "jobmeta")
     nvml: str = "pynvml"  # or "fake:N" / "fake:/path/spec.toml" (tests, demo, benchmarks)
     sysfs_root: str = "/sys"
     idle_policy: str = "allocated"
@@ -97,6 +97,10 @@ class Collector:
     spool_max_mb: float = 512.0
     ship_batch: int = 5000
     hook_log: str = "/var/log/cocaq/hook.log"
+    # Where jobs' `cocaq.annotate`/`cocaq tag` files live (root's 0711 dir; see collector/annotations.py).
+    annotate_dir: str = "/run/cocaq-jobs"
+    # Look at a running job's processes for its ML framework this often (0: never).
+    detect_interval_s: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -299,7 +303,7 @@ def _collector(t: Any) -> Collector:
                     f"config: collector.sources: unknown source {s!r} (known: {', '.join(COLLECTOR_SOURCES)})"
                 )
         v["sources"] = tuple(dict.fromkeys(src))
-    for k in ("nvml", "sysfs_root", "hook_log"):
+    for k in ("nvml", "sysfs_root", "hook_log", "annotate_dir"):
         if k in t:
             v[k] = _str(f"collector.{k}", t[k])
     if "nvml" in v and not (v["nvml"] == "pynvml" or v["nvml"].startswith("fake:")):
@@ -313,6 +317,8 @@ def _collector(t: Any) -> Collector:
         v["idle_policy"] = pol
     if "idle_baseline_w" in t:
         v["idle_baseline_w"] = _num("collector.idle_baseline_w", t["idle_baseline_w"], 0.0, 5000.0)
+    if "detect_interval_s" in t:
+        v["detect_interval_s"] = _num("collector.detect_interval_s", t["detect_interval_s"], 0.0, 86400.0)
     if "spool_max_mb" in t:
         v["spool_max_mb"] = _num("collector.spool_max_mb", t["spool_max_mb"], 1.0, 1_000_000.0)
     if "ship_batch" in t:

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, Table, bindparam, delete, insert, select, update
@@ -42,6 +42,7 @@ class ImportSummary:
     unknown_partitions: Counter[str] = field(default_factory=Counter)
     unknown_zones: set[str] = field(default_factory=set)
     measured: int = 0  # jobs whose node measurements were applied after the import
+    models: int = 0  # jobs whose model metadata (from their comment) was written
 
     @property
     def written(self) -> int:
@@ -193,6 +194,7 @@ def import_records(
     thresholds = gc.get_threshold()
     gc.set_threshold(max(thresholds[0], _GC_THRESHOLD), *thresholds[1:])
     earliest: list[datetime] = []
+    began = datetime.now(UTC) - META_MARGIN
 
     def watch(it: Iterable[JobRecord]) -> Iterator[JobRecord]:
         lo = None
@@ -222,7 +224,16 @@ def import_records(
         has_nodes = measured.has_node_data(conn)
     if has_nodes and earliest:
         summary.measured = measured.refresh(engine, cfg, since=earliest[0] - measured.MARGIN).jobs_measured
+    # Model metadata declared in the comments (`cocaq: model=...`) of the jobs this import wrote.
+    from cocaq import modelmeta_store
+
+    with engine.begin() as conn:
+        summary.models = modelmeta_store.refresh_since(conn, began)
     return summary
+
+
+# Jobs written by an import are found by `updated_at` (the database's clock) >= the import's start (ours).
+META_MARGIN = timedelta(minutes=10)
 
 
 _GC_THRESHOLD = 20_000

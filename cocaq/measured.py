@@ -40,6 +40,7 @@ class LinkSummary:
     events_linked: int = 0
     events_unmatched: int = 0
     jobs_measured: int = 0
+    models: int = 0  # jobs whose model metadata was written
     unmatched_examples: list[str] = field(default_factory=list)
 
 
@@ -251,4 +252,8 @@ def refresh(engine: Engine, cfg: Config, since: datetime | None = None) -> LinkS
         res = link_events(conn)
     with engine.begin() as conn:
         res.jobs_measured = apply_measured(conn, cfg, jobs_with_measurements(conn, since))
+    from cocaq import modelmeta_store
+
+    with engine.begin() as conn:  # what jobs declared from inside, and what the collector detected
+        res.models = modelmeta_store.refresh_since(conn, since)
     return res

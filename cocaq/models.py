@@ -197,7 +197,7 @@ class NodeEvent(Base):
     cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"))
     node: Mapped[str] = mapped_column(String(128))
     job_id: Mapped[str] = mapped_column(String(64))  # SLURM_JOB_ID: the raw id, also for array tasks
-    event: Mapped[str] = mapped_column(String(16))  # start, end, ctld-start, ctld-end
+    event: Mapped[str] = mapped_column(String(16))  # start, end, ctld-start, ctld-end, meta
     ts: Mapped[datetime]
     payload: Mapped[dict[str, Any]]
     job_pk: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
@@ -252,22 +252,32 @@ class NodeShipment(Base):
 
 
 class ModelMetadata(Base):
-    """What an ML job trained or served, to relate energy to models."""
+    """What an ML job trained or served, merged from its sources, to relate energy to models.
+
+    One row per job. Each key's value comes from the most trusted source that gave one (an `api` call
+    from inside the job over the `comment`, both over what the collector `detected`); `sources` maps each
+    key to that source. Keys cocaq does not know are kept, validated as short strings or numbers, in `extra`.
+    """
 
     __tablename__ = "model_metadata"
-    __table_args__ = (UniqueConstraint("job_pk", "source", "model_name"),)
+    __table_args__ = (UniqueConstraint("job_pk"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
-    source: Mapped[str] = mapped_column(String(64))  # comment, file, api
-    model_name: Mapped[str] = mapped_column(String(256))
-    framework: Mapped[str | None] = mapped_column(String(64))
+    model_name: Mapped[str | None] = mapped_column(String(256))
     task: Mapped[str | None] = mapped_column(String(64))
+    framework: Mapped[str | None] = mapped_column(String(64))
+    framework_version: Mapped[str | None] = mapped_column(String(64))
     parameters: Mapped[int | None] = mapped_column(BigInteger)
+    precision: Mapped[str | None] = mapped_column(String(32))
+    batch_size: Mapped[int | None] = mapped_column(BigInteger)
     dataset: Mapped[str | None] = mapped_column(String(256))
+    epochs: Mapped[float | None] = mapped_column(Float)
     tokens: Mapped[int | None] = mapped_column(BigInteger)
     extra: Mapped[dict[str, Any] | None]
+    sources: Mapped[dict[str, Any] | None]  # key -> comment | api | detected
     recorded_at: Mapped[datetime] = mapped_column(server_default=func.current_timestamp())
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.current_timestamp())
 
 
 class CarbonIntensity(Base):

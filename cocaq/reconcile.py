@@ -25,6 +25,7 @@ class ReconcileSummary:
     events_linked: int = 0
     events_unmatched: int = 0
     jobs_measured: int = 0
+    models: int = 0
 
     def lines(self) -> list[str]:
         out = []
@@ -36,7 +37,7 @@ class ReconcileSummary:
             )
         out.append(
             f"linked {self.events_linked:,} node records; {self.events_unmatched:,} not matched to a job yet;"
-            f" {self.jobs_measured:,} jobs with measured energy"
+            f" {self.jobs_measured:,} jobs with measured energy; {self.models:,} jobs' model metadata written"
         )
         return out
 
@@ -77,4 +78,5 @@ def reconcile(
         link.events_unmatched,
         link.jobs_measured,
     )
+    res.models = link.models
     return res

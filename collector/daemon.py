@@ -39,8 +39,13 @@ def _running(spool_dir: str, now: float) -> dict[str, sources_mod.RunningJob]:
                 if isinstance(g.get("energy_mj"), int):
                     start_mj[g["uuid"]] = g["energy_mj"]
         start = st.get("ts")
+        uid = st.get("job", {}).get("uid") if isinstance(st.get("job"), dict) else None
         jobs[jid] = sources_mod.RunningJob(
-            jid, float(start) if isinstance(start, int | float) else now, gpus, start_mj
+            jid,
+            float(start) if isinstance(start, int | float) else now,
+            gpus,
+            start_mj,
+            uid=uid if isinstance(uid, int) else None,
         )
     return jobs
 
@@ -91,10 +96,23 @@ class Collector:
         self._hook_failures(cycle)
         state = {"sources": {s.name: s.state() for s in self.sources}, "last_ts": now}
         self.db.record_cycle(cycle.samples, cycle.energy, state)
+        self._spool_events(cycle)
         self.db.finish_jobs(set(cycle.jobs))
         self.last_ts = now
         self.cycles += 1
         return cycle
+
+    def _spool_events(self, cycle: sources_mod.Cycle) -> None:
+        """The sources' records (`meta`) go to the spool beside the hooks', and ship the same way."""
+        from cocaq.collector import spoolfiles
+
+        for ev in cycle.events:
+            ev.update(v=1, cluster=self.cfg.cluster.name, node=self.node)
+            ev["uid"] = f"{ev['cluster']}/{self.node}/{ev['job_id']}/{ev['event']}/{ev['ts_ns']}"
+            try:
+                spoolfiles.write_event(self.cfg.spool_dir, ev)
+            except (OSError, spoolfiles.SpoolError) as exc:
+                log.error("spool: a %s record of job %s not written: %s", ev["event"], ev["job_id"], exc)
 
     def _hook_failures(self, cycle: sources_mod.Cycle) -> None:
         """The hooks count what they could not even log to the spool; report it as node samples."""

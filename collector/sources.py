@@ -34,6 +34,7 @@ class RunningJob:
     gpus: list[str] = field(default_factory=list)  # UUIDs the prolog recorded
     gpu_start_mj: dict[str, int] = field(default_factory=dict)  # their energy counters at start
     cores: int | None = None
+    uid: int | None = None  # the job's user, from the prolog
 
 
 @dataclass
@@ -45,6 +46,7 @@ class Cycle:
     energy: list[Energy] = field(default_factory=list)
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds per job this interval (cgroup)
     node_cores: int = 0
+    events: list[dict[str, Any]] = field(default_factory=list)  # records for the spool (`meta`)
 
     def sample(
         self, source: str, device: str, metric: str, value: float | None, job: str | None = None
@@ -61,6 +63,7 @@ class Source(ABC):
 
     def __init__(self, cfg: Collector) -> None:
         self.cfg = cfg
+        self.peers: dict[str, Source] = {}  # the other sources on this node, by name
 
     @abstractmethod
     def collect(self, cycle: Cycle) -> None:
@@ -360,6 +363,10 @@ def build(cfg: Collector, on_off: Callable[[str, str | None], None]) -> list[Sou
     """The enabled sources that can run here, in collection order; `on_off(name, why_off)` for each."""
     out = []
     for name in cfg.sources:
+        if name not in REGISTRY and name in MODULES:
+            import importlib
+
+            importlib.import_module(MODULES[name])  # registers itself
         cls = REGISTRY.get(name)
         if cls is None:
             on_off(name, "unknown source")
@@ -369,4 +376,9 @@ def build(cfg: Collector, on_off: Callable[[str, str | None], None]) -> list[Sou
             on_off(name, None)
         except SourceUnavailable as exc:
             on_off(name, str(exc))
+    for s in out:
+        s.peers = {p.name: p for p in out if p is not s}
     return sorted(out, key=lambda s: s.order)
+
+
+MODULES = {"jobmeta": "cocaq.collector.jobmeta"}  # sources in their own module

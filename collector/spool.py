@@ -67,7 +67,7 @@ def validate_event(record: Any) -> str | None:
     for key, typ in REQUIRED.items():
         if not isinstance(record.get(key), typ):  # type: ignore[arg-type]
             return f"missing or bad {key!r}"
-    if record["event"] not in ("start", "end", "ctld-start", "ctld-end"):
+    if record["event"] not in ("start", "end", "ctld-start", "ctld-end", "meta"):
         return f"unknown event {record['event']!r}"
     if not record["job_id"].isdigit():
         return f"bad job id {record['job_id']!r}"

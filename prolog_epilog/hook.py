@@ -212,6 +212,39 @@ def _gpu_energy(start: dict[str, Any], end: list[dict[str, Any]], errors: list[s
     return out
 
 
+def _prepare_annotations(cfg: dict[str, Any], job: Any, errors: list[str]) -> None:
+    """The job's empty, user-owned file for `cocaq.annotate`/`cocaq tag` (a failure is a warning)."""
+    uid, gid = job.get("uid"), job.get("gid")
+    if uid is None or gid is None:
+        errors.append("annotations: no SLURM_JOB_UID/GID: no annotation file for this job")
+        return
+    try:
+        from cocaq.collector.annotations import prepare
+
+        prepare(cfg.get("annotate_dir") or "/run/cocaq-jobs", job.job_id, uid, gid)
+    except (OSError, ValueError) as exc:
+        errors.append(f"annotations: {exc}")
+
+
+def _read_annotations(cfg: dict[str, Any], job: Any, errors: list[str]) -> dict[str, Any] | None:
+    """A `meta` spool record of what the job declared from inside (None when nothing); the file goes."""
+    from cocaq.collector import annotations
+
+    directory = cfg.get("annotate_dir") or "/run/cocaq-jobs"
+    try:
+        values, mtime, problems = annotations.read(directory, job.job_id, job.get("uid"))
+        errors.extend(problems)
+    finally:
+        try:
+            annotations.remove(directory, job.job_id)
+        except (OSError, ValueError) as exc:
+            errors.append(f"annotations: {exc}")
+    if not values:
+        return None
+    ts_ns = time.time_ns()
+    return {"event": "meta", "ts": ts_ns / 1e9, "ts_ns": ts_ns, "meta": {"api": values, "api_ts": mtime}}
+
+
 def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     args = sys.argv[1:] if argv is None else argv
@@ -267,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                 "job": job.fields,
             }
             spool.write_job_state(spool_dir, job_id, state)
+            _prepare_annotations(cfg, job, errors)
         elif kind == "epilog":
             try:
                 start = spool.read_job_state(spool_dir, job_id)
@@ -283,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             if start is not None:
                 record["job_start"] = float(start["ts"])
                 record["energy"] = _gpu_energy(start, gpus, errors)
+        meta = _read_annotations(cfg, job, errors) if kind == "epilog" else None
         record["errors"] = errors[:50]
         record["hook"] = {
             "kind": kind,
@@ -291,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
         }
         spool.write_event(spool_dir, record)
         if kind == "epilog":
+            if meta is not None:
+                meta.update(v=VERSION, cluster=cluster, node=node, job_id=job_id)
+                meta["uid"] = f"{cluster}/{node}/{job_id}/meta/{meta['ts_ns']}"
+                spool.write_event(spool_dir, meta)
             spool.remove_job_state(spool_dir, job_id)
         _signal.setitimer(_signal.ITIMER_REAL, 0)
         ms = (time.monotonic() - t_start) * 1000

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 CACHE_DIR = "/run/cocaq"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 DEFAULT_PATH = "/etc/cocaq/cocaq.toml"
 
 
@@ -50,6 +50,7 @@ def _compute(path: str | None, environ: Mapping[str, str]) -> tuple[dict[str, An
             "nvml": c.nvml,
             "sysfs_root": c.sysfs_root,
             "hook_log": c.hook_log,
+            "annotate_dir": c.annotate_dir,
         },
         problems,
     )

@@ -61,6 +61,7 @@ class Node:
             "SLURM_JOB_ID": str(job_id),
             "SLURM_JOB_USER": "alice",
             "SLURM_JOB_UID": "1001",
+            "SLURM_JOB_GID": "1001",
             "SLURM_JOB_ACCOUNT": "lab_vision",
             "SLURM_JOB_PARTITION": "gpu",
             "SLURMD_NODENAME": "vm",
@@ -114,6 +115,7 @@ def make_node(
         "[collector]\n"
         f'nvml = "fake:{spec}"\n'
         f'hook_log = "{log}"\n'
+        f'annotate_dir = "{tmp / "annotations"}"\n'
         f'sysfs_root = "{sysfs_root or tmp / "sys"}"\n'
         f"sources = {json.dumps(list(sources))}\n"
         "interval_s = 1\n"
