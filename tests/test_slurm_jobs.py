@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Iterator
@@ -55,6 +56,27 @@ NVML_INDEX = {0: 1, 1: 0}
 COUNTER, NO_COUNTER = 0, 1  # minor 1 has no energy counter (pre-Volta style): only power to integrate
 IDLE_W, MAX_W = 50.0, 400.0  # an A100's idle floor and TDP: any measured average must lie between
 COMMENT = "cocaq: model=resnet50 precision=bf16"
+# Where jobs' annotation files live: outside pytest's root-only tmp dirs, so that the job's user reaches it.
+ANNOTATE_DIR = "/run/cocaq-test-annotations"
+
+
+def user_python() -> str:
+    """This venv's interpreter as a job's user can run it; a pyenv Python under /root (0700) is not."""
+    real = os.path.realpath(sys.executable)
+    parents = Path(real).parents
+    if all(os.stat(p).st_mode & 0o001 for p in parents) and os.stat(real).st_mode & 0o005 == 0o005:
+        return sys.executable
+    # The system Python of the same minor version, with this checkout and the venv's packages on its path.
+    site = sysconfig.get_paths()["purelib"]
+    return f"PYTHONPATH={ROOT}:{site} /usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+
+
+# alice's job declares more from inside, with both user-side interfaces, as a training script would.
+PY_AS_USER = user_python()
+TAGS = (
+    f"COCAQ_ANNOTATE_DIR={ANNOTATE_DIR} {PY_AS_USER} -m cocaq tag epochs=2 tokens=5000 && "
+    f"COCAQ_ANNOTATE_DIR={ANNOTATE_DIR} {PY_AS_USER} -c 'import cocaq; cocaq.annotate(batch_size=64)'"
+)
 
 GPUS_LINE = re.compile(r"^GPUS=(\S*)$", re.M)
 HOOK_LINE = re.compile(r"^\S+ (prolog|epilog|\?) job=(\S+) (ok|FAILED)(.*)$")
@@ -171,7 +193,7 @@ def write_inputs(tmp: Path, db_url: str) -> tuple[Path, Path, str]:
     config_text = (
         f'database_url = "{db_url}"\nspool_dir = "{tmp / "spool"}"\n\n[cluster]\nname = "{CLUSTER}"\n\n'
         f'[collector]\nnvml = "fake:{spec}"\nsysfs_root = "{sysfs}"\nhook_log = "{tmp / "log" / "hook.log"}"\n'
-        "interval_s = 1\nship_interval_s = 2\n"
+        f'interval_s = 1\nship_interval_s = 2\ndetect_interval_s = 1\nannotate_dir = "{ANNOTATE_DIR}"\n'
     )
     config = tmp / "cocaq.toml"
     config.write_text(config_text)
@@ -251,7 +273,7 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         jobs["timeout"] = sbatch("bob", outdir, "--gres=gpu:1", "--account=lab_nlp", "--time=1", "-J", "cocaq-timeout",
                                  "--wrap", "echo GPUS=$SLURM_JOB_GPUS; sleep 300")  # fmt: skip
         jobs["alice"] = sbatch("alice", outdir, "--gres=gpu:1", "--account=lab_vision", "--comment", COMMENT,
-                               "--wrap", "echo GPUS=$SLURM_JOB_GPUS; sleep 5")  # fmt: skip
+                               "--wrap", f"echo GPUS=$SLURM_JOB_GPUS; {TAGS} && echo TAGGED; sleep 5")  # fmt: skip
         # fails at once: too short for the collector (1 s cycles) to be sure to see it
         jobs["failed"] = sbatch("alice", outdir, "--gres=gpu:1", "-J", "cocaq-fail",
                                 "--wrap", "echo GPUS=$SLURM_JOB_GPUS; exit 3")  # fmt: skip
@@ -374,7 +396,7 @@ def events_by_role(run: SlurmRun) -> dict[str, dict[str, Any]]:
     rows = query(run, "SELECT * FROM node_events WHERE job_id = ANY(:ids)", ids=list(run.jobs.values()))
     out: dict[str, dict[str, Any]] = {}
     for role, jid in run.jobs.items():
-        mine = [r for r in rows if r["job_id"] == jid]
+        mine = [r for r in rows if r["job_id"] == jid and r["event"] != "meta"]  # meta: what jobs declared
         assert sorted(r["event"] for r in mine) == ["end", "start"], f"{role} job {jid}: {mine}"
         out[role] = {r["event"]: r for r in mine}
     return out
@@ -428,6 +450,36 @@ def test_jobs_from_sacct(run: SlurmRun) -> None:
     assert (jobs["cancelled"]["state_detail"] or "").startswith("CANCELLED by")
     assert jobs["timeout"]["elapsed_s"] >= 60 and jobs["timeout"]["time_limit_s"] == 60
     assert jobs["alice"]["gpu_type"] == "a100"
+
+
+def test_model_metadata_by_comment_and_by_tag_from_inside_the_job(run: SlurmRun) -> None:
+    out = (run.outdir / f"{run.jobs['alice']}.out").read_text()
+    assert "TAGGED" in out and "warning" not in out, out
+    rows = query(
+        run,
+        "SELECT m.model_name, m.precision, m.epochs, m.tokens, m.batch_size, m.sources FROM model_metadata m"
+        " JOIN jobs j ON j.id = m.job_pk WHERE j.job_id = :j",
+        j=run.jobs["alice"],
+    )
+    assert len(rows) == 1, rows
+    model, precision, epochs, tokens, batch_size, sources = rows[0].values()
+    assert (model, precision, epochs, tokens, batch_size) == ("resnet50", "bf16", 2.0, 5000, 64)
+    assert sources == {
+        "model": "comment", "precision": "comment", "epochs": "api", "tokens": "api", "batch_size": "api",
+    }  # fmt: skip
+    # the epilog read the file and removed it; the other jobs declared nothing
+    assert not (Path(ANNOTATE_DIR) / f"{run.jobs['alice']}.json").exists()
+    others = [j for r, j in run.jobs.items() if r != "alice"]
+    assert (
+        query(
+            run,
+            "SELECT count(*) AS n FROM model_metadata m JOIN jobs j ON j.id = m.job_pk WHERE j.job_id = ANY(:ids)",
+            ids=others,
+        )[0]["n"]
+        == 0
+    )
+    hook_lines = run.hook_log.read_text()
+    assert f"epilog job={run.jobs['alice']} ok" in hook_lines
 
 
 def test_node_events_carry_the_jobs_gpus_by_minor_number(run: SlurmRun) -> None:
