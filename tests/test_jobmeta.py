@@ -1,0 +1,99 @@
+"""The collector's `jobmeta` source: declared metadata while the job runs, and the detected framework."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cocaq.collector.daemon import Collector
+from cocaq.collector.jobmeta import pids_by_job
+
+from cocaq.annotation import update
+from cocaq.config import load_config
+from tests.nodekit import Node, make_node
+
+SITE = "venv/lib/python3.11/site-packages"
+
+
+def _proc(root: Path, pid: int, job: str, uid: int, maps: list[str], argv: list[str]) -> None:
+    d = root / str(pid)
+    d.mkdir(parents=True)
+    (d / "cgroup").write_text(f"0::/system.slice/slurmstepd.scope/job_{job}/step_0/user/task_0\n")
+    (d / "status").write_text(f"Name:\tpython\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (d / "maps").write_text(
+        "".join(f"7f2a4c000000-7f2a4e000000 r-xp 00000000 fd:01 1234 {m}\n" for m in maps)
+    )
+    (d / "root").symlink_to("/")
+
+
+def _node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Node:
+    node = make_node(tmp_path, sources=("nvml", "jobmeta"))
+    with open(node.config, "a") as fh:
+        fh.write("detect_interval_s = 1\n")
+    site = tmp_path / SITE
+    (site / "torch" / "lib").mkdir(parents=True)
+    (site / "torch-2.3.1.dist-info").mkdir()
+    (site / "tensorflow").mkdir()
+    (site / "tensorflow-2.16.1.dist-info").mkdir()
+    proc = tmp_path / "proc"
+    torch = [f"{site}/torch/lib/libtorch_cuda.so", f"{site}/torch/lib/libc10.so"]
+    # pid 4097: what the fake NVML shows on the GPU with minor 1
+    _proc(
+        proc, 4097, "401", 1001, torch, ["/usr/bin/python3", "-m", "torch.distributed.run", "--token=SECRET"]
+    )
+    _proc(proc, 4098, "401", 1002, [f"{site}/tensorflow/libtensorflow_framework.so.2"], ["python"])
+    _proc(proc, 5000, "402", 1001, [f"{site}/tensorflow/libtensorflow_framework.so.2"], ["python", "t.py"])
+    _proc(proc, 5001, "999", 1001, torch, ["python"])  # no prolog: not a job we know
+    monkeypatch.setenv("COCAQ_PROC_ROOT", str(proc))
+    return node
+
+
+def _meta_events(node: Node) -> list[dict[str, Any]]:
+    return [e for e in node.events() if e["event"] == "meta"]
+
+
+def test_pids_by_job_from_the_cgroup_of_each_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _node(tmp_path, monkeypatch)
+    assert pids_by_job(str(tmp_path / "proc")) == {"401": [4097, 4098], "402": [5000], "999": [5001]}
+    assert pids_by_job(str(tmp_path / "nonexistent")) == {}
+
+
+def test_declared_values_while_running_and_the_detected_framework(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = _node(tmp_path, monkeypatch)
+    node.hook("prolog", 401, SLURM_JOB_GPUS="1")
+    node.hook("prolog", 402, SLURM_JOB_PARTITION="cpu")
+    as_job = {"SLURM_JOB_ID": "401", "COCAQ_ANNOTATE_DIR": str(tmp_path / "annotations")}
+    assert update({"model": "llama-3-8b", "epochs": 1}, as_job)
+    c = Collector(load_config(node.config, {}))
+    try:
+        c.sample()
+        got = {e["job_id"]: e["meta"] for e in _meta_events(node)}
+        assert got["401"]["api"] == {"model": "llama-3-8b", "epochs": 1.0}
+        assert got["401"]["detected"] == {
+            "framework": "pytorch", "framework_version": "2.3.1", "launcher": "torchrun",
+        }, "the other user's tensorflow process in the job's cgroup is not this job's"  # fmt: skip
+        assert got["402"] == {"detected": {"framework": "tensorflow", "framework_version": "2.16.1",
+                                           "launcher": "python"}}  # fmt: skip
+        assert "999" not in got and "SECRET" not in json.dumps(node.events())
+        # Nothing changed: nothing new. A counter updated: only what the job declared goes again.
+        n = len(_meta_events(node))
+        time.sleep(1.1)
+        c.sample()
+        assert len(_meta_events(node)) == n
+        time.sleep(0.02)
+        assert update({"epochs": 2}, as_job)
+        os.utime(tmp_path / "annotations" / "401.json", (time.time() + 5, time.time() + 5))
+        time.sleep(1.1)
+        c.sample()
+        new = _meta_events(node)[n:]
+        assert [(e["job_id"], set(e["meta"])) for e in new] == [("401", {"api", "api_ts"})]
+        assert new[0]["meta"]["api"] == {"model": "llama-3-8b", "epochs": 2.0}
+    finally:
+        c.close()
