@@ -15,7 +15,8 @@ The database (`cocaq_bench_reports`, PostgreSQL from $COCAQ_BENCH_PG_URL, bench/
     utilisation, idle time), as the aggregator keeps them once it has read a job's samples; real nvml
     samples (every 30 s, per GPU) for --sampled multi-GPU jobs, half of them with every GPU but the first
     idle, shipped (node_shipments) so that `run_aggregate` derives their GPU hours from the samples.
-  * model_metadata for 5% of the GPU jobs (some with a precision); `run_aggregate` (timed), VACUUM ANALYZE.
+  * model_metadata for 5% of the GPU jobs (one merged row each, most with a precision); `run_aggregate`
+    (timed), VACUUM ANALYZE.
 
 Then, in this process on a warm connection, --runs times each (median and max):
   admin_month(month) (with a first_report mapping of 200 users), users_month(month) (all users: the
@@ -180,11 +181,15 @@ def build(dbname: str, jobs: int, month: str, sampled: int, seed: int) -> dict[s
         gpu_jobs = [r[0] for r in conn.execute(text("SELECT id FROM jobs WHERE alloc_gpus > 0 ORDER BY id"))]
         meta = []
         for pk in rng.sample(gpu_jobs, len(gpu_jobs) // 20):
-            extra = rng.choice(({"precision": "bf16"}, {"dtype": "float32"}, None, None))
+            # one merged row per job: mostly the precision column, a few rows of the first shape (extra)
+            kinds = (("bf16", None), ("fp32", None), (None, {"dtype": "float32"}), (None, None))
+            precision, extra = rng.choice(kinds)
             model = rng.choice(MODELS)
             meta.append(
-                {"job_pk": pk, "source": "api", "model_name": model, "framework": "pytorch", "extra": extra}
-            )
+                {"job_pk": pk, "model_name": model, "framework": "pytorch", "precision": precision,
+                 "batch_size": rng.choice((16, 32, 64)), "epochs": float(rng.randint(1, 10)), "extra": extra,
+                 "sources": {"model": "api", "precision": "api"} if precision else {"model": "comment"}}
+            )  # fmt: skip
         conn.execute(insert(ModelMetadata), meta)
     out["gpu_hours_rows"] = gh
     out["samples"] = n_samples

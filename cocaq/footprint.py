@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from cocaq.modelmeta import KNOWN
+
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
@@ -588,7 +590,30 @@ def find_jobs(conn: Connection, job_id: str, cluster: str | None = None) -> list
         ]
         d["gpus"] = _measured_gpus(conn, job.id)
         d["metrics"] = _job_metrics(conn, job.id)
+        d["model"] = _model_metadata(conn, job.id)
         out.append(d)
+    return out
+
+
+# model_metadata column -> the key its `sources` (and `cocaq job`'s output) calls it
+MODEL_COLUMNS = {spec[0]: key for key, spec in KNOWN.items()}
+
+
+def _model_metadata(conn: Connection, job_pk: int) -> dict[str, Any] | None:
+    """What the job trained or served (None: no metadata), keyed as its `sources` name each value, so
+    that `sources[key]` says where each came from (comment, api, detected)."""
+    from sqlalchemy import select
+
+    from cocaq.models import ModelMetadata
+
+    m = conn.execute(select(ModelMetadata.__table__).where(ModelMetadata.job_pk == job_pk)).mappings().first()
+    if m is None:
+        return None
+    out: dict[str, Any] = {key: m[col] for col, key in MODEL_COLUMNS.items()}
+    out["extra"] = m["extra"] if isinstance(m["extra"], dict) else {}
+    out["sources"] = m["sources"] if isinstance(m["sources"], dict) else {}
+    out["recorded_at"] = m["recorded_at"]
+    out["updated_at"] = m["updated_at"]
     return out
 
 

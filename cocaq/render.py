@@ -1,8 +1,22 @@
-"""Terminal, JSON and CSV renderings of footprints (rich for people, JSON/CSV for scripts)."""
+"""Terminal, JSON and CSV renderings of footprints (rich for people, JSON/CSV for scripts).
+
+Names, job names, comments and model metadata come from users, so whatever prints them goes through
+one of the escapes here:
+
+* `term` for rich: control characters and bidi overrides become `?` (an ANSI escape or a carriage
+  return cannot rewrite the terminal), and rich markup such as `[bold]` is shown, not obeyed;
+* `csv_cell` for CSV: the same characters as `?`, and a `'` before text that starts with `=`, `+`, `-`,
+  `@`, tab or CR, so that a spreadsheet does not run it as a formula;
+* `to_json`: the C1 controls, line/paragraph separators and bidi controls, which JSON would carry raw,
+  as \\u escapes (the same data).
+
+HTML reports rely on Jinja's autoescape.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +51,35 @@ SUMMARY_FIELDS = [
 ]
 
 
+# C0 and C1 controls, DEL, the line/paragraph separators and the bidirectional overrides and isolates
+# (which reorder what a terminal shows: "Trojan Source").
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# What json.dumps leaves raw with ensure_ascii=False (it escapes only \x00-\x1f itself).
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def plain(s: object) -> str:
+    """User-supplied text that a terminal shows as text: unsafe characters (see _UNSAFE) become `?`."""
+    return _UNSAFE.sub("?", "" if s is None else str(s))
+
+
+def term(s: object) -> str:
+    """`plain`, with rich markup escaped: for text that rich parses (table cells, console.print)."""
+    from rich.markup import escape
+
+    return escape(plain(s))
+
+
+def csv_cell(v: Any) -> str:
+    """A CSV value: numbers as `_fmt_csv`; text as `plain` (CSV is often read in a terminal too), and
+    with a `'` before it where a spreadsheet would run it as a formula."""
+    if not isinstance(v, str):
+        return _fmt_csv(v)
+    out = plain(v)
+    return "'" + out if v.startswith(_FORMULA) else out
+
+
 def _default(o: Any) -> Any:
     if isinstance(o, datetime):
         return o.isoformat()
@@ -44,7 +87,10 @@ def _default(o: Any) -> Any:
 
 
 def to_json(data: Any) -> str:
-    return json.dumps(data, indent=2, default=_default, ensure_ascii=False)
+    """Indented JSON, non-ASCII kept; the characters in _JSON_UNSAFE as \\u escapes (the same data: in
+    json.dumps's output they can only be inside strings)."""
+    text = json.dumps(data, indent=2, default=_default, ensure_ascii=False)
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def footprint_csv(fp: Footprint) -> str:
@@ -57,12 +103,12 @@ def footprint_csv(fp: Footprint) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(cols)
-    w.writerow([_fmt_csv(d[c]) for c in cols])
+    w.writerow([csv_cell(d[c]) for c in cols])
     if fp.scope == "account":
         w.writerow([])
         w.writerow(["user", *SUMMARY_FIELDS])
         for m in fp.members:
-            w.writerow([m["user"], *(_fmt_csv(m[c]) for c in SUMMARY_FIELDS)])
+            w.writerow([csv_cell(m["user"]), *(csv_cell(m[c]) for c in SUMMARY_FIELDS)])
     return buf.getvalue()
 
 
@@ -103,7 +149,7 @@ def print_footprint(fp: Footprint, console: Console) -> None:
     from rich.table import Table  # only tables need rich; json and csv output stay light
 
     t = fp.totals
-    who = f"user [bold]{fp.key}[/]" if fp.scope == "user" else f"lab [bold]{fp.key}[/]"
+    who = f"user [bold]{term(fp.key)}[/]" if fp.scope == "user" else f"lab [bold]{term(fp.key)}[/]"
     console.print(f"Footprint of {who} from {fp.since:%Y-%m-%d %H:%M} to {fp.until:%Y-%m-%d %H:%M} (UTC)")
     if t.jobs == 0:
         console.print("No jobs ran in this window.")
@@ -153,7 +199,7 @@ def print_footprint(fp: Footprint, console: Console) -> None:
             frac = u["measured_energy_fraction"]
             util = u["gpu_util_pct"]
             m.add_row(
-                u["user"],
+                term(u["user"]),
                 f"{u['jobs']:,}",
                 f"{u['jobs_failed']:,}",
                 f"{u['gpu_hours']:,.1f}",
@@ -169,10 +215,10 @@ def print_footprint(fp: Footprint, console: Console) -> None:
             j.add_column(col, justify="right" if col in ("hours", "GPUs", "kWh", "kg CO2e") else "left")
         for tj in fp.top_jobs:
             j.add_row(
-                tj.job_id,
-                (tj.name or "")[:24],
-                tj.partition or "",
-                tj.state,
+                term(tj.job_id),
+                term((tj.name or "")[:24]),
+                term(tj.partition or ""),
+                term(tj.state),
                 f"{tj.elapsed_h:,.1f}",
                 str(tj.gpus),
                 f"{tj.energy_kwh:,.2f}",
@@ -186,7 +232,9 @@ def print_footprint(fp: Footprint, console: Console) -> None:
 def print_job(job: dict[str, Any], console: Console) -> None:
     from rich.table import Table
 
-    console.print(f"Job [bold]{job['job_id']}[/] on cluster {job['cluster']}: {job['name'] or ''}")
+    console.print(
+        f"Job [bold]{term(job['job_id'])}[/] on cluster {term(job['cluster'])}: {term(job['name'] or '')}"
+    )
     tab = Table(show_header=False, box=None, pad_edge=False)
     tab.add_column(style="dim")
     tab.add_column()
@@ -209,17 +257,17 @@ def print_job(job: dict[str, Any], console: Console) -> None:
     ]
     for k, v in facts:
         if v not in (None, ""):
-            tab.add_row(k, str(v))
+            tab.add_row(k, term(v))
     console.print(tab)
     e = Table(title="Energy", title_justify="left")
     for col in ("component", "node", "method", "source", "kWh"):
         e.add_column(col, justify="right" if col == "kWh" else "left")
     for row in job["energies"]:
         e.add_row(
-            row["component"],
-            row["node"] or "(all)",
-            row["method"],
-            row["source"],
+            term(row["component"]),
+            term(row["node"] or "(all)"),
+            term(row["method"]),
+            term(row["source"]),
             f"{row['energy_kwh']:,.3f}",
         )
     console.print(e)
@@ -230,19 +278,21 @@ def print_job(job: dict[str, Any], console: Console) -> None:
         for row in job["gpus"]:
             kwh = row["energy_kwh"]
             g.add_row(
-                row["node"],
-                str(row["slurm_index"]),
-                row["uuid"],
-                row["name"] or "",
+                term(row["node"]),
+                term(row["slurm_index"]),
+                term(row["uuid"]),
+                term(row["name"] or ""),
                 "-" if kwh is None else f"{kwh:,.4f}",
-                row["source"] or "not measured",
+                term(row["source"] or "not measured"),
             )
         console.print(g)
     flag = f" [yellow]({job['carbon_flag']})[/]" if job["carbon_flag"] else ""
     year = f", {job['carbon_year']}" if job["carbon_year"] else ""
+    g_kwh = job["carbon_g_per_kwh"]
     console.print(
         f"CO2e: [bold]{_kg(job['co2_kg'])}[/] = {_kwh(job['energy_kwh'])} x PUE {job['pue']:.2f} x "
-        f"{job['carbon_g_per_kwh']:.0f} g/kWh (zone {job['carbon_zone']}{flag}; {job['carbon_source']}{year})"
+        f"{'?' if g_kwh is None else f'{g_kwh:.0f}'} g/kWh (zone {job['carbon_zone']}{flag}; "
+        f"{job['carbon_source']}{year})"
     )
     m = job.get("metrics")
     if m:
@@ -268,3 +318,44 @@ def print_job(job: dict[str, Any], console: Console) -> None:
             f"{a['cpu_tdp_w_per_core']} W/core; GPU {a['gpu_tdp_w']} W x {a['gpu_utilisation']:.0%}; memory "
             f"{a['mem_gb']} GB x {a['mem_w_per_gb']} W/GB (profile {a['profile']})[/]"
         )
+    if job.get("model"):
+        print_model_metadata(job["model"], console)
+
+
+# The keys of a job's model metadata as `find_jobs` gives them (those of its `sources`), in display order.
+MODEL_KEYS = (
+    ("model", "model"),
+    ("task", "task"),
+    ("framework", "framework"),
+    ("framework_version", "framework version"),
+    ("params", "parameters"),
+    ("precision", "precision"),
+    ("batch_size", "batch size"),
+    ("dataset", "dataset"),
+    ("epochs", "epochs"),
+    ("tokens", "tokens"),
+)
+
+
+def _meta_value(v: Any) -> str:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return term(v)
+    return f"{v:,}" if isinstance(v, int) else f"{v:,.6g}"
+
+
+def print_model_metadata(model: dict[str, Any], console: Console) -> None:
+    """What the job said it trained or served, each value with where it came from (the job's Slurm
+    comment, the in-job API, or what the collector detected)."""
+    from rich.table import Table
+
+    sources = model.get("sources") or {}
+    t = Table(title="Model metadata", title_justify="left")
+    for col in ("key", "value", "source"):
+        t.add_column(col)
+    for key, label in MODEL_KEYS:
+        if model.get(key) is not None:
+            t.add_row(label, _meta_value(model[key]), term(sources.get(key, "-")))
+    for key, v in sorted((model.get("extra") or {}).items()):
+        t.add_row(term(key), _meta_value(v), term(sources.get(key, "-")))
+    if t.row_count:
+        console.print(t)

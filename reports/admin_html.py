@@ -291,6 +291,36 @@ def plotly_charts(m: AdminMonth) -> dict[str, str]:
                 yaxis={"title": {"text": "g CO2e/kWh"}, "rangemode": "tozero"},
             ),
         )
+    models = list(reversed(m.models[:25]))
+    if models:
+        hover = (
+            "%{y}: %{x:,.1f} kWh, %{customdata[0]:,.2f} kg CO2e<br>%{customdata[1]} jobs of "
+            "%{customdata[2]} users, %{customdata[3]:,.0f} GPU-h<extra></extra>"
+        )
+        labels = [
+            _name(x.model_name, "(unnamed)") + (f" ({_name(x.framework, '')})" if x.framework else "")
+            for x in models
+        ]
+        out["models"] = _div(
+            "models",
+            [
+                _bar(
+                    "energy",
+                    [x.energy_kwh for x in models],
+                    labels,
+                    "energy",
+                    hover,
+                    orientation="h",
+                    customdata=[[x.co2_kg, x.jobs, x.users, x.gpu_hours] for x in models],
+                )
+            ],
+            _layout(
+                "Energy by ML model",
+                "jobs whose model is recorded (job comment, in-job API or detected), IT energy before PUE",
+                height=_height(len(models)),
+                **kwh_x,
+            ),
+        )
     ba = m.before_after
     if ba is not None and ba.users and ba.idle_share_before is not None and ba.gpu_util_before is not None:
         cats = ["idle share of GPU-hours (%)", "GPU utilisation (%)"]

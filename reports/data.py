@@ -67,6 +67,9 @@ from cocaq.models import (
     NodeEnergy,
     Sample,
 )
+from cocaq.modelstats import UNNAMED, Comparison
+from cocaq.modelstats import Scope as ModelScope
+from cocaq.modelstats import comparisons as model_comparisons
 from cocaq.slurm.record import FINAL_STATES
 from cocaq.sqlfuncs import epoch_exact as _epoch_s
 from cocaq.sqlfuncs import first_word as _first_word
@@ -99,9 +102,13 @@ SUMS = (
     "energy_measured_j", "energy_estimated_j", "energy_failed_j", "co2_g", "co2_embodied_g",
     "gpu_util_energy_j", "gpu_util_weighted", "idle_gpu_hours", "idle_gpu_energy_j",
 )  # fmt: skip
-# model_metadata has no precision column: these keys of its `extra` JSON say it, when a source records it.
+# model_metadata.precision says it; rows of its first shape (before migration 0009) kept it, if at all,
+# under one of these keys of `extra`.
 PRECISION_KEYS = ("precision", "dtype", "mixed_precision", "amp")
-_REDUCED = ("bf16", "bfloat16", "fp16", "float16", "half", "mixed", "amp", "fp8", "float8", "int8")
+# (cocaq.modelmeta stores the short names; the long ones are for rows of the first shape)
+_REDUCED = (
+    "bf16", "bfloat16", "fp16", "float16", "half", "mixed", "amp", "fp8", "float8", "int8", "int4", "nf4",
+)  # fmt: skip
 _FULL = ("fp32", "float32", "tf32", "single", "full", "fp64", "float64", "double")
 
 # What the daily and weekly series show.
@@ -312,7 +319,7 @@ class GpuJob:
     mean_gpu_power_w: float | None  # per GPU, from the samples (job_gpu_hours)
     gpu_tdp_w: float  # of its hardware profile (config)
     precision: str | None  # "reduced" or "full" when model_metadata says it, else None
-    precision_label: str | None  # the value it said
+    precision_label: str | None  # the value it said (model_metadata.precision, or a legacy `extra` key)
     models: tuple[str, ...] = ()
     devices: tuple[DeviceUse, ...] = ()  # filled only for multi-GPU jobs examined per GPU
 
@@ -404,6 +411,10 @@ class UserMonth:
     time_limits: TimeLimitUse
     basis: Basis
     daily: tuple[DayPoint, ...]  # every day of the month
+    models: tuple[ModelUse, ...] = ()  # the month's share of the user's jobs with model metadata
+    # the user's runs of one model side by side by precision and batch size (cocaq.modelstats): runs that
+    # ended in the month, whole; the largest possible saving first
+    model_comparisons: tuple[Comparison, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -433,14 +444,16 @@ class LabUser:
 
 @dataclass(frozen=True)
 class ModelUse:
-    """Energy of the jobs model_metadata names a model for (a job naming several splits evenly)."""
+    """The month's share of the energy, CO2 and GPU-hours of the jobs whose model_metadata names this
+    model and framework (one row of metadata per job, so no job counts twice)."""
 
-    model_name: str
+    model_name: str  # "(unnamed)" for metadata that names no model (a framework only, say)
     framework: str | None
     jobs: int
     energy_kwh: float
     co2_kg: float
     gpu_hours: float
+    users: int = 0
 
 
 @dataclass(frozen=True)
@@ -609,6 +622,7 @@ class AdminMonth:
     top_users: tuple[GroupEnergy, ...]
     before_after: BeforeAfter | None
     basis: Basis
+    models: tuple[ModelUse, ...] = ()  # the site's, most energy first
 
 
 @dataclass(frozen=True)
@@ -1203,6 +1217,11 @@ def users_month(
     top = _top_jobs(conn, y, names, opts.top_jobs)
     gpu, raw_keys = _gpu_jobs(conn, cfg, y, names)
     limits = _time_limits(conn, month, scope)
+    models = _model_uses(conn, y, by_user=True)
+    comps: dict[str, list[Comparison]] = defaultdict(list)
+    model_scope = ModelScope(users=tuple(users) if users is not None else None, cluster_id=cid)
+    for c in model_comparisons(conn, month.start, month.end, model_scope):
+        comps[c.user].append(c)
 
     wanted = (
         list(dict.fromkeys(users)) if users is not None else sorted(set(per_user) | {k[0] for k in stats})
@@ -1238,6 +1257,8 @@ def users_month(
             time_limits=limits.get(u, TimeLimitUse()),
             basis=_basis(cfg, s, carbon.get((u,), []), js, watermark, month),
             daily=_day_points(month, daily.get((u,), {})),
+            models=models.get(u, ()),
+            model_comparisons=tuple(comps.get(u, ())),
         )
     return out
 
@@ -1351,12 +1372,17 @@ def _top_jobs(conn: Connection, y: Any, names: Mapping[int, str], n: int) -> dic
     return out
 
 
-def precision_of(extra: Mapping[str, Any] | None) -> tuple[str | None, str | None]:
-    """("reduced" | "full" | None, the value read) from a model_metadata row's `extra`.
+def precision_of(
+    precision: str | None, extra: Mapping[str, Any] | None = None
+) -> tuple[str | None, str | None]:
+    """("reduced" | "full" | None, the value read) from a model_metadata row.
 
-    The schema has no precision column; a source that knows it records it under one of PRECISION_KEYS
-    (`{"precision": "bf16"}`, `{"dtype": "float32"}`, `{"amp": true}`). Anything else is unknown.
+    The `precision` column says it ("bf16", "fp32"...). Rows of the first shape have none: a source that
+    knew it recorded it in `extra` under one of PRECISION_KEYS (`{"precision": "bf16"}`,
+    `{"dtype": "float32"}`, `{"amp": true}`), read when the column is empty. Anything else is unknown.
     """
+    if isinstance(precision, str) and precision.strip():
+        return _classify(precision)
     if not isinstance(extra, Mapping):
         return None, None
     for key in PRECISION_KEYS:
@@ -1364,13 +1390,17 @@ def precision_of(extra: Mapping[str, Any] | None) -> tuple[str | None, str | Non
         if isinstance(v, bool):
             return ("reduced" if v else "full"), f"{key}={v}".lower()
         if isinstance(v, str) and v.strip():
-            t = v.strip().lower().replace("torch.", "")
-            if any(w in t for w in _REDUCED):
-                return "reduced", t
-            if any(w in t for w in _FULL):
-                return "full", t
-            return None, t
+            return _classify(v)
     return None, None
+
+
+def _classify(value: str) -> tuple[str | None, str]:
+    t = value.strip().lower().replace("torch.", "")
+    if any(w in t for w in _REDUCED):
+        return "reduced", t
+    if any(w in t for w in _FULL):
+        return "full", t
+    return None, t
 
 
 def _gpu_jobs(
@@ -1418,18 +1448,14 @@ def _gpu_jobs(
     precision: dict[int, tuple[str | None, str | None]] = {}
     models: dict[int, list[str]] = defaultdict(list)
     mq = (
-        select(MM.job_pk, MM.model_name, MM.extra)
+        select(MM.job_pk, MM.model_name, MM.precision, MM.extra)
         .select_from(y.join(MODELS, MM.job_pk == y.c.id))
         .where(*gpu)
-        .order_by(MM.job_pk, MM.id)
     )
-    for pk, model, extra in conn.execute(mq):
-        models[pk].append(model)
-        p = precision_of(extra)
-        if p[0] is not None and precision.get(pk, (None, None))[0] != "full":
-            precision[pk] = p  # "full" anywhere wins: the job is not known to be reduced throughout
-        elif pk not in precision:
-            precision[pk] = p
+    for pk, model, prec, extra in conn.execute(mq):  # (one row per job)
+        if model is not None:
+            models[pk].append(model)
+        precision[pk] = precision_of(prec, extra)
     tdps: dict[tuple[str | None, str | None], float] = {}
     out: dict[str, list[GpuJob]] = defaultdict(list)
     keys: dict[int, tuple[int, int]] = {}
@@ -1702,7 +1728,7 @@ def lab_month(
         trend=_trend(prev, s, old),
         users=tuple(users),
         idle_by_user=tuple(idle),
-        models=_models(conn, y),
+        models=_model_uses(conn, y).get("", ()),
         weekly=_weeks(month, days),
         basis=_basis(cfg, s, _carbon(groups, _whole).get((), []), js, watermark, month),
     )
@@ -1713,36 +1739,45 @@ def _idle(key: str, t: MonthTotals) -> IdleWaste:
     return IdleWaste(key, t.gpu_hours, t.idle_gpu_hours, share, t.idle_gpu_kwh, t.idle_co2_kg)
 
 
-def _models(conn: Connection, y: Any) -> tuple[ModelUse, ...]:
-    """Energy per (model, framework) of the jobs model_metadata describes, each job's month share split
-    evenly among the distinct models it names (so the table never counts a job twice)."""
+def _model_uses(conn: Connection, y: Any, *, by_user: bool = False) -> dict[str, tuple[ModelUse, ...]]:
+    """The month's share of energy, CO2 and GPU-hours per (model, framework) of the jobs in `y` with
+    model metadata, most energy first: per user (`by_user`), else all under "". One grouped statement
+    (model_metadata has one row per job, so a job counts once)."""
+    keys = [y.c.user_name] if by_user else []
     q = (
         select(
-            y.c.id,
+            *keys,
             MM.model_name,
             MM.framework,
-            y.c.energy * y.c.f,
-            y.c.co2 * y.c.f,
-            y.c.gpus * y.c.ov / 3600.0,
+            func.count(),
+            func.count(y.c.user_name.distinct()),
+            func.sum(y.c.energy * y.c.f),
+            func.sum(y.c.co2 * y.c.f),
+            func.sum(y.c.gpus * y.c.ov / 3600.0),
         )
         .select_from(y.join(MODELS, MM.job_pk == y.c.id))
         .where(y.c.f > 0)
+        .group_by(*keys, MM.model_name, MM.framework)
     )
-    per_job: dict[int, tuple[set[tuple[str, str | None]], float, float, float]] = {}
-    for pk, model, fw, e, c, gh in conn.execute(q):
-        entry = per_job.setdefault(pk, (set(), float(e or 0.0), float(c or 0.0), float(gh or 0.0)))
-        entry[0].add((model, fw))
-    acc: dict[tuple[str, str | None], list[float]] = {}
-    for keys, e, c, gh in per_job.values():
-        for k in keys:
-            a = acc.setdefault(k, [0.0, 0.0, 0.0, 0.0])
-            a[0] += 1
-            a[1] += e / len(keys)
-            a[2] += c / len(keys)
-            a[3] += gh / len(keys)
-    out = [ModelUse(m, fw, int(a[0]), a[1] / J_PER_KWH, a[2] / 1000, a[3]) for (m, fw), a in acc.items()]
-    out.sort(key=lambda x: (-x.energy_kwh, x.model_name, x.framework or ""))
-    return tuple(out)
+    out: dict[str, list[ModelUse]] = defaultdict(list)
+    for row in conn.execute(q):
+        key = row[0] if by_user else ""
+        model, fw, n, users, e, c, gh = row[len(keys) :]
+        out[key].append(
+            ModelUse(
+                model if model is not None else UNNAMED,
+                fw,
+                int(n),
+                float(e or 0.0) / J_PER_KWH,
+                float(c or 0.0) / 1000,
+                float(gh or 0.0),
+                int(users),
+            )
+        )
+    return {
+        k: tuple(sorted(v, key=lambda x: (-x.energy_kwh, x.model_name, x.framework or "")))
+        for k, v in out.items()
+    }
 
 
 # --- for admins --------------------------------------------------------------------------------------
@@ -1864,6 +1899,7 @@ def admin_month(
             conn, first_report, month, window_days=window_days, cluster_id=cid, watermark=watermark
         ),
         basis=_basis(cfg, s, carbon, js_all, watermark, month),
+        models=_model_uses(conn, y).get("", ()),
     )
 
 
@@ -2091,7 +2127,9 @@ def job_footprint(conn: Connection, cfg: Config, job_pk: int) -> JobReport:
     idle_j = float(m.idle_gpu_energy_j or 0.0) if m is not None else 0.0
     el = max(float(j.elapsed_s or 0.0), 0.0)
     models = tuple(
-        r[0] for r in conn.execute(select(MM.model_name).where(MM.job_pk == job_pk).order_by(MM.id))
+        r[0]
+        for r in conn.execute(select(MM.model_name).where(MM.job_pk == job_pk).order_by(MM.id))
+        if r[0] is not None
     )
     return JobReport(
         pk=int(j.id),

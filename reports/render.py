@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from cocaq.reports.suggest import Suggestion
     from jinja2 import Environment
 
+    from cocaq.modelstats import Comparison
+
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CHART_WIDTH = 560  # display px at most (charts are designed 420 px wide and drawn at twice that)
 
@@ -181,6 +183,18 @@ def evidence(value: float, unit: str) -> str:
     return f"{num(value)} {unit}".strip()
 
 
+def model_tip(comparisons: Sequence[Comparison]) -> str | None:
+    """The user e-mail's one sentence about precision or batch size (`Your llama-3-8b runs in bf16 used
+    0.42 kWh per epoch, 38% less than in fp32.`): the comparison with the largest possible saving that
+    has something to say (cocaq.modelstats.Comparison.sentence), None when none has. A plain string: the
+    HTML template escapes the model name in it."""
+    for c in comparisons:
+        line = c.sentence("Your", kwh=kwh, name=lambda s: short(s, 40))
+        if line:
+            return line
+    return None
+
+
 # --- what the figures rest on ------------------------------------------------------------------------
 
 
@@ -314,6 +328,7 @@ def environments(template_dir: str | None) -> tuple[Environment, Environment]:
             car_km=car_km,
             basis_short=basis_short,
             basis_lines=basis_lines,
+            model_tip=model_tip,
         )
     return html, text
 
@@ -583,6 +598,17 @@ def admin_charts(m: AdminMonth) -> list[tuple[str, str, bytes]]:
             unit="g CO2e/kWh",
             subtitle="per UTC day, weighted by the energy of the jobs that ran",
             label_every=7,
+        ))  # fmt: skip
+    models = list(m.models[:12])
+    if models:
+        more = f" · top 12 of {len(m.models)}" if len(m.models) > 12 else ""
+        add("models", "Energy by ML model", lambda title: ch.hbar_chart(
+            title,
+            [x.model_name for x in models],
+            [ch.Series("energy", [x.energy_kwh for x in models], ch.COLOURS["energy"])],
+            unit="kWh",
+            subtitle="jobs whose model is recorded, IT energy before PUE" + more,
+            value_labels=lambda i: f"{kwh(models[i].energy_kwh)} · {plural(models[i].jobs, 'job')}",
         ))  # fmt: skip
     ba = m.before_after
     if ba is not None and ba.users and ba.idle_share_before is not None and ba.gpu_util_before is not None:

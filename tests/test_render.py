@@ -110,6 +110,22 @@ def test_user_email_says_the_months_figures_and_their_basis(month: Month) -> Non
         assert s.title in part and "GPU-hours held idle: 2 h" in part
         assert f"about {render.kwh(s.saving_kwh)} a month" in part
     assert "Questions or corrections: hpc-help@example.org" in r.text
+    # her models, and what bf16 did to the energy per epoch of her llama-7b runs (one sentence)
+    (c,) = m.model_comparisons
+    tip = render.model_tip(m.model_comparisons)
+    assert tip == (
+        f"Your llama-7b runs in bf16 used {render.kwh(c.best.kwh_per_epoch)} per epoch, "
+        f"{(1 - c.best.kwh_per_epoch / c.worst.kwh_per_epoch) * 100:.0f}% less than in fp32."
+    )
+    for part in (r.text, plain(r.html)):
+        assert "Your models" in part or "YOUR MODELS" in part
+        assert tip in part and "bert-base" in part and "pytorch" in part
+        assert render.kwh(m.models[0].energy_kwh) in part or render.num(m.models[0].energy_kwh) in part
+    # without a comparison, the models but no sentence; without metadata, no section
+    r2 = render.render_user_month(replace(m, model_comparisons=()), [], month.cfg)
+    assert "llama-7b" in r2.text and "Precision and batch size" not in r2.text + r2.html
+    r3 = render.render_user_month(replace(m, models=(), model_comparisons=()), [], month.cfg)
+    assert "YOUR MODELS" not in r3.text and "Your models" not in r3.html
     # the daily chart: attached once, shown by Content-ID
     assert [cid for cid, _ in r.images] == ["daily"] and r.images[0][1].startswith(PNG_MAGIC)
     assert 'src="cid:daily"' in r.html
@@ -138,7 +154,7 @@ def test_admin_email_covers_the_site(month: Month) -> None:
     r = render.render_admin_email(m, month.cfg)
     assert r.subject.startswith("[HAL] Site report March 2025 (all clusters): ")
     cids = [cid for cid, _ in r.images]
-    assert cids == ["labs", "partitions", "weeks", "util", "idle", "intensity", "before-after"]
+    assert cids == ["labs", "partitions", "weeks", "util", "idle", "intensity", "models", "before-after"]
     assert all(f'src="cid:{cid}"' in r.html and png.startswith(PNG_MAGIC) for cid, png in r.images)
     for part in (r.text, plain(r.html)):
         assert render.kwh(m.totals.energy_kwh) in part
@@ -153,6 +169,9 @@ def test_admin_email_covers_the_site(month: Month) -> None:
         assert "TIMEOUT" in part and ("counts as failed" in part or "(failed)" in part)
         assert "FR" in part and render.num(m.intensity[0].g_per_kwh) in part  # intensity used
         assert "not a controlled effect" in part  # before/after, and what it is not
+        for x in m.models:  # energy and CO2 by model
+            assert x.model_name in part and render.num(x.energy_kwh) in part
+        assert "ML models" in part or "ML MODELS" in part
     ba = m.before_after
     assert ba is not None and render.share(ba.idle_share_before) in r.text
     assert "80%" in r.text and "idle 80% -> 0%" in r.text  # alice: idle share before -> after
@@ -169,9 +188,9 @@ def test_admin_interactive_page_is_standalone(month: Month) -> None:
     outside = page.replace(bundle, "")
     assert not re.search(r"<(script|link|img|iframe)[^>]*\b(src|href)\s*=", outside, re.I)
     assert "http://" not in outside and "https://" not in outside  # not even a link in our own markup
-    for name in ("labs", "partitions", "weeks", "util", "idle", "intensity", "before-after"):
+    for name in ("labs", "partitions", "weeks", "util", "idle", "intensity", "models", "before-after"):
         assert f'id="chart-{name}"' in page, name
-    assert outside.count("Plotly.newPlot") == 7
+    assert outside.count("Plotly.newPlot") == 8 and "llama-7b" in outside
     assert "observational, not a controlled effect" in outside and "carol" in outside
 
 
@@ -204,11 +223,17 @@ def test_names_from_users_are_text_in_html_and_plain_text(month: Month) -> None:
     m = month.user
     top = [replace(month.user.top_jobs[0], name=XSS_SCRIPT), replace(month.user.top_jobs[1], name=XSS_ATTR)]
     idle = [replace(month.user.idle_jobs[0], name="\x1b[31mred\x1b[0m\r\nBcc: x@example.org")]
-    evil = replace(m, user=XSS_ATTR, top_jobs=(*top, *m.top_jobs[2:]), idle_jobs=tuple(idle))
+    # model names come from job comments and `cocaq tag`: anything at all
+    models = (replace(m.models[0], model_name=XSS_SCRIPT, framework="\x1b[31mred"), *m.models[1:])
+    comparisons = (replace(m.model_comparisons[0], model=XSS_ATTR),)
+    evil = replace(m, user=XSS_ATTR, top_jobs=(*top, *m.top_jobs[2:]), idle_jobs=tuple(idle), models=models,
+                   model_comparisons=comparisons)  # fmt: skip
     lab = month.lab
-    evil_lab = replace(lab, account=XSS_SCRIPT, users=(replace(lab.users[0], user=XSS_ATTR), *lab.users[1:]))
+    evil_lab = replace(lab, account=XSS_SCRIPT, users=(replace(lab.users[0], user=XSS_ATTR), *lab.users[1:]),
+                       models=(replace(lab.models[0], model_name=XSS_ATTR), *lab.models[1:]))  # fmt: skip
     adm = month.admin
-    evil_adm = replace(adm, by_lab=(replace(adm.by_lab[0], key=XSS_ATTR), *adm.by_lab[1:]))
+    evil_adm = replace(adm, by_lab=(replace(adm.by_lab[0], key=XSS_ATTR), *adm.by_lab[1:]),
+                       models=(replace(adm.models[0], model_name=XSS_SCRIPT), *adm.models[1:]))  # fmt: skip
     job = replace(month.jobs[0], name=XSS_SCRIPT, state_detail=XSS_ATTR)
     for r in (
         render.render_user_month(evil, [], month.cfg),
@@ -224,6 +249,12 @@ def test_names_from_users_are_text_in_html_and_plain_text(month: Month) -> None:
         assert "\n" not in r.subject and "\r" not in r.subject
     page = render.render_admin_html(evil_adm, month.cfg)
     assert "<img src=x" not in page and "&#34;&gt;&lt;img src=x" in page
+    assert "<script>alert(1)</script>" not in page  # the model's name: escaped in the table and the chart
+    # each hostile model name in the user's e-mail: in the table, and in the comparison's sentence
+    r = render.render_user_month(evil, [], month.cfg)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in r.html and f"Your {XSS_ATTR[:40]} runs" not in r.html
+    assert "Your &#34;&gt;&lt;img src=x onerror=alert(1)&gt; runs in bf16" in r.html
+    assert f"Your {XSS_ATTR} runs in bf16" in r.text and "?[31mred" not in r.text and "\x1b" not in r.text
 
 
 def test_email_html_is_mail_safe_and_fits_a_phone(month: Month) -> None:

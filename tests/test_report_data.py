@@ -149,17 +149,17 @@ def build_month(engine: Engine, cfg: Config) -> None:
     gpu_samples(engine, 301, at(7), 24 * 60, {f"GPU-{i}": (350.0, 95.0) for i in range(4)}, step_s=120)
     with engine.begin() as c:
         pks = dict(c.execute(text("SELECT job_id_raw, id FROM jobs")).all())
-        c.execute(
-            insert(ModelMetadata),
-            [
-                {"job_pk": pks[101], "source": "api", "model_name": "llama-7b", "framework": "pytorch",
-                 "extra": {"precision": "bf16"}},
-                {"job_pk": pks[105], "source": "comment", "model_name": "llama-7b", "framework": "pytorch",
-                 "extra": None},
-                {"job_pk": pks[105], "source": "file", "model_name": "bert-base", "framework": "pytorch",
-                 "extra": None},
-            ],
-        )  # fmt: skip
+        # one merged row per job: alice's llama-7b in bf16 (job 101) and in fp32 (103, ending March 1, a row
+        # of the first shape with the precision in `extra`); her bert-base (105) with no precision at all
+        for row in [
+            {"job_pk": pks[101], "model_name": "llama-7b", "framework": "pytorch", "precision": "bf16",
+             "batch_size": 32, "epochs": 2.0, "sources": {"model": "api", "precision": "api"}},
+            {"job_pk": pks[103], "model_name": "llama-7b", "framework": "pytorch", "epochs": 1.0,
+             "batch_size": 32, "extra": {"dtype": "torch.float32"}, "sources": {"model": "comment"}},
+            {"job_pk": pks[105], "model_name": "bert-base", "framework": "pytorch", "task": "train",
+             "sources": {"model": "comment", "task": "detected"}},
+        ]:  # fmt: skip
+            c.execute(insert(ModelMetadata).values(**row))
     run_aggregate(engine, cfg)
 
 
@@ -332,6 +332,31 @@ def test_user_totals_are_the_sums_of_their_jobs_in_the_month(month_db: Setup) ->
     assert len(nobody.daily) == 31
 
 
+def test_user_models_precision_and_the_comparison(month_db: Setup) -> None:
+    rows = {r.raw: r for r in job_rows(month_db.engine)}
+    with month_db.engine.connect() as conn:
+        everyone = data.users_month(conn, month_db.cfg, MONTH)
+    alice = everyone["alice"]
+    # by model: the month's share (job 103: half of it in March), as the lab's table
+    models = {m.model_name: m for m in alice.models}
+    assert set(models) == {"llama-7b", "bert-base"}
+    assert everyone["bob"].models == () and everyone["carol"].models == ()
+    assert models["llama-7b"].energy_kwh == approx((rows[101].energy_j + rows[103].energy_j / 2) / 3.6e6)
+    assert models["bert-base"].jobs == 1 and models["bert-base"].gpu_hours == approx(4.0)
+    # precision: the column (101), the first shape's `extra` (103), nothing recorded (105)
+    prec = {int(g.job_id): (g.precision, g.precision_label) for g in alice.gpu_jobs}
+    assert prec[101] == ("reduced", "bf16") and prec[103] == ("full", "float32") and prec[105] == (None, None)
+    # the comparison: whole runs that ended in March (103 ended on March 1), kWh per epoch
+    (c,) = alice.model_comparisons
+    assert (c.user, c.model) == ("alice", "llama-7b")
+    bf16, fp32 = c.groups
+    assert (bf16.precision, bf16.batch_size, fp32.precision) == ("bf16", 32, "fp32")
+    assert bf16.kwh_per_epoch == approx(rows[101].energy_j / 2 / 3.6e6)
+    assert fp32.kwh_per_epoch == approx(rows[103].energy_j / 1 / 3.6e6)
+    assert fp32.ratio_to_best == approx(fp32.kwh_per_epoch / bf16.kwh_per_epoch) and fp32.ratio_to_best > 1
+    assert all(everyone[u].model_comparisons == () for u in everyone if u != "alice")
+
+
 def test_trend_against_the_previous_month(month_db: Setup) -> None:
     rows = job_rows(month_db.engine)
     with month_db.engine.connect() as conn:
@@ -481,14 +506,20 @@ def test_lab_month(month_db: Setup) -> None:
     w = lab.idle_by_user[0]
     assert w.idle_gpu_hours == approx(6.0) and w.idle_share == approx(6.0 / 17.0)
     assert w.idle_co2_kg == approx(alice.totals.idle_co2_kg)
-    # models: job 101 is llama; job 105 names llama and bert, its energy split between them
+    # models: jobs 101 and 103 (half of it in March) are llama, 105 is bert: the month's share of each
     by_raw = {r.raw: r for r in rows}
-    e101, e105 = by_raw[101].energy_j / 3.6e6, by_raw[105].energy_j / 3.6e6
+    e101, e103, e105 = (by_raw[k].energy_j / 3.6e6 for k in (101, 103, 105))
     models = {(m.model_name, m.framework): m for m in lab.models}
-    assert models[("llama-7b", "pytorch")].energy_kwh == approx(e101 + e105 / 2)
-    assert models[("llama-7b", "pytorch")].jobs == 2 and models[("bert-base", "pytorch")].jobs == 1
-    assert models[("bert-base", "pytorch")].energy_kwh == approx(e105 / 2)
-    assert models[("bert-base", "pytorch")].gpu_hours == approx(2.0)
+    llama, bert = models[("llama-7b", "pytorch")], models[("bert-base", "pytorch")]
+    assert llama.energy_kwh == approx(e101 + e103 / 2) and llama.gpu_hours == approx(2 * 2 + 4)
+    assert (llama.jobs, llama.users, bert.jobs) == (2, 1, 1)
+    assert bert.energy_kwh == approx(e105) and bert.gpu_hours == approx(4.0)
+    assert bert.co2_kg == approx(by_raw[105].co2_g / 1000) and llama.co2_kg == approx(
+        (by_raw[101].co2_g + by_raw[103].co2_g / 2) / 1000
+    )
+    assert [m.model_name for m in lab.models] == sorted(
+        ("llama-7b", "bert-base"), key=lambda n: -models[(n, "pytorch")].energy_kwh
+    )
     assert lab_b.models == ()  # no metadata: an empty list, not a guess
     # weeks: ISO weeks 9 (March 1-2) to 14 (March 31), adding up to the month
     assert [(w.iso_week, w.days) for w in lab.weekly] == [(9, 2), (10, 7), (11, 7), (12, 7), (13, 7), (14, 1)]
@@ -527,6 +558,11 @@ def test_admin_month_tables_add_up(month_db: Setup) -> None:
     assert {c.partition for c in adm.coverage} == {"gpu", "cpu"}
     assert all(c.measured_share == 0 for c in adm.coverage)
     assert sum(c.estimated_kwh for c in adm.coverage) == approx(adm.totals.energy_kwh)
+    # models: only lab_a's jobs have metadata, so the site's table is the lab's; none on cluster d
+    with month_db.engine.connect() as conn:
+        lab = data.lab_month(conn, month_db.cfg, "lab_a", MONTH)
+    assert same(adm.models, lab.models) and [m.model_name for m in adm.models] == ["llama-7b", "bert-base"]
+    assert adm_d.models == ()
 
 
 def test_admin_utilisation_histogram_idle_and_failures(month_db: Setup) -> None:
@@ -664,7 +700,14 @@ def test_month_helper() -> None:
     assert len(data.Month.of(date(2024, 2, 3)).days()) == 29
     # a time with an offset is read in UTC: 00:30 on April 1 in Paris is still March in UTC
     assert data.Month.of(datetime(2025, 4, 1, 0, 30, tzinfo=ZoneInfo("Europe/Paris"))).label == "2025-03"
-    assert data.precision_of({"precision": "bf16"}) == ("reduced", "bf16")
-    assert data.precision_of({"dtype": "torch.float32"}) == ("full", "float32")
-    assert data.precision_of({"amp": True}) == ("reduced", "amp=true")
-    assert data.precision_of({"task": "train"}) == (None, None) and data.precision_of(None) == (None, None)
+    # the precision column, then (rows of the first shape) the keys of `extra`
+    assert data.precision_of("bf16") == ("reduced", "bf16") and data.precision_of("fp8") == ("reduced", "fp8")
+    assert data.precision_of("tf32") == ("full", "tf32")
+    assert data.precision_of("fp32", {"amp": True})[0] == "full"  # the column wins
+    assert data.precision_of("nf4") == ("reduced", "nf4") and data.precision_of("bf16-mixed")[0] == "reduced"
+    assert data.precision_of("q5_k") == (None, "q5_k")  # said, but neither: unknown
+    assert data.precision_of(None, {"precision": "bf16"}) == ("reduced", "bf16")
+    assert data.precision_of("", {"dtype": "torch.float32"}) == ("full", "float32")
+    assert data.precision_of(None, {"amp": True}) == ("reduced", "amp=true")
+    assert data.precision_of(None, {"task": "train"}) == (None, None)
+    assert data.precision_of(None) == (None, None)

@@ -81,19 +81,21 @@ def build(engine: Engine, cfg: Config) -> None:
         )
     with engine.begin() as c:
         pks = dict(c.execute(text("SELECT job_id_raw, id FROM jobs")).all())
+        # the precision column (bf16, fp32), and a row of the first shape that kept it in `extra` (amp)
         meta = [
-            (1101, "llama-7b", {"precision": "bf16"}),
-            (1201, "resnet50", {"dtype": "torch.float32"}),
-            (1401, "vit-b", {"amp": True}),
-            (1402, "vit-b", None),
+            (1101, "llama-7b", "bf16", None),
+            (1201, "resnet50", "fp32", None),
+            (1401, "vit-b", None, {"amp": True}),
+            (1402, "vit-b", None, None),
         ]
         c.execute(
             insert(ModelMetadata),
             [
-                {"job_pk": pks[r], "source": "api", "model_name": m, "framework": "pytorch", "extra": e}
-                for r, m, e in meta
+                {"job_pk": pks[r], "model_name": m, "framework": "pytorch", "precision": p, "extra": e,
+                 "sources": {"model": "api"} | ({"precision": "api"} if p else {})}
+                for r, m, p, e in meta
             ],
-        )
+        )  # fmt: skip
     run_aggregate(engine, cfg)
 
 
