@@ -126,6 +126,9 @@ class _Job:
     running: bool = False
     kind: str = ""  # what the user was doing (the GPU samples follow it)
     gpu_load: float = 0.0  # share of the GPUs' TDP they drew
+    comment: str = ""  # `cocaq: model=...` when the user declared the model at submission
+    declared: dict[str, Any] | None = None  # what `cocaq.annotate`/`cocaq tag` wrote from inside
+    detected: dict[str, str] | None = None  # what the collector saw in the job's processes
 
 
 def _ts(t: datetime) -> str:
@@ -285,6 +288,83 @@ class _Generator:
             k += 1
 
 
+# Job name -> (model, task, parameters, GPU-hours per epoch in bf16/fp16) of the ML jobs; tokens per
+# GPU-second for the LLMs instead of epochs. fp32 runs take ~1.7x as long per epoch on the same GPUs.
+_MODELS: dict[str, tuple[str, str, float, float]] = {
+    "llama-ft": ("llama-3-8b", "finetune", 8.0e9, 0.0),
+    "pretrain-7b": ("mistral-7b", "pretrain", 7.2e9, 0.0),
+    "mistral-sft": ("mistral-7b", "sft", 7.2e9, 0.0),
+    "rlhf-ppo": ("llama-3-8b", "rlhf", 8.0e9, 0.0),
+    "resnet50": ("resnet50", "train", 25.6e6, 0.9),
+    "vit-b16": ("vit-b16", "train", 86e6, 1.6),
+    "unet-seg": ("unet", "segmentation", 31e6, 0.5),
+    "detr": ("detr-r50", "detection", 41e6, 2.2),
+    "bert-base": ("bert-base", "finetune", 110e6, 0.3),
+    "gnn-train": ("gin", "train", 2e6, 0.2),
+}
+_SLOWER = {"fp32": 1.7, "bf16": 1.0, "fp16": 1.0}
+
+
+def _model_metadata(jobs: list[_Job], seed: int) -> None:
+    """Give the ML jobs model metadata the three ways a site gets it: about half declare it in their
+    comment, a quarter from inside with `cocaq tag` (epochs and tokens as they go), and the collector
+    detects the framework of all of them. A separate random stream: the jobs themselves do not change."""
+    r = random.Random(seed + 7)
+    for j in jobs:
+        spec = _MODELS.get(j.name)
+        if spec is None or not j.gpus:
+            continue
+        model, task, params, epoch_gpu_h = spec
+        precision = r.choice(["bf16", "bf16", "fp32"] if j.kind == "llm" else ["fp16", "bf16", "fp32"])
+        batch = r.choice([8, 16] if j.kind == "llm" else [32, 64, 128])
+        gpu_s = j.gpus * j.elapsed
+        counters: dict[str, Any] = {}
+        if epoch_gpu_h:
+            counters["epochs"] = round(gpu_s / 3600 / (epoch_gpu_h * _SLOWER[precision]), 2)
+        else:
+            counters["tokens"] = int(gpu_s * 2600 / _SLOWER[precision])
+        how = r.random()
+        if how < 0.55:
+            j.comment = (
+                f"cocaq: model={model} task={task} params={params:.3g} framework=pytorch "
+                f"precision={precision} batch_size={batch}"
+            )
+            j.declared = counters if r.random() < 0.7 else None
+        elif how < 0.8:
+            j.declared = {"model": model, "precision": precision, "batch_size": batch, **counters}
+        j.detected = {"framework": "pytorch", "framework_version": r.choice(["2.3.1", "2.3.1", "2.1.2"]),
+                      "launcher": "torchrun" if j.gpus > 1 else "python"}  # fmt: skip
+
+
+def _ship_metadata(url: str, jobs: list[_Job]) -> int:
+    """The collector's `meta` records of the jobs, shipped as a node would ship them."""
+    from cocaq.collector.ship import connect
+
+    records = []
+    for j in jobs:
+        for source in ("detected", "api"):
+            values = j.detected if source == "detected" else j.declared
+            if not values:
+                continue
+            ts = j.start.timestamp() + (60 if source == "detected" else j.elapsed * 0.95)
+            records.append(
+                {
+                    "uid": f"{DEMO_CLUSTER}/{j.nodes[0]}/{j.raw_id}/meta/{int(ts * 1e9)}-{source}",
+                    "event": "meta",
+                    "cluster": DEMO_CLUSTER,
+                    "node": j.nodes[0],
+                    "job_id": str(j.raw_id),
+                    "ts": ts,
+                    "meta": {source: values},
+                }
+            )
+    target = connect(url)
+    try:
+        return target.ship_events(target.cluster_id(DEMO_CLUSTER), records)
+    finally:
+        target.close()
+
+
 def sacct_lines(jobs: list[_Job]) -> list[str]:
     """The jobs as `sacct --parsable2 --format=SACCT_FIELDS` would print them, steps included."""
     fields = SACCT_FIELDS.split(",")
@@ -320,7 +400,7 @@ def sacct_lines(jobs: list[_Job]) -> list[str]:
             "State": state,
             "ExitCode": j.exit_code,
             "TotalCPU": "" if j.running else format_slurm_duration(j.total_cpu),
-            "Comment": "",
+            "Comment": j.comment,
             "ConsumedEnergyRaw": "" if j.running else energy,
             "Cluster": DEMO_CLUSTER,
             "Timelimit": format_slurm_duration(j.limit_min * 60),
@@ -406,6 +486,7 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
     migrate.upgrade(engine)
     end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     jobs = _Generator(seed, end, days).generate()
+    _model_metadata(jobs, seed)
     dump = out / "sacct-demo.txt"
     dump.write_text("\n".join(sacct_lines(jobs)) + "\n")
 
@@ -420,6 +501,10 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
         )
 
     n_samples = _write_samples(engine, jobs, seed, cfg.collector.interval_s)
+    from cocaq import measured as node_measurements
+
+    _ship_metadata(url, jobs)
+    n_models = node_measurements.refresh(engine, cfg, since=end - timedelta(days=days + 2)).models
     from cocaq.aggregate import run_aggregate
 
     run_aggregate(engine, cfg, full=True, rescan_samples=True)
@@ -500,6 +585,12 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
         f"GPU samples of the A100 nodes: {n_samples:,} (5 min apart); `cocaq aggregate` derived the daily "
         "rollups, utilisation and idle GPUs the reports read"
     )
+    declared = sum(1 for j in jobs if j.comment or j.declared)
+    console.print(
+        f"Model metadata: {declared:,} ML jobs declared their model (in their comment or with `cocaq tag`), "
+        f"the collector detected the framework of {sum(1 for j in jobs if j.detected):,}; "
+        f"{n_models:,} jobs carry some"
+    )
     console.print(f"Wrote {', '.join(sorted(p.name for p in out.iterdir() if p.is_file()))} to {out}/")
     console.print(
         f"Reports of {reports['month']} in {out / 'reports'}/: the admins' interactive page "
@@ -514,6 +605,7 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
         f"cocaq user {users[0]['user'] if users else 'alice'} --since 30d",
         "cocaq user erin --since 30d --format json",
         "cocaq lab lab_nlp --since 30d",
+        "cocaq models --since 30d",
         f"cocaq job {first_job}",
         f"cocaq --config {cfg_path} import sacct --file {dump}   # again: nothing is duplicated",
         f"cocaq --config {cfg_path} report user {reports['users'][0]} --month {reports['month']} "

@@ -6,6 +6,7 @@ import email
 import email.policy
 import json
 import re
+import sqlite3
 from pathlib import Path
 
 from tests.conftest import run_cocaq
@@ -75,6 +76,28 @@ def test_demo_fills_the_embedded_database_and_writes_outputs(cli_env: dict[str, 
     r2 = run_cocaq(["user", heavy, "--since", "30d", "--format", "json"], cli_env, cwd=tmp_path)
     assert r2.code == 0, r2.err
     assert json.loads(r2.out)["jobs"] > 10
+
+    # ML jobs carry model metadata from all three sources; declared values win over detected ones.
+    con = sqlite3.connect(db)
+    try:
+        rows = con.execute(
+            "SELECT model_name, precision, epochs, tokens, framework, sources FROM model_metadata"
+        ).fetchall()
+    finally:
+        con.close()
+    assert len(rows) > 50 and "Model metadata:" in r.out
+    seen = {src for *_, s in rows for src in json.loads(s).values()}
+    assert seen == {"comment", "api", "detected"}
+    assert {m for m, *_ in rows} >= {"llama-3-8b", "resnet50"} and {p for _, p, *_ in rows} >= {
+        "bf16",
+        "fp32",
+    }
+    assert any(e for _, _, e, *_ in rows) and any(t for _, _, _, t, *_ in rows)
+    r5 = run_cocaq(["models", "--since", "30d", "--format", "json"], cli_env, cwd=tmp_path)
+    assert r5.code == 0, r5.err
+    models = json.loads(r5.out)
+    assert {m["key"] for m in models["by_model"]} >= {"llama-3-8b", "resnet50"}
+    assert models["comparisons"], "same model and user in different precision: side by side"
 
     # Run again: the database is reused and the demo month replaced, not doubled.
     r3 = run_cocaq(["demo", "--out", str(out)], cli_env, cwd=tmp_path)
