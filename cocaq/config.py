@@ -545,9 +545,10 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
             "reports",
         },
     )
-    cfg = Config(source=source)
-    if "database_url" in data:
-        cfg = replace(cfg, database_url=_str("database_url", data["database_url"]))
+    if "database_url" in data:  # given: the default (platformdirs, a few ms on every command) is not needed
+        cfg = Config(source=source, database_url=_str("database_url", data["database_url"]))
+    else:
+        cfg = Config(source=source)
     if "spool_dir" in data:
         cfg = replace(cfg, spool_dir=_str("spool_dir", data["spool_dir"]))
     c = data.get("cluster", {})
