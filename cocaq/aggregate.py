@@ -699,10 +699,14 @@ def _rebuild_range_pg(
         f"UPDATE daily_rollups r SET ({vals}, computed_at) = ({new_vals}, now())"
         f" FROM cocaq_rollup_new t WHERE {same_key} AND ({old_vals}) IS DISTINCT FROM ({new_vals})"
     )
-    conn.exec_driver_sql(
+    # New rows by the unique key's index. (An anti-join here was quadratic on a first run: the table's
+    # statistics said empty, so each new row scanned the heap the statement itself was growing.)
+    inserted = conn.exec_driver_sql(
         f"INSERT INTO daily_rollups ({', '.join(_KEYS)}, {vals}) SELECT {', '.join(_KEYS)}, {vals}"
-        f" FROM cocaq_rollup_new t WHERE NOT EXISTS (SELECT 1 FROM daily_rollups r WHERE {same_key})"
-    )
+        f" FROM cocaq_rollup_new t ON CONFLICT ({', '.join(_KEYS)}) DO NOTHING"
+    ).rowcount
+    if inserted > 10_000:  # the next ranges' plans must not take the table for the empty one it was
+        conn.exec_driver_sql("ANALYZE daily_rollups")
     n = conn.exec_driver_sql("SELECT count(*) FROM cocaq_rollup_new").scalar_one()
     conn.exec_driver_sql("DROP TABLE cocaq_rollup_new")
     return int(n)
