@@ -228,9 +228,19 @@ def _prepare_annotations(cfg: dict[str, Any], job: Any, errors: list[str]) -> No
 
 def _read_annotations(cfg: dict[str, Any], job: Any, errors: list[str]) -> dict[str, Any] | None:
     """A `meta` spool record of what the job declared from inside (None when nothing); the file goes."""
+    directory = cfg.get("annotate_dir") or "/run/cocaq-jobs"
+    path = os.path.join(directory, f"{job.job_id}.json")
+    try:  # most jobs declare nothing: their file is as the prolog left it, and costs no imports
+        st = os.lstat(path)
+        if st.st_size == 0 and (st.st_mode & 0o170000) == 0o100000:
+            os.unlink(path)
+            return None
+    except FileNotFoundError:
+        return None
+    except OSError:
+        pass  # annotations.read says why
     from cocaq.collector import annotations
 
-    directory = cfg.get("annotate_dir") or "/run/cocaq-jobs"
     try:
         values, mtime, problems = annotations.read(directory, job.job_id, job.get("uid"))
         errors.extend(problems)
