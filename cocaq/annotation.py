@@ -23,8 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-DEFAULT_DIR = "/run/cocaq-jobs"  # cocaq.collector.annotations.DEFAULT_DIR; not imported, to stay light
-MAX_FILE = 64 * 1024
+DEFAULT_DIR = "/run/cocaq-jobs"  # `[collector] annotate_dir`'s default; the prolog makes the files there
 
 
 def _warn(msg: str) -> None:
@@ -60,7 +59,7 @@ def update(values: dict[str, Any], environ: Mapping[str, str] | None = None) -> 
 
 
 def _update(values: dict[str, Any], env: Mapping[str, str]) -> bool:
-    from cocaq.modelmeta import canonical_key, validate
+    from cocaq.modelmeta import MAX_FILE, canonical_key, validate
 
     job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
     if not job_id:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from cocaq.annotation import DEFAULT_DIR as ANNOTATE_DIR
 from cocaq.errors import CocaqError, ConfigError
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ class Collector:
     ship_batch: int = 5000
     hook_log: str = "/var/log/cocaq/hook.log"
     # Where jobs' `cocaq.annotate`/`cocaq tag` files live (root's 0711 dir; see collector/annotations.py).
-    annotate_dir: str = "/run/cocaq-jobs"
+    annotate_dir: str = ANNOTATE_DIR
     # Look at a running job's processes for its ML framework this often (0: never).
     detect_interval_s: float = 300.0
 

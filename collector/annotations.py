@@ -15,13 +15,14 @@ import json
 import os
 import stat
 
+from cocaq.annotation import DEFAULT_DIR
 from cocaq.modelmeta import MAX_FILE, validate
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-DEFAULT_DIR = "/run/cocaq-jobs"
+__all__ = ["DEFAULT_DIR", "prepare", "read", "remove"]
 DIR_MODE = 0o711
 
 

@@ -221,14 +221,14 @@ def _prepare_annotations(cfg: dict[str, Any], job: Any, errors: list[str]) -> No
     try:
         from cocaq.collector.annotations import prepare
 
-        prepare(cfg.get("annotate_dir") or "/run/cocaq-jobs", job.job_id, uid, gid)
+        prepare(cfg["annotate_dir"], job.job_id, uid, gid)
     except (OSError, ValueError) as exc:
         errors.append(f"annotations: {exc}")
 
 
 def _read_annotations(cfg: dict[str, Any], job: Any, errors: list[str]) -> dict[str, Any] | None:
     """A `meta` spool record of what the job declared from inside (None when nothing); the file goes."""
-    directory = cfg.get("annotate_dir") or "/run/cocaq-jobs"
+    directory = cfg["annotate_dir"]  # hookconfig always gives it (the default when unset)
     path = os.path.join(directory, f"{job.job_id}.json")
     try:  # most jobs declare nothing: their file is as the prolog left it, and costs no imports
         st = os.lstat(path)
