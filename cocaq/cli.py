@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import logging
 import os
 import sys
+from datetime import datetime
 from typing import IO, Any, ClassVar
 
 import click
@@ -153,9 +155,12 @@ def user(
 
     name = user or getpass.getuser()
     w = _window(since, until)
-    with connect(obj.cfg.database_url) as db:
-        fp = user_footprint(db, name, w, cluster=cluster, top=top, from_jobs=from_jobs)
-    _emit(fp, fmt)
+
+    def from_db() -> Any:
+        with connect(obj.cfg.database_url) as db:
+            return user_footprint(db, name, w, cluster=cluster, top=top, from_jobs=from_jobs).as_dict()
+
+    _emit(_api_or_db(obj, ("users", name), _fp_params(w, cluster, top, from_jobs), from_db), fmt)
 
 
 @cli.command()
@@ -182,18 +187,49 @@ def lab(
     from cocaq.footprint import lab_footprint
 
     w = _window(since, until)
-    with connect(obj.cfg.database_url) as db:
-        fp = lab_footprint(db, account, w, cluster=cluster, top=top, from_jobs=from_jobs)
-    _emit(fp, fmt)
+
+    def from_db() -> Any:
+        with connect(obj.cfg.database_url) as db:
+            return lab_footprint(db, account, w, cluster=cluster, top=top, from_jobs=from_jobs).as_dict()
+
+    _emit(_api_or_db(obj, ("labs", account), _fp_params(w, cluster, top, from_jobs), from_db), fmt)
 
 
-def _emit(fp: Any, fmt: str) -> None:
+def _fp_params(w: Any, cluster: str | None, top: int, from_jobs: bool) -> dict[str, Any]:
+    """The window as absolute times: the server reads them as the client meant them, whatever its zone."""
+    p = {"since": w.since.isoformat(), "until": w.until.isoformat(), "cluster": cluster, "top": top}
+    return {**p, "from_jobs": "true"} if from_jobs else p
+
+
+def _api_or_db(obj: Ctx, parts: tuple[str, ...], params: dict[str, Any], from_db: Any) -> Any:
+    """The answer from the read API when `[api] url` is set (login nodes: no database credentials), else
+    from the database. An API that cannot be reached is skipped for the database only by those who can
+    read it (admins); everyone else gets the API's one-line error."""
+    if not obj.cfg.api.url:
+        return from_db()
+    from cocaq.apiclient import ApiUnreachable, get
+
+    try:
+        return get(obj.cfg.api, parts, params)
+    except ApiUnreachable as exc:
+        try:
+            got = from_db()
+        except CocaqError:
+            raise exc from None
+        click.echo(f"cocaq: warning: {exc}; read the database directly", err=True)
+        return got
+
+
+def _emit(d: dict[str, Any], fmt: str) -> None:
     """JSON and CSV stay light (no rich: `cocaq user` runs on every login node); tables use rich."""
     from cocaq import render
+    from cocaq.footprint import Footprint
 
     if fmt == "json":
-        click.echo(render.to_json(fp.as_dict()))
-    elif fmt == "csv":
+        click.echo(render.to_json(d))
+        return
+    fp = Footprint.from_dict(d)
+    if fmt == "csv":
         click.echo(render.footprint_csv(fp), nl=False)
     else:
         render.print_footprint(fp, _console())
@@ -209,10 +245,15 @@ def _emit(fp: Any, fmt: str) -> None:
 def job(obj: Ctx, jobid: str, cluster: str | None, fmt: str) -> None:
     """One job: its facts, energy by component and method, and CO2 with zone, intensity, source and PUE."""
     from cocaq import render
-    from cocaq.footprint import find_jobs
 
-    with obj.engine().connect() as conn:
-        jobs = find_jobs(conn, jobid.strip(), cluster)
+    def from_db() -> Any:
+        from cocaq.footprint import find_jobs
+
+        with obj.engine().connect() as conn:
+            return {"jobs": find_jobs(conn, jobid.strip(), cluster)}
+
+    got = _api_or_db(obj, ("jobs", jobid.strip()), {"cluster": cluster}, from_db)
+    jobs = [_revive(j) for j in got["jobs"]]
     if not jobs:
         raise InputError(f"job {jobid} is not in the database (import it with `cocaq import sacct`)")
     if fmt == "json":
@@ -221,6 +262,21 @@ def job(obj: Ctx, jobid: str, cluster: str | None, fmt: str) -> None:
     con = _console()
     for j in jobs:
         render.print_job(j, con)
+
+
+def _revive(d: Any) -> Any:
+    """Times as datetimes again in a job the API sent (its JSON has them as ISO text)."""
+    if isinstance(d, dict):
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, str) and (k.endswith(("_time", "_at", "ts")) or k in ("start", "end")):
+                with contextlib.suppress(ValueError):
+                    v = datetime.fromisoformat(v)
+            out[k] = _revive(v)
+        return out
+    if isinstance(d, list):
+        return [_revive(x) for x in d]
+    return d
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -577,6 +633,7 @@ LazyGroup.lazy.update(
         "models": ("cocaq.cli_models:models",),
         "report": ("cocaq.cli_report:report", "cocaq.cli_report_send"),  # the latter adds `report send`
         "scheduler": ("cocaq.cli_scheduler:scheduler",),
+        "serve": ("cocaq.cli_serve:serve",),
     }
 )
 

@@ -24,7 +24,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG_PATH = Path("/etc/cocaq/cocaq.toml")
 # COCAQ_* variables that are not settings.
-_NON_SETTING_ENV = {"COCAQ_CONFIG"}
+# Variables of other parts that are not settings of this file: the job side's annotation directory
+# (cocaq.annotation), the collector's /proc for tests, the MUNGE backend (cocaq.munge).
+_NON_SETTING_ENV = {"COCAQ_CONFIG", "COCAQ_ANNOTATE_DIR", "COCAQ_PROC_ROOT", "COCAQ_MUNGE_BACKEND"}
 _NON_SETTING_PREFIXES = ("COCAQ_TEST_", "COCAQ_BENCH_")
 
 
@@ -181,6 +183,23 @@ class Reports:
 
 
 @dataclass(frozen=True)
+class Api:
+    """The read API (`cocaq serve`) and its clients (`cocaq user` on login nodes); see docs/api.md."""
+
+    url: str | None = None  # clients: use the API there instead of the database (COCAQ_API_URL)
+    host: str = "127.0.0.1"
+    port: int = 8470
+    tls_cert: str | None = None  # the server terminates TLS itself when both are set
+    tls_key: str | None = None
+    ca_file: str | None = None  # clients: the CA that signed the server's certificate (default: system's)
+    munge_socket: str | None = None  # None: munged's default socket
+    admin_groups: tuple[str, ...] = ()  # Unix groups whose members see everything
+    admin_users: tuple[str, ...] = ()
+    lab_heads: dict[str, tuple[str, ...]] = field(default_factory=dict)  # Slurm account -> user names
+    timeout_s: float = 10.0  # clients: how long to wait for the API
+
+
+@dataclass(frozen=True)
 class Config:
     database_url: str = field(default_factory=default_database_url)
     spool_dir: str = "/var/spool/cocaq"
@@ -191,6 +210,7 @@ class Config:
     aggregate: Aggregate = field(default_factory=Aggregate)
     mail: Mail = field(default_factory=Mail)
     reports: Reports = field(default_factory=Reports)
+    api: Api = field(default_factory=Api)
     pue_monthly: dict[str, float] = field(default_factory=dict)  # "2026-01" -> PUE; [cluster.pue_monthly]
     estimate: Estimate = field(default_factory=Estimate)
     default_hardware: Hardware = field(default_factory=Hardware)
@@ -526,6 +546,41 @@ def _reports(t: Any) -> Reports:
     return replace(Reports(), **v)
 
 
+def _names(key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):  # from the environment: "a,b"
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"config: {key}: expected a list of names, got {value!r}")
+    return tuple(value)
+
+
+def _api(t: Any) -> Api:
+    if not isinstance(t, dict):
+        raise ConfigError(f"config: api: expected a table, got {t!r}")
+    _check_keys("api", t, {f.name for f in fields(Api)})
+    v: dict[str, Any] = {}
+    for k in ("url", "host", "tls_cert", "tls_key", "ca_file", "munge_socket"):
+        if k in t:
+            v[k] = _str(f"api.{k}", t[k])
+    if v.get("url") and not v["url"].startswith(("http://", "https://")):
+        raise ConfigError(f"config: api.url: expected http://... or https://..., got {v['url']!r}")
+    if "port" in t:
+        v["port"] = int(_num("api.port", t["port"], 1, 65535))
+    if "timeout_s" in t:
+        v["timeout_s"] = _num("api.timeout_s", t["timeout_s"], 0.1, 600.0)
+    if ("tls_cert" in v) != ("tls_key" in v):
+        raise ConfigError("config: api: tls_cert and tls_key go together")
+    for k in ("admin_groups", "admin_users"):
+        if k in t:
+            v[k] = _names(f"api.{k}", t[k])
+    if "lab_heads" in t:
+        heads = t["lab_heads"]
+        if not isinstance(heads, dict):
+            raise ConfigError('config: api.lab_heads: expected a table like { lab_nlp = ["carol"] }')
+        v["lab_heads"] = {str(a): _names(f"api.lab_heads.{a}", u) for a, u in heads.items()}
+    return replace(Api(), **v)
+
+
 def _from_dict(data: dict[str, Any], source: str) -> Config:
     _check_keys(
         "",
@@ -544,6 +599,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
             "aggregate",
             "mail",
             "reports",
+            "api",
         },
     )
     if "database_url" in data:  # given: the default (platformdirs, a few ms on every command) is not needed
@@ -632,6 +688,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
         collector=_collector(data.get("collector", {})),
         mail=_mail(data.get("mail", {})),
         reports=_reports(data.get("reports", {})),
+        api=_api(data.get("api", {})),
         cluster=cluster,
         estimate=estimate,
         default_hardware=default_hw,
@@ -643,7 +700,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
 def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
     """Fold COCAQ_* variables into the raw TOML dict, so one validator checks both."""
     known_sections = {"cluster", "estimate", "defaults", "collector", "carbon", "embodied", "aggregate"}
-    known_sections |= {"mail", "reports"}
+    known_sections |= {"mail", "reports", "api"}
     # The variable that holds the SMTP password is not a setting, whatever its name.
     mail = data.get("mail")
     secret_vars = {
@@ -671,6 +728,11 @@ def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
             data[key] = value
         elif key == "cluster":
             data.setdefault("cluster", {})["name"] = value
+        elif key == "api_url":  # COCAQ_API_URL: login nodes' clients
+            tbl = data.setdefault("api", {})
+            if not isinstance(tbl, dict):
+                raise ConfigError(f"environment: {name}: config section api is not a table")
+            tbl["url"] = value
         elif key in ("smtp_host", "smtp_port"):  # COCAQ_SMTP_HOST, COCAQ_SMTP_PORT
             tbl = data.setdefault("mail", {})
             if not isinstance(tbl, dict):

@@ -23,7 +23,7 @@ and importing SQLAlchemy would be most of its run time. `find_jobs` (`cocaq job`
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -209,9 +209,32 @@ class Footprint:
     top_jobs: list[TopJob] = field(default_factory=list)
     members: list[dict[str, Any]] = field(default_factory=list)  # per user, for a lab
     plan: Plan | None = None
+    sourced: dict[str, Any] | None = None  # source() as the API said it (from_dict)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Footprint:
+        """The footprint as_dict() wrote (the read API's answer), for the table and CSV output."""
+        scope = "user" if "user" in d else "account"
+        names = {f.name for f in fields(Totals)}
+        top = [
+            TopJob(**{**j, "start": datetime.fromisoformat(j["start"]) if j.get("start") else None})
+            for j in d.get("top_jobs", [])
+        ]
+        return cls(
+            scope=scope,
+            key=str(d[scope]),
+            since=datetime.fromisoformat(d["since"]),
+            until=datetime.fromisoformat(d["until"]),
+            totals=Totals(**{k: v for k, v in d.items() if k in names}),
+            top_jobs=top,
+            members=list(d.get("users", [])),
+            sourced={k: d.get(k) for k in ("rollups_through", "rollup_days", "from_jobs")},
+        )
 
     def source(self) -> dict[str, Any]:
         """Where the numbers came from, for scripts (JSON) and the table's footnote."""
+        if self.sourced is not None:
+            return dict(self.sourced)
         p = self.plan
         days = None
         if p is not None and p.rollup_since is not None and p.rollup_until is not None:

@@ -21,7 +21,6 @@ import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from collections.abc import Iterator
@@ -37,6 +36,7 @@ from sqlalchemy import Engine, text
 from cocaq.db import make_engine
 from tests.conftest import ROOT, Result, new_database, run_cocaq
 from tests.sysfs_tree import make_cgroup_v2, make_rapl
+from tests.userkit import user_python
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -58,17 +58,6 @@ IDLE_W, MAX_W = 50.0, 400.0  # an A100's idle floor and TDP: any measured averag
 COMMENT = "cocaq: model=resnet50 precision=bf16"
 # Where jobs' annotation files live: outside pytest's root-only tmp dirs, so that the job's user reaches it.
 ANNOTATE_DIR = "/run/cocaq-test-annotations"
-
-
-def user_python() -> str:
-    """This venv's interpreter as a job's user can run it; a pyenv Python under /root (0700) is not."""
-    real = os.path.realpath(sys.executable)
-    parents = Path(real).parents
-    if all(os.stat(p).st_mode & 0o001 for p in parents) and os.stat(real).st_mode & 0o005 == 0o005:
-        return sys.executable
-    # The system Python of the same minor version, with this checkout and the venv's packages on its path.
-    site = sysconfig.get_paths()["purelib"]
-    return f"PYTHONPATH={ROOT}:{site} /usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
 
 
 # alice's job declares more from inside, with both user-side interfaces, as a training script would.

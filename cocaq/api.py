@@ -1,0 +1,304 @@
+"""`cocaq serve`: the read-only HTTP JSON API that login nodes' `cocaq user` talks to (docs/api.md).
+
+Who asks is proven with MUNGE, which every Slurm cluster runs: the client sends a credential made by its
+local munged (`Authorization: MUNGE <credential>`), whose payload names the request (`cocaq-api GET
+/v1/users/alice`), so a credential seen on the wire cannot be spent on another request; munged refuses
+it if it is expired or replayed. The uid it carries is the caller.
+
+What they may see: their own jobs and footprint, their labs' totals (not the other members' rows or
+jobs), everything of a lab they head (`[api] lab_heads`), everything if they are an admin (`[api]
+admin_users`, members of `[api] admin_groups`). Anything else is 403 with a one-line reason; a job that
+does not exist and a job of someone else get the same answer, from the same queries.
+
+The same queries as the CLI's (cocaq.footprint, cocaq.modelstats), so the output is the same either way.
+"""
+
+
+import grp
+import os
+import pwd
+import queue
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.responses import JSONResponse
+
+from cocaq import __version__
+from cocaq.apiclient import payload_for
+from cocaq.config import Config
+from cocaq.dbapi import Db, connect
+from cocaq.errors import CocaqError
+
+NAME = r"^[A-Za-z0-9._@+-]{1,128}$"  # user and account names (as the hooks accept them)
+JOB = r"^[0-9]{1,20}(?:_[0-9]{1,10}|\+[0-9]{1,4})?$"  # 1234, an array task 1234_7, a het part 1234+1
+WHEN = r"^[0-9A-Za-z:.+ -]{1,40}$"
+
+
+@dataclass(frozen=True)
+class Caller:
+    user: str
+    uid: int
+    admin: bool
+    heads: frozenset[str]  # the labs (Slurm accounts) this user heads
+
+
+class Pool:
+    """Reused read-only connections (cocaq.dbapi), one per request at a time: a connection costs more
+    than a footprint query on PostgreSQL. Each request starts a new snapshot."""
+
+    def __init__(self, url: str, size: int = 16) -> None:
+        self.url = url
+        self.free: queue.LifoQueue[Db] = queue.LifoQueue(maxsize=size)
+
+    @contextmanager
+    def db(self) -> Iterator[Db]:
+        try:
+            db = self.free.get_nowait()
+        except queue.Empty:
+            db = connect(self.url)
+        ok = False
+        try:
+            yield db
+            ok = True
+        finally:
+            try:
+                db.raw.rollback()
+            except Exception:
+                ok = False
+            if ok and db.dialect != "sqlite":  # (sqlite3 connections stay in their thread: not pooled)
+                try:
+                    self.free.put_nowait(db)
+                except queue.Full:
+                    db.close()
+            else:
+                db.close()
+
+    def close(self) -> None:
+        while True:
+            try:
+                self.free.get_nowait().close()
+            except queue.Empty:
+                return
+
+
+def _groups(user: str, gid: int) -> set[str]:
+    out = set()
+    for g in os.getgrouplist(user, gid):
+        try:
+            out.add(grp.getgrgid(g).gr_name)
+        except KeyError:
+            continue
+    return out
+
+
+def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
+    """The API over `cfg`'s database. `decode(credential) -> (uid, payload)` is cocaq.munge's by default."""
+    from cocaq import munge
+
+    api = cfg.api
+
+    def default_decode(cred: str) -> tuple[int, bytes]:
+        c = munge.decode(cred, socket=api.munge_socket)
+        return c.uid, c.payload
+
+    decode_fn = decode or default_decode
+    pool = Pool(cfg.database_url)
+    engine_box: list[Any] = []
+
+    def engine() -> Any:
+        if not engine_box:
+            from cocaq.db import make_engine
+
+            engine_box.append(make_engine(cfg.database_url))
+        return engine_box[0]
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        pool.close()
+        if engine_box:
+            engine_box[0].dispose()
+
+    app = FastAPI(
+        lifespan=lifespan,
+        title="cocaq read API",
+        version=__version__,
+        description="Energy and CO2 of Slurm jobs, per job, user and lab. Authenticate with MUNGE: "
+        "`Authorization: MUNGE <credential>`, the credential's payload `cocaq-api METHOD PATH`.",
+    )
+
+    @app.exception_handler(CocaqError)
+    def _cocaq_error(request: Request, exc: CocaqError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503 if "database" in str(exc) else 400)
+
+    def caller(request: Request) -> Caller:
+        header = request.headers.get("authorization", "")
+        scheme, _, cred = header.partition(" ")
+        if scheme.upper() != "MUNGE" or not cred.strip():
+            raise HTTPException(401, "authenticate with MUNGE: send `Authorization: MUNGE <credential>`")
+        try:
+            uid, payload = decode_fn(cred.strip())
+        except munge.MungeError as exc:
+            raise HTTPException(401, f"MUNGE credential refused: {exc}") from None
+        if payload != payload_for(request.method, request.url.path):
+            raise HTTPException(401, "MUNGE credential refused: it was made for another request")
+        try:
+            pw = pwd.getpwuid(uid)
+        except KeyError:
+            raise HTTPException(401, f"uid {uid} is not a user here") from None
+        admin = pw.pw_name in api.admin_users or bool(
+            api.admin_groups and _groups(pw.pw_name, pw.pw_gid) & set(api.admin_groups)
+        )
+        heads = frozenset(a for a, users in api.lab_heads.items() if pw.pw_name in users)
+        return Caller(pw.pw_name, uid, admin, heads)
+
+    Who = Annotated[Caller, Depends(caller)]
+    Since = Annotated[str, Query(pattern=WHEN, description="30d, 12h, a date or an ISO time")]
+    Until = Annotated[str | None, Query(pattern=WHEN)]
+    ClusterQ = Annotated[str | None, Query(pattern=NAME)]
+    Top = Annotated[int, Query(ge=0, le=1000)]
+
+    def window(since: str, until: str | None) -> Any:
+        from cocaq.footprint import Window, now_utc
+        from cocaq.timeparse import parse_when
+
+        now = now_utc()
+        try:
+            w = Window(parse_when(since, now, UTC), parse_when(until, now, UTC) if until else now)
+        except (ValueError, CocaqError) as exc:
+            raise HTTPException(400, f"bad time: {exc}") from None
+        if w.until <= w.since:
+            raise HTTPException(400, "empty window: until is not after since")
+        return w
+
+    def member_of(db: Db, user: str, account: str) -> bool:
+        return bool(
+            db.rows(
+                "SELECT 1 FROM jobs WHERE user_name = %(u)s AND account = %(a)s LIMIT 1",
+                {"u": user, "a": account},
+            )
+        )
+
+    def heads_user(db: Db, who: Caller, user: str) -> bool:
+        return any(member_of(db, user, a) for a in sorted(who.heads))
+
+    @app.get("/v1/whoami", summary="Who the credential says you are, and what you may see")
+    def whoami(who: Who) -> dict[str, Any]:
+        return {"user": who.user, "uid": who.uid, "admin": who.admin, "lab_head_of": sorted(who.heads)}
+
+    @app.get("/v1/users/{user}", summary="A user's footprint over a window (as `cocaq user -o json`)")
+    def user_footprint(
+        who: Who,
+        user: Annotated[str, Path(pattern=NAME)],
+        since: Since = "30d",
+        until: Until = None,
+        cluster: ClusterQ = None,
+        top: Top = 5,
+        from_jobs: bool = False,
+    ) -> dict[str, Any]:
+        from cocaq.footprint import user_footprint as fp_of
+
+        w = window(since, until)
+        with pool.db() as db:
+            if not (user == who.user or who.admin or heads_user(db, who, user)):
+                raise HTTPException(403, f"{who.user} may not see user {user}'s footprint")
+            return fp_of(db, user, w, cluster=cluster, top=top, from_jobs=from_jobs).as_dict()
+
+    @app.get("/v1/labs/{account}", summary="A lab's totals; its users and jobs for its heads and admins")
+    def lab_footprint(
+        who: Who,
+        account: Annotated[str, Path(pattern=NAME)],
+        since: Since = "30d",
+        until: Until = None,
+        cluster: ClusterQ = None,
+        top: Top = 5,
+        from_jobs: bool = False,
+    ) -> dict[str, Any]:
+        from cocaq.footprint import lab_footprint as fp_of
+
+        w = window(since, until)
+        with pool.db() as db:
+            full = who.admin or account in who.heads
+            if not full and not member_of(db, who.user, account):
+                raise HTTPException(403, f"{who.user} is not a member of lab {account}")
+            d = fp_of(db, account, w, cluster=cluster, top=top if full else 0, from_jobs=from_jobs).as_dict()
+        if not full:  # a member sees the lab's totals, not the other members or their jobs
+            d["users"] = [u for u in d.get("users", []) if u.get("user") == who.user]
+            d["top_jobs"] = []
+            d["restricted"] = True
+        return d
+
+    @app.get("/v1/jobs/{job_id}", summary="One job (as `cocaq job -o json`)")
+    def job(who: Who, job_id: Annotated[str, Path(pattern=JOB)], cluster: ClusterQ = None) -> dict[str, Any]:
+        from cocaq.footprint import find_jobs
+
+        with engine().connect() as conn:
+            jobs = find_jobs(conn, job_id, cluster)
+        mine = [
+            j for j in jobs if who.admin or j.get("user_name") == who.user or j.get("account") in who.heads
+        ]
+        if not mine:  # not there and not yours read the same, from the same work
+            raise HTTPException(403, f"job {job_id}: not found, or not yours")
+        return {"jobs": _jsonable(mine)}
+
+    @app.get("/v1/models", summary="Energy and CO2 by model and framework, runs, comparisons")
+    def models(
+        who: Who,
+        since: Since = "30d",
+        until: Until = None,
+        user: Annotated[str | None, Query(pattern=NAME)] = None,
+        account: Annotated[str | None, Query(pattern=NAME)] = None,
+        cluster: ClusterQ = None,
+    ) -> dict[str, Any]:
+        from cocaq.modelstats import model_stats
+
+        if user is not None and account is not None:
+            raise HTTPException(400, "user and account exclude each other")
+        if not who.admin:
+            if account is not None and account not in who.heads:
+                raise HTTPException(403, f"{who.user} does not head lab {account}")
+            if account is None:
+                user = user or who.user
+                if user != who.user:
+                    with pool.db() as db:
+                        if not heads_user(db, who, user):
+                            raise HTTPException(403, f"{who.user} may not see user {user}'s models")
+        w = window(since, until)
+        with engine().connect() as conn:
+            stats = model_stats(conn, w.since, w.until, user=user, account=account, cluster=cluster)
+        return _jsonable(stats.as_dict())
+
+    @app.get("/v1/top", summary="Users or labs by energy over a window (admins)")
+    def top(
+        who: Who,
+        since: Since = "30d",
+        until: Until = None,
+        by: Annotated[str, Query(pattern="^(user|account|partition)$")] = "user",
+        limit: Annotated[int, Query(ge=1, le=1000)] = 20,
+        cluster: ClusterQ = None,
+    ) -> dict[str, Any]:
+        from cocaq.footprint import group_totals
+
+        if not who.admin:
+            raise HTTPException(403, f"{who.user} is not an admin: top lists are for admins")
+        w = window(since, until)
+        with pool.db() as db:
+            rows = group_totals(db, w, by, cluster=cluster)[:limit]
+        return {"since": w.since.isoformat(), "until": w.until.isoformat(), "by": by, "rows": rows}
+
+    return app
+
+
+def _jsonable(x: Any) -> Any:
+    """Datetimes as ISO text, the rest as is (what cocaq.render.to_json writes)."""
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, datetime):
+        return x.isoformat()
+    return x

@@ -1,0 +1,200 @@
+"""The read API's authentication (real MUNGE credentials made by real Unix users) and authorisation."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine
+
+from cocaq.apiclient import payload_for
+from cocaq.config import load_config
+from cocaq.importer import import_records
+from cocaq.slurm.record import JobRecord
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+# alice and bob: tests/slurm/cluster.sh's users. daemon (uid 1) heads lab_nlp; bin (uid 2) is an admin by
+# its group; root by name.
+USERS = ("alice", "bob")
+
+
+def _job(raw: int, user: str, account: str, name: str, hours_ago: float) -> JobRecord:
+    start = NOW - timedelta(hours=hours_ago)
+    return JobRecord(
+        job_id=str(raw), job_id_raw=raw, user_name=user, account=account, partition="gpu",
+        submit_time=start - timedelta(minutes=1), start_time=start, end_time=start + timedelta(hours=1),
+        elapsed_s=3600, state="COMPLETED", node_list="vm", n_nodes=1, alloc_cpus=4, alloc_gpus=1,
+        total_cpu_s=7200, req_mem_mb=0, cluster="c", name=name, comment=None,
+    )  # fmt: skip
+
+
+def need_munge_and_users() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: makes MUNGE credentials as other users with runuser")
+    missing = [u for u in USERS if not _exists(u)]
+    if missing or subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode != 0:
+        # the one-node Slurm cluster's setup makes the users and starts munged (and installs munge)
+        r = subprocess.run(["tests/slurm/cluster.sh", "up"], capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, f"tests/slurm/cluster.sh up failed: {r.stdout[-2000:]}{r.stderr[-2000:]}"
+
+
+def _exists(user: str) -> bool:
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        return False
+    return True
+
+
+def credential(user: str, method: str, path: str, ttl: int | None = None) -> str:
+    """A real credential made by `user`'s own munge client, for this request."""
+    payload = payload_for(method, path).decode()
+    ttl_args = ["--ttl", str(ttl)] if ttl else []
+    r = subprocess.run(
+        ["runuser", "-u", user, "--", "munge", "-s", payload, *ttl_args],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+@pytest.fixture
+def client(engine: Engine, tmp_path: Path) -> Iterator[httpx.Client]:
+    need_munge_and_users()
+    url = engine.url.render_as_string(hide_password=False)
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text(
+        f'database_url = "{url}"\n[cluster]\nname = "c"\n[defaults]\ngpu_tdp_w = 300\n'
+        '[api]\nadmin_users = ["root"]\nadmin_groups = ["bin"]\nlab_heads = { lab_nlp = ["daemon"] }\n'
+    )
+    cfg = load_config(cfg_path, {})
+    import_records(
+        engine,
+        [
+            _job(1, "alice", "lab_vision", "alice-resnet", 5),
+            _job(2, "alice", "lab_vision", "alice-vit", 30),
+            _job(3, "bob", "lab_nlp", "secret-bob-project", 10),
+            _job(4, "bob", "lab_vision", "bob-in-vision", 20),
+        ],
+        cfg,
+        source="t",
+    )
+    from cocaq.api import create_app
+
+    app = create_app(cfg)
+    with TestClient(app, base_url="http://api") as c:
+        yield c
+
+
+def call(c: httpx.Client, who: str, path: str, **params: Any) -> httpx.Response:
+    cred = credential(who, "GET", path)
+    return c.get(path, params=params, headers={"Authorization": f"MUNGE {cred}"})
+
+
+def test_users_see_their_own_footprint_and_jobs_and_nobody_elses(client: httpx.Client) -> None:
+    r = call(client, "alice", "/v1/users/alice")
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert d["user"] == "alice" and d["jobs"] == 2
+    assert {j["name"] for j in d["top_jobs"]} == {"alice-resnet", "alice-vit"}
+    r = call(client, "alice", "/v1/users/bob")
+    assert r.status_code == 403 and r.json()["detail"] == "alice may not see user bob's footprint"
+    assert call(client, "alice", "/v1/jobs/1").json()["jobs"][0]["name"] == "alice-resnet"
+    # Someone else's job and no job at all: the same answer.
+    theirs, absent = call(client, "alice", "/v1/jobs/3"), call(client, "alice", "/v1/jobs/999")
+    assert (theirs.status_code, absent.status_code) == (403, 403)
+    assert theirs.json()["detail"] == "job 3: not found, or not yours"
+    assert absent.json()["detail"] == "job 999: not found, or not yours"
+    assert "secret" not in theirs.text and "bob" not in theirs.text
+    assert call(client, "bob", "/v1/jobs/3").status_code == 200
+
+
+def test_a_lab_head_sees_the_lab_and_its_users_a_member_only_its_totals(client: httpx.Client) -> None:
+    r = call(client, "daemon", "/v1/users/bob")
+    assert r.status_code == 200 and r.json()["jobs"] == 2, r.text
+    assert call(client, "daemon", "/v1/users/alice").status_code == 403, "alice is not in lab_nlp"
+    lab = call(client, "daemon", "/v1/labs/lab_nlp").json()
+    assert lab["jobs"] == 1 and [u["user"] for u in lab["users"]] == ["bob"]
+    assert lab["top_jobs"][0]["name"] == "secret-bob-project" and "restricted" not in lab
+    # alice is a member of lab_vision: its totals (bob's job there counts), no other member or job
+    vis = call(client, "alice", "/v1/labs/lab_vision").json()
+    assert vis["jobs"] == 3 and vis["restricted"] is True and vis["top_jobs"] == []
+    assert [u["user"] for u in vis["users"]] == ["alice"]
+    assert "bob-in-vision" not in json.dumps(vis)
+    r = call(client, "alice", "/v1/labs/lab_nlp")
+    assert r.status_code == 403 and r.json()["detail"] == "alice is not a member of lab lab_nlp"
+    assert (
+        call(client, "alice", "/v1/labs/no_such_lab").json()["detail"]
+        == "alice is not a member of lab no_such_lab"
+    )
+
+
+def test_admins_by_name_or_group_see_everything(client: httpx.Client) -> None:
+    for admin in ("root", "bin"):
+        assert call(client, admin, "/v1/whoami").json()["admin"] is True
+        assert call(client, admin, "/v1/users/bob").json()["jobs"] == 2
+        assert call(client, admin, "/v1/jobs/3").json()["jobs"][0]["name"] == "secret-bob-project"
+        top = call(client, admin, "/v1/top", by="account").json()
+        assert [r["account"] for r in top["rows"]] == ["lab_vision", "lab_nlp"]
+    assert call(client, "alice", "/v1/whoami").json() == {
+        "user": "alice", "uid": 1001, "admin": False, "lab_head_of": [],
+    }  # fmt: skip
+    assert call(client, "daemon", "/v1/whoami").json()["lab_head_of"] == ["lab_nlp"]
+    r = call(client, "alice", "/v1/top")
+    assert r.status_code == 403 and "not an admin" in r.json()["detail"]
+
+
+def test_models_are_scoped_like_the_rest(client: httpx.Client) -> None:
+    assert call(client, "alice", "/v1/models").json()["user"] == "alice"
+    assert call(client, "alice", "/v1/models", user="bob").status_code == 403
+    assert call(client, "alice", "/v1/models", account="lab_vision").status_code == 403, (
+        "members: totals only"
+    )
+    assert call(client, "daemon", "/v1/models", account="lab_nlp").status_code == 200
+    assert call(client, "daemon", "/v1/models", user="bob").status_code == 200
+
+
+def test_bad_expired_replayed_and_misdirected_credentials_are_refused(client: httpx.Client) -> None:
+    path = "/v1/users/alice"
+    assert client.get(path).status_code == 401
+    assert "authenticate with MUNGE" in client.get(path).json()["detail"]
+    for header in ("MUNGE", "MUNGE garbage", "Bearer x", "MUNGE MUNGE:AAAA:"):
+        r = client.get(path, headers={"Authorization": header})
+        assert r.status_code == 401, (header, r.text)
+    cred = credential("alice", "GET", path)
+    first = client.get(path, headers={"Authorization": f"MUNGE {cred}"})
+    again = client.get(path, headers={"Authorization": f"MUNGE {cred}"})
+    assert first.status_code == 200 and again.status_code == 401
+    assert "replayed" in again.json()["detail"], again.text
+    # made for another request: refused, even though it is alice's and valid
+    other = credential("alice", "GET", "/v1/whoami")
+    r = client.get(path, headers={"Authorization": f"MUNGE {other}"})
+    assert r.status_code == 401 and "another request" in r.json()["detail"]
+    short = credential("alice", "GET", path, ttl=1)
+    time.sleep(3)  # never used before it expired (a use would make a later one a replay)
+    r = client.get(path, headers={"Authorization": f"MUNGE {short}"})
+    assert r.status_code == 401 and "expired" in r.json()["detail"], r.text
+
+
+def test_bad_parameters_are_400_or_422_never_500(client: httpx.Client) -> None:
+    for path, params in (
+        ("/v1/users/alice", {"since": "yesterday-ish"}),
+        ("/v1/users/alice", {"since": "1d", "until": "2d"}),
+        ("/v1/users/alice", {"top": "-1"}),
+        ("/v1/top", {"by": "gpu"}),
+    ):
+        r = call(client, "root", path, **params)
+        assert r.status_code in (400, 422), (path, params, r.status_code, r.text)
+    assert client.get("/openapi.json").status_code == 200
