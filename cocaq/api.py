@@ -18,6 +18,7 @@ import grp
 import os
 import pwd
 import queue
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -130,6 +131,14 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
         description="Energy and CO2 of Slurm jobs, per job, user and lab. Authenticate with MUNGE: "
         "`Authorization: MUNGE <credential>`, the credential's payload `cocaq-api METHOD PATH`.",
     )
+
+    @app.middleware("http")
+    async def server_timing(request: Request, call_next: Any) -> Any:
+        """What the server spent on a request (`Server-Timing: app;dur=MS`), for clients and benchmarks."""
+        t0 = time.perf_counter()
+        response = await call_next(request)
+        response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - t0) * 1000:.2f}"
+        return response
 
     @app.exception_handler(CocaqError)
     def _cocaq_error(request: Request, exc: CocaqError) -> JSONResponse:
