@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cocaq import render
-from cocaq.cli import FORMAT, Ctx, _console, _window, cluster_opt, since_opt, until_opt
+from cocaq.cli import FORMAT, Ctx, _api_or_db, _console, _window, cluster_opt, since_opt, until_opt
 from cocaq.errors import UsageError
 
 if TYPE_CHECKING:
@@ -68,15 +68,20 @@ def models(
 ) -> None:
     """Energy and CO2 per ML model, framework and run (jobs that ended in the window), and kWh per epoch
     by precision and batch size for the same model and user."""
-    from cocaq.modelstats import model_stats
+    from cocaq.modelstats import ModelStats, model_stats
 
     if user is not None and account is not None:
         raise UsageError("-u/--user and -A/--account exclude each other")
     w = _window(since, until)
-    with obj.engine().connect() as conn:
-        stats = model_stats(conn, w.since, w.until, user=user, account=account, cluster=cluster)
+
+    def from_db() -> dict[str, Any]:
+        with obj.engine().connect() as conn:
+            return model_stats(conn, w.since, w.until, user=user, account=account, cluster=cluster).as_dict()
+
+    params = {"since": w.since.isoformat(), "until": w.until.isoformat(), "user": user, "account": account}
+    d = _api_or_db(obj, ("models",), {**params, "cluster": cluster}, from_db)
+    stats = ModelStats.from_dict(d)
     if fmt == "json":
-        d = stats.as_dict()
         if section is not None:  # the other sections' lists left out
             keep = JSON_KEYS[SECTIONS.index(section)]
             d = {k: v for k, v in d.items() if k == keep or k not in JSON_KEYS}

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -216,6 +216,32 @@ class ModelStats:
     by_framework: tuple[GroupTotal, ...]
     runs: tuple[Run, ...]
     comparisons: tuple[Comparison, ...] = field(default=())
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ModelStats:
+        """What as_dict() wrote (the read API's answer), for the table and CSV output."""
+
+        def group(x: Mapping[str, Any]) -> GroupTotal:
+            return GroupTotal(**x)
+
+        def run(x: Mapping[str, Any]) -> Run:
+            return Run(**{**x, "end": datetime.fromisoformat(x["end"]) if x.get("end") else None})
+
+        def comparison(x: Mapping[str, Any]) -> Comparison:
+            groups = tuple(SettingGroup(**g) for g in x["groups"])
+            return Comparison(user=x["user"], model=x["model"], groups=groups, basis=x.get("basis", BASIS))
+
+        return cls(
+            since=datetime.fromisoformat(d["since"]),
+            until=datetime.fromisoformat(d["until"]),
+            user=d.get("user"),
+            account=d.get("account"),
+            cluster=d.get("cluster"),
+            by_model=tuple(group(x) for x in d["by_model"]),
+            by_framework=tuple(group(x) for x in d["by_framework"]),
+            runs=tuple(run(x) for x in d["runs"]),
+            comparisons=tuple(comparison(x) for x in d["comparisons"]),
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {

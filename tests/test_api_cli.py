@@ -7,12 +7,17 @@ through the API is the same as root's from the database.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
+import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -60,16 +65,24 @@ def server(
         source="t",
     )
     engine.dispose()
+    with serving(cfg_path, "http") as base:
+        yield base, cfg_path
+
+
+@contextmanager
+def serving(cfg_path: Path, scheme: str, context: ssl.SSLContext | None = None) -> Iterator[str]:
+    """`cocaq serve` on a free port until the block ends; its base URL once /openapi.json answers."""
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "cocaq", "--config", str(cfg_path), "serve", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
+    base = f"{scheme}://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
         try:
-            with urllib.request.urlopen(base + "/openapi.json", timeout=2) as r:
+            with urllib.request.urlopen(base + "/openapi.json", timeout=2, context=context) as r:
                 assert json.loads(r.read())["info"]["title"] == "cocaq read API"
             break
         except OSError:
@@ -77,7 +90,7 @@ def server(
             assert time.monotonic() < deadline, "cocaq serve did not answer in 30 s"
             time.sleep(0.2)
     try:
-        yield base, cfg_path
+        yield base
     finally:
         proc.terminate()
         proc.wait(10)
@@ -123,3 +136,47 @@ def test_refusals_are_one_line_and_a_non_zero_exit(server: tuple[str, Path]) -> 
         "cocaq: error: cannot reach the API at http://127.0.0.1:"
     )
     assert len(r.stderr.splitlines()) == 1
+
+
+def test_models_through_the_api_as_from_the_database(server: tuple[str, Path]) -> None:
+    base, cfg = server
+    now = datetime.now(UTC).replace(microsecond=0)
+    window = ["--since", (now - timedelta(days=30)).isoformat(), "--until", now.isoformat()]
+    for fmt in ("json", "csv", "table"):
+        r = run_as("alice", ["models", *window, "-o", fmt], {"COCAQ_API_URL": base})
+        direct = run_cocaq(
+            ["--config", str(cfg), "models", "-u", "alice", *window, "-o", fmt], {"PATH": "/usr/bin:/bin"}
+        )
+        assert r.returncode == 0 and direct.code == 0, (r.stderr, direct.err)
+        assert r.stdout == direct.out, fmt
+
+
+def test_tls_terminated_by_the_api(server: tuple[str, Path], tmp_path: Path) -> None:
+    _, cfg = server
+    d = Path(tempfile.mkdtemp(prefix="cocaq-api-tls-"))  # world-readable: the users' clients read the CA
+    os.chmod(d, 0o755)
+    try:
+        cert, key = d / "cert.pem", d / "key.pem"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=cocaq-test",
+             "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        os.chmod(cert, 0o644)
+        tls_cfg = tmp_path / "tls.toml"
+        tls = f'[api]\ntls_cert = "{cert}"\ntls_key = "{key}"\n'
+        tls_cfg.write_text(cfg.read_text().replace("[api]\n", tls))
+        with serving(tls_cfg, "https", ssl.create_default_context(cafile=str(cert))) as tls_base:
+            r = run_as(
+                "alice", ["user", "-o", "json"], {"COCAQ_API_URL": tls_base, "COCAQ_API__CA_FILE": str(cert)}
+            )
+            assert r.returncode == 0 and json.loads(r.stdout)["jobs"] == 2, r.stderr
+            # without the CA the certificate is not trusted, and the user is told so in one line
+            r = run_as("alice", ["user"], {"COCAQ_API_URL": tls_base})
+            assert r.returncode == 3 and "CERTIFICATE_VERIFY_FAILED" in r.stderr, r.stderr
+            assert len(r.stderr.splitlines()) == 1
+            # plain HTTP to the TLS port is not served
+            r = run_as("alice", ["user"], {"COCAQ_API_URL": tls_base.replace("https", "http")})
+            assert r.returncode == 3, r.stderr
+    finally:
+        shutil.rmtree(d)
