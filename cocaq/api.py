@@ -13,11 +13,11 @@ does not exist and a job of someone else get the same answer, from the same quer
 The same queries as the CLI's (cocaq.footprint, cocaq.modelstats), so the output is the same either way.
 """
 
-
 import grp
 import os
 import pwd
 import queue
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -48,35 +48,35 @@ class Caller:
 
 
 class Pool:
-    """Reused read-only connections (cocaq.dbapi), one per request at a time: a connection costs more
-    than a footprint query on PostgreSQL. Each request starts a new snapshot."""
+    """Reused read-only connections (cocaq.dbapi), at most `size`: a connection costs more than a
+    footprint query on PostgreSQL, and the server's threads (40) must not open one each. A request
+    waits for a free one; each request starts a new snapshot."""
 
     def __init__(self, url: str, size: int = 16) -> None:
         self.url = url
         self.free: queue.LifoQueue[Db] = queue.LifoQueue(maxsize=size)
+        self.slots = threading.BoundedSemaphore(size)
 
     @contextmanager
     def db(self) -> Iterator[Db]:
-        try:
-            db = self.free.get_nowait()
-        except queue.Empty:
-            db = connect(self.url)
-        ok = False
-        try:
-            yield db
-            ok = True
-        finally:
+        with self.slots:
             try:
-                db.raw.rollback()
-            except Exception:
-                ok = False
-            if ok and db.dialect != "sqlite":  # (sqlite3 connections stay in their thread: not pooled)
+                db = self.free.get_nowait()
+            except queue.Empty:
+                db = connect(self.url)
+            ok = False
+            try:
+                yield db
+                ok = True
+            finally:
                 try:
+                    db.raw.rollback()
+                except Exception:
+                    ok = False
+                if ok and db.dialect != "sqlite":  # (sqlite3 connections stay in their thread: not pooled)
                     self.free.put_nowait(db)
-                except queue.Full:
+                else:
                     db.close()
-            else:
-                db.close()
 
     def close(self) -> None:
         while True:
@@ -165,6 +165,10 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
         heads = frozenset(a for a, users in api.lab_heads.items() if pw.pw_name in users)
         return Caller(pw.pw_name, uid, admin, heads)
 
+    def get(path: str, summary: str) -> Any:
+        # The dicts go out as they are: validating them against `dict` cost a turn through the threadpool.
+        return app.get(path, summary=summary, response_model=None)
+
     Who = Annotated[Caller, Depends(caller)]
     Since = Annotated[str, Query(pattern=WHEN, description="30d, 12h, a date or an ISO time")]
     Until = Annotated[str | None, Query(pattern=WHEN)]
@@ -195,11 +199,11 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
     def heads_user(db: Db, who: Caller, user: str) -> bool:
         return any(member_of(db, user, a) for a in sorted(who.heads))
 
-    @app.get("/v1/whoami", summary="Who the credential says you are, and what you may see")
+    @get("/v1/whoami", summary="Who the credential says you are, and what you may see")
     def whoami(who: Who) -> dict[str, Any]:
         return {"user": who.user, "uid": who.uid, "admin": who.admin, "lab_head_of": sorted(who.heads)}
 
-    @app.get("/v1/users/{user}", summary="A user's footprint over a window (as `cocaq user -o json`)")
+    @get("/v1/users/{user}", summary="A user's footprint over a window (as `cocaq user -o json`)")
     def user_footprint(
         who: Who,
         user: Annotated[str, Path(pattern=NAME)],
@@ -217,7 +221,7 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
                 raise HTTPException(403, f"{who.user} may not see user {user}'s footprint")
             return fp_of(db, user, w, cluster=cluster, top=top, from_jobs=from_jobs).as_dict()
 
-    @app.get("/v1/labs/{account}", summary="A lab's totals; its users and jobs for its heads and admins")
+    @get("/v1/labs/{account}", summary="A lab's totals; its users and jobs for its heads and admins")
     def lab_footprint(
         who: Who,
         account: Annotated[str, Path(pattern=NAME)],
@@ -241,7 +245,7 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
             d["restricted"] = True
         return d
 
-    @app.get("/v1/jobs/{job_id}", summary="One job (as `cocaq job -o json`)")
+    @get("/v1/jobs/{job_id}", summary="One job (as `cocaq job -o json`)")
     def job(who: Who, job_id: Annotated[str, Path(pattern=JOB)], cluster: ClusterQ = None) -> dict[str, Any]:
         from cocaq.footprint import find_jobs
 
@@ -254,7 +258,7 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
             raise HTTPException(403, f"job {job_id}: not found, or not yours")
         return {"jobs": _jsonable(mine)}
 
-    @app.get("/v1/models", summary="Energy and CO2 by model and framework, runs, comparisons")
+    @get("/v1/models", summary="Energy and CO2 by model and framework, runs, comparisons")
     def models(
         who: Who,
         since: Since = "30d",
@@ -281,7 +285,7 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
             stats = model_stats(conn, w.since, w.until, user=user, account=account, cluster=cluster)
         return _jsonable(stats.as_dict())
 
-    @app.get("/v1/top", summary="Users or labs by energy over a window (admins)")
+    @get("/v1/top", summary="Users or labs by energy over a window (admins)")
     def top(
         who: Who,
         since: Since = "30d",
