@@ -118,6 +118,11 @@ def test_a_user_reads_their_footprint_through_the_api_as_root_reads_the_database
     assert csv.returncode == 0 and csv.stdout.startswith("user,since,until,")
     job = run_as("alice", ["job", "1"], {"COCAQ_API_URL": base})
     assert job.returncode == 0 and "alice-resnet" in job.stdout, job.stderr
+    for fmt in ("json", "table"):
+        job = run_as("alice", ["job", "1", "-o", fmt], {"COCAQ_API_URL": base})
+        direct = run_cocaq(["--config", str(cfg), "job", "1", "-o", fmt], {"PATH": "/usr/bin:/bin"})
+        assert job.returncode == 0 and direct.code == 0, (job.stderr, direct.err)
+        assert job.stdout == direct.out, fmt
 
 
 def test_refusals_are_one_line_and_a_non_zero_exit(server: tuple[str, Path]) -> None:
