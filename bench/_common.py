@@ -175,3 +175,19 @@ def write_shims(d: Path, cfg: Path, env: dict[str, str]) -> dict[str, str]:
         check=True,
     ).stdout.split()
     return {Path(p).name: p for p in out}
+
+
+def users_by_jobs(dbname: str, since: datetime) -> tuple[list[tuple[str, int]], str]:
+    """Users with jobs in the window, most jobs first (as heavy_user counts them), and one without jobs."""
+    import psycopg
+
+    with psycopg.connect(pg_url(dbname, sqlalchemy=False)) as conn:
+        rows = conn.execute(
+            "SELECT user_name, count(*) FROM jobs WHERE start_time < now() "
+            "AND (end_time >= %s OR end_time IS NULL) GROUP BY 1 ORDER BY 2 DESC, 1",
+            (since,),
+        ).fetchall()
+        nobody = "nobody-bench"
+        while conn.execute("SELECT 1 FROM jobs WHERE user_name = %s LIMIT 1", (nobody,)).fetchone():
+            nobody += "x"
+    return [(str(u), int(n)) for u, n in rows], nobody

@@ -79,22 +79,6 @@ def summary(xs: list[float]) -> dict[str, float]:
     }
 
 
-def pick_users(dbname: str, since: datetime) -> tuple[list[tuple[str, int]], str]:
-    """Users with jobs in the window, most jobs first (as heavy_user counts them), and one without jobs."""
-    import psycopg
-
-    with psycopg.connect(c.pg_url(dbname, sqlalchemy=False)) as conn:
-        rows = conn.execute(
-            "SELECT user_name, count(*) FROM jobs WHERE start_time < now() "
-            "AND (end_time >= %s OR end_time IS NULL) GROUP BY 1 ORDER BY 2 DESC, 1",
-            (since,),
-        ).fetchall()
-        nobody = "nobody-bench"
-        while conn.execute("SELECT 1 FROM jobs WHERE user_name = %s LIMIT 1", (nobody,)).fetchone():
-            nobody += "x"
-    return [(str(u), int(n)) for u, n in rows], nobody
-
-
 # --- the server --------------------------------------------------------------------------------------
 
 
@@ -474,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     n_jobs = job_count(a.db)
     now = datetime.now(UTC)
     since = now - timedelta(days=30)
-    ranked, nobody = pick_users(a.db, since)
+    ranked, nobody = c.users_by_jobs(a.db, since)
     heavy, heavy_n = heavy_user(a.db)
     median_u, median_n = ranked[len(ranked) // 2]
     users = {"heavy": heavy, "median": median_u, "none": nobody}

@@ -112,17 +112,7 @@ def aggregate(dbname: str) -> float:
 
 def pick_users(dbname: str, since: datetime) -> tuple[str, int, str, int, str]:
     """(heavy user, jobs, median user, jobs, a user without jobs) for the window since `since`."""
-    import psycopg
-
-    with psycopg.connect(c.pg_url(dbname, sqlalchemy=False)) as conn:
-        rows = conn.execute(
-            "SELECT user_name, count(*) FROM jobs WHERE start_time < now() "
-            "AND (end_time >= %s OR end_time IS NULL) GROUP BY 1 ORDER BY 2 DESC, 1",
-            (since,),
-        ).fetchall()
-        nobody = "nobody-bench"
-        while conn.execute("SELECT 1 FROM jobs WHERE user_name = %s LIMIT 1", (nobody,)).fetchone():
-            nobody += "x"
+    rows, nobody = c.users_by_jobs(dbname, since)
     heavy, heavy_n = rows[0]
     med, med_n = rows[len(rows) // 2]
     return heavy, heavy_n, med, med_n, nobody
