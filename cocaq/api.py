@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
@@ -32,7 +32,7 @@ from cocaq import __version__
 from cocaq.apiclient import payload_for
 from cocaq.config import Config
 from cocaq.dbapi import Db, connect
-from cocaq.errors import CocaqError
+from cocaq.errors import CocaqError, DatabaseError
 
 NAME = r"^[A-Za-z0-9._@+-]{1,128}$"  # user and account names (as the hooks accept them)
 JOB = r"^[0-9]{1,20}(?:_[0-9]{1,10}|\+[0-9]{1,4})?$"  # 1234, an array task 1234_7, a het part 1234+1
@@ -142,7 +142,7 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
 
     @app.exception_handler(CocaqError)
     def _cocaq_error(request: Request, exc: CocaqError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503 if "database" in str(exc) else 400)
+        return JSONResponse({"detail": str(exc)}, status_code=503 if isinstance(exc, DatabaseError) else 400)
 
     def caller(request: Request) -> Caller:
         header = request.headers.get("authorization", "")
@@ -256,7 +256,7 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
         ]
         if not mine:  # not there and not yours read the same, from the same work
             raise HTTPException(403, f"job {job_id}: not found, or not yours")
-        return {"jobs": _jsonable(mine)}
+        return {"jobs": mine}  # (FastAPI writes datetimes as ISO text, as cocaq.render does)
 
     @get("/v1/models", summary="Energy and CO2 by model and framework, runs, comparisons")
     def models(
@@ -283,7 +283,7 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
         w = window(since, until)
         with engine().connect() as conn:
             stats = model_stats(conn, w.since, w.until, user=user, account=account, cluster=cluster)
-        return _jsonable(stats.as_dict())
+        return stats.as_dict()
 
     @get("/v1/top", summary="Users or labs by energy over a window (admins)")
     def top(
@@ -304,14 +304,3 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
         return {"since": w.since.isoformat(), "until": w.until.isoformat(), "by": by, "rows": rows}
 
     return app
-
-
-def _jsonable(x: Any) -> Any:
-    """Datetimes as ISO text, the rest as is (what cocaq.render.to_json writes)."""
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, datetime):
-        return x.isoformat()
-    return x

@@ -38,6 +38,14 @@ def _job(raw: int, user: str, account: str, name: str, hours_ago: float) -> JobR
     )  # fmt: skip
 
 
+def server_config(url: str) -> str:
+    """The API tests' cocaq.toml: root an admin by name, bin by its group; daemon heads lab_nlp."""
+    return (
+        f'database_url = "{url}"\n[cluster]\nname = "c"\n[defaults]\ngpu_tdp_w = 300\n'
+        '[api]\nadmin_users = ["root"]\nadmin_groups = ["bin"]\nlab_heads = { lab_nlp = ["daemon"] }\n'
+    )
+
+
 def need_munge_and_users() -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root: makes MUNGE credentials as other users with runuser")
@@ -75,10 +83,7 @@ def client(engine: Engine, tmp_path: Path) -> Iterator[httpx.Client]:
     need_munge_and_users()
     url = engine.url.render_as_string(hide_password=False)
     cfg_path = tmp_path / "c.toml"
-    cfg_path.write_text(
-        f'database_url = "{url}"\n[cluster]\nname = "c"\n[defaults]\ngpu_tdp_w = 300\n'
-        '[api]\nadmin_users = ["root"]\nadmin_groups = ["bin"]\nlab_heads = { lab_nlp = ["daemon"] }\n'
-    )
+    cfg_path.write_text(server_config(url))
     cfg = load_config(cfg_path, {})
     import_records(
         engine,

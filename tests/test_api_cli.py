@@ -27,7 +27,7 @@ from cocaq.config import load_config
 from cocaq.db import make_engine
 from cocaq.importer import import_records
 from tests.conftest import ROOT, new_database, run_cocaq
-from tests.test_api import _job, need_munge_and_users
+from tests.test_api import _job, need_munge_and_users, server_config
 from tests.userkit import run_as
 
 pytestmark = pytest.mark.postgres
@@ -47,10 +47,7 @@ def server(
     tmp = tmp_path_factory.mktemp("api")
     url = new_database("postgresql", tmp, request)
     cfg_path = tmp / "server.toml"
-    cfg_path.write_text(
-        f'database_url = "{url}"\n[cluster]\nname = "c"\n[defaults]\ngpu_tdp_w = 300\n'
-        '[api]\nadmin_users = ["root"]\nlab_heads = { lab_nlp = ["daemon"] }\n'
-    )
+    cfg_path.write_text(server_config(url))
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp)}
     assert run_cocaq(["--config", str(cfg_path), "db", "upgrade"], env).code == 0
     engine = make_engine(url)

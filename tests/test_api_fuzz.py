@@ -21,7 +21,7 @@ from cocaq.config import load_config
 from cocaq.db import make_engine
 from cocaq.importer import import_records
 from tests.conftest import new_database
-from tests.test_api import _job, need_munge_and_users
+from tests.test_api import _job, need_munge_and_users, server_config
 
 pytestmark = pytest.mark.postgres
 
@@ -32,10 +32,7 @@ def app(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     tmp = tmp_path_factory.mktemp("fuzz")
     url = new_database("postgresql", tmp, request)
     cfg_path = tmp / "c.toml"
-    cfg_path.write_text(
-        f'database_url = "{url}"\n[cluster]\nname = "c"\n[defaults]\ngpu_tdp_w = 300\n'
-        '[api]\nadmin_users = ["root"]\nlab_heads = { lab_nlp = ["daemon"] }\n'
-    )
+    cfg_path.write_text(server_config(url))
     from cocaq import migrate
 
     engine = make_engine(url)

@@ -12,6 +12,7 @@ recorded for each key they set.
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -27,6 +28,27 @@ BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 OLD_KEYS = ("model_name", "framework", "task", "parameters", "dataset", "tokens")
 
 
+def _keys() -> list[Any]:
+    """The id, the job it describes, and their constraints: the same in both shapes."""
+    return [
+        sa.Column("id", BigId, nullable=False),
+        sa.Column("job_pk", BigId, nullable=False),
+        sa.ForeignKeyConstraint(
+            ["job_pk"], ["jobs.id"], name=op.f("fk_model_metadata_job_pk_jobs"), ondelete="CASCADE"
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_model_metadata")),
+    ]
+
+
+def _timestamp(name: str) -> sa.Column[object]:
+    return sa.Column(
+        name,
+        cocaq.models.UTCDateTime(timezone=True),
+        server_default=sa.text("CURRENT_TIMESTAMP"),
+        nullable=False,
+    )
+
+
 def upgrade() -> None:
     conn = op.get_bind()
     old = conn.execute(
@@ -38,8 +60,7 @@ def upgrade() -> None:
     op.drop_table("model_metadata")
     table = op.create_table(
         "model_metadata",
-        sa.Column("id", BigId, nullable=False),
-        sa.Column("job_pk", BigId, nullable=False),
+        *_keys(),
         sa.Column("model_name", sa.String(length=256), nullable=True),
         sa.Column("task", sa.String(length=64), nullable=True),
         sa.Column("framework", sa.String(length=64), nullable=True),
@@ -52,22 +73,8 @@ def upgrade() -> None:
         sa.Column("tokens", sa.BigInteger(), nullable=True),
         sa.Column("extra", sa.JSON(), nullable=True),
         sa.Column("sources", sa.JSON(), nullable=True),
-        sa.Column(
-            "recorded_at",
-            cocaq.models.UTCDateTime(timezone=True),
-            server_default=sa.text("CURRENT_TIMESTAMP"),
-            nullable=False,
-        ),
-        sa.Column(
-            "updated_at",
-            cocaq.models.UTCDateTime(timezone=True),
-            server_default=sa.text("CURRENT_TIMESTAMP"),
-            nullable=False,
-        ),
-        sa.ForeignKeyConstraint(
-            ["job_pk"], ["jobs.id"], name=op.f("fk_model_metadata_job_pk_jobs"), ondelete="CASCADE"
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_model_metadata")),
+        _timestamp("recorded_at"),
+        _timestamp("updated_at"),
         sa.UniqueConstraint("job_pk", name=op.f("uq_model_metadata_job_pk")),
     )
     latest: dict[int, dict[str, object]] = {}
@@ -92,8 +99,7 @@ def downgrade() -> None:
     op.drop_table("model_metadata")
     table = op.create_table(
         "model_metadata",
-        sa.Column("id", BigId, nullable=False),
-        sa.Column("job_pk", BigId, nullable=False),
+        *_keys(),
         sa.Column("source", sa.String(length=64), nullable=False),
         sa.Column("model_name", sa.String(length=256), nullable=False),
         sa.Column("framework", sa.String(length=64), nullable=True),
@@ -102,16 +108,7 @@ def downgrade() -> None:
         sa.Column("dataset", sa.String(length=256), nullable=True),
         sa.Column("tokens", sa.BigInteger(), nullable=True),
         sa.Column("extra", sa.JSON(), nullable=True),
-        sa.Column(
-            "recorded_at",
-            cocaq.models.UTCDateTime(timezone=True),
-            server_default=sa.text("CURRENT_TIMESTAMP"),
-            nullable=False,
-        ),
-        sa.ForeignKeyConstraint(
-            ["job_pk"], ["jobs.id"], name=op.f("fk_model_metadata_job_pk_jobs"), ondelete="CASCADE"
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_model_metadata")),
+        _timestamp("recorded_at"),
         sa.UniqueConstraint(
             "job_pk", "source", "model_name", name=op.f("uq_model_metadata_job_pk_source_model_name")
         ),
