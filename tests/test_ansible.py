@@ -48,3 +48,10 @@ def test_every_role_variable_is_documented_in_the_example_inventory() -> None:
         defaults = yaml.safe_load((ANSIBLE / "roles" / role / "defaults" / "main.yml").read_text()) or {}
         missing = sorted(set(defaults) - documented)
         assert not missing, f"{role}: defaults not in inventory/example/group_vars: {missing}"
+
+
+def test_files_both_roles_carry_are_the_same() -> None:
+    # each role stands alone (it can be copied into a site's roles/ by itself), so a few files are in both
+    for rel in ("templates/sysvinit.j2", "tasks/pip_spec.yml"):
+        node, server = (ANSIBLE / "roles" / r / rel for r in ("cocaq_node", "cocaq_server"))
+        assert node.read_bytes() == server.read_bytes(), f"roles/*/{rel} differ between the two roles"

@@ -13,17 +13,16 @@ job out (a limit is at least one minute, and slurmctld checks limits every 30 s)
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,18 +34,29 @@ from sqlalchemy import Engine, text
 
 from cocaq.db import make_engine
 from tests.conftest import ROOT, Result, new_database, run_cocaq
+from tests.slurmkit import (
+    CLUSTER,
+    NODE,
+    STATE_DIR,
+    cluster_lock,
+    cluster_sh,
+    hook_env,
+    node_state,
+    queue,
+    sacct,
+    sacct_states,
+    sbatch,
+    sh,
+    slurm_config,
+    slurm_installed,
+    wait_until,
+)
 from tests.sysfs_tree import make_cgroup_v2, make_rapl
 from tests.userkit import user_python
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
-CLUSTER_SH = ROOT / "tests" / "slurm" / "cluster.sh"
-# The shims slurm.conf names live at a fixed path, not in a pytest tmp dir that is deleted later: a
-# Prolog= naming a missing file fails every job's prolog and drains the node.
-STATE_DIR = Path("/var/lib/cocaq-test")
 SHIM_DIR = STATE_DIR / "shims"
-NODE = socket.gethostname().split(".")[0]  # cluster.sh's NodeName: `hostname -s`
-CLUSTER = "cocaqtest"
 
 # The fake GPUs, by minor number (= Slurm's gres index for File=/dev/...nvidia[01]). NVML enumerates by
 # PCI bus id, so minor 1 (bus 07) is NVML index 0 and minor 0 (bus 87) is NVML index 1.
@@ -69,70 +79,6 @@ TAGS = (
 
 GPUS_LINE = re.compile(r"^GPUS=(\S*)$", re.M)
 HOOK_LINE = re.compile(r"^\S+ (prolog|epilog|\?) job=(\S+) (ok|FAILED)(.*)$")
-
-
-def sh(*cmd: str, timeout: float = 60, check: bool = True) -> str:
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} -> {r.returncode}: {r.stdout}{r.stderr}")
-    return r.stdout
-
-
-def cluster_sh(action: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    # the first `up` on a fresh machine installs slurm, munge and mariadb: allow for apt
-    return subprocess.run(
-        [str(CLUSTER_SH), action], env=env, capture_output=True, text=True, timeout=1200, check=False
-    )
-
-
-def hook_env(prolog: str = "", epilog: str = "") -> dict[str, str]:
-    """The environment for cluster.sh: ours with the hook knobs set (empty: what the session had)."""
-    env = dict(os.environ)
-    if prolog:
-        env["COCAQ_SLURM_PROLOG"], env["COCAQ_SLURM_EPILOG"] = prolog, epilog
-    return env
-
-
-def slurm_config(key: str) -> str:
-    for line in sh("scontrol", "show", "config").splitlines():
-        k, _, v = line.partition("=")
-        if k.strip() == key:
-            return v.strip()
-    raise AssertionError(f"scontrol show config has no {key}")
-
-
-def node_state() -> str:
-    return sh("sinfo", "-h", "-n", NODE, "-o", "%T").strip()
-
-
-def queue() -> dict[str, str]:
-    """Job id -> state of every job slurmctld still holds (COMPLETING included)."""
-    out = sh("squeue", "-h", "-a", "-o", "%i %T")
-    return dict(line.split() for line in out.splitlines() if line.strip())
-
-
-def sacct(since: float, ids: list[str], fields: str) -> list[list[str]]:
-    """sacct's rows for these jobs, only those since `since`: Slurm 22.05 can hand out a job id again
-    (a `scontrol reconfigure` right after a submission can roll the id counter back to what its state
-    file last saved; MinJobAge=10 has purged the old job by then), and sacct then shows both jobs."""
-    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since))
-    out = sh("sacct", "-n", "-P", "-X", "-S", start, "-j", ",".join(ids), "-o", fields)
-    return [line.split("|") for line in out.splitlines() if "|" in line]
-
-
-def sacct_states(since: float, ids: list[str]) -> dict[str, str]:
-    return {j: s.split()[0] for j, s in sacct(since, ids, "JobID,State")}
-
-
-def wait_until(what: str, timeout: float, cond: Any, step: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(step)
 
 
 def ts(d: datetime | float) -> float:
@@ -189,19 +135,6 @@ def write_inputs(tmp: Path, db_url: str) -> tuple[Path, Path, str]:
     return config, spec, config_text
 
 
-def slurm_installed() -> bool:
-    r = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "slurm-wlm"], capture_output=True, text=True)
-    return "install ok installed" in r.stdout and os.path.exists("/usr/sbin/slurmctld")
-
-
-def sbatch(user: str, outdir: Path, *args: str) -> str:
-    out = sh(
-        "runuser", "-u", user, "--", "sbatch", "--parsable", f"--chdir={outdir}",
-        f"--output={outdir}/%j.out", *args,
-    )  # fmt: skip
-    return out.strip().split(";")[0]
-
-
 @pytest.fixture(scope="module")
 def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmRun]:
     """Bring the cluster up with cocaq's hooks, run the jobs, ship and reconcile; restore at the end."""
@@ -210,8 +143,8 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     t_all = time.monotonic()
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     # one module at a time per machine: two runs would reconfigure the same slurm.conf under each other
-    lock = open(STATE_DIR / "slurm-tests.lock", "w")  # noqa: SIM115 - held for the whole module
-    fcntl.flock(lock, fcntl.LOCK_EX)
+    lock = ExitStack()  # held for the whole module
+    lock.enter_context(cluster_lock())
     tmp = tmp_path_factory.mktemp("slurm")
     outdir = Path(tempfile.mkdtemp(prefix="cocaq-slurm-jobs-", dir="/tmp"))  # alice and bob write here
     os.chmod(outdir, 0o1777)

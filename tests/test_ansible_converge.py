@@ -1,0 +1,451 @@
+"""ansible/site.yml converged on this machine, as the issue asks: both roles against localhost
+(connection local) onto the test Slurm cluster and PostgreSQL, with the services run by init scripts
+(`cocaq_service_manager: sysvinit`, there is no systemd here). Then a second run and a --check --diff run
+report no change, a changed collector setting restarts the collector and nothing else, and a real Slurm
+job goes through the deployed hooks: its spool records reach PostgreSQL through the deployed collector
+(the writer role), the deployed scheduler imports it from sacct (the owner role), and alice reads it
+through the deployed API (the reader role) with the deployed CLI.
+
+Everything it deploys is under names of its own (/opt/cocaq-ansible-test, /etc/cocaq-ansible-test,
+database cocaq_ansible_test, roles cocaqat_*, user cocaqat, services cocaq-at-*), removed before and
+after; slurm.conf is put back by tests/slurm/cluster.sh. Needs root. About 3 to 4 minutes, most of it
+pip building the virtualenv and Ansible's own start-up per task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import secrets
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.exc import ProgrammingError
+
+from tests.conftest import PG_ADMIN_URL, ROOT
+from tests.slurmkit import (
+    CLUSTER,
+    NODE,
+    STATE_DIR,
+    cluster_lock,
+    cluster_sh,
+    hook_env,
+    node_state,
+    sacct_states,
+    sbatch,
+    sh,
+    slurm_config,
+    slurm_installed,
+    wait_until,
+)
+from tests.sysfs_tree import make_cgroup_v2, make_rapl
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+ANSIBLE = ROOT / "ansible"
+BIN = Path(sys.executable).parent
+PLAYBOOK = [str(BIN / "ansible-playbook"), "-i"]
+
+WORK = STATE_DIR / "ansible"  # the wheel, pip constraints, fake GPUs and sysfs, the shims: root's, fixed
+VENV = Path("/opt/cocaq-ansible-test")
+ETC = Path("/etc/cocaq-ansible-test")
+SPOOL = Path("/var/spool/cocaq-ansible-test")
+LOGS = Path("/var/log/cocaq-ansible-test")
+HOME = Path("/var/lib/cocaq-ansible-test")
+SHIMS = WORK / "shims"
+ANNOTATE = "/run/cocaq-ansible-test-jobs"
+SERVICES = {"collector": "cocaq-at-collector", "scheduler": "cocaq-at-scheduler", "api": "cocaq-at-api"}
+DB, USER = "cocaq_ansible_test", "cocaqat"
+ROLES = {"owner": "cocaqat_owner", "writer": "cocaqat_writer", "reader": "cocaqat_reader"}
+PYTHON = "/usr/bin/python3.11"  # the system's: the services' users and postgres can run it (pyenv's is root's)
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+@dataclass
+class Run:
+    rc: int
+    out: str
+    seconds: float
+
+    def recap(self) -> dict[str, dict[str, int]]:
+        return {
+            m.group(1): {"ok": int(m.group(2)), "changed": int(m.group(3)), "unreachable": int(m.group(4)),
+                         "failed": int(m.group(5))}
+            for m in RECAP.finditer(self.out)
+        }  # fmt: skip
+
+    def changed_tasks(self) -> list[str]:
+        """`changed: [host]` lines with the task they belong to."""
+        task, out = "", []
+        for line in self.out.splitlines():
+            if line.startswith(("TASK [", "RUNNING HANDLER [")):
+                task = line.split("[", 1)[1].rsplit("]", 1)[0]
+            elif line.startswith("changed: ["):
+                out.append(f"{task}: {line}")
+        return out
+
+
+@dataclass
+class Deployment:
+    inventory: Path
+    passwords: dict[str, str]
+    api_port: int
+    runs: dict[str, Run] = field(default_factory=dict)
+    pids: dict[str, dict[str, int]] = field(default_factory=dict)  # before/after the collector change
+
+
+def ansible_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "COCAQ_", "PIP_"))}
+    env["PATH"] = f"{BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    env["ANSIBLE_CONFIG"] = str(ANSIBLE / "ansible.cfg")
+    env["ANSIBLE_LOCAL_TEMP"] = env["ANSIBLE_REMOTE_TEMP"] = "/tmp/cocaq-ansible-tmp"
+    env["ANSIBLE_FORCE_COLOR"] = "0"
+    env["ANSIBLE_NOCOLOR"] = "1"
+    return env
+
+
+def playbook(d: Deployment, *args: str) -> Run:
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [*PLAYBOOK, str(d.inventory), "site.yml", *args],
+        cwd=ANSIBLE, env=ansible_env(), capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    return Run(r.returncode, r.stdout + r.stderr, time.monotonic() - t0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pid_of(service: str) -> int:
+    try:
+        return int(Path(f"/run/{service}.pid").read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def alive(pid: int) -> bool:
+    return pid > 0 and Path(f"/proc/{pid}").exists()
+
+
+def admin() -> Engine:
+    return create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+
+
+def db_engine(user: str = "postgres", password: str = "") -> Engine:
+    auth = f"{user}:{password}" if password else user
+    return create_engine(f"postgresql+psycopg://{auth}@127.0.0.1:5432/{DB}")
+
+
+def remove_everything() -> None:
+    """What a run (or an interrupted one) deployed, gone: services, files, user, database and roles."""
+    for svc in SERVICES.values():
+        script = Path("/etc/init.d") / svc
+        if script.exists():
+            subprocess.run([str(script), "stop"], capture_output=True, timeout=120, check=False)
+            subprocess.run(["update-rc.d", "-f", svc, "remove"], capture_output=True, timeout=60, check=False)
+            script.unlink()
+        Path(f"/run/{svc}.pid").unlink(missing_ok=True)
+    for p in (VENV, ETC, SPOOL, LOGS, HOME, WORK, Path(ANNOTATE)):
+        shutil.rmtree(p, ignore_errors=True)
+    try:
+        pwd.getpwnam(USER)
+        subprocess.run(["userdel", USER], capture_output=True, timeout=60, check=False)
+    except KeyError:
+        pass
+    subprocess.run(["groupdel", USER], capture_output=True, timeout=60, check=False)
+    eng = admin()
+    with eng.connect() as c:
+        c.execute(text(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)'))
+        for role in ROLES.values():
+            c.execute(text(f'DROP ROLE IF EXISTS "{role}"'))
+    eng.dispose()
+
+
+def build_inputs() -> tuple[Path, Path]:
+    """The wheel pip installs, and constraints that hold its dependencies to requirements.lock."""
+    wheels = WORK / "wheels"
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(ROOT)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    (wheel,) = wheels.glob("cocaq-*.whl")
+    pins = []
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.-]+)(\[[^]]*\])?(==\S+)(\s*;[^\\]*)?", line)
+        if m:  # constraints take no extras or hashes
+            pins.append(f"{m.group(1)}{m.group(3)}{m.group(4) or ''}".strip())
+    constraints = WORK / "constraints.txt"
+    constraints.write_text("\n".join(pins) + "\n")
+    # The node's sources: two fake A100s for NVML (the cluster's gres gpu:a100:2), a RAPL package and
+    # a cgroup v2 tree, as tests/test_slurm_jobs.py has them.
+    (WORK / "fake-gpus.toml").write_text(
+        '[[gpu]]\nminor = 0\nuuid = "GPU-c0c0a000-0000-4000-8000-00000000a000"\n'
+        'pci_bus_id = "00000000:87:00.0"\ntrace = "inference"\n\n'
+        '[[gpu]]\nminor = 1\nuuid = "GPU-c0c0a001-0000-4000-8000-00000000a001"\n'
+        'pci_bus_id = "00000000:07:00.0"\ntrace = "light"\n'
+    )
+    make_rapl(WORK / "sys", packages=1)
+    make_cgroup_v2(WORK / "sys" / "fs" / "cgroup", node_cpus="0-1")
+    return wheel, constraints
+
+
+def write_inventory(wheel: Path, constraints: Path, passwords: dict[str, str], api_port: int) -> Path:
+    common = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "ansible_become_method": "su",  # root already; su to postgres for the database tasks (no sudo here)
+        "cocaq_python": PYTHON,
+        "cocaq_venv": str(VENV),
+        "cocaq_pip_spec": str(wheel),
+        "cocaq_pip_environment": {"PIP_CONSTRAINT": str(constraints), "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+        "cocaq_cli_symlink": "",
+        "cocaq_cluster_name": CLUSTER,
+        "cocaq_service_manager": "sysvinit",
+        "cocaq_systemd_unit_dir": str(ETC / "systemd"),
+    }
+    head = {
+        **common,
+        "cocaq_config_path": str(ETC / "server.toml"),
+        "cocaq_spool_dir": str(SPOOL / "server"),
+        "cocaq_user": USER,
+        "cocaq_group": USER,
+        "cocaq_home": str(HOME),
+        "cocaq_db_host": "127.0.0.1",
+        "cocaq_db_name": DB,
+        "cocaq_db_owner_user": ROLES["owner"],
+        "cocaq_db_writer_user": ROLES["writer"],
+        "cocaq_db_reader_user": ROLES["reader"],
+        "cocaq_db_owner_password": passwords["owner"],
+        "cocaq_db_writer_password": passwords["writer"],
+        "cocaq_db_reader_password": passwords["reader"],
+        "cocaq_scheduler_service": SERVICES["scheduler"],
+        "cocaq_scheduler_reconcile_every": "3s",
+        "cocaq_api_service": SERVICES["api"],
+        "cocaq_api_port": api_port,
+        "cocaq_server_log_dir": str(LOGS / "server"),
+        "cocaq_mail_transport": "outbox",
+    }
+    node = {
+        **common,
+        "cocaq_config_path": str(ETC / "node.toml"),
+        "cocaq_database_url": (
+            f"postgresql+psycopg://{ROLES['writer']}:{passwords['writer']}@127.0.0.1:5432/{DB}"
+        ),
+        "cocaq_spool_dir": str(SPOOL / "node"),
+        "cocaq_log_dir": str(LOGS / "node"),
+        "cocaq_annotate_dir": ANNOTATE,
+        "cocaq_collector_nvml": f"fake:{WORK / 'fake-gpus.toml'}",
+        "cocaq_collector_sysfs_root": str(WORK / "sys"),
+        "cocaq_collector_interval_s": 1,
+        "cocaq_collector_ship_interval_s": 2,
+        "cocaq_shim_dir": str(SHIMS),
+        "cocaq_slurm_hooks": "slurm_conf",
+        "cocaq_slurm_conf": "/etc/slurm/slurm.conf",
+        "cocaq_collector_service": SERVICES["collector"],
+        "cocaq_logrotate_conf": "",
+    }
+    inv = {
+        "all": {
+            "children": {
+                "head": {"hosts": {"cocaq-head": head}},
+                "compute": {"hosts": {"cocaq-node": node}},
+            }
+        }
+    }
+    path = WORK / "inventory.yml"
+    path.write_text(yaml.safe_dump(inv, sort_keys=False))
+    path.chmod(0o600)  # it holds the passwords, as a vault file would
+    return path
+
+
+@pytest.fixture(scope="module")
+def deployed() -> Iterator[Deployment]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: deploys onto this machine (services, users, slurm.conf, PostgreSQL roles)")
+    with cluster_lock():
+        remove_everything()
+        up = cluster_sh("up", hook_env())  # slurm.conf as cluster.sh writes it: no Prolog= or Epilog=
+        if up.returncode != 0:
+            if not slurm_installed():
+                pytest.skip(f"Slurm packages could not be installed: {(up.stdout + up.stderr)[-800:]}")
+            pytest.fail(f"tests/slurm/cluster.sh up failed:\n{up.stdout}{up.stderr}")
+        assert slurm_config("Prolog") == "(null)"
+        restore: subprocess.CompletedProcess[str] | None = None
+        try:
+            WORK.mkdir(parents=True, mode=0o700)
+            wheel, constraints = build_inputs()
+            passwords = {k: secrets.token_urlsafe(18) for k in ROLES}
+            port = free_port()
+            d = Deployment(write_inventory(wheel, constraints, passwords, port), passwords, port)
+            d.runs["first"] = playbook(d)
+            assert d.runs["first"].rc == 0, d.runs["first"].out[-8000:]
+            d.runs["second"] = playbook(d)
+            d.runs["check"] = playbook(d, "--check", "--diff")
+            d.pids["before"] = {k: pid_of(s) for k, s in SERVICES.items()}
+            d.runs["collector_change"] = playbook(d, "-e", "cocaq_collector_interval_s=2")
+            d.pids["after"] = {k: pid_of(s) for k, s in SERVICES.items()}
+            yield d
+        finally:
+            remove_everything()
+            restore = cluster_sh("up", hook_env())
+        assert restore.returncode == 0, f"restoring the cluster failed:\n{restore.stdout}{restore.stderr}"
+
+
+def test_first_run_deploys_both_roles(deployed: Deployment) -> None:
+    recap = deployed.runs["first"].recap()
+    assert set(recap) == {"cocaq-head", "cocaq-node"}, deployed.runs["first"].out[-3000:]
+    for host, r in recap.items():
+        assert r["failed"] == r["unreachable"] == 0 and r["changed"] > 0, (host, r)
+    cocaq = VENV / "bin" / "cocaq"
+    r = subprocess.run([str(cocaq), "--version"], capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0 and "cocaq" in r.stdout.lower(), r.stdout + r.stderr
+    # the virtualenv is the system Python's, which the services' users can run
+    assert (VENV / "pyvenv.cfg").read_text().count("/usr/bin") >= 1
+    # configs: the node's holds the writer's password (root only), the server's is the cocaq group's
+    node_cfg, server_cfg = os.stat(ETC / "node.toml"), os.stat(ETC / "server.toml")
+    assert stat.S_IMODE(node_cfg.st_mode) == 0o640 and node_cfg.st_uid == node_cfg.st_gid == 0
+    assert stat.S_IMODE(server_cfg.st_mode) == 0o640 and server_cfg.st_gid == pwd.getpwnam(USER).pw_gid
+    assert stat.S_IMODE(os.stat(HOME / ".pgpass").st_mode) == 0o600
+    # the shims are the ones `cocaq hook shims` writes for this venv and config
+    for kind in ("prolog", "epilog"):
+        shim = (SHIMS / f"cocaq-{kind}").read_text()
+        assert f"--config {ETC / 'node.toml'} {kind}" in shim and shim.rstrip().endswith("exit 0"), shim
+    # wired into slurm.conf, before the node lines, and slurmctld re-read it (the reconfigure handler)
+    conf = Path("/etc/slurm/slurm.conf").read_text()
+    assert conf.index(f"Prolog={SHIMS}/cocaq-prolog") < conf.index("NodeName=")
+    assert slurm_config("Prolog") == f"{SHIMS}/cocaq-prolog"
+    assert slurm_config("Epilog") == f"{SHIMS}/cocaq-epilog"
+    # the database: migrated, owned by the owner role
+    with db_engine().connect() as c:
+        assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0009"
+        owner = c.execute(text("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = :d"), {"d": DB})
+        assert owner.scalar() == ROLES["owner"]
+    # the three services run under their init scripts, the server's as the cocaq user
+    for key, svc in SERVICES.items():
+        r = subprocess.run([f"/etc/init.d/{svc}", "status"], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, f"{svc}: {r.stdout}{r.stderr}"
+        uid = os.stat(f"/proc/{pid_of(svc)}").st_uid
+        assert uid == (0 if key == "collector" else pwd.getpwnam(USER).pw_uid), (svc, uid)
+
+
+def test_second_run_changes_nothing(deployed: Deployment) -> None:
+    run = deployed.runs["second"]
+    assert run.rc == 0, run.out[-6000:]
+    recap = run.recap()
+    assert set(recap) == {"cocaq-head", "cocaq-node"}
+    for host, r in recap.items():
+        assert r["changed"] == 0 and r["failed"] == 0, (host, r, run.changed_tasks())
+
+
+def test_check_diff_on_a_converged_host_changes_nothing(deployed: Deployment) -> None:
+    run = deployed.runs["check"]
+    assert run.rc == 0, run.out[-6000:]
+    for host, r in run.recap().items():
+        assert r["changed"] == 0 and r["failed"] == 0, (host, r, run.changed_tasks())
+
+
+def test_a_changed_collector_setting_restarts_the_collector_only(deployed: Deployment) -> None:
+    run = deployed.runs["collector_change"]
+    assert run.rc == 0, run.out[-6000:]
+    changed = run.changed_tasks()
+    assert any("Write cocaq.toml" in t for t in changed), changed
+    assert any("Restart the cocaq collector (sysvinit)" in t for t in changed), changed
+    assert not any("scheduler" in t or "api" in t.lower() for t in changed), changed
+    before, after = deployed.pids["before"], deployed.pids["after"]
+    assert before["collector"] != after["collector"] and alive(after["collector"]), (before, after)
+    assert before["scheduler"] == after["scheduler"] and alive(after["scheduler"]), (before, after)
+    assert before["api"] == after["api"] and alive(after["api"]), (before, after)
+    assert "interval_s = 2" in (ETC / "node.toml").read_text()
+
+
+def test_least_privilege_roles(deployed: Deployment) -> None:
+    pw = deployed.passwords
+    writer, reader = db_engine(ROLES["writer"], pw["writer"]), db_engine(ROLES["reader"], pw["reader"])
+    try:
+        with reader.connect() as c:
+            assert c.execute(text("SELECT count(*) FROM jobs")).scalar() is not None
+            with pytest.raises(ProgrammingError, match="permission denied"):
+                c.execute(text("DELETE FROM node_events"))
+        with writer.connect() as c:
+            with pytest.raises(ProgrammingError, match="permission denied"):
+                c.execute(text("SELECT count(*) FROM jobs"))
+    finally:
+        writer.dispose()
+        reader.dispose()
+
+
+def test_a_slurm_job_through_the_deployed_hooks_reaches_postgresql(deployed: Deployment) -> None:
+    outdir = Path(tempfile.mkdtemp(prefix="cocaq-ansible-job-", dir="/tmp"))
+    os.chmod(outdir, 0o1777)
+    try:
+        t0 = time.time() - 1
+        job = sbatch("alice", outdir, "--gres=gpu:1", "--account=lab_vision", "-J", "cocaq-ansible",
+                     "--comment", "cocaq: model=resnet50", "--wrap", "echo GPUS=$SLURM_JOB_GPUS; sleep 4")  # fmt: skip
+        wait_until(f"job {job} COMPLETED in sacct", 120, lambda: sacct_states(t0, [job]).get(job) == "COMPLETED")
+        hook_log = LOGS / "node" / "hook.log"
+        log = wait_until("the epilog's line", 30, lambda: hook_log.exists() and f"epilog job={job} " in
+                         hook_log.read_text() and hook_log.read_text())  # fmt: skip
+        assert f"prolog job={job} ok" in log and f"epilog job={job} ok" in log, log
+
+        eng = db_engine()
+        try:
+            def shipped() -> list[Any]:
+                with eng.connect() as c:
+                    rows = c.execute(text("SELECT event, payload FROM node_events WHERE job_id = :j"), {"j": job})
+                    return [dict(r._mapping) for r in rows]
+
+            events = wait_until("the collector to ship the job's records", 60,
+                                lambda: {"start", "end"} <= {e["event"] for e in shipped()} and shipped())  # fmt: skip
+            assert {e["event"] for e in events} >= {"start", "end"}, events
+
+            def energy() -> list[Any]:
+                with eng.connect() as c:
+                    rows = c.execute(text("SELECT * FROM node_energy WHERE job_id = :j"), {"j": job})
+                    return [dict(r._mapping) for r in rows]
+
+            rows = wait_until("the job's GPU energy", 60, lambda: [r for r in energy() if r["component"] == "gpu"])
+            assert sum(r["energy_j"] for r in rows) > 0, rows
+
+            def imported() -> Any:  # the scheduler reconciles with sacct every 3 s
+                with eng.connect() as c:
+                    return c.execute(
+                        text("SELECT j.user_name, j.account, j.state FROM jobs j JOIN clusters c ON c.id = j.cluster_id"
+                             " WHERE c.name = :c AND j.job_id = :j"), {"c": CLUSTER, "j": job}).first()  # fmt: skip
+
+            row = wait_until("the scheduler to import the job from sacct", 90, imported)
+            assert tuple(row) == ("alice", "lab_vision", "COMPLETED"), row
+        finally:
+            eng.dispose()
+
+        # alice, through the deployed API and CLI (MUNGE), sees her job
+        r = subprocess.run(
+            ["runuser", "-u", "alice", "--", "env", "-i", "PATH=/usr/bin:/bin", "HOME=/tmp",
+             f"COCAQ_API_URL=http://127.0.0.1:{deployed.api_port}", str(VENV / "bin" / "cocaq"),
+             "job", job, "-o", "json"],
+            capture_output=True, text=True, timeout=60, check=False, cwd="/tmp",
+        )  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["job"]["user_name"] == "alice" if "job" in doc else doc["user_name"] == "alice", doc
+        wait_until(f"node {NODE} idle, not drained", 60, lambda: node_state() == "idle")
+    finally:
+        shutil.rmtree(outdir, ignore_errors=True)
+    assert sh("scontrol", "show", "config")  # the cluster still answers
