@@ -24,9 +24,10 @@ from types import TracebackType
 from typing import Any
 
 from cocaq.errors import ConfigError, DatabaseError
+from cocaq.pgurl import URL_PARTS as _URL
+from cocaq.pgurl import conninfo as pg_conninfo
 
 # As SQLAlchemy's make_url splits a URL (scheme, user, password, then the rest as written).
-_URL = re.compile(r"(?P<scheme>[\w+]+)://(?:(?P<user>[^:/@]*)(?::(?P<password>[^@]*))?@)?(?P<rest>.*)", re.S)
 _POSTGRES = ("postgresql", "postgresql+psycopg")
 _SQLITE = ("sqlite", "sqlite+pysqlite")
 _PARAM = re.compile(r"%\((\w+)\)s|%%")
@@ -194,7 +195,7 @@ def _connect_postgres(url: str, m: re.Match[str]) -> Db:
             return _connect_psycopg2(url, m, psycopg2)
     import psycopg
 
-    conninfo = "postgresql://" + url.strip().split("://", 1)[1]
+    conninfo = pg_conninfo(url)
     timeout = int(os.environ.get("COCAQ_TEST_CONNECT_TIMEOUT", "5"))
     try:
         raw = psycopg.connect(conninfo, autocommit=True, connect_timeout=timeout)
@@ -214,7 +215,7 @@ def _connect_postgres(url: str, m: re.Match[str]) -> Db:
 
 
 def _connect_psycopg2(url: str, m: re.Match[str], psycopg2: Any) -> Db:
-    conninfo = "postgresql://" + url.strip().split("://", 1)[1]
+    conninfo = pg_conninfo(url)
     timeout = int(os.environ.get("COCAQ_TEST_CONNECT_TIMEOUT", "5"))
     try:
         raw = psycopg2.connect(conninfo, connect_timeout=timeout)

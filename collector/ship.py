@@ -87,7 +87,9 @@ def connect(url: str, timeout_s: float = 5.0) -> Target:
     if url.startswith("sqlite:///"):
         return SqliteTarget(url[len("sqlite:///") :])
     if url.startswith(("postgresql://", "postgresql+psycopg://", "postgres://")):
-        return PgTarget("postgresql://" + url.split("://", 1)[1], timeout_s)
+        from cocaq.pgurl import conninfo
+
+        return PgTarget(conninfo(url), timeout_s)
     raise ShipError(f"ship: unsupported database URL scheme in {url.split('://', 1)[0]!r}")
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 import yaml
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import URL, Engine, create_engine, text
 from sqlalchemy.exc import ProgrammingError
 
 from tests.conftest import PG_ADMIN_URL, ROOT
@@ -67,11 +67,14 @@ SPOOL = Path("/var/spool/cocaq-ansible-test")
 LOGS = Path("/var/log/cocaq-ansible-test")
 HOME = Path("/var/lib/cocaq-ansible-test")
 SHIMS = WORK / "shims"
+VAULT_PASS = WORK / "vault-password"
 ANNOTATE = "/run/cocaq-ansible-test-jobs"
 SERVICES = {"collector": "cocaq-at-collector", "scheduler": "cocaq-at-scheduler", "api": "cocaq-at-api"}
 DB, USER = "cocaq_ansible_test", "cocaqat"
 ROLES = {"owner": "cocaqat_owner", "writer": "cocaqat_writer", "reader": "cocaqat_reader"}
-PYTHON = "/usr/bin/python3.11"  # the system's: the services' users and postgres can run it (pyenv's is root's)
+PYTHON = (
+    "/usr/bin/python3.11"  # the system's: the services' users and postgres can run it (pyenv's is root's)
+)
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
@@ -106,6 +109,7 @@ class Deployment:
     api_port: int
     runs: dict[str, Run] = field(default_factory=dict)
     pids: dict[str, dict[str, int]] = field(default_factory=dict)  # before/after the collector change
+    left_by_check: list[str] = field(default_factory=list)  # what --check on a new host left behind
 
 
 def ansible_env() -> dict[str, str]:
@@ -121,7 +125,7 @@ def ansible_env() -> dict[str, str]:
 def playbook(d: Deployment, *args: str) -> Run:
     t0 = time.monotonic()
     r = subprocess.run(
-        [*PLAYBOOK, str(d.inventory), "site.yml", *args],
+        [*PLAYBOOK, str(d.inventory), "--vault-password-file", str(VAULT_PASS), "site.yml", *args],
         cwd=ANSIBLE, env=ansible_env(), capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     return Run(r.returncode, r.stdout + r.stderr, time.monotonic() - t0)
@@ -144,13 +148,21 @@ def alive(pid: int) -> bool:
     return pid > 0 and Path(f"/proc/{pid}").exists()
 
 
+def user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
 def admin() -> Engine:
     return create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
 
 
-def db_engine(user: str = "postgres", password: str = "") -> Engine:
-    auth = f"{user}:{password}" if password else user
-    return create_engine(f"postgresql+psycopg://{auth}@127.0.0.1:5432/{DB}")
+def db_engine(user: str = "postgres", password: str | None = None) -> Engine:
+    url = URL.create("postgresql+psycopg", user, password, "127.0.0.1", 5432, DB)
+    return create_engine(url)
 
 
 def remove_everything() -> None:
@@ -164,11 +176,8 @@ def remove_everything() -> None:
         Path(f"/run/{svc}.pid").unlink(missing_ok=True)
     for p in (VENV, ETC, SPOOL, LOGS, HOME, WORK, Path(ANNOTATE)):
         shutil.rmtree(p, ignore_errors=True)
-    try:
-        pwd.getpwnam(USER)
+    if user_exists(USER):
         subprocess.run(["userdel", USER], capture_output=True, timeout=60, check=False)
-    except KeyError:
-        pass
     subprocess.run(["groupdel", USER], capture_output=True, timeout=60, check=False)
     eng = admin()
     with eng.connect() as c:
@@ -208,6 +217,8 @@ def build_inputs() -> tuple[Path, Path]:
 
 
 def write_inventory(wheel: Path, constraints: Path, passwords: dict[str, str], api_port: int) -> Path:
+    """An inventory as the example lays it out: the hosts and their settings in hosts.yml, the passwords
+    in an ansible-vault file of group_vars that the settings refer to (vault_cocaq_db_*_password)."""
     common = {
         "ansible_connection": "local",
         "ansible_python_interpreter": "/usr/bin/python3",
@@ -230,12 +241,8 @@ def write_inventory(wheel: Path, constraints: Path, passwords: dict[str, str], a
         "cocaq_home": str(HOME),
         "cocaq_db_host": "127.0.0.1",
         "cocaq_db_name": DB,
-        "cocaq_db_owner_user": ROLES["owner"],
-        "cocaq_db_writer_user": ROLES["writer"],
-        "cocaq_db_reader_user": ROLES["reader"],
-        "cocaq_db_owner_password": passwords["owner"],
-        "cocaq_db_writer_password": passwords["writer"],
-        "cocaq_db_reader_password": passwords["reader"],
+        **{f"cocaq_db_{k}_user": v for k, v in ROLES.items()},
+        **{f"cocaq_db_{k}_password": f"{{{{ vault_cocaq_db_{k}_password }}}}" for k in ROLES},
         "cocaq_scheduler_service": SERVICES["scheduler"],
         "cocaq_scheduler_reconcile_every": "3s",
         "cocaq_api_service": SERVICES["api"],
@@ -246,8 +253,10 @@ def write_inventory(wheel: Path, constraints: Path, passwords: dict[str, str], a
     node = {
         **common,
         "cocaq_config_path": str(ETC / "node.toml"),
+        # as inventory/example/group_vars/compute.yml shows it: built from the writer's vaulted password
         "cocaq_database_url": (
-            f"postgresql+psycopg://{ROLES['writer']}:{passwords['writer']}@127.0.0.1:5432/{DB}"
+            f"postgresql+psycopg://{ROLES['writer']}:{{{{ vault_cocaq_db_writer_password | urlencode }}}}"
+            f"@127.0.0.1:5432/{DB}"
         ),
         "cocaq_spool_dir": str(SPOOL / "node"),
         "cocaq_log_dir": str(LOGS / "node"),
@@ -262,18 +271,22 @@ def write_inventory(wheel: Path, constraints: Path, passwords: dict[str, str], a
         "cocaq_collector_service": SERVICES["collector"],
         "cocaq_logrotate_conf": "",
     }
-    inv = {
-        "all": {
-            "children": {
-                "head": {"hosts": {"cocaq-head": head}},
-                "compute": {"hosts": {"cocaq-node": node}},
-            }
-        }
-    }
-    path = WORK / "inventory.yml"
-    path.write_text(yaml.safe_dump(inv, sort_keys=False))
-    path.chmod(0o600)  # it holds the passwords, as a vault file would
-    return path
+    inv = WORK / "inventory"
+    (inv / "group_vars" / "all").mkdir(parents=True)
+    (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {
+        "head": {"hosts": {"cocaq-head": head}},
+        "compute": {"hosts": {"cocaq-node": node}},
+    }}}, sort_keys=False))  # fmt: skip
+    vault = inv / "group_vars" / "all" / "vault.yml"
+    vault.write_text(yaml.safe_dump({f"vault_cocaq_db_{k}_password": v for k, v in passwords.items()}))
+    VAULT_PASS.write_text(secrets.token_hex(16) + "\n")
+    VAULT_PASS.chmod(0o600)
+    r = subprocess.run(
+        [str(BIN / "ansible-vault"), "encrypt", "--vault-password-file", str(VAULT_PASS), str(vault)],
+        env=ansible_env(), capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0 and vault.read_text().startswith("$ANSIBLE_VAULT;"), r.stdout + r.stderr
+    return inv
 
 
 @pytest.fixture(scope="module")
@@ -292,9 +305,17 @@ def deployed() -> Iterator[Deployment]:
         try:
             WORK.mkdir(parents=True, mode=0o700)
             wheel, constraints = build_inputs()
-            passwords = {k: secrets.token_urlsafe(18) for k in ROLES}
+            # with what URLs, TOML and .pgpass must escape: the roles must carry them through intact
+            passwords = {k: secrets.token_urlsafe(12) + ' :@/%"\\' for k in ROLES}
             port = free_port()
             d = Deployment(write_inventory(wheel, constraints, passwords, port), passwords, port)
+            conf_before = Path("/etc/slurm/slurm.conf").read_text()
+            d.runs["check_new"] = playbook(d, "--check", "--diff")  # on a host with nothing deployed yet
+            d.left_by_check = [str(p) for p in (VENV, ETC, SPOOL, LOGS, HOME, SHIMS) if p.exists()]
+            d.left_by_check += (
+                ["slurm.conf"] if Path("/etc/slurm/slurm.conf").read_text() != conf_before else []
+            )
+            d.left_by_check += [f"user {USER}"] if user_exists(USER) else []
             d.runs["first"] = playbook(d)
             assert d.runs["first"].rc == 0, d.runs["first"].out[-8000:]
             d.runs["second"] = playbook(d)
@@ -307,6 +328,27 @@ def deployed() -> Iterator[Deployment]:
             remove_everything()
             restore = cluster_sh("up", hook_env())
         assert restore.returncode == 0, f"restoring the cluster failed:\n{restore.stdout}{restore.stderr}"
+
+
+def test_check_diff_on_a_new_host_reports_and_changes_nothing(deployed: Deployment) -> None:
+    run = deployed.runs["check_new"]
+    assert run.rc == 0, run.out[-8000:]
+    recap = run.recap()
+    assert set(recap) == {"cocaq-head", "cocaq-node"}
+    for host, r in recap.items():
+        assert r["failed"] == 0 and r["changed"] > 0, (host, r)
+    assert "+Prolog=" in run.out  # --diff shows the slurm.conf lines it would add
+    assert deployed.left_by_check == []
+
+
+def test_no_password_in_any_output(deployed: Deployment) -> None:
+    """The passwords come from the vault; no run prints one, not even --diff of the configs."""
+    from urllib.parse import quote
+
+    for name, run in deployed.runs.items():
+        for pw in deployed.passwords.values():
+            for form in (pw, quote(pw), quote(pw, safe=""), pw.replace("\\", "\\\\").replace(":", "\\:")):
+                assert form not in run.out, f"the {name} run printed a password"
 
 
 def test_first_run_deploys_both_roles(deployed: Deployment) -> None:
@@ -324,10 +366,18 @@ def test_first_run_deploys_both_roles(deployed: Deployment) -> None:
     assert stat.S_IMODE(node_cfg.st_mode) == 0o640 and node_cfg.st_uid == node_cfg.st_gid == 0
     assert stat.S_IMODE(server_cfg.st_mode) == 0o640 and server_cfg.st_gid == pwd.getpwnam(USER).pw_gid
     assert stat.S_IMODE(os.stat(HOME / ".pgpass").st_mode) == 0o600
-    # the shims are the ones `cocaq hook shims` writes for this venv and config
-    for kind in ("prolog", "epilog"):
-        shim = (SHIMS / f"cocaq-{kind}").read_text()
-        assert f"--config {ETC / 'node.toml'} {kind}" in shim and shim.rstrip().endswith("exit 0"), shim
+    # the shims are byte for byte what the venv's `python -m cocaq hook shims` writes for this config
+    with tempfile.TemporaryDirectory() as tmp:
+        r = subprocess.run(
+            [str(VENV / "bin" / "python"), "-m", "cocaq", "hook", "shims", "--dir", tmp, "--hook-config",
+             str(ETC / "node.toml")],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr
+        for kind in ("prolog", "epilog"):
+            ours = (SHIMS / f"cocaq-{kind}").read_bytes()
+            assert ours == (Path(tmp) / f"cocaq-{kind}").read_bytes(), ours.decode()
+            assert f"--config {ETC / 'node.toml'} {kind}".encode() in ours
     # wired into slurm.conf, before the node lines, and slurmctld re-read it (the reconfigure handler)
     conf = Path("/etc/slurm/slurm.conf").read_text()
     assert conf.index(f"Prolog={SHIMS}/cocaq-prolog") < conf.index("NodeName=")
@@ -336,7 +386,9 @@ def test_first_run_deploys_both_roles(deployed: Deployment) -> None:
     # the database: migrated, owned by the owner role
     with db_engine().connect() as c:
         assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0009"
-        owner = c.execute(text("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = :d"), {"d": DB})
+        owner = c.execute(
+            text("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = :d"), {"d": DB}
+        )
         assert owner.scalar() == ROLES["owner"]
     # the three services run under their init scripts, the server's as the cocaq user
     for key, svc in SERVICES.items():
@@ -384,9 +436,8 @@ def test_least_privilege_roles(deployed: Deployment) -> None:
             assert c.execute(text("SELECT count(*) FROM jobs")).scalar() is not None
             with pytest.raises(ProgrammingError, match="permission denied"):
                 c.execute(text("DELETE FROM node_events"))
-        with writer.connect() as c:
-            with pytest.raises(ProgrammingError, match="permission denied"):
-                c.execute(text("SELECT count(*) FROM jobs"))
+        with writer.connect() as c, pytest.raises(ProgrammingError, match="permission denied"):
+            c.execute(text("SELECT count(*) FROM jobs"))
     finally:
         writer.dispose()
         reader.dispose()
@@ -399,7 +450,9 @@ def test_a_slurm_job_through_the_deployed_hooks_reaches_postgresql(deployed: Dep
         t0 = time.time() - 1
         job = sbatch("alice", outdir, "--gres=gpu:1", "--account=lab_vision", "-J", "cocaq-ansible",
                      "--comment", "cocaq: model=resnet50", "--wrap", "echo GPUS=$SLURM_JOB_GPUS; sleep 4")  # fmt: skip
-        wait_until(f"job {job} COMPLETED in sacct", 120, lambda: sacct_states(t0, [job]).get(job) == "COMPLETED")
+        wait_until(
+            f"job {job} COMPLETED in sacct", 120, lambda: sacct_states(t0, [job]).get(job) == "COMPLETED"
+        )
         hook_log = LOGS / "node" / "hook.log"
         log = wait_until("the epilog's line", 30, lambda: hook_log.exists() and f"epilog job={job} " in
                          hook_log.read_text() and hook_log.read_text())  # fmt: skip
@@ -407,9 +460,12 @@ def test_a_slurm_job_through_the_deployed_hooks_reaches_postgresql(deployed: Dep
 
         eng = db_engine()
         try:
+
             def shipped() -> list[Any]:
                 with eng.connect() as c:
-                    rows = c.execute(text("SELECT event, payload FROM node_events WHERE job_id = :j"), {"j": job})
+                    rows = c.execute(
+                        text("SELECT event, payload FROM node_events WHERE job_id = :j"), {"j": job}
+                    )
                     return [dict(r._mapping) for r in rows]
 
             events = wait_until("the collector to ship the job's records", 60,
@@ -421,7 +477,9 @@ def test_a_slurm_job_through_the_deployed_hooks_reaches_postgresql(deployed: Dep
                     rows = c.execute(text("SELECT * FROM node_energy WHERE job_id = :j"), {"j": job})
                     return [dict(r._mapping) for r in rows]
 
-            rows = wait_until("the job's GPU energy", 60, lambda: [r for r in energy() if r["component"] == "gpu"])
+            rows = wait_until(
+                "the job's GPU energy", 60, lambda: [r for r in energy() if r["component"] == "gpu"]
+            )
             assert sum(r["energy_j"] for r in rows) > 0, rows
 
             def imported() -> Any:  # the scheduler reconciles with sacct every 3 s
@@ -435,16 +493,29 @@ def test_a_slurm_job_through_the_deployed_hooks_reaches_postgresql(deployed: Dep
         finally:
             eng.dispose()
 
-        # alice, through the deployed API and CLI (MUNGE), sees her job
-        r = subprocess.run(
-            ["runuser", "-u", "alice", "--", "env", "-i", "PATH=/usr/bin:/bin", "HOME=/tmp",
-             f"COCAQ_API_URL=http://127.0.0.1:{deployed.api_port}", str(VENV / "bin" / "cocaq"),
-             "job", job, "-o", "json"],
-            capture_output=True, text=True, timeout=60, check=False, cwd="/tmp",
-        )  # fmt: skip
-        assert r.returncode == 0, r.stdout + r.stderr
-        doc = json.loads(r.stdout)
-        assert doc["job"]["user_name"] == "alice" if "job" in doc else doc["user_name"] == "alice", doc
+        # alice, through the deployed API and CLI (MUNGE), sees her job with the energy the hooks measured
+        def as_user(user: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                ["runuser", "-u", user, "--", "env", "-i", "PATH=/usr/bin:/bin", "HOME=/tmp",
+                 f"COCAQ_API_URL=http://127.0.0.1:{deployed.api_port}", str(VENV / "bin" / "cocaq"),
+                 "job", job, "-o", "json"],
+                capture_output=True, text=True, timeout=60, check=False, cwd="/tmp",
+            )  # fmt: skip
+
+        def measured_via_api() -> Any:
+            r = as_user("alice")
+            assert r.returncode == 0, r.stdout + r.stderr
+            doc = json.loads(r.stdout)
+            gpu = [e for e in doc["energies"] if e["component"] == "gpu" and e["method"] == "measured"]
+            return (doc, gpu) if gpu else None
+
+        doc, gpu = wait_until(
+            "alice to see her job's measured GPU energy through the API", 60, measured_via_api, 2
+        )
+        assert (doc["user_name"], doc["account"], doc["state"]) == ("alice", "lab_vision", "COMPLETED"), doc
+        assert sum(e["energy_j"] for e in gpu) > 0 and doc["model"]["model"] == "resnet50", doc
+        refused = as_user("bob")  # not bob's job, nor his lab's: the API refuses him
+        assert refused.returncode == 5 and not refused.stdout, refused.stdout + refused.stderr
         wait_until(f"node {NODE} idle, not drained", 60, lambda: node_state() == "idle")
     finally:
         shutil.rmtree(outdir, ignore_errors=True)
