@@ -13,18 +13,20 @@ ANSIBLE = ROOT / "ansible"
 BIN = Path(sys.executable).parent
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "COCAQ_"))}
-    env["PATH"] = f"{BIN}:{env.get('PATH', '/usr/bin:/bin')}"
+def ansible_env() -> dict[str, str]:
+    """This venv's ansible, the repo's ansible.cfg, none of the caller's ANSIBLE_/COCAQ_/PIP_ settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "COCAQ_", "PIP_"))}
+    env["PATH"] = f"{BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     env["ANSIBLE_CONFIG"] = str(ANSIBLE / "ansible.cfg")
     env["ANSIBLE_LOCAL_TEMP"] = env["ANSIBLE_REMOTE_TEMP"] = "/tmp/cocaq-ansible-tmp"
+    env["ANSIBLE_NOCOLOR"] = "1"
     return env
 
 
 def test_ansible_lint_production_profile_is_clean() -> None:
     r = subprocess.run(
         [str(BIN / "ansible-lint"), "--offline", "--profile", "production", "--nocolor"],
-        cwd=ANSIBLE, env=_env(), capture_output=True, text=True, timeout=600,
+        cwd=ANSIBLE, env=ansible_env(), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     assert "Passed" in r.stdout + r.stderr and "production" in r.stdout + r.stderr
@@ -33,7 +35,7 @@ def test_ansible_lint_production_profile_is_clean() -> None:
 def test_the_playbook_passes_syntax_check() -> None:
     r = subprocess.run(
         [str(BIN / "ansible-playbook"), "--syntax-check", "-i", "inventory/example/hosts.yml", "site.yml"],
-        cwd=ANSIBLE, env=_env(), capture_output=True, text=True, timeout=300,
+        cwd=ANSIBLE, env=ansible_env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
 

@@ -53,11 +53,10 @@ from tests.slurmkit import (
     wait_until,
 )
 from tests.sysfs_tree import make_cgroup_v2, make_rapl
+from tests.test_ansible import ANSIBLE, BIN, ansible_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
-ANSIBLE = ROOT / "ansible"
-BIN = Path(sys.executable).parent
 PLAYBOOK = [str(BIN / "ansible-playbook"), "-i"]
 
 WORK = STATE_DIR / "ansible"  # the wheel, pip constraints, fake GPUs and sysfs, the shims: root's, fixed
@@ -110,16 +109,6 @@ class Deployment:
     runs: dict[str, Run] = field(default_factory=dict)
     pids: dict[str, dict[str, int]] = field(default_factory=dict)  # before/after the collector change
     left_by_check: list[str] = field(default_factory=list)  # what --check on a new host left behind
-
-
-def ansible_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "COCAQ_", "PIP_"))}
-    env["PATH"] = f"{BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    env["ANSIBLE_CONFIG"] = str(ANSIBLE / "ansible.cfg")
-    env["ANSIBLE_LOCAL_TEMP"] = env["ANSIBLE_REMOTE_TEMP"] = "/tmp/cocaq-ansible-tmp"
-    env["ANSIBLE_FORCE_COLOR"] = "0"
-    env["ANSIBLE_NOCOLOR"] = "1"
-    return env
 
 
 def playbook(d: Deployment, *args: str) -> Run:
@@ -371,7 +360,7 @@ def test_first_run_deploys_both_roles(deployed: Deployment) -> None:
         r = subprocess.run(
             [str(VENV / "bin" / "python"), "-m", "cocaq", "hook", "shims", "--dir", tmp, "--hook-config",
              str(ETC / "node.toml")],
-            capture_output=True, text=True, timeout=60, check=False,
+            capture_output=True, text=True, timeout=60, check=False, cwd="/",  # not this checkout's cocaq
         )  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr
         for kind in ("prolog", "epilog"):
@@ -396,6 +385,17 @@ def test_first_run_deploys_both_roles(deployed: Deployment) -> None:
         assert r.returncode == 0, f"{svc}: {r.stdout}{r.stderr}"
         uid = os.stat(f"/proc/{pid_of(svc)}").st_uid
         assert uid == (0 if key == "collector" else pwd.getpwnam(USER).pw_uid), (svc, uid)
+
+
+def test_the_systemd_units_pass_systemd_analyze_verify(deployed: Deployment) -> None:
+    """systemd does not run here, but it loads the units the roles wrote as it would on a real host: an
+    unknown key, a bad value or a missing executable is reported."""
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed")
+    units = sorted((ETC / "systemd").glob("*.service"))
+    assert [u.name for u in units] == sorted(f"{s}.service" for s in SERVICES.values())
+    r = subprocess.run(["systemd-analyze", "verify", *map(str, units)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), r.stdout + r.stderr
 
 
 def test_second_run_changes_nothing(deployed: Deployment) -> None:
