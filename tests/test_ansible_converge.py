@@ -482,13 +482,14 @@ def test_a_slurm_job_through_the_deployed_hooks_reaches_postgresql(deployed: Dep
             )
             assert sum(r["energy_j"] for r in rows) > 0, rows
 
-            def imported() -> Any:  # the scheduler reconciles with sacct every 3 s
+            def imported() -> Any:  # the scheduler reconciles with sacct every 3 s (it may first see it RUNNING)
                 with eng.connect() as c:
-                    return c.execute(
+                    row = c.execute(
                         text("SELECT j.user_name, j.account, j.state FROM jobs j JOIN clusters c ON c.id = j.cluster_id"
                              " WHERE c.name = :c AND j.job_id = :j"), {"c": CLUSTER, "j": job}).first()  # fmt: skip
+                return row if row is not None and row.state == "COMPLETED" else None
 
-            row = wait_until("the scheduler to import the job from sacct", 90, imported)
+            row = wait_until("the scheduler to import the job's final state from sacct", 90, imported)
             assert tuple(row) == ("alice", "lab_vision", "COMPLETED"), row
         finally:
             eng.dispose()
@@ -507,7 +508,7 @@ def test_a_slurm_job_through_the_deployed_hooks_reaches_postgresql(deployed: Dep
             assert r.returncode == 0, r.stdout + r.stderr
             doc = json.loads(r.stdout)
             gpu = [e for e in doc["energies"] if e["component"] == "gpu" and e["method"] == "measured"]
-            return (doc, gpu) if gpu else None
+            return (doc, gpu) if gpu and doc["state"] == "COMPLETED" else None
 
         doc, gpu = wait_until(
             "alice to see her job's measured GPU energy through the API", 60, measured_via_api, 2
