@@ -90,6 +90,15 @@ class Run:
             for m in RECAP.finditer(self.out)
         }  # fmt: skip
 
+    def assert_ok(self, *, changed: bool) -> None:
+        """Exit 0, a recap line for both hosts, nothing failed, and changes on each (or none on either)."""
+        assert self.rc == 0, self.out[-8000:]
+        recap = self.recap()
+        assert set(recap) == {"cocaq-head", "cocaq-node"}, self.out[-3000:]
+        for host, r in recap.items():
+            assert r["failed"] == r["unreachable"] == 0, (host, r)
+            assert (r["changed"] > 0) == changed, (host, r, self.changed_tasks())
+
     def changed_tasks(self) -> list[str]:
         """`changed: [host]` lines with the task they belong to."""
         task, out = "", []
@@ -321,11 +330,7 @@ def deployed() -> Iterator[Deployment]:
 
 def test_check_diff_on_a_new_host_reports_and_changes_nothing(deployed: Deployment) -> None:
     run = deployed.runs["check_new"]
-    assert run.rc == 0, run.out[-8000:]
-    recap = run.recap()
-    assert set(recap) == {"cocaq-head", "cocaq-node"}
-    for host, r in recap.items():
-        assert r["failed"] == 0 and r["changed"] > 0, (host, r)
+    run.assert_ok(changed=True)
     assert "+Prolog=" in run.out  # --diff shows the slurm.conf lines it would add
     assert deployed.left_by_check == []
 
@@ -341,10 +346,7 @@ def test_no_password_in_any_output(deployed: Deployment) -> None:
 
 
 def test_first_run_deploys_both_roles(deployed: Deployment) -> None:
-    recap = deployed.runs["first"].recap()
-    assert set(recap) == {"cocaq-head", "cocaq-node"}, deployed.runs["first"].out[-3000:]
-    for host, r in recap.items():
-        assert r["failed"] == r["unreachable"] == 0 and r["changed"] > 0, (host, r)
+    deployed.runs["first"].assert_ok(changed=True)
     cocaq = VENV / "bin" / "cocaq"
     r = subprocess.run([str(cocaq), "--version"], capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0 and "cocaq" in r.stdout.lower(), r.stdout + r.stderr
@@ -399,19 +401,11 @@ def test_the_systemd_units_pass_systemd_analyze_verify(deployed: Deployment) -> 
 
 
 def test_second_run_changes_nothing(deployed: Deployment) -> None:
-    run = deployed.runs["second"]
-    assert run.rc == 0, run.out[-6000:]
-    recap = run.recap()
-    assert set(recap) == {"cocaq-head", "cocaq-node"}
-    for host, r in recap.items():
-        assert r["changed"] == 0 and r["failed"] == 0, (host, r, run.changed_tasks())
+    deployed.runs["second"].assert_ok(changed=False)
 
 
 def test_check_diff_on_a_converged_host_changes_nothing(deployed: Deployment) -> None:
-    run = deployed.runs["check"]
-    assert run.rc == 0, run.out[-6000:]
-    for host, r in run.recap().items():
-        assert r["changed"] == 0 and r["failed"] == 0, (host, r, run.changed_tasks())
+    deployed.runs["check"].assert_ok(changed=False)
 
 
 def test_a_changed_collector_setting_restarts_the_collector_only(deployed: Deployment) -> None:
