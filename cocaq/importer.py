@@ -101,7 +101,28 @@ else:  # pragma: no cover - JobRecord's fields were reordered
     _hash_values = _hash_values_any
 
 
+# What the memory columns hold: a float8 (no inf or nan wanted) and an int4.
+_FLOAT_MAX = 1.7976931348623157e308
+_INT4_MAX = 2**31 - 1
+
+
+def _clean_rss(rec: JobRecord) -> None:
+    """Drop MaxRSS values the `jobs` columns cannot hold (a bad one would abort the whole batch).
+
+    On the record itself, before it is hashed: a recompute, which rebuilds it from the columns, then
+    gives the same digest.
+    """
+    rss = rec.max_rss_mb
+    if rss is not None and not (isinstance(rss, int | float) and 0 <= rss <= _FLOAT_MAX):
+        rec.max_rss_mb = None  # nan, inf, negative, or not a number
+    tpn = rec.rss_tasks_per_node
+    if tpn is not None and not (type(tpn) is int and 0 < tpn <= _INT4_MAX):
+        rec.rss_tasks_per_node = None
+
+
 def job_row(rec: JobRecord, fp: JobFootprint, cluster_id: int, source: str) -> dict[str, Any]:
+    if rec.max_rss_mb is not None or rec.rss_tasks_per_node is not None:
+        _clean_rss(rec)
     row = {
         "cluster_id": cluster_id,
         "job_id": rec.job_id,
@@ -121,6 +142,8 @@ def job_row(rec: JobRecord, fp: JobFootprint, cluster_id: int, source: str) -> d
         "alloc_gpus": rec.alloc_gpus,
         "gpu_type": rec.gpu_type[:64] if rec.gpu_type else None,
         "req_mem_mb": rec.req_mem_mb,
+        "max_rss_mb": rec.max_rss_mb,
+        "rss_tasks_per_node": rec.rss_tasks_per_node,
         "submit_time": rec.submit_time,
         "start_time": rec.start_time,
         "end_time": rec.end_time,
@@ -360,11 +383,11 @@ _PG_TEMP = "_cocaq_import_jobs"
 _PG_COLS = (
     "cluster_id", "job_id", "job_id_raw", "array_job_id", "array_task_id", "het_job_id", "het_job_offset",
     "user_name", "uid", "account", "partition", "qos", "node_list", "n_nodes", "alloc_cpus", "alloc_gpus",
-    "gpu_type", "req_mem_mb", "submit_time", "start_time", "end_time", "elapsed_s", "time_limit_s", "state",
-    "state_detail", "is_open", "exit_code", "exit_signal", "name", "comment", "total_cpu_s",
-    "consumed_energy_j", "energy_j", "energy_measured_j", "pue", "carbon_zone", "carbon_g_per_kwh",
-    "carbon_source", "carbon_year", "carbon_flag", "co2_g", "hw_profile", "assumptions", "imported_from",
-    "record_hash",
+    "gpu_type", "req_mem_mb", "max_rss_mb", "rss_tasks_per_node", "submit_time", "start_time", "end_time",
+    "elapsed_s", "time_limit_s", "state", "state_detail", "is_open", "exit_code", "exit_signal", "name",
+    "comment", "total_cpu_s", "consumed_energy_j", "energy_j", "energy_measured_j", "pue", "carbon_zone",
+    "carbon_g_per_kwh", "carbon_source", "carbon_year", "carbon_flag", "co2_g", "hw_profile", "assumptions",
+    "imported_from", "record_hash",
 )  # fmt: skip
 # A schema with other job columns than these (a migration in progress) takes the job_row() route.
 _PG_FAST = sorted(_PG_COLS) == sorted(JOB_COLUMNS)
@@ -372,6 +395,8 @@ _PG_FAST = sorted(_PG_COLS) == sorted(JOB_COLUMNS)
 
 def _pg_row(rec: JobRecord, v: FootprintValues, source: str, dumps: Callable[[Any], str]) -> list[Any]:
     """job_row(rec, footprint, cluster_id, source)'s values in _PG_COLS order, assumptions as JSON text."""
+    if rec.max_rss_mb is not None or rec.rss_tasks_per_node is not None:
+        _clean_rss(rec)
     return [
         None,
         rec.job_id,
@@ -391,6 +416,8 @@ def _pg_row(rec: JobRecord, v: FootprintValues, source: str, dumps: Callable[[An
         rec.alloc_gpus,
         rec.gpu_type[:64] if rec.gpu_type else None,
         rec.req_mem_mb,
+        rec.max_rss_mb,
+        rec.rss_tasks_per_node,
         rec.submit_time,
         rec.start_time,
         rec.end_time,

@@ -103,6 +103,10 @@ class Job(Base):
     alloc_gpus: Mapped[int] = mapped_column(default=0)
     gpu_type: Mapped[str | None] = mapped_column(String(64))
     req_mem_mb: Mapped[float | None] = mapped_column(Float)
+    # sacct's MaxRSS: the largest resident set of one task of any step, and that step's tasks per node
+    # (their product bounds the memory the job used on a node)
+    max_rss_mb: Mapped[float | None] = mapped_column(Float)
+    rss_tasks_per_node: Mapped[int | None]
     submit_time: Mapped[datetime]
     start_time: Mapped[datetime | None]
     end_time: Mapped[datetime | None]
@@ -315,6 +319,7 @@ class JobMetrics(Base):
     # GPU energy that the samples saw: the weight of gpu_util_pct when days and months average it (the
     # job's GPU energy component is 0 where it was measured for the whole node)
     gpu_samples_j: Mapped[float] = mapped_column(Float, default=0.0)
+    gpu_mem_peak_mb: Mapped[float | None] = mapped_column(Float)  # the most memory one of its GPUs held
     carbon_detail: Mapped[dict[str, Any] | None]  # how the intensity was chosen: series coverage, fallbacks
     # The days the job was last counted in (UTC midnights): if its times change, those days are redone too.
     rolled_from: Mapped[datetime | None]
@@ -341,6 +346,7 @@ class JobGpuHour(Base):
     seconds: Mapped[float] = mapped_column(Float, default=0.0)  # GPU-seconds the samples cover
     idle_s: Mapped[float] = mapped_column(Float, default=0.0)
     idle_j: Mapped[float] = mapped_column(Float, default=0.0)
+    mem_peak_mb: Mapped[float | None] = mapped_column(Float)  # the most memory one of its GPUs held
 
 
 class DailyRollup(Base):
@@ -365,9 +371,10 @@ class DailyRollup(Base):
     account: Mapped[str] = mapped_column(String(64), default="")
     partition: Mapped[str] = mapped_column(String(128), default="")
     jobs: Mapped[int] = mapped_column(default=0)  # jobs that ran in the day (a job in several days: each)
-    jobs_failed: Mapped[int] = mapped_column(default=0)
+    jobs_failed: Mapped[int] = mapped_column(default=0)  # FAILED, NODE_FAIL, BOOT_FAIL
+    jobs_oom: Mapped[int] = mapped_column(default=0)
     jobs_cancelled: Mapped[int] = mapped_column(default=0)
-    jobs_timeout: Mapped[int] = mapped_column(default=0)
+    jobs_timeout: Mapped[int] = mapped_column(default=0)  # TIMEOUT, DEADLINE
     cpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
     energy_gpu_j: Mapped[float] = mapped_column(Float, default=0.0)
@@ -376,13 +383,18 @@ class DailyRollup(Base):
     energy_other_j: Mapped[float] = mapped_column(Float, default=0.0)  # node-level measurements
     energy_measured_j: Mapped[float] = mapped_column(Float, default=0.0)
     energy_estimated_j: Mapped[float] = mapped_column(Float, default=0.0)
-    energy_failed_j: Mapped[float] = mapped_column(Float, default=0.0)  # of jobs that FAILED
+    # What did no work, in disjoint parts (cocaq.ledger): idle GPUs (below), then the rest of the energy
+    # of jobs that failed, ran out of memory, timed out or were cancelled.
+    energy_failed_j: Mapped[float] = mapped_column(Float, default=0.0)
+    energy_oom_j: Mapped[float] = mapped_column(Float, default=0.0)
+    energy_timeout_j: Mapped[float] = mapped_column(Float, default=0.0)
+    energy_cancelled_j: Mapped[float] = mapped_column(Float, default=0.0)
     co2_g: Mapped[float] = mapped_column(Float, default=0.0)  # operational, with PUE
     co2_embodied_g: Mapped[float] = mapped_column(Float, default=0.0)  # scope 3, reported apart
     gpu_util_energy_j: Mapped[float] = mapped_column(Float, default=0.0)  # GPU energy with utilisation data
     gpu_util_weighted: Mapped[float] = mapped_column(Float, default=0.0)  # sum(util% x energy): mean = /above
     idle_gpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
-    idle_gpu_energy_j: Mapped[float] = mapped_column(Float, default=0.0)
+    idle_gpu_energy_j: Mapped[float] = mapped_column(Float, default=0.0)  # at most the GPU energy
     computed_at: Mapped[datetime] = mapped_column(server_default=func.current_timestamp())
 
 
@@ -453,6 +465,25 @@ class JobNotice(Base):
     )
     user_name: Mapped[str] = mapped_column(String(64))
     digest_at: Mapped[datetime]
+
+
+class JobAlert(Base):
+    """An alert sent about a job while it ran (GPUs held idle): at most one of a kind per job.
+
+    `alerted_at` is the alert's key in the ledger (`sent_reports.period_start`, kind = `kind`), so that
+    it is sent exactly once; the per-user throttle reads the user's latest alerts here.
+    """
+
+    __tablename__ = "job_alerts"
+    __table_args__ = (Index("ix_job_alerts_user_at", "user_name", "alerted_at"),)
+
+    job_pk: Mapped[int] = mapped_column(
+        BigId, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)  # idle-gpu
+    user_name: Mapped[str] = mapped_column(String(64))
+    alerted_at: Mapped[datetime]
+    detail: Mapped[dict[str, Any] | None]  # what the alert said (idle minutes, GPUs, energy)
 
 
 class SchedulerRun(Base):

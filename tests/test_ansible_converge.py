@@ -376,7 +376,7 @@ def test_first_run_deploys_both_roles(deployed: Deployment) -> None:
     assert slurm_config("Epilog") == f"{SHIMS}/cocaq-epilog"
     # the database: migrated, owned by the owner role
     with db_engine().connect() as c:
-        assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0009"
+        assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0010"
         owner = c.execute(
             text("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = :d"), {"d": DB}
         )
@@ -396,7 +396,9 @@ def test_the_systemd_units_pass_systemd_analyze_verify(deployed: Deployment) -> 
         pytest.skip("systemd-analyze is not installed")
     units = sorted((ETC / "systemd").glob("*.service"))
     assert [u.name for u in units] == sorted(f"{s}.service" for s in SERVICES.values())
-    r = subprocess.run(["systemd-analyze", "verify", *map(str, units)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        ["systemd-analyze", "verify", *map(str, units)], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), r.stdout + r.stderr
 
 
@@ -476,7 +478,9 @@ def test_a_slurm_job_through_the_deployed_hooks_reaches_postgresql(deployed: Dep
             )
             assert sum(r["energy_j"] for r in rows) > 0, rows
 
-            def imported() -> Any:  # the scheduler reconciles with sacct every 3 s (it may first see it RUNNING)
+            def imported() -> (
+                Any
+            ):  # the scheduler reconciles with sacct every 3 s (it may first see it RUNNING)
                 with eng.connect() as c:
                     row = c.execute(
                         text("SELECT j.user_name, j.account, j.state FROM jobs j JOIN clusters c ON c.id = j.cluster_id"

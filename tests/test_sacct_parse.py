@@ -299,7 +299,8 @@ def test_comma_delimiter() -> None:
     # with TRES columns a comma delimiter is ambiguous: counted, not guessed
     jobs, st = parse(dump(row(delim=","), delim=","), delimiter=",")
     assert jobs == {}
-    assert st.skipped == {"wrong number of fields (34, expected 26; delimiter inside a value?)": 1}
+    n = len(COLS)
+    assert st.skipped == {f"wrong number of fields ({n + 8}, expected {n}; delimiter inside a value?)": 1}
 
 
 def test_parsable2_without_header_needs_fields() -> None:
@@ -345,14 +346,15 @@ def test_parsable_and_parsable2_lines() -> None:
 
 def test_parsable2_delimiter_in_a_value_with_an_empty_last_column() -> None:
     # one '|' too many and an empty last column: not a --parsable trailing delimiter when the header has none
-    jobs, st = parse(dump(row(JobName="a|b", Timelimit="")))
+    jobs, st = parse(dump(row(JobName="a|b", Timelimit="", NTasks="")))
     assert jobs == {}
-    assert st.skipped == {"wrong number of fields (27, expected 26; delimiter inside a value?)": 1}
+    n = len(COLS)
+    assert st.skipped == {f"wrong number of fields ({n + 1}, expected {n}; delimiter inside a value?)": 1}
 
 
 def test_unknown_extra_columns() -> None:
-    cols = ["Reservation", *COLS[:5], "MaxRSS", *COLS[5:], "WorkDir"]
-    jobs, st = parse(dump(row(cols, Reservation="maint", MaxRSS="12G", WorkDir="/x/y"), cols=cols))
+    cols = ["Reservation", *COLS[:5], "MaxVMSize", *COLS[5:], "WorkDir"]
+    jobs, st = parse(dump(row(cols, Reservation="maint", MaxVMSize="12G", WorkDir="/x/y"), cols=cols))
     j = jobs["7"]
     assert (j.user_name, j.alloc_gpus, j.elapsed_s) == ("alice", 1, 3600.0)
     assert dict(st.skipped) == {}
@@ -779,8 +781,13 @@ def _valid_jobs(rng: random.Random, n: int) -> list[list[str]]:
         for s in rng.sample(["batch", "extern", "0", "1"], rng.randrange(3)):
             cpu = f"{rng.randrange(10):02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d}"
             energy = str(rng.randrange(1, 10**6))
+            rss = f"{int(energy) % 50_000}K"  # from the draws above: the seeds' streams stay as they were
             lines.append(
-                row(**{**values, "JobID": f"{jid}.{s}", "TotalCPU": cpu, "ConsumedEnergyRaw": energy})
+                row(
+                    **{**values, "JobID": f"{jid}.{s}", "TotalCPU": cpu, "ConsumedEnergyRaw": energy},
+                    MaxRSS=rss,
+                    NTasks=str(len(s)),
+                )
             )
         jobs.append(lines)
     return jobs
@@ -836,3 +843,197 @@ def test_garbage_lines_never_raise_and_never_lose_valid_jobs(seed: int) -> None:
 def test_finished_job_with_lost_end_gets_start_plus_elapsed() -> None:
     jobs, _ = parse(dump(row(End="Unknown", ElapsedRaw="5400")))
     assert jobs["7"].end_time == utc(2026, 7, 1, 11, 30) and not jobs["7"].is_open
+
+
+# --- memory: MaxRSS of the steps ---------------------------------------------------------------------------
+
+MIB = 1024 * 1024
+
+
+def test_max_rss_is_the_largest_step_with_its_tasks_per_node() -> None:
+    data = dump(
+        row(MaxRSS="", NTasks=""),  # the job line: sacct leaves both empty
+        row(JobID="7.extern", MaxRSS="1000K", NTasks="1", NNodes="2"),
+        row(JobID="7.batch", MaxRSS="2.50G", NTasks="1", NNodes="1"),
+        row(JobID="7.0", MaxRSS="3G", NTasks="8", NNodes="2"),
+        row(JobID="7.1", MaxRSS="600M", NTasks="64", NNodes="2"),
+    )
+    jobs, st = parse(data)
+    j = jobs["7"]
+    assert (j.max_rss_mb, j.rss_tasks_per_node) == (3072.0, 4)  # 3 GB per task, 8 tasks on 2 nodes
+    assert j.consumed_energy_j == 900000.0 and j.total_cpu_s == 7200.0  # the job's own, as before
+    assert (st.steps, dict(st.skipped)) == (4, {})
+
+
+@pytest.mark.parametrize(
+    ("text", "mb"),
+    [
+        ("1234K", 1234 / 1024),
+        ("2.50M", 2.5),
+        ("16G", 16384.0),
+        ("1.2T", 1.2 * 1024**2),
+        ("16g", 16384.0),
+        (" 512K ", 0.5),
+        ("1048576", 1.0),  # a bare number (--noconvert) is bytes
+        ("0", None),  # nothing gathered
+        ("0K", None),
+        ("", None),
+    ],
+)
+def test_max_rss_units(text: str, mb: float | None) -> None:
+    jobs, _ = parse(dump(row(), row(JobID="7.batch", MaxRSS=text, NTasks="1")))
+    assert jobs["7"].max_rss_mb == (pytest.approx(mb) if mb is not None else None)
+    assert jobs["7"].rss_tasks_per_node == (1 if mb is not None else None)
+
+
+@pytest.mark.parametrize(
+    "bad", ["abcK", "-5M", "1e30K", "nan", "nanK", "infG", "K", "12Q", "1.5.2M", "18446744073709551614K"]
+)
+def test_a_bad_max_rss_never_costs_the_job(bad: str) -> None:
+    data = dump(
+        row(JobID="1", MaxRSS=bad),  # on a job line
+        row(JobID="2"),
+        row(JobID="2.batch", MaxRSS=bad, NTasks="1"),
+        row(JobID="2.0", MaxRSS="1G", NTasks="2", TotalCPU="00:00:30"),
+        row(JobID="3", TotalCPU=""),
+        row(JobID="3.batch", MaxRSS=bad, NTasks=bad, NNodes=bad, TotalCPU="00:01:00"),
+    )
+    jobs, st = parse(data)
+    assert list(jobs) == ["1", "2", "3"]
+    assert (jobs["1"].max_rss_mb, jobs["1"].rss_tasks_per_node) == (None, None)
+    assert (jobs["2"].max_rss_mb, jobs["2"].rss_tasks_per_node) == (1024.0, 2)
+    assert (jobs["3"].max_rss_mb, jobs["3"].total_cpu_s) == (None, 60.0)  # the step's other values count
+    assert (st.steps, dict(st.skipped)) == (3, {})
+
+
+@pytest.mark.parametrize("bad", ["x", "-3", "1e3", "2.5", "9" * 30, "²"])
+def test_a_bad_task_count_means_one_task_per_node(bad: str) -> None:
+    data = dump(row(), row(JobID="7.0", MaxRSS="2G", NTasks=bad, NNodes="2"))
+    jobs, st = parse(data)
+    assert (jobs["7"].max_rss_mb, jobs["7"].rss_tasks_per_node) == (2048.0, 1)
+    assert dict(st.skipped) == {}
+
+
+@pytest.mark.parametrize(
+    ("ntasks", "nnodes", "per_node"),
+    [("8", "2", 4), ("9", "2", 5), ("1", "4", 1), ("3", "1", 3), ("", "2", 1), ("4", "", 4), ("4", "0", 4)],
+)
+def test_tasks_per_node_round_up(ntasks: str, nnodes: str, per_node: int) -> None:
+    jobs, _ = parse(dump(row(), row(JobID="7.0", MaxRSS="100M", NTasks=ntasks, NNodes=nnodes)))
+    assert jobs["7"].rss_tasks_per_node == per_node
+
+
+def test_max_rss_on_the_job_line() -> None:
+    data = dump(
+        row(JobID="1", MaxRSS="4G"),  # no steps (sacct -X, or an old Slurm)
+        row(JobID="2", MaxRSS="4G"),
+        row(JobID="2.0", MaxRSS="5G", NTasks="2", NNodes="1"),
+        row(JobID="3", MaxRSS="4G", NTasks="4", NNodes="2"),
+        row(JobID="3.batch", MaxRSS="1G", NTasks="1"),
+    )
+    jobs, _ = parse(data)
+    assert (jobs["1"].max_rss_mb, jobs["1"].rss_tasks_per_node) == (4096.0, 1)
+    assert (jobs["2"].max_rss_mb, jobs["2"].rss_tasks_per_node) == (5120.0, 2)
+    assert (jobs["3"].max_rss_mb, jobs["3"].rss_tasks_per_node) == (4096.0, 2)
+
+
+def test_max_rss_of_array_tasks_and_a_repeated_job_line() -> None:
+    data = dump(
+        row(JobID="5_3", JobIDRaw="9"),
+        row(JobID="5_3.batch", JobIDRaw="9.batch", MaxRSS="700M", NTasks="1"),
+        row(JobID="6"),
+        row(JobID="6.batch", MaxRSS="300M", NTasks="1"),
+        row(JobID="6", State="COMPLETED"),  # the same job again (requeued): its steps still count
+    )
+    jobs, _ = parse(data)
+    assert (jobs["5_3"].max_rss_mb, jobs["6"].max_rss_mb) == (700.0, 300.0)
+
+
+def test_max_rss_without_the_columns() -> None:
+    cols = [c for c in COLS if c not in ("MaxRSS", "NTasks")]
+    jobs, st = parse(dump(row(cols), row(cols, JobID="7.batch"), cols=cols))
+    assert (jobs["7"].max_rss_mb, jobs["7"].rss_tasks_per_node) == (None, None)
+    assert dict(st.skipped) == {}
+
+
+def _json_step(tres: object = None, tasks: object = None, nodes: object = None, name: str = "batch") -> dict:
+    step: dict[str, object] = {"step": {"name": name}, "time": {"total": {"seconds": 1, "microseconds": 0}}}
+    for key, value in (("tres", tres), ("tasks", tasks), ("nodes", nodes)):
+        if value is not None:
+            step[key] = value
+    return step
+
+
+def _rss_tres(count: object, name: object = "") -> dict[str, object]:
+    """A step's tres as data_parser writes it: `requested.max` holds the per-task maxima, mem in bytes."""
+    return {
+        "requested": {
+            "max": [
+                {"type": "cpu", "name": name, "id": 1, "count": 0, "task": 0, "node": "n1"},
+                {"type": "mem", "name": name, "id": 2, "count": count, "task": 0, "node": "n1"},
+                {"type": "vmem", "name": name, "id": 7, "count": 10 * 1024**3, "task": 0, "node": "n1"},
+            ],
+            "min": [],
+            "average": [],
+            "total": [],
+        },
+        "consumed": {"max": [], "min": [], "average": [], "total": []},
+    }
+
+
+def test_json_max_rss_is_the_largest_step() -> None:
+    job = _json_job(9)
+    job["steps"] = [
+        _json_step(_rss_tres(1000 * 1024), {"count": 1}, {"count": 2, "list": ["n1", "n2"]}, "extern"),
+        _json_step(_rss_tres(300 * MIB, None), {"count": 1}, {"count": 1}),  # 22.05: name null
+        _json_step(
+            _rss_tres({"set": True, "infinite": False, "number": 3 * 1024 * MIB}), {"count": 8}, {"count": 2}
+        ),
+        _json_step(_rss_tres(2 * 1024 * MIB), {"count": 64}, {"count": 2}),
+    ]
+    jobs, st = parse_json(json.dumps({"jobs": [job]}))
+    assert (jobs["9"].max_rss_mb, jobs["9"].rss_tasks_per_node) == (3072.0, 4)
+    assert (st.steps, dict(st.skipped)) == (4, {})
+
+
+@pytest.mark.parametrize(
+    ("step", "expected"),
+    [
+        (_json_step(), (None, None)),  # no tres at all (the messy captures' steps have only `consumed`)
+        (_json_step({"consumed": {"max": []}}), (None, None)),
+        (_json_step({"requested": {"max": []}}), (None, None)),
+        (_json_step({"requested": {"max": {"mem": 5}}}), (None, None)),  # not a list
+        (_json_step({"requested": "max"}), (None, None)),
+        (_json_step({"requested": {"max": None}}), (None, None)),
+        (_json_step({"requested": {"max": ["mem", None, 3]}}), (None, None)),
+        (_json_step(_rss_tres(0)), (None, None)),  # nothing gathered
+        (_json_step(_rss_tres(None)), (None, None)),
+        (_json_step(_rss_tres("abc")), (None, None)),
+        (_json_step(_rss_tres(-5)), (None, None)),
+        (_json_step(_rss_tres(2**64 - 2)), (None, None)),  # NO_VAL64
+        (_json_step(_rss_tres(10**400)), (None, None)),
+        (_json_step(_rss_tres({"set": False, "number": 0})), (None, None)),
+        (_json_step(_rss_tres(512 * MIB)), (512.0, 1)),  # tasks and nodes missing
+        (_json_step(_rss_tres("1048576")), (1.0, 1)),
+        (_json_step(_rss_tres(MIB), tasks={"count": "x"}, nodes={"count": 2}), (1.0, 1)),
+        (_json_step(_rss_tres(MIB), tasks=[4], nodes=None), (1.0, 1)),
+        (_json_step(_rss_tres(MIB), tasks={"count": 4}, nodes={"count": "two"}), (1.0, 4)),
+        (_json_step(_rss_tres(MIB), tasks={"count": 4}, nodes={"list": ["a", "b"]}), (1.0, 2)),
+        (_json_step(_rss_tres(MIB), {"count": {"set": True, "number": 6}}, {"count": 4}), (1.0, 2)),
+        (_json_step(_rss_tres(MIB), tasks={"count": 1e300}, nodes={"count": 1}), (1.0, 1)),
+    ],
+)
+def test_json_step_shapes_never_cost_the_job(step: dict, expected: tuple[float | None, int | None]) -> None:
+    job = _json_job(9)
+    job["steps"] = [step]
+    jobs, st = parse_json(json.dumps({"jobs": [job]}))
+    assert (jobs["9"].max_rss_mb, jobs["9"].rss_tasks_per_node) == expected
+    assert dict(st.skipped) == {}
+
+
+def test_json_max_rss_of_the_real_capture() -> None:
+    jobs, _ = parse_json((DATA / "slurm2205_sacct.json").read_bytes())
+    # job 15: `srun sleep 2` with -n 2 on one node; job 1: its batch step (sleep)
+    assert (jobs["15"].max_rss_mb, jobs["15"].rss_tasks_per_node) == (1466368 / MIB, 2)
+    assert (jobs["1"].max_rss_mb, jobs["1"].rss_tasks_per_node) == (3330048 / MIB, 1)
+    assert jobs["3"].max_rss_mb is None  # nothing gathered for its steps

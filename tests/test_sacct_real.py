@@ -19,6 +19,12 @@ from cocaq.slurm.record import JobRecord
 from cocaq.slurm.sacct import SACCT_FIELDS, ParseStats, iter_json, iter_parsable
 
 DATA = Path(__file__).parent / "data" / "sacct"
+# The --format the captures were taken with (the README's FMT): SACCT_FIELDS has grown since.
+CAPTURE_FORMAT = (
+    "JobID,JobIDRaw,JobName,User,UID,Account,Partition,QOS,NodeList,NNodes,AllocCPUS,AllocTRES,ReqTRES,"
+    "ReqMem,Submit,Start,End,Elapsed,ElapsedRaw,State,ExitCode,TotalCPU,Comment,ConsumedEnergyRaw,Cluster,"
+    "Timelimit"
+)
 
 
 def from_json(name: str) -> tuple[dict[str, JobRecord], ParseStats]:
@@ -43,7 +49,7 @@ ALL = (
 def test_three_forms_give_the_same_jobs() -> None:
     js, jst = from_json("slurm2205_sacct.json")
     p2, pst = from_text("slurm2205_parsable2.txt")
-    nh, nst = from_text("slurm2205_parsable_noheader.txt", fields=SACCT_FIELDS.split(","))
+    nh, nst = from_text("slurm2205_parsable_noheader.txt", fields=CAPTURE_FORMAT.split(","))
     assert set(js) == set(p2) == set(nh) == ALL
     # The het job (12+0, 12+1) was cancelled before it could start: skipped, and counted.
     for st in (jst, pst, nst):

@@ -39,6 +39,8 @@ FINAL_STATES = frozenset(
     }
 )
 NOT_STARTED_STATES = frozenset({"PENDING"})
+# A job id as users give it: 1234, an array task 1234_7, a het job component 1234+1.
+JOB_ID_PATTERN = r"[0-9]{1,20}(?:_[0-9]{1,10}|\+[0-9]{1,4})?"
 
 
 @dataclass(slots=True)
@@ -75,3 +77,7 @@ class JobRecord:
     comment: str | None = None
     total_cpu_s: float | None = None
     consumed_energy_j: float | None = None
+    # sacct's MaxRSS: the largest resident set of one task in any step (MB), and that step's tasks per
+    # node; their product bounds what the job held on one node (names = the `jobs` columns: recompute)
+    max_rss_mb: float | None = None
+    rss_tasks_per_node: int | None = None

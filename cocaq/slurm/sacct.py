@@ -2,7 +2,8 @@
 
 Real accounting data is messy, so every line either becomes part of a job or is skipped with a counted
 reason; nothing here raises on a bad line.  Job steps (`.batch`, `.extern`, `.0`) are folded into their
-job: their CPU time fills in a missing job total, and their energy a missing job energy.
+job: their CPU time fills in a missing job total, their energy a missing job energy, and the step with the
+largest MaxRSS gives the job's memory use.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from cocaq.timeparse import parse_slurm_duration
 SACCT_FIELDS = (
     "JobID,JobIDRaw,JobName,User,UID,Account,Partition,QOS,NodeList,NNodes,AllocCPUS,AllocTRES,ReqTRES,"
     "ReqMem,Submit,Start,End,Elapsed,ElapsedRaw,State,ExitCode,TotalCPU,Comment,ConsumedEnergyRaw,Cluster,"
-    "Timelimit"
+    "Timelimit,MaxRSS,NTasks"
 )
 
 _JOBID = re.compile(
@@ -32,6 +33,13 @@ _MEM = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>[KMGTP]?)(?P<per>[nc]?)$", r
 _UNIT_MB = {"": 1.0, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
 # Slurm's NO_VAL64 (and anything near it) means "not measured", never joules.
 _ENERGY_UNSET = 2.0**63
+# sacct's MaxRSS suffixes (powers of 1024) -> MB; a bare number is bytes (`--noconvert`).
+_RSS_UNIT_MB = {
+    "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3,
+    "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0**2, "p": 1024.0**3,
+}  # fmt: skip
+# One task's resident set beyond 1 PiB is a corrupt value (or NO_VAL64 in bytes), not memory.
+_RSS_MAX_MB = 1024.0**3
 # How many jobs stay open for steps that arrive after them (sacct prints steps right after their job).
 _FOLD_WINDOW = 4096
 
@@ -122,6 +130,39 @@ def _energy(text: str) -> float | None:
     return e if 0 < e < _ENERGY_UNSET else None
 
 
+def _rss_mb(text: str) -> float | None:
+    """sacct's MaxRSS (`1234K`, `2.50M`, `16G`) in MB; None when empty, zero or not a plausible size.
+
+    A bad value must never cost the job its line, so this returns None rather than raising.
+    """
+    t = text.strip()
+    if not t or t == "0":
+        return None
+    scale = _RSS_UNIT_MB.get(t[-1])
+    if scale is not None:
+        t = t[:-1]
+    else:
+        scale = 1 / 1048576
+    try:
+        mb = float(t) * scale
+    except ValueError:
+        return None
+    return mb if 0 < mb < _RSS_MAX_MB else None  # also False for nan
+
+
+def _count(text: str) -> int | None:
+    """A non-negative count (NTasks, NNodes), or None when empty or not one; never raises."""
+    t = text.strip()
+    return int(t) if t.isdecimal() and len(t) < 19 else None
+
+
+def _tasks_per_node(ntasks: int | None, nnodes: int | None) -> int:
+    """ceil(tasks / nodes) of a step: the tasks that shared a node; 1 when the task count is unknown."""
+    if not ntasks:
+        return 1
+    return -(-ntasks // max(nnodes or 1, 1))
+
+
 def _int(text: str) -> int | None:
     t = text.strip()
     return int(t) if t else None
@@ -142,6 +183,8 @@ class _StepAgg:
     total_cpu_s: float = 0.0
     energy_max_j: float = 0.0
     any_cpu: bool = False
+    rss_max_mb: float = 0.0  # the largest MaxRSS of the steps, and that step's tasks per node
+    rss_tasks_per_node: int = 1
 
 
 class _Folder:
@@ -160,7 +203,17 @@ class _Folder:
         while len(self.jobs) > _FOLD_WINDOW:
             yield self._finish(*self.jobs.popitem(last=False))
 
-    def add_step(self, key: str, cpu_s: float | None, energy_j: float | None, where: str | int) -> None:
+    def add_step(
+        self,
+        key: str,
+        cpu_s: float | None,
+        energy_j: float | None,
+        where: str | int,
+        rss_mb: float | None = None,
+        ntasks: str = "",
+        nnodes: str = "",
+    ) -> None:
+        """Fold a step in; its task and node counts are parsed only if its MaxRSS is the job's largest."""
         self.stats.steps += 1
         if key not in self.jobs:
             self.stats.skip("step without its job line", where)
@@ -171,6 +224,9 @@ class _Folder:
             agg.any_cpu = True
         if energy_j:
             agg.energy_max_j = max(agg.energy_max_j, energy_j)
+        if rss_mb and rss_mb > agg.rss_max_mb:
+            agg.rss_max_mb = rss_mb
+            agg.rss_tasks_per_node = _tasks_per_node(_count(ntasks), _count(nnodes))
 
     def _finish(self, key: str, item: tuple[JobRecord, _StepAgg]) -> JobRecord:
         rec, agg = item
@@ -180,6 +236,9 @@ class _Folder:
             # Steps overlap in time (.batch and .extern span the job), so their energies are not added:
             # the largest is the best lower bound of the job's node energy.
             rec.consumed_energy_j = agg.energy_max_j
+        if agg.rss_max_mb > (rec.max_rss_mb or 0.0):  # MaxRSS is per task: the largest step's, with its tasks
+            rec.max_rss_mb = agg.rss_max_mb
+            rec.rss_tasks_per_node = agg.rss_tasks_per_node
         self.stats.jobs += 1
         return rec
 
@@ -283,12 +342,17 @@ def iter_parsable(
                 if not m or not m.group("step"):
                     st.skip("bad job id", lineno)
                     continue
-                i_cpu, i_energy = idx.get("totalcpu"), idx.get("consumedenergyraw")
+                i_cpu, i_energy, i_rss = idx.get("totalcpu"), idx.get("consumedenergyraw"), idx.get("maxrss")
+                rss = _rss_mb(parts[i_rss]) if i_rss is not None else None
+                i_tasks, i_nodes = (idx.get("ntasks"), idx.get("nnodes")) if rss else (None, None)
                 folder.add_step(
                     m.group("base"),
                     parse_slurm_duration(parts[i_cpu]) if i_cpu is not None else None,
                     _energy(parts[i_energy]) if i_energy is not None else None,
                     lineno,
+                    rss,
+                    parts[i_tasks] if i_tasks is not None else "",
+                    parts[i_nodes] if i_nodes is not None else "",
                 )
                 continue
 
@@ -317,10 +381,15 @@ def _row_to_job(
         st.skip("bad job id", where)
         return
     base = m.group("base")
+    rss = _rss_mb(get("maxrss"))
     if m.group("step"):
         cpu = parse_slurm_duration(get("totalcpu"))
-        folder.add_step(base, cpu, _energy(get("consumedenergyraw")), where)
+        folder.add_step(
+            base, cpu, _energy(get("consumedenergyraw")), where, rss, get("ntasks"), get("nnodes")
+        )
         return
+    # MaxRSS is a step's; a job line that has one counts as a step of its own
+    tpn = _tasks_per_node(_count(get("ntasks")), _count(get("nnodes"))) if rss else None
     state, detail = _state(get("state"))
     if not state:
         st.skip("no state", where)
@@ -391,6 +460,8 @@ def _row_to_job(
         comment=get("comment") or None,
         total_cpu_s=parse_slurm_duration(get("totalcpu")),
         consumed_energy_j=_energy(get("consumedenergyraw")),
+        max_rss_mb=rss,
+        rss_tasks_per_node=tpn,
     )
     yield from folder.add_job(base, rec)
 
@@ -524,11 +595,16 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
     energy = None
     step_cpu = 0.0
     any_step_cpu = False
+    rss_mb: float | None = None
+    rss_tpn: int | None = None
     for s in j.get("steps") or []:
         st.steps += 1
         e = _step_energy(s)
         if e:
             energy = max(energy or 0.0, e)
+        rss = _step_rss(s)
+        if rss is not None and rss[0] > (rss_mb or 0.0):
+            rss_mb, rss_tpn = rss
         stt = (s.get("time") or {}).get("total") or {}
         if isinstance(stt, dict) and "seconds" in stt:
             step_cpu += (_n(stt.get("seconds")) or 0.0) + (_n(stt.get("microseconds")) or 0.0) / 1e6
@@ -574,6 +650,8 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
         comment=str(comment) if comment else None,
         total_cpu_s=total_cpu,
         consumed_energy_j=energy,
+        max_rss_mb=rss_mb,
+        rss_tasks_per_node=rss_tpn,
     )
 
 
@@ -584,6 +662,44 @@ def _step_energy(step: dict[str, Any]) -> float | None:
         consumed = ((step.get("tres") or {}).get("consumed") or {}).get("total")
         e = _n(_tres_list(consumed).get("energy"))
     return e if e and 0 < e < _ENERGY_UNSET else None
+
+
+def _safe_n(v: Any) -> float | None:
+    """_n() that answers None instead of raising: for optional values that must not cost the job."""
+    try:
+        return _n(v)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _json_count(obj: Any) -> int | None:
+    """`{"count": N}` (a step's tasks or nodes) -> N, or None when missing or not a sane count."""
+    x = _safe_n(obj.get("count")) if isinstance(obj, dict) else None
+    return int(x) if x is not None and 0 < x < 2.0**62 else None
+
+
+def _step_rss(step: Any) -> tuple[float, int] | None:
+    """(MaxRSS in MB, tasks per node) of a JSON step, or None: `tres.requested.max`'s mem, in bytes."""
+    if not isinstance(step, dict):
+        return None
+    tres = step.get("tres")
+    req = tres.get("requested") if isinstance(tres, dict) else None
+    top = req.get("max") if isinstance(req, dict) else None
+    if not isinstance(top, list):
+        return None
+    mb = None
+    for t in top:
+        if isinstance(t, dict) and t.get("type") == "mem" and not t.get("name"):
+            b = _safe_n(t.get("count"))
+            mb = b / 1048576 if b is not None else None
+            break
+    if mb is None or not 0 < mb < _RSS_MAX_MB:  # 0: nothing gathered; NO_VAL64 bytes: not measured
+        return None
+    nodes = step.get("nodes")
+    n_nodes = _json_count(nodes)
+    if n_nodes is None and isinstance(nodes, dict) and isinstance(nodes.get("list"), list):
+        n_nodes = len(nodes["list"]) or None
+    return mb, _tasks_per_node(_json_count(step.get("tasks")), n_nodes)
 
 
 def iter_json(
