@@ -43,6 +43,17 @@ from cocaq.carbon import co2_grams
 from cocaq.config import Config
 from cocaq.dbtypes import as_utc
 from cocaq.hostlist import expand_hostlist
+from cocaq.ledger import (
+    OUTCOMES,
+    SOURCE_NODE,
+    SOURCE_SAMPLES,
+    clamp_idle,
+    count_sql,
+    outcome_of,
+    outcome_sql,
+    split_node,
+    waste,
+)
 from cocaq.models import (
     AggregatorState,
     DailyRollup,
@@ -61,7 +72,6 @@ DAY = 86400.0
 BATCH = 20_000
 WORK_MEM = "256MB"  # PostgreSQL, for the aggregator's big statements (SET LOCAL)
 ONE_PASS = 50_000  # jobs to derive at or over which the GPU samples are read in one pass
-FAILED_STATES = ("FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "TIMEOUT")  # as the CLI's failed energy
 WATERMARK = "jobs"
 GPU_HOURS = "gpu_hours"  # aggregator_state: when job_gpu_hours were brought up to date, and with what
 # Changes are picked up from `watermark - MARGIN`: a transaction that started before the last run (its
@@ -176,6 +186,7 @@ class GpuUse:
     seconds: float = 0.0
     idle_s: float = 0.0
     idle_j: float = 0.0
+    mem_peak_mb: float | None = None  # the most memory one of the job's GPUs held in the hour
 
 
 def _gpu_params(cfg: Config) -> tuple[float, float, float]:
@@ -186,7 +197,7 @@ def _gpu_params(cfg: Config) -> tuple[float, float, float]:
 
 def _gpu_params_key(cfg: Config) -> str:
     threshold, step, max_dt = _gpu_params(cfg)
-    return f"v1 idle<{threshold!r} step={step!r} max_dt={max_dt!r}"
+    return f"v2 idle<{threshold!r} step={step!r} max_dt={max_dt!r}"  # v2: with the memory peak
 
 
 def _gpu_hours_select(
@@ -203,7 +214,7 @@ def _gpu_hours_select(
     its own samples, so one pass over all of them gives what per-job queries give.
     """
     threshold, step, max_dt = _gpu_params(cfg)
-    where = [S.source == "nvml", S.metric.in_(("power_w", "util_pct")), S.job_id.is_not(None)]
+    where = [S.source == "nvml", S.metric.in_(("power_w", "util_pct", "mem_used_mb")), S.job_id.is_not(None)]
     if cluster_id is not None:
         where.append(S.cluster_id == cluster_id)
     if raw_ids is not None:
@@ -219,6 +230,7 @@ def _gpu_hours_select(
             S.ts,
             func.max(_when(S.metric == "power_w", S.value)).label("power"),
             func.max(_when(S.metric == "util_pct", S.value)).label("util"),
+            func.max(_when(S.metric == "mem_used_mb", S.value)).label("mem"),
         )
         .where(*where)
         .group_by(S.cluster_id, S.job_id, S.node, S.device, S.ts)
@@ -227,7 +239,9 @@ def _gpu_hours_select(
     t = func.round(epoch(p.c.ts), 3)  # (SQLite's julianday arithmetic is a few µs off a whole hour)
     nxt = func.lead(t).over(partition_by=(p.c.cluster_id, p.c.job_id, p.c.node, p.c.device), order_by=p.c.ts)
     dt = func.coalesce(nxt - t, step)
-    d = select(p.c.cluster_id, p.c.job_id, t.label("t"), p.c.power, p.c.util, dt.label("dt")).subquery()
+    d = select(
+        p.c.cluster_id, p.c.job_id, t.label("t"), p.c.power, p.c.util, p.c.mem, dt.label("dt")
+    ).subquery()
     hour = cast_bigint(func.floor(d.c.t / 3600.0))
     dtc = func.min(d.c.dt, max_dt) if conn.dialect.name == "sqlite" else func.least(d.c.dt, max_dt)
     pw = func.coalesce(d.c.power, 0.0)
@@ -241,6 +255,7 @@ def _gpu_hours_select(
         func.coalesce(func.sum(dtc), 0.0),
         func.coalesce(func.sum(_when(idle, dtc, 0.0)), 0.0),
         func.coalesce(func.sum(_when(idle, pw * dtc, 0.0)), 0.0),
+        func.max(d.c.mem),
     ).group_by(d.c.cluster_id, d.c.job_id, hour)
 
 
@@ -251,7 +266,9 @@ def cast_bigint(x: Any) -> Any:
     return sql_cast(x, BigInteger)
 
 
-_GH_COLS = ("cluster_id", "job_id", "hour", "energy_j", "util_energy", "seconds", "idle_s", "idle_j")
+_GH_COLS = (
+    "cluster_id", "job_id", "hour", "energy_j", "util_energy", "seconds", "idle_s", "idle_j", "mem_peak_mb"
+)  # fmt: skip
 
 
 Scope = dict[int, dict[str, float | None]]  # cluster -> raw job id -> from when (epoch s; None: all)
@@ -302,8 +319,8 @@ def _read_gpu_hours(
                     select(*cols).where(GH.c.cluster_id == cid, GH.c.job_id.in_(ids[i : i + 5000]))
                 )
     for q in queries:
-        for cid, jid, h, e, ue, sec, idle_s, idle_j in conn.execute(q):
-            out[(cid, jid)][float(h) * 3600.0] = GpuUse(e, ue, sec, idle_s, idle_j)
+        for cid, jid, h, e, ue, sec, idle_s, idle_j, mem in conn.execute(q):
+            out[(cid, jid)][float(h) * 3600.0] = GpuUse(e, ue, sec, idle_s, idle_j, mem)
     return out
 
 
@@ -359,7 +376,10 @@ def _process_batch(
     if len(jobs) > len(pks):  # read by range: only the batch's jobs
         want = set(pks)
         jobs = [j for j in jobs if j.id in want]
-    read = [*_METRIC_READ[:8], *(_ts(M.c[k]) for k in ("rolled_from", "rolled_to", "computed_at"))]
+    read = [
+        *_METRIC_READ[: 1 + _N_PLAIN],
+        *(_ts(M.c[k]) for k in ("rolled_from", "rolled_to", "computed_at")),
+    ]
     old = {r[0]: r for r in conn.execute(select(*read).where(_among(conn, M.c.job_pk, pks))).all()}
     days: set[float] = set()
     # GPU use by hour (job_gpu_hours), per cluster and raw id
@@ -402,6 +422,8 @@ def _process_batch(
         cfg.carbon.gap_tolerance_s,
     )
     job_updates, metrics = [], []
+    split_updates: list[tuple[int, list[tuple[str, str, float]]]] = []
+    energy_rows = _energy_rows(conn, [j.id for j in jobs if j.alloc_gpus])
     changed = 0
     emb = cfg.embodied
     for j, hw, zone, t0, t1 in plans:
@@ -438,15 +460,28 @@ def _process_batch(
         d0, d1 = _day_floor(t0), _day_floor(t1 if t1 > t0 else t0)
         if hours:
             e = sum(u.energy_j for u in hours.values())
+            seconds = sum(u.seconds for u in hours.values())
+            peaks = [u.mem_peak_mb for u in hours.values() if u.mem_peak_mb is not None]
+            # the job's ledger: the GPUs' share of a node-level measurement, then idle energy within it
+            rows = energy_rows.get(j.id, [])
+            split_to = _split_rows(rows, e, seconds, j.alloc_gpus or 0, t1 - t0)
+            if split_to is not None:
+                split_updates.append((j.id, split_to))
+                rows = [r for r in rows if r[1] not in _SPLIT_SOURCES] + [(*w, "") for w in split_to]
+            gpu_j = sum(r[2] for r in rows if r[0] == "gpu")
             gpu = (
                 (sum(u.util_energy for u in hours.values()) / e) if e > 0 else None,
-                sum(u.seconds for u in hours.values()),
+                seconds,
                 sum(u.idle_s for u in hours.values()),
-                sum(u.idle_j for u in hours.values()),
+                clamp_idle(sum(u.idle_j for u in hours.values()), j.energy_j or 0.0, gpu_j),
                 e,
+                max(peaks) if peaks else None,
             )
         else:
             gpu = _NO_GPU_USE
+            split_to = _split_rows(energy_rows.get(j.id, []), 0.0, 0.0, j.alloc_gpus or 0, t1 - t0)
+            if split_to is not None:  # a split whose samples are gone: the node's row whole again
+                split_updates.append((j.id, split_to))
         embodied = (j.alloc_gpus or 0) * elapsed_h * emb.g_per_gpu_hour + max(
             j.n_nodes or 0, 1 if t1 > t0 else 0
         ) * elapsed_h * emb.g_per_node_hour
@@ -458,7 +493,7 @@ def _process_batch(
             metrics.append(
                 {
                     "job_pk": j.id,
-                    **dict(zip(_METRIC_VALUES[:6], values[:6], strict=True)),
+                    **dict(zip(_METRIC_VALUES[:7], values[:7], strict=True)),
                     "carbon_detail": choice.detail,
                     "rolled_from": datetime.fromtimestamp(d0, UTC),
                     "rolled_to": datetime.fromtimestamp(d1, UTC),
@@ -466,12 +501,14 @@ def _process_batch(
                     "_detail": detail,
                 }
             )
-        if j.id in must or not same or co2_changed:
+        resplit = bool(split_updates) and split_updates[-1][0] == j.id
+        if j.id in must or not same or co2_changed or resplit:
             days.add(d0)
             if d1 > d0:
                 days.update(_days(d0, d1))
-            if prev is not None and prev[8] is not None and prev[9] is not None:
-                days.update(_days(_epoch_of(prev[8]), _epoch_of(prev[9])))
+            if prev is not None and prev[1 + _N_PLAIN] is not None and prev[2 + _N_PLAIN] is not None:
+                days.update(_days(_epoch_of(prev[1 + _N_PLAIN]), _epoch_of(prev[2 + _N_PLAIN])))
+    _write_splits(conn, split_updates)
     if conn.dialect.name == "postgresql":
         _write_pg(conn, job_updates, metrics)
         return changed, days
@@ -492,8 +529,9 @@ def _process_batch(
 # that is newer than the job's last change is left as it is (a full recompute then writes nothing).
 _METRIC_VALUES = (
     "co2_embodied_g", "gpu_util_pct", "gpu_samples_s", "idle_gpu_s", "idle_gpu_energy_j", "gpu_samples_j",
-    "carbon_detail", "rolled_from", "rolled_to",
+    "gpu_mem_peak_mb", "carbon_detail", "rolled_from", "rolled_to",
 )  # fmt: skip
+_N_PLAIN = len(_METRIC_VALUES) - 2  # compared as they are (the detail as JSON text); then the days
 _METRIC_READ = (
     M.c.job_pk,
     *(sql_cast(M.c[k], Text) if k == "carbon_detail" else M.c[k] for k in _METRIC_VALUES),
@@ -504,7 +542,73 @@ _JOB_UPDATE = (
 )  # fmt: skip
 
 
-_NO_GPU_USE: tuple[float | None, float, float, float, float] = (None, 0.0, 0.0, 0.0, 0.0)
+_NO_GPU_USE: tuple[float | None, float, float, float, float, float | None] = (None, 0.0, 0.0, 0.0, 0.0, None)
+_SPLIT_SOURCES = (SOURCE_SAMPLES, SOURCE_NODE)
+
+
+Rows = list[tuple[str, str, float, str]]  # a job's job_energy rows: (component, source, J, node)
+
+
+def _energy_rows(conn: Connection, pks: list[int]) -> dict[int, Rows]:
+    """These jobs' job_energy rows."""
+    out: dict[int, Rows] = defaultdict(list)
+    pks = sorted(pks)
+    for i in range(0, len(pks), 5000):
+        q = select(E.job_pk, E.component, E.source, E.energy_j, E.node).where(
+            _among(conn, E.job_pk, pks[i : i + 5000])
+        )
+        for pk, comp, src, e, node in conn.execute(q):
+            out[pk].append((comp, src, float(e or 0.0), node or ""))
+    return out
+
+
+def _split_rows(
+    rows: Rows, samples_j: float, samples_s: float, gpus: int, elapsed_s: float
+) -> list[tuple[str, str, float]] | None:
+    """The rows (component, source, J) a job's node-level measurement should be (cocaq.ledger.split_node),
+    or None where they already are, or the job has no such measurement of the whole job (or GPU energy
+    of its own: counters, estimates)."""
+    mine = [r for r in rows if r[1] in _SPLIT_SOURCES]
+    if not any(r[1] == SOURCE_NODE for r in mine) or any(r[3] for r in mine):
+        return None
+    if any(r[0] == "gpu" and r[1] != SOURCE_SAMPLES for r in rows):
+        return None
+    total = sum(r[2] for r in mine)
+    split = split_node(total, samples_j, samples_s, gpus, elapsed_s)
+    want = (
+        [("node", SOURCE_NODE, total)]
+        if split is None
+        else [("gpu", SOURCE_SAMPLES, split.gpu_j), ("node", SOURCE_NODE, split.node_j)]
+    )
+    have = sorted((c, s, e) for c, s, e, _n in mine)
+    if len(have) == len(want) and all(
+        a[:2] == b[:2] and abs(a[2] - b[2]) <= 1e-9 * max(total, 1.0)
+        for a, b in zip(have, sorted(want), strict=True)
+    ):
+        return None
+    return want
+
+
+def _write_splits(conn: Connection, splits: list[tuple[int, list[tuple[str, str, float]]]]) -> None:
+    """Replace the split rows of these jobs (the job's total and measured energy do not change)."""
+    if not splits:
+        return
+    et = cast(Table, JobEnergy.__table__)
+    pks = [pk for pk, _ in splits]
+    for i in range(0, len(pks), 5000):
+        conn.execute(
+            delete(et).where(
+                et.c.job_pk.in_(pks[i : i + 5000]), et.c.source.in_(_SPLIT_SOURCES), et.c.node == ""
+            )
+        )
+    conn.execute(
+        insert(et),
+        [
+            {"job_pk": pk, "node": "", "component": c, "method": "measured", "source": src, "energy_j": e}
+            for pk, rows in splits
+            for c, src, e in rows
+        ],
+    )
 
 
 def _epoch_of(d: datetime | float) -> float:
@@ -522,13 +626,14 @@ def _ts(col: Any) -> Any:
 def _same_metrics(prev: Any, values: tuple[Any, ...], updated_at: datetime | None) -> bool:
     """Whether the stored row `prev` (as _METRIC_READ) already says `values` (the _METRIC_VALUES, the
     detail as JSON text, the days as epoch seconds), and was computed after the job last changed."""
-    if prev is None or prev[10] is None or updated_at is None:
+    n = _N_PLAIN
+    if prev is None or prev[n + 3] is None or updated_at is None:
         return False
-    if not _epoch_of(prev[10]) > _epoch_of(updated_at):
+    if not _epoch_of(prev[n + 3]) > _epoch_of(updated_at):
         return False  # stale: computed_at must move past updated_at (see _changed_jobs)
-    if prev[1:8] != values[:7] or prev[8] is None or prev[9] is None:
+    if prev[1 : n + 1] != values[:n] or prev[n + 1] is None or prev[n + 2] is None:
         return False
-    return _epoch_of(prev[8]) == values[7] and _epoch_of(prev[9]) == values[8]
+    return _epoch_of(prev[n + 1]) == values[n] and _epoch_of(prev[n + 2]) == values[n + 1]
 
 
 def _write_pg(conn: Connection, job_updates: list[dict[str, Any]], metrics: list[dict[str, Any]]) -> None:
@@ -557,7 +662,7 @@ def _write_pg(conn: Connection, job_updates: list[dict[str, Any]], metrics: list
             )
             with cur.copy(f"COPY cocaq_agg_metrics ({', '.join(cols)}) FROM STDIN") as cp:
                 for m in metrics:
-                    cp.write_row([*(m[k] for k in cols[:7]), m["_detail"], *(m[k] for k in cols[8:])])
+                    cp.write_row([m["_detail"] if k == "carbon_detail" else m[k] for k in cols])
             cur.execute(
                 f"INSERT INTO job_metrics ({', '.join(cols)}) "
                 f"SELECT {', '.join(cols)} FROM cocaq_agg_metrics ON CONFLICT (job_pk) DO UPDATE SET "
@@ -751,19 +856,16 @@ WITH j AS (
     FROM x WHERE x.day >= CAST(:first AS float8)
 )
 SELECT cluster_id, to_timestamp(day) AS day, user_name, account, partition, count(*)::int AS jobs,
-       (count(*) FILTER (WHERE st IN ('FAILED', 'OUT_OF_MEMORY', 'NODE_FAIL')))::int AS jobs_failed,
-       (count(*) FILTER (WHERE st = 'CANCELLED'))::int AS jobs_cancelled,
-       (count(*) FILTER (WHERE st = 'TIMEOUT'))::int AS jobs_timeout,
+       {counts},
        sum(cpus * ov / 3600.0) AS cpu_hours, sum(gpus * ov / 3600.0) AS gpu_hours,
        sum(e_gpu * frac) AS energy_gpu_j, sum(e_cpu * frac) AS energy_cpu_j,
        sum(e_dram * frac) AS energy_dram_j, sum(e_other * frac) AS energy_other_j,
        sum(measured * frac) AS energy_measured_j, sum((energy - measured) * frac) AS energy_estimated_j,
-       sum(CASE WHEN st IN ('FAILED', 'OUT_OF_MEMORY', 'NODE_FAIL', 'TIMEOUT') THEN energy * frac
-                ELSE 0.0 END) AS energy_failed_j,
+       {parts},
        sum(co2 * frac) AS co2_g, sum(embodied * frac) AS co2_embodied_g,
        sum(CASE WHEN util IS NOT NULL THEN util_j * frac ELSE 0.0 END) AS gpu_util_energy_j,
        sum(CASE WHEN util IS NOT NULL THEN util * (util_j * frac) ELSE 0.0 END) AS gpu_util_weighted,
-       sum(idle_s * frac / 3600.0) AS idle_gpu_hours, sum(idle_j * frac) AS idle_gpu_energy_j
+       sum(idle_s * frac / 3600.0) AS idle_gpu_hours
 FROM d
 WHERE ov > 0 OR (el = 0 AND day <= t0 AND t0 < day + 86400.0)
 GROUP BY cluster_id, day, user_name, account, partition
@@ -774,21 +876,33 @@ _ENERGY_SUMS = """
            sum(coalesce(e.energy_j, 0.0)) FILTER (WHERE e.component = 'dram') AS dram,
            sum(coalesce(e.energy_j, 0.0)) FILTER (WHERE e.component NOT IN ('gpu', 'cpu', 'dram')) AS other
 """
+# The ledger's disjoint parts (cocaq.ledger: idle GPUs, then failed, out of memory, timed out, cancelled)
+_PARTS_PG = ",\n       ".join(
+    f"sum(({outcome_sql(o, 'st', 'energy', 'idle_j', 'postgresql')}) * frac) AS {col}"
+    for o, col in (("idle", "idle_gpu_energy_j"), *((o, f"energy_{o}_j") for o in OUTCOMES))
+)
+_COUNTS_PG = ",\n       ".join(f"sum({count_sql(o, 'st')})::int AS jobs_{o}" for o in OUTCOMES)
 _ROLLUP_PG_NARROW = _ROLLUP_JOBS.format(
-    energy=f"LEFT JOIN LATERAL (SELECT {_ENERGY_SUMS} FROM job_energy e WHERE e.job_pk = j.id) c ON true"
+    energy=f"LEFT JOIN LATERAL (SELECT {_ENERGY_SUMS} FROM job_energy e WHERE e.job_pk = j.id) c ON true",
+    parts=_PARTS_PG,
+    counts=_COUNTS_PG,
 )
 _ROLLUP_PG_WIDE = _ROLLUP_JOBS.format(
     energy=f"LEFT JOIN (SELECT e.job_pk, {_ENERGY_SUMS} FROM job_energy e GROUP BY e.job_pk) c"
-    " ON c.job_pk = j.id"
+    " ON c.job_pk = j.id",
+    parts=_PARTS_PG,
+    counts=_COUNTS_PG,
 )
 WIDE_DAYS = 31  # ranges of more days than this take the one-pass variant
 
 _FIELDS = (
-    "jobs", "jobs_failed", "jobs_cancelled", "jobs_timeout", "cpu_hours", "gpu_hours", "energy_gpu_j",
-    "energy_cpu_j", "energy_dram_j", "energy_other_j", "energy_measured_j", "energy_estimated_j",
-    "energy_failed_j", "co2_g", "co2_embodied_g", "gpu_util_energy_j", "gpu_util_weighted", "idle_gpu_hours",
+    "jobs", "jobs_failed", "jobs_oom", "jobs_timeout", "jobs_cancelled", "cpu_hours", "gpu_hours",
+    "energy_gpu_j", "energy_cpu_j", "energy_dram_j", "energy_other_j", "energy_measured_j",
+    "energy_estimated_j", "energy_failed_j", "energy_oom_j", "energy_timeout_j", "energy_cancelled_j",
+    "co2_g", "co2_embodied_g", "gpu_util_energy_j", "gpu_util_weighted", "idle_gpu_hours",
     "idle_gpu_energy_j",
 )  # fmt: skip
+_AT = {name: i for i, name in enumerate(_FIELDS)}
 
 
 def _add(
@@ -803,29 +917,31 @@ def _add(
     v = acc.get(key)
     if v is None:
         v = acc[key] = [0.0] * len(_FIELDS)
-    state = (j.state or "").split()[0] if j.state else ""
-    energy = (j.energy_j or 0.0) * frac
-    v[0] += 1
-    v[1] += 1 if state in ("FAILED", "OUT_OF_MEMORY", "NODE_FAIL") else 0
-    v[2] += 1 if state == "CANCELLED" else 0
-    v[3] += 1 if state == "TIMEOUT" else 0
-    v[4] += (j.alloc_cpus or 0) * ov / 3600.0
-    v[5] += (j.alloc_gpus or 0) * ov / 3600.0
-    v[6] += comp.get("gpu", 0.0) * frac
-    v[7] += comp.get("cpu", 0.0) * frac
-    v[8] += comp.get("dram", 0.0) * frac
-    v[9] += sum(e for c, e in comp.items() if c not in ("gpu", "cpu", "dram")) * frac
-    v[10] += (j.energy_measured_j or 0.0) * frac
-    v[11] += ((j.energy_j or 0.0) - (j.energy_measured_j or 0.0)) * frac
-    v[12] += energy if state in FAILED_STATES else 0.0
-    v[13] += (j.co2_g or 0.0) * frac
-    v[14] += (j.co2_embodied_g or 0.0) * frac
+    a = _AT
+    energy = j.energy_j or 0.0
+    parts = waste(j.state, energy, j.idle_gpu_energy_j or 0.0)
+    outcome = outcome_of(j.state)
+    v[a["jobs"]] += 1
+    if outcome is not None:
+        v[a[f"jobs_{outcome}"]] += 1
+    v[a["cpu_hours"]] += (j.alloc_cpus or 0) * ov / 3600.0
+    v[a["gpu_hours"]] += (j.alloc_gpus or 0) * ov / 3600.0
+    v[a["energy_gpu_j"]] += comp.get("gpu", 0.0) * frac
+    v[a["energy_cpu_j"]] += comp.get("cpu", 0.0) * frac
+    v[a["energy_dram_j"]] += comp.get("dram", 0.0) * frac
+    v[a["energy_other_j"]] += sum(e for c, e in comp.items() if c not in ("gpu", "cpu", "dram")) * frac
+    v[a["energy_measured_j"]] += (j.energy_measured_j or 0.0) * frac
+    v[a["energy_estimated_j"]] += (energy - (j.energy_measured_j or 0.0)) * frac
+    for o in OUTCOMES:
+        v[a[f"energy_{o}_j"]] += getattr(parts, o) * frac
+    v[a["co2_g"]] += (j.co2_g or 0.0) * frac
+    v[a["co2_embodied_g"]] += (j.co2_embodied_g or 0.0) * frac
     if j.gpu_util_pct is not None:  # weighted by the GPU energy its samples saw (also node-measured jobs)
         ge = (j.gpu_samples_j or 0.0) * frac
-        v[15] += ge
-        v[16] += j.gpu_util_pct * ge
-    v[17] += (j.idle_gpu_s or 0.0) * frac / 3600.0
-    v[18] += (j.idle_gpu_energy_j or 0.0) * frac
+        v[a["gpu_util_energy_j"]] += ge
+        v[a["gpu_util_weighted"]] += j.gpu_util_pct * ge
+    v[a["idle_gpu_hours"]] += (j.idle_gpu_s or 0.0) * frac / 3600.0
+    v[a["idle_gpu_energy_j"]] += parts.idle * frac
 
 
 def _rollup_row(key: tuple[Any, ...], v: list[float]) -> dict[str, Any]:

@@ -45,6 +45,7 @@ class Hardware:
     gpu_model: str = "unknown GPU"
     gpu_tdp_w: float = 300.0
     mem_gb: float = 0.0  # memory per node, for the report only; estimates use what the job requested
+    gpu_mem_gb: float = 0.0  # memory of one GPU (0: unknown), to tell a job how much of it it used
     carbon_zone: str | None = None  # overrides the cluster's zone
     pue: float | None = None  # overrides the cluster's PUE
 
@@ -160,7 +161,10 @@ class Mail:
     retry_attempts: int = 4  # tries per message on transient errors (4xx, connection, timeout)
     retry_base_delay_s: float = 2.0  # then 2x, 4x... (capped at 5 minutes)
     in_doubt: str = "resend"  # a message left 'sending' by a crash: resend (same Message-ID) or skip
-    list_unsubscribe: str | None = None  # "<mailto:hpc@example.org?subject=unsubscribe%20{user}>"
+    # "<mailto:hpc@example.org?subject=unsubscribe%20{user}>"; None: a mailto: to reply_to (else the
+    # sender) asking to unsubscribe, so that every report carries one
+    list_unsubscribe: str | None = None
+    reply_to: str | None = None  # where replies go (the support team, say); None: no Reply-To header
 
     @property
     def port(self) -> int:
@@ -180,6 +184,33 @@ class Reports:
     before_after_days: int = 30  # window on each side of a user's first report (admin report)
     archive_dir: str | None = None  # where the batch keeps the admins' interactive HTML, one file a month
     job_digest_minutes: int = 30  # job e-mails: a user's ended jobs wait this long to go as one digest
+    # job e-mails also go, unasked, for a job whose energy that did no work (idle GPUs, failed, out of
+    # memory, timed out: cocaq.ledger) reached this many kWh; 0: only to those who asked
+    job_email_waste_kwh: float = 5.0
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What the suggestions to users (reports.advice) may say, and when."""
+
+    min_share: float = 0.02  # a suggestion must save at least this share of the user's energy...
+    min_kwh: float = 0.5  # ...and at least this many kWh in the period
+    # job names that mean an interactive session (notebooks, shells, editors), besides partitions whose
+    # name holds "interactive": their idle GPUs are released, not checkpointed
+    interactive_names: tuple[str, ...] = (
+        "jupyter", "jupyterlab", "jupyter-notebook", "notebook", "interactive", "bash", "sh", "zsh",
+        "vscode", "code-server", "rstudio", "sys/dashboard", "ondemand", "desktop", "spawner-jupyterhub",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Alerts:
+    """Alerts while a job runs: its GPUs allocated and unused (`cocaq scheduler`, reports.alerts)."""
+
+    idle_gpu: bool = True  # switch them off here
+    idle_minutes: float = 60.0  # all of a job's GPUs under the idle threshold this long, to the last sample
+    throttle_hours: float = 24.0  # at most one alert per user in this many hours
+    min_gpus: int = 1  # jobs holding fewer GPUs are left alone
 
 
 @dataclass(frozen=True)
@@ -211,6 +242,8 @@ class Config:
     mail: Mail = field(default_factory=Mail)
     reports: Reports = field(default_factory=Reports)
     api: Api = field(default_factory=Api)
+    advice: Advice = field(default_factory=Advice)
+    alerts: Alerts = field(default_factory=Alerts)
     pue_monthly: dict[str, float] = field(default_factory=dict)  # "2026-01" -> PUE; [cluster.pue_monthly]
     estimate: Estimate = field(default_factory=Estimate)
     default_hardware: Hardware = field(default_factory=Hardware)
@@ -297,7 +330,7 @@ def _hardware(section: str, table: Any, base: Hardware) -> Hardware:
             values[k] = _str(key, v)
         elif k == "pue":
             values[k] = _num(key, v, 1.0, 5.0)
-        elif k in ("cpu_tdp_w_per_core", "gpu_tdp_w", "mem_gb"):
+        elif k in ("cpu_tdp_w_per_core", "gpu_tdp_w", "mem_gb", "gpu_mem_gb"):
             values[k] = _num(key, v, 0.0, 10000.0)
     return replace(base, **values)
 
@@ -422,6 +455,7 @@ def _mail(t: Any) -> Mail:
         "address_map",
         "opt_out_file",
         "list_unsubscribe",
+        "reply_to",
     ):
         if key in t:
             v[key] = _opt_str(f"mail.{key}", t[key])
@@ -463,14 +497,17 @@ def _mail(t: Any) -> Mail:
             f"config: mail.smtp_user: logging in to {m.smtp_host} needs smtp_security 'starttls' or 'tls' "
             "(the password would cross the network in clear)"
         )
-    if m.from_address is not None:
+    for key in ("from_address", "reply_to"):
+        value = getattr(m, key)
+        if value is None:
+            continue
         from email.utils import getaddresses
 
-        parsed = getaddresses([m.from_address])
-        if len(parsed) != 1 or not looks_like_address(parsed[0][1]) or not m.from_address.isprintable():
+        parsed = getaddresses([value])
+        if len(parsed) != 1 or not looks_like_address(parsed[0][1]) or not value.isprintable():
             raise ConfigError(
-                "config: mail.from_address: expected an address like cocaq@example.org or "
-                f"'HPC <hpc@example.org>', got {m.from_address!r}"
+                f"config: mail.{key}: expected an address like cocaq@example.org or "
+                f"'HPC <hpc@example.org>', got {value!r}"
             )
     if m.address_template is not None:
         problem = check_address_template(m.address_template)
@@ -543,7 +580,55 @@ def _reports(t: Any) -> Reports:
                 f"config: reports.job_digest_minutes: expected whole minutes, got {t['job_digest_minutes']!r}"
             )
         v["job_digest_minutes"] = int(n)
+    if "job_email_waste_kwh" in t:
+        v["job_email_waste_kwh"] = _num("reports.job_email_waste_kwh", t["job_email_waste_kwh"], 0.0, 1e6)
     return replace(Reports(), **v)
+
+
+def _bool(key: str, value: Any) -> bool:
+    """true/false (from the environment: 1/0, true/false, yes/no, on/off)."""
+    if isinstance(value, bool):
+        return value
+    word = value.strip().lower() if isinstance(value, str) else None
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"config: {key}: expected true or false, got {value!r}")
+
+
+def _advice(t: Any) -> Advice:
+    if not isinstance(t, dict):
+        raise ConfigError(f"config: advice: expected a table, got {t!r}")
+    _check_keys("advice", t, {f.name for f in fields(Advice)})
+    v: dict[str, Any] = {}
+    if "min_share" in t:
+        v["min_share"] = _num("advice.min_share", t["min_share"], 0.0, 1.0)
+    if "min_kwh" in t:
+        v["min_kwh"] = _num("advice.min_kwh", t["min_kwh"], 0.0, 1e9)
+    if "interactive_names" in t:
+        names = _names("advice.interactive_names", t["interactive_names"])
+        v["interactive_names"] = tuple(dict.fromkeys(n.strip().lower() for n in names))
+    return replace(Advice(), **v)
+
+
+def _alerts(t: Any) -> Alerts:
+    if not isinstance(t, dict):
+        raise ConfigError(f"config: alerts: expected a table, got {t!r}")
+    _check_keys("alerts", t, {f.name for f in fields(Alerts)})
+    v: dict[str, Any] = {}
+    if "idle_gpu" in t:
+        v["idle_gpu"] = _bool("alerts.idle_gpu", t["idle_gpu"])
+    if "idle_minutes" in t:
+        v["idle_minutes"] = _num("alerts.idle_minutes", t["idle_minutes"], 1.0, 10080.0)
+    if "throttle_hours" in t:
+        v["throttle_hours"] = _num("alerts.throttle_hours", t["throttle_hours"], 0.0, 8760.0)
+    if "min_gpus" in t:
+        n = _num("alerts.min_gpus", t["min_gpus"], 1.0, 100000.0)
+        if n != int(n):
+            raise ConfigError(f"config: alerts.min_gpus: expected a whole number, got {t['min_gpus']!r}")
+        v["min_gpus"] = int(n)
+    return replace(Alerts(), **v)
 
 
 def _names(key: str, value: Any) -> tuple[str, ...]:
@@ -600,6 +685,8 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
             "mail",
             "reports",
             "api",
+            "advice",
+            "alerts",
         },
     )
     if "database_url" in data:  # given: the default (platformdirs, a few ms on every command) is not needed
@@ -689,6 +776,8 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
         mail=_mail(data.get("mail", {})),
         reports=_reports(data.get("reports", {})),
         api=_api(data.get("api", {})),
+        advice=_advice(data.get("advice", {})),
+        alerts=_alerts(data.get("alerts", {})),
         cluster=cluster,
         estimate=estimate,
         default_hardware=default_hw,
@@ -700,7 +789,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
 def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
     """Fold COCAQ_* variables into the raw TOML dict, so one validator checks both."""
     known_sections = {"cluster", "estimate", "defaults", "collector", "carbon", "embodied", "aggregate"}
-    known_sections |= {"mail", "reports", "api"}
+    known_sections |= {"mail", "reports", "api", "advice", "alerts"}
     # The variable that holds the SMTP password is not a setting, whatever its name.
     mail = data.get("mail")
     secret_vars = {

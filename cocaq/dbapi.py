@@ -129,6 +129,23 @@ class Db:
         self.close()
 
 
+def wrap(conn: Any) -> Db:
+    """A Db over a SQLAlchemy Connection's driver connection (sqlite3 or psycopg 3), inside its
+    transaction: so that the library code written for `cocaq user`'s plain connections serves the
+    reports and the API too. Closing it is the SQLAlchemy connection's business."""
+    raw = conn.connection.driver_connection
+    dialect = conn.dialect.name
+    if dialect == "sqlite":
+        import sqlite3
+
+        errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+    else:
+        import psycopg
+
+        errors = (psycopg.Error,)
+    return Db(raw, dialect, conn.engine.url.render_as_string(hide_password=True), errors)
+
+
 def connect(url: str) -> Db:
     """A read-only connection to the configured database, or a one-line error."""
     m = _URL.fullmatch(url.strip())

@@ -17,8 +17,11 @@ from cocaq.slurm.record import JobRecord
 
 SOURCE_TDP = "tdp-estimate"
 SOURCE_SLURM = "slurm-consumed-energy"
-# Rows an import writes, and so may replace; rows from the node-side hooks are never touched by it.
-IMPORT_SOURCES = (SOURCE_TDP, SOURCE_SLURM)
+SOURCE_SAMPLES = "nvml-samples"  # the GPUs' share the aggregator takes out of SOURCE_SLURM (cocaq.ledger)
+# Rows an import writes or derives from what it wrote, and so may replace; rows from the node-side hooks
+# are never touched by it. A re-imported node measurement drops its old GPU split with it (else the old
+# split and the new total would add up to more than the job used); the aggregator splits it again.
+IMPORT_SOURCES = (SOURCE_TDP, SOURCE_SLURM, SOURCE_SAMPLES)
 
 
 @dataclass(frozen=True, slots=True)

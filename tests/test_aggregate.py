@@ -512,8 +512,9 @@ def test_new_samples_of_a_running_job_redo_only_the_hours_from_the_one_before(
 
 
 def test_utilisation_of_a_node_measured_job_counts_in_the_days(engine: Engine, tmp_path: Path) -> None:
-    """A job whose energy Slurm measured for the whole node (no GPU component) still has GPU samples: the
-    days average its utilisation, weighted by the GPU energy the samples saw."""
+    """A job whose energy Slurm measured for the whole node still has GPU samples: the days average its
+    utilisation, weighted by the GPU energy the samples saw, and its ledger takes the GPUs' share out of
+    the node's measurement (cocaq.ledger.split_node)."""
     from dataclasses import replace as dc_replace
 
     url = engine.url.render_as_string(hide_password=False)
@@ -531,6 +532,56 @@ def test_utilisation_of_a_node_measured_job_counts_in_the_days(engine: Engine, t
         w, e = c.execute(
             text("SELECT sum(gpu_util_weighted), sum(gpu_util_energy_j) FROM daily_rollups")
         ).one()
-    assert comps[50] == 0 and comps[51] == 1  # node-measured: no GPU component of its own
+        rows = dict(
+            c.execute(
+                text("SELECT e.source, e.energy_j FROM job_energy e JOIN jobs j ON j.id = e.job_pk"
+                     " WHERE j.job_id_raw = 50")
+            ).all()
+        )  # fmt: skip
+        total = c.execute(text("SELECT energy_j FROM jobs WHERE job_id_raw = 50")).scalar_one()
+    assert comps[50] == 1 and comps[51] == 1  # node-measured: its GPU share from the samples
+    # 300 W for the hour from the samples (less the last sample's spacing the collector step stands for)
+    assert rows["nvml-samples"] == pytest.approx(300.0 * 3600, rel=0.01)
+    assert rows["nvml-samples"] + rows["slurm-consumed-energy"] == pytest.approx(2.0e6) == total
     assert e == pytest.approx((300.0 + 100.0) * 3600)
     assert w / e == pytest.approx((80.0 * 300 + 20.0 * 100) / 400)  # 65 %, not 20 % (the estimated one alone)
+
+
+def test_a_reimported_node_measurement_is_split_again_never_counted_twice(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Slurm's figure for a job can change (a requeue, a late accounting update): the import replaces it
+    and drops the GPU split derived from the old one, so the ledger never holds the old split beside the
+    new total, and the next aggregation splits the new figure."""
+    from dataclasses import replace as dc_replace
+
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    start = DAY0 + timedelta(hours=10)
+    job = dc_replace(_job(60, start, 1.0), consumed_energy_j=2.0e6)
+    import_records(engine, [job], cfg, source="sacct-json")
+    _samples(engine, 60, start, [(300.0, 80.0)] * 360)
+    run_aggregate(engine, cfg)
+
+    def ledger() -> tuple[dict[str, float], float]:
+        with engine.connect() as c:
+            rows = dict(
+                c.execute(
+                    text("SELECT e.source, sum(e.energy_j) FROM job_energy e JOIN jobs j ON j.id = e.job_pk"
+                         " WHERE j.job_id_raw = 60 GROUP BY 1")
+                ).all()
+            )  # fmt: skip
+            return rows, c.execute(text("SELECT energy_j FROM jobs WHERE job_id_raw = 60")).scalar_one()
+
+    rows, _ = ledger()
+    assert set(rows) == {"nvml-samples", "slurm-consumed-energy"}
+    import_records(engine, [dc_replace(job, consumed_energy_j=3.0e6)], cfg, source="sacct-json")
+    rows, total = ledger()
+    assert sum(rows.values()) == pytest.approx(3.0e6) == total  # not 3.0e6 + the old 1.08e6 split
+    run_aggregate(engine, cfg)
+    rows, total = ledger()
+    assert rows["nvml-samples"] == pytest.approx(300.0 * 3600, rel=0.01)
+    assert sum(rows.values()) == pytest.approx(3.0e6) == total
+    before = _rollups(engine)
+    run_aggregate(engine, cfg)
+    assert ledger()[0] == rows and _rollups(engine) == before

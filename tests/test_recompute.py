@@ -124,10 +124,12 @@ def test_cocaq_job_shows_how_its_carbon_and_gpu_use_were_derived(
     ):
         assert run_cocaq(args, env).code == 0
     before = run_cocaq(["job", "101"], env)
-    assert before.code == 0 and "Intensity over the run" not in before.out
+    assert before.code == 0 and "Carbon intensity over the run" not in before.out
     assert run_cocaq(["aggregate"], env).code == 0
     r = run_cocaq(["job", "101"], env)
     assert r.code == 0, r.err
-    assert "Intensity over the run: series 100% (basis lca)" in r.out, r.out
-    assert "Embodied (scope 3, not in the CO2e above):" in r.out
+    assert "Carbon intensity over the run: hourly series for 100% of it (life-cycle emissions)" in r.out, (
+        r.out
+    )
+    assert "Embodied CO2e (making the hardware; not in the CO2e above):" in r.out
     assert "PUE 1.40" in r.out
