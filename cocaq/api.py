@@ -33,9 +33,10 @@ from cocaq.apiclient import payload_for
 from cocaq.config import Config
 from cocaq.dbapi import Db, connect
 from cocaq.errors import CocaqError, DatabaseError
+from cocaq.slurm.record import JOB_ID_PATTERN
 
 NAME = r"^[A-Za-z0-9._@+-]{1,128}$"  # user and account names (as the hooks accept them)
-JOB = r"^[0-9]{1,20}(?:_[0-9]{1,10}|\+[0-9]{1,4})?$"  # 1234, an array task 1234_7, a het part 1234+1
+JOB = rf"^{JOB_ID_PATTERN}$"
 WHEN = r"^[0-9A-Za-z:.+ -]{1,40}$"
 
 
@@ -188,6 +189,15 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
             raise HTTPException(400, "empty window: until is not after since")
         return w
 
+    def known(check: Any) -> None:
+        """A name the database has never seen is a 404 with the reason (the CLI exits 2 on it)."""
+        from cocaq.footprint import UnknownName
+
+        try:
+            check()
+        except UnknownName as exc:
+            raise HTTPException(404, str(exc)) from None
+
     def member_of(db: Db, user: str, account: str) -> bool:
         return bool(
             db.rows(
@@ -213,13 +223,16 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
         top: Top = 5,
         from_jobs: bool = False,
     ) -> dict[str, Any]:
+        from cocaq.footprint import add_advice, check_names
         from cocaq.footprint import user_footprint as fp_of
 
         w = window(since, until)
         with pool.db() as db:
             if not (user == who.user or who.admin or heads_user(db, who, user)):
                 raise HTTPException(403, f"{who.user} may not see user {user}'s footprint")
-            return fp_of(db, user, w, cluster=cluster, top=top, from_jobs=from_jobs).as_dict()
+            known(lambda: check_names(db, user=user, cluster=cluster))
+            fp = fp_of(db, user, w, cluster=cluster, top=top, from_jobs=from_jobs)
+            return add_advice(db, cfg, fp, cluster=cluster).as_dict()
 
     @get("/v1/labs/{account}", summary="A lab's totals; its users and jobs for its heads and admins")
     def lab_footprint(
@@ -231,17 +244,22 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
         top: Top = 5,
         from_jobs: bool = False,
     ) -> dict[str, Any]:
+        from cocaq.footprint import add_advice, check_names
         from cocaq.footprint import lab_footprint as fp_of
 
         w = window(since, until)
         with pool.db() as db:
             full = who.admin or account in who.heads
-            if not full and not member_of(db, who.user, account):
+            if full:
+                known(lambda: check_names(db, account=account, cluster=cluster))
+            elif not member_of(db, who.user, account):
                 raise HTTPException(403, f"{who.user} is not a member of lab {account}")
-            d = fp_of(db, account, w, cluster=cluster, top=top if full else 0, from_jobs=from_jobs).as_dict()
-        if not full:  # a member sees the lab's totals, not the other members or their jobs
+            fp = fp_of(db, account, w, cluster=cluster, top=top if full else 0, from_jobs=from_jobs)
+            d = add_advice(db, cfg, fp, cluster=cluster).as_dict()
+        if not full:  # a member sees the lab's totals, not the other members, their jobs or advice
             d["users"] = [u for u in d.get("users", []) if u.get("user") == who.user]
             d["top_jobs"] = []
+            d["advice"] = [a for a in d.get("advice", []) if a.get("user") == who.user]
             d["restricted"] = True
         return d
 
@@ -250,7 +268,7 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
         from cocaq.footprint import find_jobs
 
         with engine().connect() as conn:
-            jobs = find_jobs(conn, job_id, cluster)
+            jobs = find_jobs(conn, job_id, cluster, cfg)
         mine = [
             j for j in jobs if who.admin or j.get("user_name") == who.user or j.get("account") in who.heads
         ]

@@ -22,6 +22,12 @@ class ApiRefused(CocaqError):
     exit_code = 5
 
 
+class ApiNotFound(ApiRefused):
+    """The API knows no such user, lab, cluster or job (404): exit 2, as the CLI says it without one."""
+
+    exit_code = 2
+
+
 class ApiUnreachable(CocaqError):
     """No answer from the API (down, wrong URL, TLS): the database may be tried by those who can."""
 
@@ -66,6 +72,8 @@ def get(api: Any, path_parts: tuple[str, ...], params: Mapping[str, Any] | None 
             detail = None
         if isinstance(detail, list):  # FastAPI's validation errors
             detail = "; ".join(str(d.get("msg", d)) for d in detail if isinstance(d, dict))
+        if exc.code == 404 and detail and detail != "Not Found":  # (not a route: an old server)
+            raise ApiNotFound(str(detail)) from None
         raise ApiRefused(f"{api.url}: {exc.code}: {detail or exc.reason}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)

@@ -44,8 +44,10 @@ def _console(stderr: bool = False) -> Any:
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
-    # Piped output keeps whole columns rather than rich's 80-column default.
-    return Console(stderr=stderr, highlight=False, soft_wrap=stderr, width=None if stream.isatty() else 160)
+    # Piped output keeps whole columns rather than rich's 80-column default, unless COLUMNS says otherwise
+    # (tables then drop their least important columns: cocaq.render.fit_table).
+    width = None if stream.isatty() or os.environ.get("COLUMNS", "").strip().isdigit() else 160
+    return Console(stderr=stderr, highlight=False, soft_wrap=stderr, width=width)
 
 
 def _window(since: str, until: str | None) -> Any:
@@ -151,14 +153,16 @@ def user(
 ) -> None:
     """A user's footprint over a window (default: you, the last 30 days)."""
     from cocaq.dbapi import connect
-    from cocaq.footprint import user_footprint
+    from cocaq.footprint import add_advice, check_names, user_footprint
 
     name = user or getpass.getuser()
     w = _window(since, until)
 
     def from_db() -> Any:
         with connect(obj.cfg.database_url) as db:
-            return user_footprint(db, name, w, cluster=cluster, top=top, from_jobs=from_jobs).as_dict()
+            check_names(db, user=name, cluster=cluster)
+            fp = user_footprint(db, name, w, cluster=cluster, top=top, from_jobs=from_jobs)
+            return add_advice(db, obj.cfg, fp, cluster=cluster).as_dict()
 
     _emit(_api_or_db(obj, ("users", name), _fp_params(w, cluster, top, from_jobs), from_db), fmt)
 
@@ -184,13 +188,15 @@ def lab(
 ) -> None:
     """A lab's (Slurm account's) totals and its users over a window."""
     from cocaq.dbapi import connect
-    from cocaq.footprint import lab_footprint
+    from cocaq.footprint import add_advice, check_names, lab_footprint
 
     w = _window(since, until)
 
     def from_db() -> Any:
         with connect(obj.cfg.database_url) as db:
-            return lab_footprint(db, account, w, cluster=cluster, top=top, from_jobs=from_jobs).as_dict()
+            check_names(db, account=account, cluster=cluster)
+            fp = lab_footprint(db, account, w, cluster=cluster, top=top, from_jobs=from_jobs)
+            return add_advice(db, obj.cfg, fp, cluster=cluster).as_dict()
 
     _emit(_api_or_db(obj, ("labs", account), _fp_params(w, cluster, top, from_jobs), from_db), fmt)
 
@@ -244,18 +250,30 @@ def _emit(d: dict[str, Any], fmt: str) -> None:
 @click.pass_obj
 def job(obj: Ctx, jobid: str, cluster: str | None, fmt: str) -> None:
     """One job: its facts, energy by component and method, and CO2 with zone, intensity, source and PUE."""
+    import re
+
     from cocaq import render
+    from cocaq.slurm.record import JOB_ID_PATTERN
+
+    if not re.fullmatch(JOB_ID_PATTERN, jobid.strip()):
+        raise UsageError(
+            f"{jobid.strip()!r} is not a Slurm job id (like 12345, an array task 12345_7 or a het job "
+            "part 12345+1)"
+        )
 
     def from_db() -> Any:
         from cocaq.footprint import find_jobs
 
         with obj.engine().connect() as conn:
-            return {"jobs": find_jobs(conn, jobid.strip(), cluster)}
+            return {"jobs": find_jobs(conn, jobid.strip(), cluster, obj.cfg)}
 
     got = _api_or_db(obj, ("jobs", jobid.strip()), {"cluster": cluster}, from_db)
     jobs = [_revive(j) for j in got["jobs"]]
     if not jobs:
-        raise InputError(f"job {jobid} is not in the database (import it with `cocaq import sacct`)")
+        raise InputError(
+            f"no job {jobid.strip()} in cocaq's records{f' on cluster {cluster}' if cluster else ''}: jobs "
+            "appear within the hour after Slurm accounts them; `cocaq user` lists your recent jobs"
+        )
     if fmt == "json":
         click.echo(render.to_json(jobs[0] if len(jobs) == 1 else jobs))
         return

@@ -71,3 +71,30 @@ def mail_test(obj: Ctx, to: str) -> None:
     finally:
         transport.close()
     click.echo(f"mail: test message to {addr} {note} (via {what}; Message-ID {msg['Message-ID']})", err=True)
+
+
+@mail.command("opt-out")
+@click.argument("users", nargs=-1, required=True)
+@click.option("--undo", is_flag=True, help="Opt them back in.")
+@click.pass_obj
+def mail_opt_out(obj: Ctx, users: tuple[str, ...], undo: bool) -> None:
+    """Send these users no more report e-mails (what an "unsubscribe" reply asks for); --undo reverses it.
+
+    Recorded in the database (users.opted_out), which every sender reads; the `[mail] opt_out_file`, if
+    any, applies as well.
+    """
+    from sqlalchemy import insert, select, update
+
+    from cocaq.models import User
+
+    for u in users:
+        if not u.strip() or any(c.isspace() for c in u) or len(u) > 64:
+            raise UsageError(f"{u!r} is not a user name")
+    with obj.engine().begin() as conn:
+        for u in users:
+            if conn.execute(select(User.name).where(User.name == u)).first() is None:
+                conn.execute(insert(User).values(name=u, opted_out=not undo))
+            else:
+                conn.execute(update(User).where(User.name == u).values(opted_out=not undo))
+    what = "opted back in" if undo else "opted out: no more report e-mails"
+    click.echo(f"mail: {', '.join(users)} {what}", err=True)

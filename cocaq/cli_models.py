@@ -32,13 +32,13 @@ TABLE_RUNS = 25  # the table shows the runs with the most energy; JSON and CSV h
 
 RUN_COLUMNS = (
     "job_id", "cluster", "user", "account", "state", "end", "model", "framework", "task", "precision",
-    "batch_size", "epochs", "tokens", "gpus", "gpu_hours", "energy_kwh", "kwh_per_epoch", "kwh_per_1k_tokens",
-    "co2_kg", "co2_kg_per_epoch", "co2_kg_per_1k_tokens", "co2_embodied_kg",
+    "batch_size", "epochs", "tokens", "gpus", "gpu_hours", "energy_kwh", "kwh_per_epoch", "wh_per_1m_tokens",
+    "co2_kg", "co2_kg_per_epoch", "co2_g_per_1m_tokens", "co2_embodied_kg",
 )  # fmt: skip
 TOTAL_COLUMNS = ("jobs", "users", "gpu_hours", "energy_kwh", "co2_kg", "co2_embodied_kg")
 GROUP_COLUMNS = (
-    "user", "model", "precision", "batch_size", "runs", "epochs", "energy_kwh", "co2_kg", "kwh_per_epoch",
-    "ratio_to_best",
+    "user", "model", "unit", "precision", "batch_size", "runs", "units", "energy_kwh", "co2_kg",
+    "kwh_per_unit", "ratio_to_best",
 )  # fmt: skip
 
 
@@ -66,8 +66,8 @@ def models(
     fmt: str,
     section: str | None,
 ) -> None:
-    """Energy and CO2 per ML model, framework and run (jobs that ended in the window), and kWh per epoch
-    by precision and batch size for the same model and user."""
+    """Energy and CO2 per ML model, framework and run (jobs that ended in the window), and the energy per
+    1M tokens or per epoch by precision and batch size for the same model and user."""
     from cocaq.modelstats import ModelStats, model_stats
 
     if user is not None and account is not None:
@@ -113,7 +113,7 @@ def models_csv(stats: ModelStats, section: str = "runs") -> str:
         rows.append(list(GROUP_COLUMNS))
         for c in stats.comparisons:
             for group in c.groups:
-                d = {"user": c.user, "model": c.model, **group.as_dict()}
+                d = {"user": c.user, "model": c.model, "unit": c.unit, **group.as_dict()}
                 rows.append([d[k] for k in GROUP_COLUMNS])
     buf = io.StringIO()
     out = csv.writer(buf, lineterminator="\n")
@@ -164,7 +164,7 @@ def _totals_table(title: str, key: str, groups: Sequence[GroupTotal]) -> Any:
 
 def _runs_table(runs: Sequence[Run]) -> Any:
     cols = ("job", "user", "model", "precision", "batch", "epochs", "tokens", "kWh", "kWh/epoch",
-            "kWh/1k tok", "kg CO2e", "g CO2e/epoch")  # fmt: skip
+            "Wh/1M tok", "kg CO2e", "g CO2e/epoch")  # fmt: skip
     t = _table(
         f"Runs, most energy first{f' (top {TABLE_RUNS})' if len(runs) > TABLE_RUNS else ''}", cols, cols[4:]
     )
@@ -179,7 +179,7 @@ def _runs_table(runs: Sequence[Run]) -> Any:
             "-" if r.tokens is None else f"{r.tokens:,}",
             num(r.energy_kwh),
             num(r.kwh_per_epoch),
-            num(r.kwh_per_1k_tokens),
+            num(r.wh_per_1m_tokens),
             num(r.co2_kg),
             num(None if r.co2_kg_per_epoch is None else r.co2_kg_per_epoch * 1000),
         )
@@ -187,17 +187,19 @@ def _runs_table(runs: Sequence[Run]) -> Any:
 
 
 def _comparison_table(c: Comparison) -> Any:
-    cols = ("precision", "batch size", "runs", "epochs", "kWh", "kWh/epoch", "x best")
-    title = f"{render.term(c.user)}: {render.term(c.model)}, kWh per epoch by precision and batch size"
+    tokens = c.unit == "1M tokens"
+    per = "Wh/1M tok" if tokens else "kWh/epoch"
+    cols = ("precision", "batch size", "runs", "M tokens" if tokens else "epochs", "kWh", per, "x best")
+    title = f"{render.term(c.user)}: {render.term(c.model)}, energy per {c.unit} by precision and batch size"
     t = _table(title, cols, cols[2:])
     for g in c.groups:
         t.add_row(
             render.term(g.precision or "-"),
             "-" if g.batch_size is None else f"{g.batch_size:,}",
             f"{g.runs:,}",
-            num(g.epochs),
+            num(g.units),
             num(g.energy_kwh),
-            num(g.kwh_per_epoch),
+            num(g.kwh_per_unit * 1000 if tokens else g.kwh_per_unit),
             "-" if g.ratio_to_best is None else f"{g.ratio_to_best:.2f}",
         )
     return t
@@ -237,18 +239,18 @@ def print_models(stats: ModelStats, console: Console, section: str | None = None
         if not stats.comparisons:
             console.print(
                 "[dim]No comparison: no user ran one model with two precisions or batch sizes that both "
-                "recorded epochs.[/]"
+                "recorded epochs or tokens.[/]"
             )
         for c in stats.comparisons:
             console.print(_comparison_table(c))
-            line = c.sentence(f"{c.user}'s", kwh=lambda x: f"{num(x)} kWh")
+            line = c.sentence(f"{c.user}'s")
             if line:
                 console.print(render.term(line))
         if stats.comparisons:
             console.print(
-                "[dim]kWh per epoch of a group: the energy-weighted mean of its runs' (runs with a known"
-                " epoch count, per user and model). A setting that needs more epochs to converge saves"
-                " less.[/]"
+                "[dim]Energy per 1M tokens or per epoch of a group: the energy-weighted mean of its runs'"
+                " (runs that count them, per user and model). A setting that needs more epochs or tokens to"
+                " converge saves less.[/]"
             )
     console.print(
         "[dim]Energy is IT energy before PUE; CO2e is operational (with PUE), embodied apart. Each run "

@@ -27,11 +27,14 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from cocaq.errors import UsageError
+from cocaq.ledger import J_PER_KWH, OUTCOMES, count_sql, outcome_sql
 from cocaq.modelmeta import KNOWN
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
+    from cocaq.config import Config
     from cocaq.dbapi import Db
 
 # Everyday equivalents (US EPA Greenhouse Gas Equivalencies Calculator).
@@ -42,13 +45,12 @@ DAY = timedelta(days=1)
 # What a daily_rollups row sums (cocaq.aggregate._FIELDS without the job counts), in its units.
 ROLLUP_SUMS = (
     "cpu_hours", "gpu_hours", "energy_gpu_j", "energy_cpu_j", "energy_dram_j", "energy_other_j",
-    "energy_measured_j", "energy_estimated_j", "energy_failed_j", "co2_g", "co2_embodied_g",
-    "gpu_util_energy_j", "gpu_util_weighted", "idle_gpu_hours", "idle_gpu_energy_j",
+    "energy_measured_j", "energy_estimated_j", "energy_failed_j", "energy_oom_j", "energy_timeout_j",
+    "energy_cancelled_j", "co2_g", "co2_embodied_g", "gpu_util_energy_j", "gpu_util_weighted",
+    "idle_gpu_hours", "idle_gpu_energy_j",
 )  # fmt: skip
-# What always comes from jobs over the whole window: distinct jobs by state, and energy x PUE.
-JOB_SUMS = ("jobs", "jobs_failed", "jobs_cancelled", "jobs_timeout", "facility_j")
-FAILED = ("FAILED", "OUT_OF_MEMORY", "NODE_FAIL")  # a rollup's jobs_failed
-FAILED_ENERGY = (*FAILED, "TIMEOUT")  # a rollup's energy_failed_j (as `cocaq.aggregate.FAILED_STATES`)
+# What always comes from jobs over the whole window: distinct jobs by how they ended, and energy x PUE.
+JOB_SUMS = ("jobs", *(f"jobs_{o}" for o in OUTCOMES), "facility_j")
 # The columns these queries read; tests/test_footprint_tables.py checks them against cocaq.models.
 READS: dict[str, tuple[str, ...]] = {
     "jobs": (
@@ -132,10 +134,17 @@ class Totals:
     energy_kwh_with_pue: float
     measured_energy_fraction: float | None
     co2_kg: float  # operational (with PUE); embodied is apart, never added in
-    failed_energy_kwh: float  # jobs that failed or timed out
-    jobs_failed: int = 0  # FAILED, OUT_OF_MEMORY, NODE_FAIL
+    # What did no work, in disjoint parts of energy_kwh (cocaq.ledger): idle GPUs (idle_gpu_energy_kwh
+    # below), then the rest of the energy of jobs that failed, ran out of memory, timed out, were cancelled
+    failed_energy_kwh: float  # FAILED, NODE_FAIL, BOOT_FAIL (beyond their idle GPUs)
+    jobs_failed: int = 0  # FAILED, NODE_FAIL, BOOT_FAIL
     jobs_cancelled: int = 0
-    jobs_timeout: int = 0
+    jobs_timeout: int = 0  # TIMEOUT, DEADLINE
+    jobs_oom: int = 0
+    oom_energy_kwh: float = 0.0
+    timeout_energy_kwh: float = 0.0
+    cancelled_energy_kwh: float = 0.0
+    wasted_energy_kwh: float = 0.0  # the five parts added up: never more than energy_kwh
     energy_gpu_kwh: float = 0.0
     energy_cpu_kwh: float = 0.0
     energy_dram_kwh: float = 0.0
@@ -152,6 +161,7 @@ class Totals:
         g = {k: float(s.get(k) or 0.0) for k in (*ROLLUP_SUMS, *JOB_SUMS)}
         e = g["energy_measured_j"] + g["energy_estimated_j"]
         util_e = g["gpu_util_energy_j"]
+        wasted = g["idle_gpu_energy_j"] + sum(g[f"energy_{o}_j"] for o in OUTCOMES)
         return cls(
             jobs=round(g["jobs"]),
             cpu_hours=g["cpu_hours"],
@@ -164,6 +174,11 @@ class Totals:
             jobs_failed=round(g["jobs_failed"]),
             jobs_cancelled=round(g["jobs_cancelled"]),
             jobs_timeout=round(g["jobs_timeout"]),
+            jobs_oom=round(g["jobs_oom"]),
+            oom_energy_kwh=g["energy_oom_j"] / J_PER_KWH,
+            timeout_energy_kwh=g["energy_timeout_j"] / J_PER_KWH,
+            cancelled_energy_kwh=g["energy_cancelled_j"] / J_PER_KWH,
+            wasted_energy_kwh=wasted / J_PER_KWH,
             energy_gpu_kwh=g["energy_gpu_j"] / 3.6e6,
             energy_cpu_kwh=g["energy_cpu_j"] / 3.6e6,
             energy_dram_kwh=g["energy_dram_j"] / 3.6e6,
@@ -194,9 +209,11 @@ class TopJob:
     start: datetime | None
     elapsed_h: float
     gpus: int
-    energy_kwh: float
+    energy_kwh: float  # the whole job's, as `cocaq job` shows it
     co2_kg: float
     measured: bool
+    share: float = 1.0  # of its run inside the window: what the window's totals count of it
+    user: str | None = None  # (a lab's top jobs are its members')
 
 
 @dataclass
@@ -210,6 +227,9 @@ class Footprint:
     members: list[dict[str, Any]] = field(default_factory=list)  # per user, for a lab
     plan: Plan | None = None
     sourced: dict[str, Any] | None = None  # source() as the API said it (from_dict)
+    # cocaq.advice.Advice.as_dict() of what the window's jobs suggest (`add_advice`), largest saving
+    # first; a lab's: each member's largest, with its "user"
+    advice: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Footprint:
@@ -229,6 +249,7 @@ class Footprint:
             top_jobs=top,
             members=list(d.get("users", [])),
             sourced={k: d.get(k) for k in ("rollups_through", "rollup_days", "from_jobs")},
+            advice=list(d.get("advice", [])),
         )
 
     def source(self) -> dict[str, Any]:
@@ -258,6 +279,7 @@ class Footprint:
                 {**asdict(j), "start": j.start.isoformat() if j.start else None} for j in self.top_jobs
             ],
         }
+        d["advice"] = self.advice
         if self.scope == "account":
             d["lab"] = self.key
             d["users"] = self.members
@@ -300,10 +322,6 @@ def _first_word(db: Db, col: str) -> str:
     )
 
 
-def _in(values: Iterable[str]) -> str:
-    return "(" + ", ".join(f"'{v}'" for v in values) + ")"  # constants of this module, never user input
-
-
 _KEYS = {  # group key -> (jobs column, rollups column)
     None: ("''", "''"),
     "user": ("j.user_name", "r.user_name"),
@@ -315,7 +333,8 @@ _SCOPES = {"user": ("j.user_name", "r.user_name"), "account": ("j.account", "r.a
 _TOP = (
     ("id", "bigint"), ("job_id", "text"), ("cluster", "text"), ("name", "text"), ("partition", "text"),
     ("state", "text"), ("start_time", "timestamptz"), ("elapsed_s", "float8"), ("alloc_gpus", "bigint"),
-    ("e", "float8"), ("c", "float8"), ("energy_measured_j", "float8"), ("energy_j", "float8"),
+    ("e", "float8"), ("f", "float8"), ("energy_measured_j", "float8"), ("energy_j", "float8"),
+    ("co2_g", "float8"), ("user_name", "text"),
 )  # fmt: skip
 PART_JOBS, PART_ROLLUPS, PART_TOP = 0, 1, 2
 
@@ -358,10 +377,19 @@ def footprint_sql(
     )
     in_edges = " OR ".join(f"(t0 >= %(ea{i})s AND t0 < %(eb{i})s)" for i in range(edges))
     n_sums = len(JOB_SUMS) + len(ROLLUP_SUMS)
+    # the ledger's disjoint parts (cocaq.ledger), each job's idle energy from job_metrics
+    idle = "coalesce(m.idle_gpu_energy_j, 0.0)"
+    parts = ",\n           ".join(
+        f"sum(({outcome_sql(o, 'e.st', 'e.energy', idle, db.dialect)}) * e.fe) AS {col}"
+        for o, col in (*((o, f"energy_{o}_j") for o in OUTCOMES), ("idle", "idle_gpu_energy_j"))
+    )
+    counts = ",\n           ".join(
+        f"sum(CASE WHEN f > 0 THEN {count_sql(o, 'st')} ELSE 0 END) AS jobs_{o}" for o in OUTCOMES
+    )
     top_types = [t for _, t in _TOP]
     fence = "\n            OFFSET 0" if db.dialect == "postgresql" else ""
     top_cte = """, t AS (
-    SELECT id, energy * f AS top_e, co2 * f AS top_c FROM y WHERE f > 0 ORDER BY top_e DESC, id LIMIT %(top)s
+    SELECT id, energy * f AS top_e, f AS top_f FROM y WHERE f > 0 ORDER BY top_e DESC, id LIMIT %(top)s
 )"""
     sql = f"""
 WITH y AS (
@@ -402,21 +430,18 @@ WITH y AS (
            sum(coalesce(c.other, 0.0) * e.fe) AS energy_other_j,
            sum(e.measured * e.fe) AS energy_measured_j,
            sum((e.energy - e.measured) * e.fe) AS energy_estimated_j,
-           sum(CASE WHEN e.st IN {_in(FAILED_ENERGY)} THEN e.energy * e.fe ELSE 0.0 END) AS energy_failed_j,
+           {parts},
            sum(e.co2 * e.fe) AS co2_g, sum(coalesce(m.co2_embodied_g, 0.0) * e.fe) AS co2_embodied_g,
            sum(CASE WHEN m.gpu_util_pct IS NOT NULL THEN coalesce(c.gpu, 0.0) * e.fe ELSE 0.0 END)
                AS gpu_util_energy_j,
            sum(CASE WHEN m.gpu_util_pct IS NOT NULL THEN m.gpu_util_pct * (coalesce(c.gpu, 0.0) * e.fe)
                     ELSE 0.0 END) AS gpu_util_weighted,
-           sum(coalesce(m.idle_gpu_s, 0.0) * e.fe / 3600.0) AS idle_gpu_hours,
-           sum(coalesce(m.idle_gpu_energy_j, 0.0) * e.fe) AS idle_gpu_energy_j
+           sum(coalesce(m.idle_gpu_s, 0.0) * e.fe / 3600.0) AS idle_gpu_hours
     FROM e LEFT JOIN c ON c.job_pk = e.id LEFT JOIN m ON m.job_pk = e.id
     GROUP BY e.k
 ), n AS (
     SELECT k, sum(CASE WHEN f > 0 THEN 1 ELSE 0 END) AS jobs,
-           sum(CASE WHEN f > 0 AND st IN {_in(FAILED)} THEN 1 ELSE 0 END) AS jobs_failed,
-           sum(CASE WHEN f > 0 AND st = 'CANCELLED' THEN 1 ELSE 0 END) AS jobs_cancelled,
-           sum(CASE WHEN f > 0 AND st = 'TIMEOUT' THEN 1 ELSE 0 END) AS jobs_timeout,
+           {counts},
            sum(facility * f) AS facility_j
     FROM y GROUP BY k
 ){top_cte if top else ""}
@@ -436,7 +461,7 @@ GROUP BY 2"""
 UNION ALL
 SELECT {PART_TOP}, '', {_nulls(["float8"] * n_sums)},
        j.id, j.job_id, cl.name, j.name, j.partition, j.state, j.start_time, j.elapsed_s, j.alloc_gpus,
-       t.top_e, t.top_c, j.energy_measured_j, j.energy_j
+       t.top_e, t.top_f, j.energy_measured_j, j.energy_j, j.co2_g, j.user_name
 FROM t JOIN jobs j ON j.id = t.id JOIN clusters cl ON cl.id = j.cluster_id"""
     return sql
 
@@ -505,7 +530,7 @@ def query(
 
 
 def _top_job(db: Db, t: tuple[Any, ...]) -> TopJob:
-    _id, job_id, cluster, name, partition, state, start, elapsed, gpus, e, c, measured, energy = t
+    _id, job_id, cluster, name, partition, state, start, elapsed, gpus, _e, f, measured, energy, co2, user = t
     return TopJob(
         job_id=job_id,
         cluster=cluster,
@@ -515,9 +540,11 @@ def _top_job(db: Db, t: tuple[Any, ...]) -> TopJob:
         start=db.timestamp(start),
         elapsed_h=float(elapsed or 0.0) / 3600,
         gpus=int(gpus or 0),
-        energy_kwh=float(e) / 3.6e6,
-        co2_kg=float(c) / 1000,
+        energy_kwh=float(energy or 0.0) / J_PER_KWH,
+        co2_kg=float(co2 or 0.0) / 1000,
         measured=bool(energy) and float(measured or 0.0) >= float(energy) * 0.999,
+        share=min(max(float(f or 0.0), 0.0), 1.0),
+        user=user,
     )
 
 
@@ -560,6 +587,86 @@ def group_totals(
     return rows
 
 
+class UnknownName(UsageError):
+    """A user, lab or cluster the database has never seen (a typo, most likely): exit 2, not "no jobs"."""
+
+
+def check_names(
+    db: Db, *, user: str | None = None, account: str | None = None, cluster: str | None = None
+) -> None:
+    """Raise UnknownName for a name that is nowhere: a user with no job ever, no `users` row and no
+    account on this machine; a lab (Slurm account) no job ever ran under; a cluster not in the database.
+    A name that exists but had no jobs in the window is not an error: its footprint is all zeros."""
+    if cluster and not db.rows("SELECT 1 FROM clusters WHERE name = %(n)s", {"n": cluster}):
+        known = [r[0] for r in db.rows("SELECT name FROM clusters ORDER BY name")]
+        raise UnknownName(f"no cluster named {cluster!r} (known: {', '.join(known) or 'none yet'})")
+    if user is not None and not (
+        db.rows("SELECT 1 FROM jobs WHERE user_name = %(n)s LIMIT 1", {"n": user})
+        or db.rows("SELECT 1 FROM users WHERE name = %(n)s", {"n": user})
+        or _local_user(user)
+    ):
+        raise UnknownName(
+            f"no user {user!r}: no job of theirs was ever recorded and no such account exists here"
+        )
+    if account is not None and not db.rows(
+        "SELECT 1 FROM jobs WHERE account = %(n)s LIMIT 1", {"n": account}
+    ):
+        raise UnknownName(
+            f"no lab {account!r}: no job ever ran under that Slurm account "
+            "(`sacctmgr show account` lists them)"
+        )
+
+
+def _local_user(name: str) -> bool:
+    try:
+        import pwd
+
+        pwd.getpwnam(name)
+    except (KeyError, ImportError, ValueError):
+        return False
+    return True
+
+
+def add_advice(db: Db, cfg: Config, fp: Footprint, *, cluster: str | None = None) -> Footprint:
+    """Fill `fp.advice` from the window's jobs (cocaq.advice): a user's suggestions above the configured
+    share of their energy, or a lab's members' largest each."""
+    from cocaq import advice, jobfacts
+
+    user, account = (fp.key, None) if fp.scope == "user" else (None, fp.key)
+    jobs = jobfacts.load(db, cfg, fp.since, fp.until, user=user, account=account, cluster=cluster)
+    ctx = advice.Context(
+        since=fp.since,
+        until=fp.until,
+        idle_threshold_pct=cfg.aggregate.idle_gpu_util_pct,
+        interactive_names=cfg.advice.interactive_names,
+        period="in this window",
+    )
+    if fp.scope == "user":
+        found = advice.advise(
+            jobs,
+            ctx,
+            total_kwh=fp.totals.energy_kwh,
+            min_share=cfg.advice.min_share,
+            min_kwh=cfg.advice.min_kwh,
+        )
+        fp.advice = [a.as_dict() for a in found]
+        return fp
+    totals = {m["user"]: float(m["energy_kwh"]) for m in fp.members}
+    by_user: dict[str, list[Any]] = {}
+    for j in jobs:
+        by_user.setdefault(j.user, []).append(j)
+    out = []
+    for u, js in by_user.items():
+        found = advice.advise(
+            js, ctx, total_kwh=totals.get(u, 0.0), min_share=cfg.advice.min_share, min_kwh=cfg.advice.min_kwh
+        )
+        if found:
+            out.append({"user": u, **found[0].as_dict()})
+    out.sort(key=lambda a: (-(a["saving_kwh"] or 0.0), a["user"]))
+    fp.advice = out
+    return fp
+
+
 def cluster_totals(db: Db, w: Window, *, cluster: str | None = None, from_jobs: bool = False) -> Totals:
     r = query(db, w, None, cluster=cluster, from_jobs=from_jobs)
     return Totals.from_sums(_add(r.sums.values()))
@@ -572,8 +679,11 @@ def now_utc() -> datetime:
 # --- one job (`cocaq job`): the ORM is fine here --------------------------------------------------------
 
 
-def find_jobs(conn: Connection, job_id: str, cluster: str | None = None) -> list[dict[str, Any]]:
-    """Every stored job with this id (ids repeat across clusters and after a reset), newest first."""
+def find_jobs(
+    conn: Connection, job_id: str, cluster: str | None = None, cfg: Config | None = None
+) -> list[dict[str, Any]]:
+    """Every stored job with this id (ids repeat across clusters and after a reset), newest first; with
+    `cfg`, each with its ledger (`waste`), memory use and jobstats-style `notes` (cocaq.advice)."""
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
@@ -614,8 +724,67 @@ def find_jobs(conn: Connection, job_id: str, cluster: str | None = None) -> list
         d["gpus"] = _measured_gpus(conn, job.id)
         d["metrics"] = _job_metrics(conn, job.id)
         d["model"] = _model_metadata(conn, job.id)
+        if cfg is not None:
+            d.update(_ledger_and_notes(conn, cfg, job.id))
         out.append(d)
     return out
+
+
+NOTE_RUNS = timedelta(
+    days=90
+)  # the user's runs the precision note compares a job with: ended this long before
+
+
+def job_notes(db: Db, cfg: Config, j: Any) -> list[Any]:
+    """cocaq.advice.job_notes for one job (a cocaq.jobfacts.JobFacts), its precision compared with the
+    user's own runs that ended in the NOTE_RUNS before it: what `cocaq job` and the job e-mail say."""
+    from cocaq import advice, jobfacts
+
+    end = j.end or now_utc()
+    runs: list[Any] = []
+    if j.precision == "full":
+        runs = jobfacts.load(db, cfg, end - NOTE_RUNS, end + timedelta(seconds=1), user=j.user)
+    ctx = advice.Context(
+        since=end - NOTE_RUNS,
+        until=end + timedelta(seconds=1),
+        idle_threshold_pct=cfg.aggregate.idle_gpu_util_pct,
+        interactive_names=cfg.advice.interactive_names,
+    )
+    return advice.job_notes(j, ctx, [r for r in runs if not r.is_open and r.end is not None])
+
+
+def _ledger_and_notes(conn: Connection, cfg: Config, pk: int) -> dict[str, Any]:
+    """A job's disjoint parts that did no work (cocaq.ledger), its memory and its notes (cocaq.advice)."""
+    from cocaq import jobfacts
+    from cocaq.dbapi import wrap
+    from cocaq.ledger import waste
+
+    db = wrap(conn)
+    j = jobfacts.one(db, cfg, pk)
+    if j is None:
+        return {"waste": None, "memory": None, "notes": []}
+    w = waste(j.state, j.energy_kwh, j.idle_kwh)
+    notes = job_notes(db, cfg, j)
+    return {
+        "waste": {
+            "idle_gpu_kwh": w.idle,
+            "failed_kwh": w.failed,
+            "oom_kwh": w.oom,
+            "timeout_kwh": w.timeout,
+            "cancelled_kwh": w.cancelled,
+            "wasted_kwh": w.total,
+        },
+        "memory": {
+            "requested_mb": j.req_mem_mb,
+            "requested_per_node_mb": j.mem_req_per_node_mb,
+            "max_rss_mb": j.max_rss_mb,
+            "used_per_node_mb": j.mem_used_per_node_mb,
+            "gpu_peak_mb": j.gpu_mem_peak_mb,
+            "gpu_total_mb": j.gpu_mem_gb * 1024 if j.gpu_mem_gb else None,
+        },
+        "cpu_usage": j.cpu_usage,
+        "notes": [a.as_dict() for a in notes],
+    }
 
 
 # model_metadata column -> the key its `sources` (and `cocaq job`'s output) calls it

@@ -15,15 +15,17 @@ What counts, and why:
 * Precision is the `precision` column; rows written before it existed keep it in `extra` (`precision`
   or `dtype`), read as a fallback, lower-cased and without a `torch.` prefix. Dtype spellings are
   shown by their short names (float32 as fp32, bfloat16 as bf16), so that they group together.
-* Per run, kWh (and CO2) per epoch and per 1,000 tokens are given where the metadata has a positive
-  count, None otherwise (never a division by zero).
+* Per run, kWh (and kg CO2) per epoch and Wh (and g CO2) per million tokens are given where the
+  metadata has a positive count, None otherwise (never a division by zero).
 * The comparison users act on: for one user and one named model, the runs grouped by (precision, batch
-  size), each group's kWh per epoch the **energy-weighted mean** of its runs' kWh per epoch
-  (sum(e_i * e_i/epochs_i) / sum(e_i): the runs that used the most energy weigh most), side by side with
-  the ratio to the best (lowest) group. Only where at least two groups have a kWh per epoch, and only
-  groups with a known precision or batch size.
+  size), each group's energy per unit of work (per 1M tokens where the runs count tokens, per epoch
+  where they count epochs: both, where both) the **energy-weighted mean** of its runs' energy per unit
+  (sum(e_i * e_i/u_i) / sum(e_i): the runs that used the most energy weigh most, cocaq.advice.UnitCost),
+  side by side with the ratio to the best (lowest) group. Only where at least two groups have one, and
+  only groups with a known precision or batch size.
 
-Everything is summed in SQL (SQLAlchemy Core, PostgreSQL and SQLite); Python only labels and pairs up.
+Totals are summed in SQL (SQLAlchemy Core, PostgreSQL and SQLite); the comparisons are grouped in Python
+over the runs, with the formula the advice uses (cocaq.advice), so the two never disagree.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Float, Select, Table, and_, case, func, literal, or_, select
+from sqlalchemy import Connection, Float, Select, Table, case, func, literal, select
 
 from cocaq.dbtypes import as_utc
 from cocaq.models import Cluster, Job, JobMetrics, ModelMetadata
@@ -52,7 +54,8 @@ CLUSTERS = cast(Table, Cluster.__table__)
 J_PER_KWH = 3.6e6
 UNNAMED = "(unnamed)"
 UNKNOWN = "(unknown)"
-BASIS = "energy-weighted mean of the runs' kWh per epoch"
+BASIS = "energy-weighted mean of the runs' energy per unit of work"
+UNITS = ("1M tokens", "epoch")
 WINDOW = "jobs that ended in [since, until); each run whole, not pro-rated"
 
 
@@ -99,9 +102,9 @@ class Run:
     co2_kg: float
     co2_embodied_kg: float | None  # None until the aggregator has derived the job's metrics
     kwh_per_epoch: float | None
-    kwh_per_1k_tokens: float | None
+    wh_per_1m_tokens: float | None
     co2_kg_per_epoch: float | None
-    co2_kg_per_1k_tokens: float | None
+    co2_g_per_1m_tokens: float | None
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -116,11 +119,11 @@ class SettingGroup:
     precision: str | None
     batch_size: int | None
     runs: int
-    epochs: float
+    units: float  # epochs, or millions of tokens (the comparison's `unit`)
     energy_kwh: float
     co2_kg: float
-    kwh_per_epoch: float  # energy-weighted mean of the runs' kWh per epoch (BASIS)
-    ratio_to_best: float | None  # kwh_per_epoch / the best group's; None when the best used nothing
+    kwh_per_unit: float  # energy-weighted mean of the runs' kWh per unit (BASIS)
+    ratio_to_best: float | None  # kwh_per_unit / the best group's; None when the best used nothing
 
     def label(self, dims: Sequence[str] = ("precision", "batch_size")) -> str:
         """`in bf16 with batch size 64`, naming only `dims` (what differs between the groups compared)."""
@@ -147,6 +150,7 @@ class Comparison:
     model: str
     groups: tuple[SettingGroup, ...]
     basis: str = BASIS
+    unit: str = "epoch"  # or "1M tokens"
 
     @property
     def best(self) -> SettingGroup:
@@ -158,14 +162,14 @@ class Comparison:
 
     @property
     def saving(self) -> float | None:
-        """How much less energy per epoch the best group used than the worst, as a fraction."""
-        w = self.worst.kwh_per_epoch
-        return (w - self.best.kwh_per_epoch) / w if w > 0 else None
+        """How much less energy per unit the best group used than the worst, as a fraction."""
+        w = self.worst.kwh_per_unit
+        return (w - self.best.kwh_per_unit) / w if w > 0 else None
 
     @property
     def saving_kwh(self) -> float:
-        """What the other groups' epochs would have saved at the best group's rate (to rank comparisons)."""
-        return sum(g.epochs * (g.kwh_per_epoch - self.best.kwh_per_epoch) for g in self.groups[1:])
+        """What the other groups' work would have saved at the best group's rate (to rank comparisons)."""
+        return sum(g.units * (g.kwh_per_unit - self.best.kwh_per_unit) for g in self.groups[1:])
 
     def differs(self) -> tuple[str, ...]:
         """Which of precision and batch size differ between the best and the worst group."""
@@ -180,7 +184,7 @@ class Comparison:
         kwh: Callable[[float], str] | None = None,
         name: Callable[[str], str] = str,
     ) -> str | None:
-        """One line a user can act on: `Your llama-3-8b runs in bf16 used 0.42 kWh per epoch, 38% less
+        """One line a user can act on: `Your llama-3-8b runs in bf16 used 42 Wh per 1M tokens, 38% less
         than in fp32.` None when the best group saved nothing worth saying (under 1%)."""
         s = self.saving
         if s is None or s < 0.01:
@@ -188,14 +192,15 @@ class Comparison:
         fmt = kwh or _kwh_text
         dims = self.differs()
         return (
-            f"{whose} {name(self.model)} runs {self.best.label(dims)} used {fmt(self.best.kwh_per_epoch)}"
-            f" per epoch, {s * 100:.0f}% less than {self.worst.label(dims)}."
+            f"{whose} {name(self.model)} runs {self.best.label(dims)} used {fmt(self.best.kwh_per_unit)}"
+            f" per {self.unit}, {s * 100:.0f}% less than {self.worst.label(dims)}."
         )
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "user": self.user,
             "model": self.model,
+            "unit": self.unit,
             "basis": self.basis,
             "saving": self.saving,
             "sentence": self.sentence(f"{self.user}'s"),
@@ -229,7 +234,13 @@ class ModelStats:
 
         def comparison(x: Mapping[str, Any]) -> Comparison:
             groups = tuple(SettingGroup(**g) for g in x["groups"])
-            return Comparison(user=x["user"], model=x["model"], groups=groups, basis=x.get("basis", BASIS))
+            return Comparison(
+                user=x["user"],
+                model=x["model"],
+                groups=groups,
+                basis=x.get("basis", BASIS),
+                unit=x.get("unit", "epoch"),
+            )
 
         return cls(
             since=datetime.fromisoformat(d["since"]),
@@ -259,9 +270,13 @@ class ModelStats:
 
 
 def _kwh_text(x: float) -> str:
-    """A few significant digits, never scientific: 0.42 kWh, 12.3 kWh, 0.00042 kWh."""
+    """A few significant digits, never scientific: 12.3 kWh, 1.5 kWh, 420 Wh, 0.42 Wh."""
     if x == 0 or not math.isfinite(x):
         return f"{x:g} kWh"
+    if abs(x) < 1:
+        x *= 1000
+        digits = max(0, 2 - math.floor(math.log10(abs(x))))
+        return f"{x:,.{digits}f} Wh"
     digits = max(0, 2 - math.floor(math.log10(abs(x))))
     return f"{x:,.{digits}f} kWh"
 
@@ -399,12 +414,12 @@ def runs(conn: Connection, since: datetime, until: datetime, scope: Scope | None
     """Every run in the window, most energy first, with kWh and CO2 per epoch and per 1,000 tokens."""
     r = _base(since, until, scope or Scope())
     c = r.c
-    tokens_k = c.tokens / 1000.0
+    tokens_m = c.tokens / 1e6
     q = select(
         c.pk, c.job_id, c.cluster, c.user_name, c.account, c.state, c.end_time, c.model_name, c.framework,
         c.task, c.precision, c.batch_size, c.epochs, c.tokens, c.gpus, c.gh, c.e, c.c, c.emb,
-        _per(c.e, c.epochs, J_PER_KWH), _per(c.e, tokens_k, J_PER_KWH),
-        _per(c.c, c.epochs, 1000.0), _per(c.c, tokens_k, 1000.0),
+        _per(c.e, c.epochs, J_PER_KWH), _per(c.e, tokens_m, J_PER_KWH / 1000.0),
+        _per(c.c, c.epochs, 1000.0), _per(c.c, tokens_m, 1.0),
     ).order_by(c.e.desc(), c.pk)  # fmt: skip
     out = []
     for row in conn.execute(q):
@@ -432,9 +447,9 @@ def runs(conn: Connection, since: datetime, until: datetime, scope: Scope | None
                 co2_kg=float(co2) / 1000,
                 co2_embodied_kg=None if emb is None else float(emb) / 1000,
                 kwh_per_epoch=_opt(kpe),
-                kwh_per_1k_tokens=_opt(kpt),
+                wh_per_1m_tokens=_opt(kpt),
                 co2_kg_per_epoch=_opt(cpe),
-                co2_kg_per_1k_tokens=_opt(cpt),
+                co2_g_per_1m_tokens=_opt(cpt),
             )
         )
     return tuple(out)
@@ -447,45 +462,58 @@ def _opt(x: Any) -> float | None:
 def comparisons(
     conn: Connection, since: datetime, until: datetime, scope: Scope | None = None
 ) -> tuple[Comparison, ...]:
-    """Per user and named model, the (precision, batch size) groups side by side in kWh per epoch (BASIS),
-    where at least two groups have one; the largest possible saving first."""
-    r = _base(since, until, scope or Scope())
-    c = r.c
-    ok = and_(
-        c.model_name.is_not(None), c.epochs > 0, or_(c.precision.is_not(None), c.batch_size.is_not(None))
-    )
-    sum_e = func.sum(c.e)
-    weighted = case((sum_e > 0, func.sum(c.e * c.e / c.epochs) / sum_e), else_=_f(0.0))
-    keys = (c.user_name, c.model_name, c.precision, c.batch_size)
-    q = (
-        select(*keys, func.count(), func.sum(c.epochs), sum_e, func.sum(c.c), weighted)
-        .where(ok)
-        .group_by(*keys)
-    )
-    per: dict[tuple[str, str], list[tuple[Any, ...]]] = defaultdict(list)
-    for user, model, prec, bs, n, epochs, e, co2, w in conn.execute(q):
-        per[(user, model)].append((prec, bs, n, epochs, e, co2, w))
+    """Per user, named model and unit of work (1M tokens, epoch), the (precision, batch size) groups side by
+    side (BASIS), where at least two groups have one; the largest possible saving first."""
+    return compare(runs(conn, since, until, scope))
+
+
+def compare(all_runs: Sequence[Run]) -> tuple[Comparison, ...]:
+    """The comparisons of these runs (see `comparisons`), with cocaq.advice's per-unit formula."""
     out = []
-    for (user, model), rows in per.items():
-        if len(rows) < 2:
-            continue
-        rows.sort(key=lambda x: (float(x[6]), str(x[0]), x[1] if x[1] is not None else -1))
-        best = float(rows[0][6]) / J_PER_KWH
-        groups = tuple(
-            SettingGroup(
-                precision=prec,
-                batch_size=None if bs is None else int(bs),
-                runs=int(n),
-                epochs=float(epochs or 0.0),
-                energy_kwh=float(e or 0.0) / J_PER_KWH,
-                co2_kg=float(co2 or 0.0) / 1000,
-                kwh_per_epoch=float(w) / J_PER_KWH,
-                ratio_to_best=(float(w) / J_PER_KWH) / best if best > 0 else (1.0 if i == 0 else None),
-            )
-            for i, (prec, bs, n, epochs, e, co2, w) in enumerate(rows)
+    for unit in UNITS:
+        acc: dict[tuple[str, str, str | None, int | None], list[tuple[float, float, float]]] = defaultdict(
+            list
         )
-        out.append(Comparison(user, model, groups))
-    out.sort(key=lambda x: (-x.saving_kwh, x.user, x.model))
+        for r in all_runs:
+            n = (r.tokens or 0) / 1e6 if unit == "1M tokens" else (r.epochs or 0.0)
+            if (
+                r.model == UNNAMED
+                or n <= 0
+                or r.energy_kwh <= 0
+                or (r.precision is None and r.batch_size is None)
+            ):
+                continue
+            acc[(r.user, r.model, r.precision, r.batch_size)].append((r.energy_kwh, n, r.co2_kg))
+        per: dict[tuple[str, str], list[tuple[str | None, int | None, list[tuple[float, float, float]]]]] = (
+            defaultdict(list)
+        )
+        for (user, model, prec, bs), rs in acc.items():
+            per[(user, model)].append((prec, bs, rs))
+        for (user, model), groups_in in per.items():
+            if len(groups_in) < 2:
+                continue
+            rows = []
+            for prec, bs, rs in groups_in:
+                e = sum(x[0] for x in rs)
+                w = sum(x[0] * x[0] / x[1] for x in rs) / e  # energy-weighted mean of kWh per unit
+                rows.append((w, prec, bs, len(rs), sum(x[1] for x in rs), e, sum(x[2] for x in rs)))
+            rows.sort(key=lambda x: (x[0], str(x[1]), x[2] if x[2] is not None else -1))
+            best = rows[0][0]
+            groups = tuple(
+                SettingGroup(
+                    precision=prec,
+                    batch_size=bs,
+                    runs=n,
+                    units=units,
+                    energy_kwh=e,
+                    co2_kg=co2,
+                    kwh_per_unit=w,
+                    ratio_to_best=w / best if best > 0 else (1.0 if i == 0 else None),
+                )
+                for i, (w, prec, bs, n, units, e, co2) in enumerate(rows)
+            )
+            out.append(Comparison(user, model, groups, unit=unit))
+    out.sort(key=lambda x: (-x.saving_kwh, x.user, x.model, x.unit))
     return tuple(out)
 
 
@@ -500,6 +528,7 @@ def model_stats(
 ) -> ModelStats:
     """By model, by framework, every run and the comparisons, for `cocaq models`."""
     scope = Scope(users=(user,) if user is not None else None, account=account, cluster=cluster)
+    all_runs = runs(conn, since, until, scope)
     return ModelStats(
         since=since,
         until=until,
@@ -508,6 +537,6 @@ def model_stats(
         cluster=cluster,
         by_model=by_model(conn, since, until, scope),
         by_framework=by_framework(conn, since, until, scope),
-        runs=runs(conn, since, until, scope),
-        comparisons=comparisons(conn, since, until, scope),
+        runs=all_runs,
+        comparisons=compare(all_runs),
     )

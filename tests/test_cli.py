@@ -131,9 +131,12 @@ def test_job_shows_components_and_carbon(env: dict[str, str]) -> None:
     assert d["carbon_zone"] == "FRA" and d["pue"] == 1.25 and d["carbon_year"] == zone_intensity("FRA").year
     r = run_cocaq(["job", "10"], env)
     assert r.code == 0
-    assert "estimated" in r.out and "tdp-estimate" in r.out and "zone FRA" in r.out and "PUE 1.25" in r.out
-    r = run_cocaq(["job", "999"], env)
-    assert r.code == 4 and "not in the database" in r.err
+    assert "estimated" in r.out and "estimate from rated power" in r.out and "zone FRA" in r.out
+    assert "PUE 1.25" in r.out
+    r = run_cocaq(["job", "999"], env)  # a user's words: what cocaq knows, and the command to see one's jobs
+    assert r.code == 4 and "no job 999" in r.err and "cocaq user" in r.err and "import" not in r.err
+    r = run_cocaq(["job", "abc"], env)
+    assert r.code == 2 and "not a Slurm job id" in r.err and "import" not in r.err
 
 
 @pytest.mark.parametrize(
@@ -223,18 +226,27 @@ def test_user_and_lab_read_rollups_after_aggregate_and_agree_with_from_jobs(env:
         _close(fast, slow)
     assert fast["jobs"] == 3 and [u["user"] for u in fast["users"]] == ["alice", "bob"]
     r = run_cocaq(["user", "alice", *window], env)
-    assert "by component" in r.out and "measured / estimated" in r.out and "1 failed" in r.out
-    assert "from the daily rollups" in r.out
+    assert "  GPUs " in r.out and "measured / estimated" in r.out and "1 failed" in r.out
+    assert "from the daily totals" in r.out and "did no work" in r.out
     r = run_cocaq(["lab", "lab_a", *window, "--from-jobs"], env)
-    assert "GPU util" in r.out and "Computed from the jobs table (--from-jobs)" in r.out
+    assert "GPU use" in r.out and "Computed job by job (--from-jobs)" in r.out
     rows = list(csv.DictReader(io.StringIO(run_cocaq(["user", "bob", *window, "-o", "csv"], env).out)))
     assert rows[0]["jobs"] == "1" and rows[0]["rollups_through"] and "energy_cpu_kwh" in rows[0]
 
 
-def test_unknown_user_has_zero_totals(env: dict[str, str]) -> None:
-    r = run_cocaq(["user", "nobody", "-S", "2026-11-01", "-E", "2026-12-01", "-o", "json"], env)
+def test_unknown_names_are_errors_and_known_ones_without_jobs_are_zeros(env: dict[str, str]) -> None:
+    # a name the database never saw (a typo) is an error, not "no jobs"
+    for args, what in (
+        (["user", "no-such-user"], "no user 'no-such-user'"),
+        (["lab", "no_lab"], "no lab 'no_lab'"),
+        (["user", "alice", "-M", "nocluster"], "no cluster named 'nocluster'"),
+    ):
+        r = run_cocaq([*args, "-S", "2026-11-01", "-E", "2026-12-01", "-o", "json"], env)
+        assert r.code == 2 and what in r.err and r.err.strip().count("\n") == 0, r.err
+    # a known user and lab with no job in the window: zeros
+    r = run_cocaq(["user", "alice", "-S", "2020-11-01", "-E", "2020-12-01", "-o", "json"], env)
     assert r.code == 0, r.err
     d = json.loads(r.out)
-    assert d["jobs"] == 0 and d["energy_kwh"] == 0 and d["top_jobs"] == []
-    r = run_cocaq(["lab", "no_lab", "-S", "2026-11-01", "-E", "2026-12-01"], env)
+    assert d["jobs"] == 0 and d["energy_kwh"] == 0 and d["top_jobs"] == [] and d["advice"] == []
+    r = run_cocaq(["lab", "lab_a", "-S", "2020-11-01", "-E", "2020-12-01"], env)
     assert r.code == 0 and "No jobs ran in this window" in r.out

@@ -46,7 +46,7 @@ def _no_raw_controls(text: str) -> None:
 def test_table_has_every_section_and_shows_hostile_names_as_text(env: dict[str, str]) -> None:
     r = run_cocaq(["models", *WINDOW], env)
     assert r.code == 0, r.err
-    for title in ("By model", "By framework", "Runs, most energy first", "kWh per epoch by precision"):
+    for title in ("By model", "By framework", "Runs, most energy first", "energy per epoch by precision"):
         assert title in r.out
     assert "alice's llama-3-8b runs in bf16 used 1.70 kWh per epoch, 32% less than in fp32." in r.out
     assert "(unnamed)" in r.out and "(unknown)" in r.out
@@ -78,7 +78,7 @@ def test_json_has_the_dataclasses_and_keeps_names_exactly(env: dict[str, str]) -
     assert set(d) >= {"since", "until", "window", "by_model", "by_framework", "runs", "comparisons"}
     assert {g["key"] for g in d["by_model"]} >= {*EVIL.values(), "llama-3-8b", "(unnamed)"}
     run = next(x for x in d["runs"] if x["job_id"] == "1")
-    assert run["kwh_per_epoch"] == pytest.approx(2.5) and run["kwh_per_1k_tokens"] == pytest.approx(0.005)
+    assert run["kwh_per_epoch"] == pytest.approx(2.5) and run["wh_per_1m_tokens"] == pytest.approx(5000)
     assert next(x for x in d["runs"] if x["job_id"] == "5")["kwh_per_epoch"] is None
     c = next(x for x in d["comparisons"] if x["user"] == "alice")
     assert c["basis"].startswith("energy-weighted") and c["saving"] == pytest.approx(0.32)

@@ -139,16 +139,16 @@ def test_runs_per_epoch_and_per_1k_tokens(conn: Connection) -> None:
         "llama-3-8b", "alice", "fp32", 32, 4.0, 2_000_000,
     )  # fmt: skip
     assert r1.energy_kwh == approx(10.0) and r1.kwh_per_epoch == approx(2.5)
-    assert r1.kwh_per_1k_tokens == approx(10.0 / 2000)
-    assert r1.co2_kg_per_epoch == approx(2.0 / 4) and r1.co2_kg_per_1k_tokens == approx(2.0 / 2000)
+    assert r1.wh_per_1m_tokens == approx(10_000 / 2)  # 10 kWh for 2M tokens: readable, not 0.005 kWh/1k
+    assert r1.co2_kg_per_epoch == approx(2.0 / 4) and r1.co2_g_per_1m_tokens == approx(2000 / 2)
     assert r1.gpu_hours == approx(10.0) and r1.co2_embodied_kg == approx(0.5)
     assert by_id["2"].co2_embodied_kg is None  # the aggregator has not derived it
     # zero epochs and zero tokens: unknown, not infinite
     r5 = by_id["5"]
-    unknown = (r5.kwh_per_epoch, r5.kwh_per_1k_tokens, r5.co2_kg_per_epoch, r5.co2_kg_per_1k_tokens)
+    unknown = (r5.kwh_per_epoch, r5.wh_per_1m_tokens, r5.co2_kg_per_epoch, r5.co2_g_per_1m_tokens)
     assert unknown == (None, None, None, None)
     # no epochs recorded, only tokens; nothing at all
-    assert by_id["11"].kwh_per_epoch is None and by_id["11"].kwh_per_1k_tokens == approx(1.0)
+    assert by_id["11"].kwh_per_epoch is None and by_id["11"].wh_per_1m_tokens == approx(1e6)
     assert by_id["7"].model == "(unnamed)" and by_id["7"].kwh_per_epoch is None
     # a row of the first shape: its precision read from extra, normalised
     assert by_id["8"].precision == "fp32" and by_id["8"].kwh_per_epoch == approx(0.1)  # torch.float32
@@ -162,9 +162,10 @@ def test_comparison_is_energy_weighted_with_ratio_to_best(conn: Connection) -> N
     c = cs[("alice", "llama-3-8b")]
     assert [(g.precision, g.batch_size, g.runs) for g in c.groups] == [("bf16", 32, 2), ("fp32", 32, 1)]
     bf16, fp32 = c.groups
-    assert bf16.kwh_per_epoch == approx((6 * 1.5 + 4 * 2.0) / 10)  # 1.7: energy-weighted, not 10/6
-    assert bf16.epochs == approx(6.0) and bf16.energy_kwh == approx(10.0)
-    assert fp32.kwh_per_epoch == approx(2.5)
+    assert c.unit == "epoch"  # (only run 1 counts tokens: no comparison per token)
+    assert bf16.kwh_per_unit == approx((6 * 1.5 + 4 * 2.0) / 10)  # 1.7: energy-weighted, not 10/6
+    assert bf16.units == approx(6.0) and bf16.energy_kwh == approx(10.0)
+    assert fp32.kwh_per_unit == approx(2.5)
     assert bf16.ratio_to_best == approx(1.0) and fp32.ratio_to_best == approx(2.5 / 1.7)
     assert c.saving == approx(0.8 / 2.5)
     assert c.sentence() == "Your llama-3-8b runs in bf16 used 1.70 kWh per epoch, 32% less than in fp32."
@@ -199,6 +200,24 @@ def test_window_edges(conn: Connection) -> None:
     assert before == ()
     # a day's window holds the runs that ended in it
     assert [r.job_id for r in runs(conn, d(5, 0), d(6, 0))] == ["1"]
+
+
+def test_comparison_per_token_where_runs_count_tokens() -> None:
+    from cocaq.modelstats import Run, compare
+
+    def run(pk: int, prec: str, kwh: float, tokens: int | None, epochs: float | None) -> Run:
+        return Run(pk, str(pk), "c", "u", "a", "COMPLETED", None, "llm", "pytorch", None, prec, 8, epochs,
+                   tokens, 8, 10.0, kwh, kwh / 2, None, None, None, None, None)  # fmt: skip
+
+    # bf16: 50 kWh for 100M tokens (0.5 Wh per 1k); fp32: 90 kWh for 100M (0.9): 44% less in bf16
+    cs = compare([run(1, "bf16", 50.0, 100_000_000, None), run(2, "fp32", 90.0, 100_000_000, None)])
+    (c,) = cs
+    assert c.unit == "1M tokens" and c.saving == approx(1 - 50 / 90)
+    assert c.best.kwh_per_unit == approx(0.5) and c.best.units == approx(100.0)
+    assert c.sentence() == "Your llm runs in bf16 used 500 Wh per 1M tokens, 44% less than in fp32."
+    # counting both: a comparison per unit
+    both = compare([run(1, "bf16", 50.0, 100_000_000, 5.0), run(2, "fp32", 90.0, 100_000_000, 5.0)])
+    assert sorted(c.unit for c in both) == ["1M tokens", "epoch"]
 
 
 def test_comparison_edge_cases() -> None:

@@ -47,7 +47,19 @@ def _imported(args: list[str], env: dict[str, str]) -> set[str]:
 def test_json_and_csv_paths_import_no_sqlalchemy(
     engine: Engine, cli_env: dict[str, str], args: list[str]
 ) -> None:
-    env = dict(cli_env, COCAQ_DATABASE_URL=engine.url.render_as_string(hide_password=False))
+    from datetime import UTC, datetime, timedelta
+
+    from cocaq.config import Config
+    from cocaq.importer import import_records
+    from cocaq.slurm.record import JobRecord
+
+    url = engine.url.render_as_string(hide_password=False)
+    start = datetime.now(UTC) - timedelta(days=1)  # alice and lab_a exist: a name never seen is an error
+    rec = JobRecord(job_id="1", job_id_raw=1, user_name="alice", account="lab_a", submit_time=start,
+                    start_time=start, end_time=start + timedelta(hours=1), elapsed_s=3600.0, state="COMPLETED",
+                    cluster="c", node_list="n1", n_nodes=1, alloc_cpus=1)  # fmt: skip
+    import_records(engine, [rec], Config(database_url=url), source="sacct-json")
+    env = dict(cli_env, COCAQ_DATABASE_URL=url)
     mods = _imported(args, env)
     assert {"cocaq.cli", "cocaq.footprint", "cocaq.dbapi"} <= mods  # (the listing works)
     heavy = sorted(m for m in mods if m.split(".")[0] in HEAVY or m in ("cocaq.models", "cocaq.db"))
