@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             fn()  # warm: the plan cache and the buffers
             results[name], outputs[name] = timed(fn, a.runs)
         months = next(v for k, v in outputs.items() if k.startswith("users_month"))
-        t, sugg = timed(lambda: {u: suggest_for_user(mo) for u, mo in months.items()}, a.runs)
+        t, sugg = timed(lambda: {u: suggest_for_user(mo, cfg) for u, mo in months.items()}, a.runs)
         results[f"suggest_for_user over {len(months):,} users"] = t
     print(f"\nin this process, warm connection, {a.runs} runs each (median / max):")
     for name, ts in results.items():

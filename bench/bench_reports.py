@@ -139,7 +139,7 @@ def profile(cfg: Any, month: Any, port: int) -> list[tuple[str, float]]:
     with engine.connect() as conn:
         months = timed("users_month (all users)", lambda: users_month(conn, cfg, month))
     names = sorted(u for u, m in months.items() if m.totals.jobs > 0)
-    sugg = timed("suggest_for_user (all)", lambda: {u: suggest_for_user(months[u]) for u in names})
+    sugg = timed("suggest_for_user (all)", lambda: {u: suggest_for_user(months[u], cfg) for u in names})
     rendered = timed(
         "render_user_month (all: templates + charts)",
         lambda: {u: render_user_month(months[u], sugg[u], cfg) for u in names},

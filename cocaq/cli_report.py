@@ -59,11 +59,18 @@ def file_stem(*parts: str) -> str:
 
 
 def write_email(
-    out_dir: Path, stem: str, r: Rendered, cfg: Config, to: str, *, date: datetime | None = None
+    out_dir: Path,
+    stem: str,
+    r: Rendered,
+    cfg: Config,
+    to: str,
+    *,
+    date: datetime | None = None,
+    user: str | None = None,
 ) -> list[Path]:
     """`stem.html` (the e-mail's HTML with its charts inlined, for a browser) and `stem.eml` (the message as
     it would be sent, from reports.message.build_message)."""
-    from cocaq.reports.message import build_message, new_message_id, parse_sender
+    from cocaq.reports.message import build_message, new_message_id, parse_sender, unsubscribe_header
     from cocaq.reports.render import inline_images
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -77,6 +84,8 @@ def write_email(
         images=r.images,
         message_id=new_message_id(sender),
         date=date,
+        list_unsubscribe=unsubscribe_header(cfg.mail, user or to, cfg.reports.contact),
+        reply_to=cfg.mail.reply_to,
     )
     html_path, eml_path = out_dir / f"{stem}.html", out_dir / f"{stem}.eml"
     html_path.write_text(inline_images(r.html, r.images), encoding="utf-8")
@@ -196,10 +205,12 @@ def report_user(
     engine = obj.engine()
     with engine.connect() as conn:
         um = user_month(conn, obj.cfg, user, start, cluster=cluster)
-    r = render_user_month(um, suggest_for_user(um), obj.cfg)
+    r = render_user_month(um, suggest_for_user(um, obj.cfg), obj.cfg)
     if out_dir:
         to = user_address(engine, obj.cfg, user)
-        _echo_paths(write_email(Path(out_dir), file_stem("user", user, um.month.label), r, obj.cfg, to))
+        _echo_paths(
+            write_email(Path(out_dir), file_stem("user", user, um.month.label), r, obj.cfg, to, user=user)
+        )
     if send:
         kind = _kind("user", cluster)  # as `cocaq report send` records it: the same report goes once
         _send(obj, [_outgoing(kind, Month.of(start), r, user=user)], force)

@@ -1,4 +1,5 @@
-"""`cocaq report send`: a month's report e-mails, exactly once (the work is in cocaq.reports.batch).
+"""`cocaq report send`: a month's report e-mails, exactly once (the work is in cocaq.reports.batch), and
+`cocaq report alerts`: one pass of the idle-GPU alerts to users of running jobs (cocaq.reports.alerts).
 
 Registered on the `report` group of cocaq.cli_report by importing this module (cocaq/cli.py does).
 """
@@ -47,4 +48,30 @@ def report_send(
     for line in summary.lines():
         click.echo(line, err=True)
     if summary.stopped:
+        sys.exit(5)
+
+
+@report.command("alerts")
+@click.option("-M", "--cluster", default=None, help="Only this cluster's jobs (default: all).")
+@click.option("--dry-run", is_flag=True, help="Say which alerts would go; record and send nothing.")
+@click.pass_obj
+def report_alerts(obj: Ctx, cluster: str | None, dry_run: bool) -> None:
+    """Alert the users whose running jobs hold GPUs that all sat idle ([alerts] in the config).
+
+    One pass of what the scheduler's `alerts` job runs every 5 minutes: at most one alert per job, one
+    per user per [alerts] throttle_hours, none to opted-out users; alerts not sent yet go again. Prints
+    each new alert on stdout ("alert ..." or, with --dry-run, "would alert ..."), then one summary line
+    on stderr; exit code 5 when the mail server stopped the batch.
+    """
+    from cocaq.reports.alerts import send_idle_alerts
+
+    summary = send_idle_alerts(obj.engine(), obj.cfg, cluster=cluster, dry_run=dry_run)
+    *alerts, line = summary.lines()
+    for a in alerts:
+        click.echo(a)
+    click.echo(line, err=True)
+    if summary.delivery is not None:
+        for extra in summary.delivery.lines()[1:]:
+            click.echo(extra, err=True)
+    if summary.status == "error":
         sys.exit(5)

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from cocaq.cli import Ctx
 
 # Kept here as well as in cocaq.scheduler so that `cocaq --help` does not import APScheduler or the ORM.
-JOB_IDS = ("reconcile", "aggregate", "catchup", "reports-monthly", "reports-weekly", "reports-jobs")
+JOB_IDS = ("reconcile", "aggregate", "catchup", "reports-monthly", "reports-weekly", "reports-jobs", "alerts")
 
 
 @click.command("scheduler")

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.engine import make_url
 
 from cocaq.config import load_config
@@ -46,6 +46,7 @@ cpu_model = "AMD EPYC 7763 (64 cores, 280 W)"
 cpu_tdp_w_per_core = 4.4
 gpu_model = "NVIDIA A100-SXM4-80GB"
 gpu_tdp_w = 400
+gpu_mem_gb = 80
 mem_gb = 1024
 
 [partitions.gpu_v100]
@@ -53,6 +54,7 @@ cpu_model = "Intel Xeon Gold 6248 (20 cores, 150 W)"
 cpu_tdp_w_per_core = 7.5
 gpu_model = "NVIDIA V100-SXM2-32GB"
 gpu_tdp_w = 300
+gpu_mem_gb = 32
 mem_gb = 384
 
 [partitions.cpu]
@@ -71,6 +73,8 @@ g_per_node_hour = 10
 [mail]
 transport = "outbox"
 address_template = "{user}@example.org"
+from_address = "Demo cluster reports <hpc-reports@demo-cluster.example.org>"
+reply_to = "Demo cluster HPC support <hpc-support@example.org>"   # where replies and "unsubscribe" go
 
 [reports]
 site_name = "Demo cluster"
@@ -366,7 +370,12 @@ def _ship_metadata(url: str, jobs: list[_Job]) -> int:
 
 
 def sacct_lines(jobs: list[_Job]) -> list[str]:
-    """The jobs as `sacct --parsable2 --format=SACCT_FIELDS` would print them, steps included."""
+    """The jobs as `sacct --parsable2 --format=SACCT_FIELDS` would print them, steps included.
+
+    Memory use (MaxRSS, per task, on the steps) comes from a random stream of each job's own, so that
+    it changes nothing else the demo draws: most jobs use 20-60 % of the memory they asked for, CPU jobs
+    40-95 %, carol's debug jobs and every job that ran out of memory all of it.
+    """
     fields = SACCT_FIELDS.split(",")
     out = ["|".join(fields)]
     for j in jobs:
@@ -404,11 +413,33 @@ def sacct_lines(jobs: list[_Job]) -> list[str]:
             "ConsumedEnergyRaw": "" if j.running else energy,
             "Cluster": DEMO_CLUSTER,
             "Timelimit": format_slurm_duration(j.limit_min * 60),
+            "MaxRSS": "",  # sacct leaves both empty on the job line
+            "NTasks": "",
         }
         out.append("|".join(row[f] for f in fields))
         if j.running:
             continue
-        for step in ("batch", "extern"):
+        mem_rng = random.Random(f"{j.job_id}/{_ts(j.submit)}")
+        if j.state == "OUT_OF_MEMORY":
+            used = mem_rng.uniform(0.97, 1.04)
+        elif j.user == "carol" and j.kind == "debug":
+            used = mem_rng.uniform(0.9, 1.0)
+        elif j.kind in ("preprocess", "cpu_sim"):
+            used = mem_rng.uniform(0.4, 0.95)
+        else:
+            used = mem_rng.uniform(0.2, 0.6)
+        node_kb = used * j.mem_gb * 1024**2 / len(j.nodes)
+        # A multi-node GPU job runs its work in an srun step (`.0`), one task per GPU; the batch script
+        # itself only launches it.
+        srun = j.gpus > 0 and len(j.nodes) > 1
+        steps = ("batch", "extern", "0") if srun else ("batch", "extern")
+        for step in steps:
+            if step == "batch":
+                rss_kb, ntasks = (mem_rng.uniform(2e5, 9e5) if srun else node_kb), 1
+            elif step == "extern":
+                rss_kb, ntasks = mem_rng.uniform(800, 1200), len(j.nodes)
+            else:
+                rss_kb, ntasks = node_kb / (j.gpus // len(j.nodes)), j.gpus
             srow = dict(
                 row,
                 JobID=f"{j.job_id}.{step}",
@@ -427,7 +458,11 @@ def sacct_lines(jobs: list[_Job]) -> list[str]:
                 Cluster="",
                 State=j.state if j.state != "TIMEOUT" else "CANCELLED",
                 TotalCPU=format_slurm_duration(j.total_cpu if step == "batch" else 0.1),
+                MaxRSS=f"{int(rss_kb)}K",
+                NTasks=str(ntasks),
             )
+            if step == "0":
+                srow.update(JobName="python", TotalCPU=format_slurm_duration(j.total_cpu * 0.97))
             out.append("|".join(srow[f] for f in fields))
     return out
 
@@ -504,7 +539,14 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
     from cocaq import measured as node_measurements
 
     _ship_metadata(url, jobs)
-    n_models = node_measurements.refresh(engine, cfg, since=end - timedelta(days=days + 2)).models
+    node_measurements.refresh(engine, cfg, since=end - timedelta(days=days + 2))
+    with engine.connect() as conn:  # (jobs that carry metadata, whether this run wrote it or an earlier one)
+        from cocaq.models import ModelMetadata
+
+        n_models = conn.execute(
+            select(func.count()).select_from(ModelMetadata).join(Job, Job.id == ModelMetadata.job_pk)
+            .where(Job.cluster_id == select(Cluster.id).where(Cluster.name == DEMO_CLUSTER).scalar_subquery())
+        ).scalar_one()  # fmt: skip
     from cocaq.aggregate import run_aggregate
 
     run_aggregate(engine, cfg, full=True, rescan_samples=True)
@@ -624,6 +666,11 @@ _GPU_USE = {
 }
 
 
+# GPU memory a kind of job holds on each of its GPUs, in GB (A100s of 80 GB): LLMs fill them, notebooks
+# and debugging hold a little, training in between.
+_GPU_MEM_GB = {"llm": (62.0, 76.0), "train": (9.0, 38.0), "debug": (3.0, 14.0), "notebook": (1.5, 6.0)}
+
+
 def _write_samples(engine: Any, jobs: list[_Job], seed: int, step_s: float) -> int:
     """NVML samples (power, utilisation) of the GPU jobs on the A100 nodes, as the collector ships them:
     one per GPU every `step_s`, each job's GPUs named by their index on the node.
@@ -637,6 +684,7 @@ def _write_samples(engine: Any, jobs: list[_Job], seed: int, step_s: float) -> i
     from cocaq.models import Cluster, Sample
 
     rng = random.Random(seed + 1)
+    mem_rng = random.Random(seed + 3)  # (a stream of its own: the power and utilisation stay as they were)
     step = max(int(step_s), 1)
     with engine.begin() as conn:
         cid = conn.execute(select(Cluster.id).where(Cluster.name == DEMO_CLUSTER)).scalar_one()
@@ -653,6 +701,8 @@ def _write_samples(engine: Any, jobs: list[_Job], seed: int, step_s: float) -> i
             # a fifth of the multi-GPU training jobs left GPUs after the first unused (single-GPU code)
             one_gpu = j.kind == "train" and per_node > 1 and j.user != "frank" and rng.random() < 0.2
             offset = j.raw_id % step  # jobs' samples interleave rather than collide on a shared node
+            lo_gb, hi_gb = _GPU_MEM_GB.get(j.kind, (4.0, 30.0))
+            mem_mb = mem_rng.uniform(lo_gb, hi_gb) * 1024  # what the job's GPUs hold once it is loaded
             for node in j.nodes:
                 for k in range(per_node):
                     dev = f"GPU-{k}"
@@ -668,6 +718,8 @@ def _write_samples(engine: Any, jobs: list[_Job], seed: int, step_s: float) -> i
                                 "job_id": str(j.raw_id)}  # fmt: skip
                         rows.append({**base, "metric": "power_w", "value": round(power, 1)})
                         rows.append({**base, "metric": "util_pct", "value": round(util, 1)})
+                        held = mem_mb * (0.5 if i == 0 else 1.0) * (0.2 if one_gpu and k > 0 else 1.0)
+                        rows.append({**base, "metric": "mem_used_mb", "value": round(held, 0)})
             if len(rows) >= 20_000:
                 conn.execute(insert(Sample).prefix_with("OR IGNORE"), rows)
                 n += len(rows)
@@ -711,7 +763,7 @@ def _write_reports(engine: Any, cfg: Any, out: Path, end: datetime, days: int) -
             a: lab_month(conn, cfg, a, month.start, cluster=DEMO_CLUSTER) for a in ("lab_nlp", "lab_vision")
         }
         busy = [um for um in months.values() if um.totals.energy_kwh > 0]
-        suggestions = {um.user: suggest_for_user(um) for um in busy}
+        suggestions = {um.user: suggest_for_user(um, cfg) for um in busy}
         picks: list[str] = []
         for key in (
             lambda um: um.totals.energy_kwh,
@@ -731,7 +783,7 @@ def _write_reports(engine: Any, cfg: Any, out: Path, end: datetime, days: int) -
     write_email(out, f"admin-{label}-email", render_admin_email(adm, cfg), cfg, cfg.reports.admins[0])
     for u in picks:
         r = render_user_month(months[u], suggestions[u], cfg)
-        write_email(out, file_stem("user", u, label), r, cfg, user_address(engine, cfg, u))
+        write_email(out, file_stem("user", u, label), r, cfg, user_address(engine, cfg, u), user=u)
     for a, lm in labs.items():
         write_email(
             out, file_stem("lab", a, label), render_lab_month(lm, cfg), cfg, cfg.reports.lab_heads[a][0]

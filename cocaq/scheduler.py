@@ -11,6 +11,8 @@ table `apscheduler_jobs`, which it creates), so their next run times survive res
     reports-weekly   Mondays at 06:00: no weekly report; in a month's first two weeks, last month's batch
                      again (sends only what did not go)
     reports-jobs     every 5 minutes: job e-mails of jobs whose energy became final (digests per user)
+    alerts           every 5 minutes: alerts to users whose running jobs hold GPUs that all sit idle
+                     (cocaq.reports.alerts)
 
 Times are in the cluster's timezone (config `cluster.timezone`, else this machine's).
 
@@ -57,6 +59,7 @@ RECONCILE_WINDOW = timedelta(days=2)
 CATCHUP_WINDOW = timedelta(days=7)
 DEFAULT_RECONCILE_EVERY = timedelta(minutes=5)
 JOB_MAIL_EVERY = timedelta(minutes=5)
+ALERTS_EVERY = timedelta(minutes=5)
 # The advisory lock's key (a bigint; advisory locks are per database): "cocaqsch" in ASCII.
 LOCK_KEY = int.from_bytes(b"cocaqsch", "big")
 HOST = socket.gethostname()
@@ -333,6 +336,22 @@ def job_reports_jobs(config_path: str | None = None, via: str = "scheduler") -> 
     return _recorded("reports-jobs", config_path, via, work)
 
 
+def _alerts(engine: Engine, cfg: Config, now: datetime) -> tuple[str, str]:
+    send = _optional("cocaq.reports.alerts", "send_idle_alerts")
+    if send is None:
+        return "skipped", "alerts: not available in this version; no idle-GPU alerts sent"
+    result = send(engine, cfg, now=now)
+    # "skipped" when [alerts] idle_gpu is off, "error" when the mail server stopped the batch.
+    status = getattr(result, "status", "ok")
+    if status not in ("ok", "skipped", "error"):
+        status = "ok"
+    return status, "alerts: " + _describe(result)
+
+
+def job_alerts(config_path: str | None = None, via: str = "scheduler") -> RunResult:
+    return _recorded("alerts", config_path, via, _alerts)
+
+
 JOB_FUNCS: dict[str, Callable[..., RunResult]] = {
     "reconcile": job_reconcile,
     "aggregate": job_aggregate,
@@ -340,6 +359,7 @@ JOB_FUNCS: dict[str, Callable[..., RunResult]] = {
     "reports-monthly": job_reports_monthly,
     "reports-weekly": job_reports_weekly,
     "reports-jobs": job_reports_jobs,
+    "alerts": job_alerts,
 }
 JOB_IDS = tuple(JOB_FUNCS)
 _TAKES_SACCT = {"reconcile", "catchup"}
@@ -391,6 +411,12 @@ def job_specs(opts: Options, tz: tzinfo) -> list[JobSpec]:
             "reports-jobs",
             IntervalTrigger(seconds=JOB_MAIL_EVERY.total_seconds(), timezone=tz),
             int(2 * JOB_MAIL_EVERY.total_seconds()),
+            base,
+        ),
+        JobSpec(
+            "alerts",
+            IntervalTrigger(seconds=ALERTS_EVERY.total_seconds(), timezone=tz),
+            int(2 * ALERTS_EVERY.total_seconds()),
             base,
         ),
     ]

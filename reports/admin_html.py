@@ -3,7 +3,7 @@
 The page is one standalone file: plotly.js is embedded once in its <head> and each chart is a <div> with
 its figure as JSON (Plotly escapes <, > and / in it, so a lab or user name cannot close the script).
 Names are HTML-escaped too, because Plotly reads a few tags (<b>, <br>, <a>) in labels. No chart links
-anywhere: `displaylogo` is off and the mode bar keeps only zoom, pan, reset and the PNG download.
+anywhere: there is no mode bar (no Plotly logo, no "edit in Chart Studio"); hovering shows the figures.
 """
 
 from __future__ import annotations
@@ -18,12 +18,9 @@ if TYPE_CHECKING:
 
 from cocaq.reports.charts import COLOURS, CYCLE
 
-CONFIG = {
-    "displaylogo": False,
-    "responsive": True,
-    "showSendToCloud": False,
-    "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d", "toggleSpikelines"],
-}
+# No mode bar: on a phone it sits over the bars, and the e-mail carries each chart as an image anyway;
+# hovering and the legends are what a reader uses here.
+CONFIG = {"displayModeBar": False, "responsive": True}
 FONT = "-apple-system, BlinkMacSystemFont, Segoe UI, Roboto, Helvetica, Arial, sans-serif"
 
 
@@ -52,19 +49,19 @@ def plotly_js() -> Any:
 
 
 def _layout(title: str, subtitle: str, *, height: int = 380, **kw: Any) -> dict[str, Any]:
-    """A plain white layout (no Plotly template: each would add 10 kB of JSON per chart)."""
+    """A plain white layout (no Plotly template: each would add 10 kB of JSON per chart).
+
+    Made for a phone's 375 px as much as for a desktop: the title and subtitle are HTML around the chart
+    (Plotly does not wrap a title; `_div` puts them there from `meta`), margins are small and grow only as
+    the axis labels need (automargin), and the legend sits under the plot, wrapping."""
     axis = {"gridcolor": "#e5e7eb", "linecolor": "#9ca3af", "zeroline": False, "automargin": True}
-    sub = f"<span style='font-size:12px;color:#6b7280'>{escape(subtitle)}</span>"
     layout: dict[str, Any] = {
         "template": "none",
-        "title": {
-            "text": f"<b>{escape(title)}</b><br>{sub}",
-            "x": 0.01,
-            "xanchor": "left",
-        },
-        "font": {"family": FONT, "size": 13, "color": "#111827"},
+        "meta": {"title": title, "subtitle": subtitle},
+        "font": {"family": FONT, "size": 12, "color": "#111827"},
         "height": height,
-        "margin": {"l": 60, "r": 30, "t": 80, "b": 100},
+        "autosize": True,
+        "margin": {"l": 8, "r": 8, "t": 8, "b": 8, "pad": 2},
         "paper_bgcolor": "#ffffff",
         "plot_bgcolor": "#ffffff",
         "legend": {
@@ -87,14 +84,20 @@ def _layout(title: str, subtitle: str, *, height: int = 380, **kw: Any) -> dict[
 
 
 def _div(name: str, data: Sequence[dict[str, Any]], layout: dict[str, Any]) -> str:
+    """The chart's title and subtitle as HTML (they wrap on a phone), then Plotly's <div> and script."""
     import plotly.graph_objects as go
     import plotly.io as pio
 
+    meta = layout.pop("meta", {}) or {}
     fig = go.Figure(data=list(data), layout=layout)
     html: str = pio.to_html(
         fig, config=CONFIG, full_html=False, include_plotlyjs=False, div_id=f"chart-{name}", validate=False
     )
-    return html
+    head = (
+        f'<p style="margin:16px 0 0 0;font-weight:700;font-size:15px;">{escape(meta.get("title", ""))}</p>'
+        f'<p style="margin:0 0 4px 0;color:#6b7280;font-size:12px;">{escape(meta.get("subtitle", ""))}</p>'
+    )
+    return head + html
 
 
 def _bar(name: str, x: Sequence[Any], y: Sequence[Any], colour: str, hover: str, **kw: Any) -> dict[str, Any]:
@@ -173,7 +176,12 @@ def plotly_charts(m: AdminMonth) -> dict[str, str]:
         )
     weeks = list(m.by_week)
     if weeks:
-        x = [f"{w.first:%d %b}" + (f"-{w.last:%d %b}" if w.last != w.first else "") for w in weeks]
+        x = [
+            f"{w.first:%d %b}"
+            + (f"-{w.last:%d %b}" if w.last != w.first else "")
+            + ("*" if w.partial else "")
+            for w in weeks
+        ]
         hover = (
             "%{x}: %{y:,.1f} kWh, %{customdata[0]:,.1f} kg CO2e, %{customdata[1]:,.0f} GPU-h<extra></extra>"
         )
@@ -200,8 +208,9 @@ def plotly_charts(m: AdminMonth) -> dict[str, str]:
                     "hovertemplate": "%{x}: GPU utilisation %{y:.0f}%<extra></extra>",
                 }
             )
-        y2 = {
-            "title": {"text": "% GPU utilisation"},
+        y2 = {  # no title: the legend names the line, and a title on the right crowds a phone's width
+            "automargin": True,
+            "ticksuffix": "%",
             "overlaying": "y",
             "side": "right",
             "range": [0, 100],
@@ -214,7 +223,8 @@ def plotly_charts(m: AdminMonth) -> dict[str, str]:
             data,
             _layout(
                 "Energy per week",
-                f"ISO weeks (from Monday) within {month_name}",
+                f"ISO weeks (from Monday) within {month_name}"
+                + ("; * fewer than 7 days of data" if any(w.partial for w in weeks) else ""),
                 yaxis={"title": {"text": "kWh"}},
                 yaxis2=y2,
             ),
@@ -321,6 +331,34 @@ def plotly_charts(m: AdminMonth) -> dict[str, str]:
                 **kwh_x,
             ),
         )
+    trend = list(m.waste_trend)
+    if len(trend) > 1:
+        x = [f"{w.month.start:%b %Y}" + ("*" if w.data_days < len(w.month.days()) else "") for w in trend]
+        parts = (
+            ("idle GPUs", "idle", lambda w: w.idle_kwh),
+            ("failed, out of memory", "failed", lambda w: w.failed_kwh + w.oom_kwh),
+            ("time limit", "util", lambda w: w.timeout_kwh),
+            ("cancelled", "before", lambda w: w.cancelled_kwh),
+        )
+        out["waste_trend"] = _div(
+            "waste_trend",
+            [
+                _bar(
+                    label,
+                    x,
+                    [f(w) / w.data_days for w in trend],
+                    colour,
+                    f"%{{x}}: %{{y:,.2f}} kWh a day<extra>{label}</extra>",
+                )
+                for label, colour, f in parts
+            ],
+            _layout(
+                "Energy that did no work, month by month",
+                "kWh per day of data (* months the data covers in part), each kWh counted once",
+                barmode="stack",
+                yaxis={"title": {"text": "kWh per day"}},
+            ),
+        )
     ba = m.before_after
     if ba is not None and ba.users and ba.idle_share_before is not None and ba.gpu_util_before is not None:
         cats = ["idle share of GPU-hours (%)", "GPU utilisation (%)"]
@@ -329,12 +367,22 @@ def plotly_charts(m: AdminMonth) -> dict[str, str]:
         sub = (
             f"{len(ba.users)} users, {ba.window_days} days each side; observational, not a controlled effect"
         )
+        from cocaq.reports.render import before_after_tone
+
+        tones = [
+            before_after_tone(before[0], after[0], "less"),
+            before_after_tone(before[1], after[1], "more"),
+        ]
+        colours = [
+            _rgb(COLOURS["after" if t == "good" else "worse" if t == "bad" else "before"]) for t in tones
+        ]
+        after_bar = _bar(
+            "after (green: better, orange: worse)", cats, after, "after", "%{x}: %{y:.1f}<extra>after</extra>"
+        )
+        after_bar["marker"] = {"color": colours}
         out["before-after"] = _div(
             "before-after",
-            [
-                _bar("before", cats, before, "before", "%{x}: %{y:.1f}<extra>before</extra>"),
-                _bar("after", cats, after, "after", "%{x}: %{y:.1f}<extra>after</extra>"),
-            ],
+            [_bar("before", cats, before, "before", "%{x}: %{y:.1f}<extra>before</extra>"), after_bar],
             _layout(
                 "Before and after first reports",
                 sub,

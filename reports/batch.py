@@ -351,7 +351,7 @@ def render_user(m: UserMonth, cfg: Config) -> Rendered:
     from cocaq.reports.render import render_user_month
     from cocaq.reports.suggest import suggest_for_user
 
-    return render_user_month(m, suggest_for_user(m), cfg)
+    return render_user_month(m, suggest_for_user(m, cfg), cfg)
 
 
 def render_workers(n: int) -> int:

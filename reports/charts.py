@@ -38,7 +38,8 @@ COLOURS: dict[str, tuple[int, int, int]] = {
     "idle": (220, 38, 38),
     "failed": (234, 88, 12),
     "before": (148, 163, 184),
-    "after": (22, 163, 74),
+    "after": (22, 163, 74),  # better than before
+    "worse": (217, 119, 6),  # an "after" that is worse than before
 }
 # Lines of several zones or groups, in order.
 CYCLE = ((37, 99, 235), (217, 119, 6), (22, 163, 74), (147, 51, 234), (220, 38, 38), (8, 145, 178))
@@ -75,11 +76,17 @@ def _font(size: int, bold: bool = False) -> Any:
 
 @dataclass(frozen=True)
 class Series:
-    """One series: a value per category (None: no value, a gap in a line), in one colour."""
+    """One series: a value per category (None: no value, a gap in a line), in one colour (or, for bars,
+    one per category where `colours` gives one: an "after" bar green or orange by whether it is better)."""
 
     name: str
     values: Sequence[float | None]
     colour: tuple[int, int, int]
+    colours: Sequence[tuple[int, int, int] | None] | None = None
+
+    def colour_at(self, i: int) -> tuple[int, int, int]:
+        c = self.colours[i] if self.colours is not None and i < len(self.colours) else None
+        return c or self.colour
 
 
 def nice_ticks(top: float, n: int = 5) -> list[float]:
@@ -298,14 +305,15 @@ def bar_chart(
             for s in bars:
                 v = s.values[i] or 0.0
                 if v > 0:
-                    c.rect(x0, bottom - span * (base + v) / ymax, x1, bottom - span * base / ymax, s.colour)
+                    y0, y1 = bottom - span * (base + v) / ymax, bottom - span * base / ymax
+                    c.rect(x0, y0, x1, y1, s.colour_at(i))
                     base += v
         else:
             w = (x1 - x0) / max(len(bars), 1)
             for k, s in enumerate(bars):
                 v = s.values[i] or 0.0
                 if v > 0:
-                    c.rect(x0 + w * k, bottom - span * v / ymax, x0 + w * (k + 1) - 1, bottom, s.colour)
+                    c.rect(x0 + w * k, bottom - span * v / ymax, x0 + w * (k + 1) - 1, bottom, s.colour_at(i))
                     if value_labels is not None:
                         c.text((x0 + w * (k + 0.5), bottom - span * v / ymax - 2), value_labels(v), 11,
                                fill=INK, anchor="md")  # fmt: skip

@@ -204,6 +204,7 @@ class _Batch:
     ) -> None:
         self.engine = engine
         self.mail = cfg.mail
+        self.contact = cfg.reports.contact
         self.book = book
         self.transport = transport
         self.summary = summary
@@ -267,6 +268,7 @@ class _Batch:
                 message_id=message_id,
                 date=self.clock(),
                 list_unsubscribe=self._unsubscribe(rcpt),
+                reply_to=self.mail.reply_to,
             )
         except ValueError as exc:
             self._failed(addr, f"cannot build the message: {exc}")
@@ -308,12 +310,10 @@ class _Batch:
             )
         return entry.message_id or new_message_id(self.sender)
 
-    def _unsubscribe(self, rcpt: Recipient) -> str | None:
-        if not self.mail.list_unsubscribe:
-            return None
-        from cocaq.reports.addresses import list_unsubscribe_header
+    def _unsubscribe(self, rcpt: Recipient) -> str:
+        from cocaq.reports.message import unsubscribe_header
 
-        return list_unsubscribe_header(self.mail.list_unsubscribe, rcpt.user or rcpt.address)
+        return unsubscribe_header(self.mail, rcpt.user or rcpt.address, self.contact)
 
     def _send(self, item: Outgoing, addr: str, msg: Any, row_id: int) -> None:
         attempts = self.mail.retry_attempts

@@ -1,8 +1,17 @@
-"""Job footprint e-mails at the end of a job, for the users and jobs that asked, grouped into digests.
+"""Job footprint e-mails at the end of a job, for the jobs that asked or wasted energy, in digests.
 
-Who asks: a user with `users.job_email` set, or a job whose Slurm comment holds `cocaq:notify`
-(`NOTIFY_TOKEN`, any case, anywhere in the comment: `#SBATCH --comment "cocaq:notify"`). Opted-out users
-(`users.opted_out`, `[mail] opt_out_file`) get none.
+Which jobs: those that asked, and those that wasted energy.
+
+* Asked: a user with `users.job_email` set, or a job whose Slurm comment holds `cocaq:notify`
+  (`NOTIFY_TOKEN`, any case, anywhere in the comment: `#SBATCH --comment "cocaq:notify"`).
+* Wasted, asked or not: a finished job whose energy that did no useful work,
+  `cocaq.ledger.waste(state, jobs.energy_j, job_metrics.idle_gpu_energy_j).total` (its idle GPUs, and all
+  of the rest of a job that failed, ran out of memory, timed out or was cancelled), reached
+  `[reports] job_email_waste_kwh` (0: off). Its e-mail says why it came (`render.waste_reason`) and how
+  to stop these e-mails. A job's idle GPU energy is known once the aggregator has derived its metrics;
+  until then only its state can make it wasted.
+
+Opted-out users (`users.opted_out`, `[mail] opt_out_file`) get none.
 
 When a job is ready (`ready`): its energy is final (`data.job_footprint`: the job is not open, its state
 is a final Slurm state, and every measured node record is the epilog's final one) and the aggregator has
@@ -42,13 +51,14 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, exists, func, insert, or_, select
+from sqlalchemy import Engine, and_, exists, false, func, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from cocaq.config import Config
 from cocaq.dbtypes import as_utc
+from cocaq.ledger import J_PER_KWH
 
 if TYPE_CHECKING:
     from cocaq.reports.data import JobReport
@@ -87,12 +97,13 @@ def ready(rep: JobReport, now: datetime) -> bool:
 class JobMailSummary:
     """What one run did; `line()` for the scheduler's run log and the CLI."""
 
-    considered: int = 0  # jobs that asked, ended within LOOKBACK, not yet in a digest
+    considered: int = 0  # jobs that asked or wasted energy, ended within LOOKBACK, not yet in a digest
     not_ready: int = 0  # energy not final yet, or metrics not derived yet
     in_window: int = 0  # ready, waiting for the digest window of their user
     waiting_open: int = 0  # ready, waiting for their user's open digest to go first
     new_digests: int = 0
     new_jobs: int = 0  # bound to the new digests
+    unasked_jobs: int = 0  # of those, the jobs that go for their wasted energy alone
     open_digests: int = 0  # digests handed to deliver this run (new ones included)
     no_address: int = 0  # users left out before binding (no address or opted out in the file)
     opted_out: int = 0
@@ -115,6 +126,8 @@ class JobMailSummary:
                 f"job e-mails: {self.new_digests} new digest(s) of {self.new_jobs} job(s), "
                 f"{self.open_digests} digest(s) to send"
             )
+        if self.unasked_jobs:
+            head += f" ({self.unasked_jobs} unasked, for their wasted energy)"
         parts = [head]
         waits = []
         if self.not_ready:
@@ -139,31 +152,74 @@ class JobMailSummary:
         return "; ".join(parts)
 
 
-def _wanted_jobs(engine: Engine, now: datetime) -> list[tuple[int, str, datetime]]:
-    """(job pk, user, end) of the jobs that asked for an e-mail, ended within LOOKBACK, in no digest yet."""
-    from cocaq.models import Job, JobNotice, User
+def _asked() -> Any:
+    """SQL: the job (jobs, with its users row outer-joined) asked for its e-mail."""
+    from cocaq.models import Job, User
 
-    J, U, N = Job, User, JobNotice
-    asked = or_(
-        U.job_email.is_(True),
-        func.lower(func.coalesce(J.comment, "")).contains(NOTIFY_TOKEN, autoescape=True),
+    return or_(
+        User.job_email.is_(True),
+        func.lower(func.coalesce(Job.comment, "")).contains(NOTIFY_TOKEN, autoescape=True),
     )
+
+
+def _wasted(cfg: Config) -> Any:
+    """SQL: `cocaq.ledger.waste(state, energy, idle).total >= [reports] job_email_waste_kwh` (false at 0).
+
+    The total is the whole energy of a job that ended badly (its idle part plus the rest), else its idle
+    GPU energy capped at its energy; so with a threshold t > 0 it reaches t exactly when the energy does
+    and, for a job that did not end badly, its idle GPU energy does too."""
+    from cocaq.ledger import OUTCOME
+    from cocaq.models import Job, JobMetrics
+    from cocaq.sqlfuncs import first_word
+
+    kwh = cfg.reports.job_email_waste_kwh
+    if kwh <= 0:
+        return false()
+    t = kwh * J_PER_KWH
+    ended_badly = first_word(Job.state).in_(sorted(OUTCOME))
+    return and_(Job.energy_j >= t, or_(ended_badly, func.coalesce(JobMetrics.idle_gpu_energy_j, 0.0) >= t))
+
+
+def _wanted_jobs(engine: Engine, cfg: Config, now: datetime) -> list[tuple[int, str, datetime, bool]]:
+    """(job pk, user, end, asked) of the jobs that asked for an e-mail or wasted energy, ended within
+    LOOKBACK, in no digest yet."""
+    from cocaq.models import Job, JobMetrics, JobNotice, User
+
+    J, U, N, M = Job, User, JobNotice, JobMetrics
+    asked = _asked()
     q = (
-        select(J.id, J.user_name, J.end_time)
+        select(J.id, J.user_name, J.end_time, asked)
         .select_from(J)
         .outerjoin(U, U.name == J.user_name)
+        .outerjoin(M, M.job_pk == J.id)
         .where(
             J.end_time >= now - LOOKBACK,
             J.end_time <= now,
             J.is_open.is_(False),
-            asked,
+            or_(asked, _wasted(cfg)),
             or_(U.opted_out.is_(None), U.opted_out.is_(False)),
             ~exists().where(N.job_pk == J.id),
         )
         .order_by(J.user_name, J.end_time, J.id)
     )
     with engine.connect() as conn:
-        return [(int(pk), str(u), as_utc(end)) for pk, u, end in conn.execute(q) if end is not None]
+        return [
+            (int(pk), str(u), as_utc(end), bool(a)) for pk, u, end, a in conn.execute(q) if end is not None
+        ]
+
+
+def unasked_jobs(engine: Engine, pks: list[int]) -> set[int]:
+    """Of these jobs, those that did not ask for their e-mail (they go for their wasted energy)."""
+    from cocaq.models import Job, User
+
+    q = (
+        select(Job.id)
+        .select_from(Job)
+        .outerjoin(User, User.name == Job.user_name)
+        .where(Job.id.in_(pks), ~_asked())
+    )
+    with engine.connect() as conn:
+        return {int(pk) for pk in conn.execute(q).scalars()}
 
 
 def _open_digests(engine: Engine, now: datetime) -> list[tuple[str, datetime]]:
@@ -236,14 +292,15 @@ def send_job_mail(
     now = as_utc(now) if now is not None else clock()
     window = digest_window(cfg) if window is None else window
     s = JobMailSummary(dry_run=dry_run)
-    wanted = _wanted_jobs(engine, now)
+    wanted = _wanted_jobs(engine, cfg, now)
     s.considered = len(wanted)
     opened = _open_digests(engine, now)
     busy = {u for u, _ in opened}
     reports: dict[int, JobReport] = {}
     by_user: dict[str, list[tuple[int, datetime]]] = defaultdict(list)
+    unasked = {pk for pk, _, _, a in wanted if not a}
     with engine.connect() as conn:
-        for pk, user, end in wanted:
+        for pk, user, end, _ in wanted:
             rep = job_footprint(conn, cfg, pk)
             if not ready(rep, now):
                 s.not_ready += 1
@@ -272,6 +329,7 @@ def send_job_mail(
         if dry_run:
             s.new_digests += 1
             s.new_jobs += len(pks)
+            s.unasked_jobs += len(unasked.intersection(pks))
             continue
         at = _bind(engine, user, pks, now)
         if at is None:
@@ -279,6 +337,7 @@ def send_job_mail(
             continue
         s.new_digests += 1
         s.new_jobs += len(pks)
+        s.unasked_jobs += len(unasked.intersection(pks))
         made.append((user, at))
     todo = opened + made
     s.open_digests = len(todo) if not dry_run else len(opened) + s.new_digests
@@ -295,7 +354,7 @@ def send_job_mail(
                 continue  # its jobs were deleted
             with engine.connect() as conn:
                 reps = [reports.get(pk) or job_footprint(conn, cfg, pk) for pk in pks]
-            r = render_jobs(reps, cfg)
+            r = render_jobs(reps, cfg, unasked=unasked_jobs(engine, pks))
             yield Outgoing.of(KIND, at, at, r, user=user)
 
     from cocaq.reports.deliver import deliver

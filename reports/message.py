@@ -15,8 +15,12 @@ from datetime import UTC, datetime
 from email.headerregistry import Address
 from email.message import EmailMessage
 from email.utils import format_datetime, getaddresses, make_msgid
+from typing import TYPE_CHECKING
 
 from cocaq.reports.addresses import looks_like_address
+
+if TYPE_CHECKING:
+    from cocaq.config import Mail
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _CID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -40,6 +44,30 @@ def parse_sender(from_address: str | None) -> Address:
     return Address(display_name=clean_header_text(name), addr_spec=addr)
 
 
+def opt_out_address(mail: Mail, contact: str | None = None) -> str:
+    """Where "unsubscribe" requests go: `[mail] reply_to`, else `[reports] contact` when it is an address,
+    else the sender. An admin then opts the user out (`cocaq mail opt-out USER`)."""
+    if mail.reply_to:
+        return parse_sender(mail.reply_to).addr_spec
+    if contact and looks_like_address(contact.strip()):
+        return contact.strip()
+    return parse_sender(mail.from_address).addr_spec
+
+
+def unsubscribe_header(mail: Mail, user: str | None, contact: str | None = None) -> str:
+    """The List-Unsubscribe header for a recipient: `[mail] list_unsubscribe`, or by default a mailto: to
+    `opt_out_address` asking to unsubscribe this user, so that every report carries one (mail clients show
+    an "Unsubscribe" button for it)."""
+    from urllib.parse import quote
+
+    from cocaq.reports.addresses import list_unsubscribe_header
+
+    if mail.list_unsubscribe:
+        return list_unsubscribe_header(mail.list_unsubscribe, user)
+    to = opt_out_address(mail, contact)
+    return f"<mailto:{to}?subject={quote('unsubscribe ' + (user or ''), safe='')}>"
+
+
 def new_message_id(sender: Address) -> str:
     """A fresh `<...@domain>` Message-ID whose domain is the sender's (so it is ours to make unique)."""
     return make_msgid(idstring="cocaq", domain=sender.domain or "localhost")
@@ -57,6 +85,7 @@ def build_message(
     to_name: str | None = None,
     date: datetime | None = None,
     list_unsubscribe: str | None = None,
+    reply_to: str | None = None,
 ) -> EmailMessage:
     """One message, ready for any transport. Raises ValueError on a bad address, Content-ID or image."""
     if not looks_like_address(to):
@@ -71,6 +100,8 @@ def build_message(
     msg["Message-ID"] = clean_header_text(message_id)
     # RFC 3834: tells vacation responders and ticket systems not to answer.
     msg["Auto-Submitted"] = "auto-generated"
+    if reply_to:
+        msg["Reply-To"] = parse_sender(reply_to)
     if list_unsubscribe:
         msg["List-Unsubscribe"] = clean_header_text(list_unsubscribe, limit=900)
     msg.set_content(text)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from functools import lru_cache
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from cocaq.config import Config
 
 if TYPE_CHECKING:
+    from cocaq.reports.alerts import IdleAlert
     from cocaq.reports.data import (
         AdminMonth,
         Basis,
@@ -81,6 +82,9 @@ def num(x: float | None) -> str:
 
 
 def kwh(x: float | None) -> str:
+    """kWh, or Wh below 1 kWh (0.00144 kWh reads as 1.44 Wh)."""
+    if x is not None and math.isfinite(x) and 0 < abs(x) < 1:
+        return f"{num(x * 1000)} Wh"
     return f"{num(x)} kWh"
 
 
@@ -106,7 +110,9 @@ def pct(x: float | None) -> str:
 
 
 def share(x: float | None) -> str:
-    """A fraction (0-1) as a percentage."""
+    """A fraction (0-1) as a percentage ("<0.1%" for a sliver, never a "0.0%" that is not nothing)."""
+    if x is not None and 0 < x < 0.001:
+        return "<0.1%"
     return pct(None if x is None else x * 100)
 
 
@@ -149,23 +155,133 @@ class TrendText:
     tone: str  # good, bad, neutral (theme styles of the same names)
 
 
+# Changes smaller than these are "about the same": a 1-point move of a 12% utilisation, or 3% more
+# energy per day, is noise in a month of jobs, and colouring it good or bad would mislead.
+SAME_POINTS = 2.0  # utilisation, percentage points
+SAME_PCT = 5.0  # energy, CO2, GPU-hours: relative change in percent
+
+
 def trend(c: Change, kind: str, previous: str, unit: str = "") -> TrendText:
-    """A change against the previous month in words. kind: "less-is-better" (energy, CO2), "more-is-better"
-    (utilisation, in percentage points) or "neutral" (GPU-hours)."""
+    """A change against the previous month, per day of data (reports.data.Trend), in words. kind:
+    "less-is-better" (energy, CO2), "more-is-better" (utilisation, in percentage points) or "neutral"
+    (GPU-hours). The tone says whether the change is good (green), bad (red) or neither."""
     if c.current is None or c.previous is None:
         return TrendText("", "neutral")
     if kind == "more-is-better":  # a utilisation: the change in points
-        if c.delta is None or abs(c.delta) < 0.5:
+        if c.delta is None or abs(c.delta) < SAME_POINTS:
             return TrendText(f"about the same as {previous}", "neutral")
         word = "up" if c.delta > 0 else "down"
-        return TrendText(f"{word} {num(abs(c.delta))} points on {previous}", "good" if c.delta > 0 else "bad")
+        return TrendText(f"{word} {abs(c.delta):.0f} points on {previous}", "good" if c.delta > 0 else "bad")
     if c.previous == 0:
         return TrendText(f"none in {previous}" if c.current else "", "neutral")
-    if c.pct is None or abs(c.pct) < 0.5:
-        return TrendText(f"about the same as {previous}", "neutral")
+    if c.pct is None or abs(c.pct) < SAME_PCT:
+        return TrendText(f"about the same per day as {previous}", "neutral")
     word = "up" if c.pct > 0 else "down"
     tone = "neutral" if kind == "neutral" else ("bad" if c.pct > 0 else "good")
-    return TrendText(f"{word} {pct(abs(c.pct))} on {previous}", tone)
+    return TrendText(f"{word} {pct(abs(c.pct))} per day on {previous}", tone)
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 21st."""
+    if 10 <= n % 100 <= 20:
+        return f"{n}th"
+    return f"{n}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th') }"
+
+
+def rank_text(rank: int | None, of: int, most: str, least: str) -> str:
+    """How people say a rank among `of`: "the most energy of the 10", "the 3rd most energy of the 10",
+    "the least energy of the 10". `most` starts "the most" or "the highest"; "" when there is no rank."""
+    if rank is None or of < 2:
+        return ""
+    if rank == 1:
+        return f"{most} of the {of}"
+    if rank == of:
+        return f"{least} of the {of}"
+    head, _, rest = most.partition(" ")  # "the", "most energy"
+    return f"{head} {ordinal(rank)} {rest} of the {of}"
+
+
+@dataclass(frozen=True)
+class WastePart:
+    """One of the ledger's disjoint parts of energy that did no work (cocaq.ledger), as a report says it."""
+
+    key: str  # idle, failed, oom, timeout, cancelled
+    label: str
+    kwh: float
+    co2_kg: float
+    share: float | None  # of all the energy
+    jobs: int | None  # jobs that ended so (None for idle GPUs)
+    detail: str  # what it is, in a few words
+
+
+def waste_parts(t: MonthTotals) -> list[WastePart]:
+    """The parts of a month's energy that did no work, largest first; they never add up to more than the
+    energy (each job's idle GPU energy counts once, the rest of a job that ended badly under its outcome)."""
+    e = t.energy_kwh
+    rows = [
+        WastePart("idle", "Idle GPUs", t.idle_gpu_kwh, t.idle_co2_kg, None, None,
+                  f"{num(t.idle_gpu_hours)} GPU-hours allocated but unused"),
+        WastePart("failed", "Failed jobs", t.failed_kwh, t.failed_co2_kg, None, t.jobs_failed,
+                  "that ended with an error"),
+        WastePart("oom", "Out of memory", t.oom_kwh, t.oom_co2_kg, None, t.jobs_oom,
+                  "killed for running out of memory"),
+        WastePart("timeout", "Hit the time limit", t.timeout_kwh, t.timeout_co2_kg, None, t.jobs_timeout,
+                  "stopped at their time limit: lost unless they saved a checkpoint"),
+        WastePart("cancelled", "Cancelled", t.cancelled_kwh, t.cancelled_co2_kg, None, t.jobs_cancelled,
+                  "cancelled before the end"),
+    ]  # fmt: skip
+    out = [
+        WastePart(r.key, r.label, r.kwh, r.co2_kg, r.kwh / e if e > 0 else None, r.jobs, r.detail)
+        for r in rows
+        if r.kwh > 0 or (r.jobs or 0) > 0
+    ]
+    out.sort(key=lambda r: -r.kwh)
+    return out
+
+
+def peer_text(p: Any, whose: str = "You") -> str:
+    """Where a user stands among the month's users, as people say it (reports.data.PeerStanding)."""
+    if p.users < 2 or p.energy_rank is None:
+        return ""
+    where = ", ".join(p.clusters)
+    energy = rank_text(p.energy_rank, p.users, "the most energy", "the least energy")
+    out = f"{whose} used {energy} people who ran jobs on {where} this month."
+    if p.gpu_util_rank is not None and p.gpu_users >= 2:
+        util = rank_text(
+            p.gpu_util_rank, p.gpu_users, "the highest GPU utilisation", "the lowest GPU utilisation"
+        )
+        out += f" {'Your' if whose == 'You' else whose + chr(39) + 's'} GPU jobs had {util} GPU users."
+    return out
+
+
+def opt_out_text(cfg: Config) -> str:
+    """The sentence every report ends with: how to get no more of them (the List-Unsubscribe header says the
+    same to mail clients)."""
+    from cocaq.reports.message import opt_out_address
+
+    to = opt_out_address(cfg.mail, cfg.reports.contact)
+    return f'Don\'t want these e-mails? Reply with "unsubscribe" (or write to {to}) and you will get no more.'
+
+
+def job_waste(f: Any) -> Any:
+    """A job's disjoint parts that did no work (cocaq.ledger.waste of a cocaq.jobfacts.JobFacts), in kWh."""
+    from cocaq.ledger import waste
+
+    return waste(f.state, f.energy_kwh, f.idle_kwh)
+
+
+def saving_word(a: Any) -> str:
+    """ "Up to" for an upper bound, else "About" (a suggestion's or a site lever's saving)."""
+    return "Up to" if a.upper_bound else "About"
+
+
+def saving_text(a: Suggestion, brief: bool = False) -> str:
+    """`about 75 kWh (39 kg CO2e)` or `up to 35 kWh (18 kg CO2e)`, "" without a saving; `brief` leaves the
+    CO2 out, for text already in parentheses."""
+    if a.saving_kwh is None:
+        return ""
+    kg = f" ({co2(a.saving_kg)})" if a.saving_kg and not brief else ""
+    return f"{'up to' if a.upper_bound else 'about'} {kwh(a.saving_kwh)}{kg}"
 
 
 def car_km(co2_kg: float) -> float:
@@ -291,7 +407,16 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _words(kind: str) -> Callable[[str], str]:
+    from cocaq.render import component_words, source_words
+
+    return component_words if kind == "component" else source_words
+
+
 FILTERS: dict[str, Callable[..., Any]] = {
+    "component_words": lambda c: _words("component")(c),
+    "source_words": lambda c: _words("source")(c),
+    "gb": lambda mb: "n/a" if mb is None else f"{num(mb / 1024)} GB",
     "num": num,
     "kwh": kwh,
     "co2": co2,
@@ -329,6 +454,13 @@ def environments(template_dir: str | None) -> tuple[Environment, Environment]:
             basis_short=basis_short,
             basis_lines=basis_lines,
             model_tip=model_tip,
+            rank_text=rank_text,
+            ordinal=ordinal,
+            waste_parts=waste_parts,
+            peer_text=peer_text,
+            saving_text=saving_text,
+            saving_word=saving_word,
+            waste=job_waste,
         )
     return html, text
 
@@ -338,6 +470,8 @@ def _render(cfg: Config, name: str, **ctx: Any) -> tuple[str, str, str]:
     html_env, text_env = environments(cfg.reports.template_dir)
     ctx.setdefault("site", site_name(cfg))
     ctx.setdefault("contact", cfg.reports.contact)
+    ctx.setdefault("opt_out", opt_out_text(cfg))
+    ctx.setdefault("min_share", cfg.advice.min_share)
     subject = _subject(text_env, name, ctx)
     ctx["subject"] = subject
     text = text_env.get_template(f"{name}.txt").render(**ctx)
@@ -459,10 +593,13 @@ def render_lab_month(m: LabMonth, cfg: Config) -> Rendered:
             title,
             ch.bar_chart(
                 title,
-                [day(w.first) for w in m.weekly],
+                [day(w.first) + ("*" if w.partial else "") for w in m.weekly],
                 [ch.Series("energy", [w.energy_kwh for w in m.weekly], ch.COLOURS["energy"])],
                 unit="kWh",
-                subtitle="ISO weeks (from Monday) within " + names["month_name"] + ", IT energy before PUE",
+                subtitle="ISO weeks (from Monday) within "
+                + names["month_name"]
+                + ", IT energy before PUE"
+                + ("; * fewer than 7 days of data" if any(w.partial for w in m.weekly) else ""),
                 line=ch.Series("GPU utilisation", util, ch.COLOURS["util"])
                 if any(u is not None for u in util)
                 else None,
@@ -503,8 +640,18 @@ def _admin_context(m: AdminMonth, cfg: Config) -> dict[str, Any]:
         "scope": m.cluster or "all clusters",
         "ba": ba,
         "ba_days": cfg.reports.before_after_days,
+        "min_share": cfg.advice.min_share,
         **_month_names(m),
     }
+
+
+def before_after_tone(before: float, after: float, better: str) -> str:
+    """good, bad or neutral for a before/after pair in percent: `better` "less" (idle share) or "more"
+    (utilisation); changes under SAME_POINTS points are neutral."""
+    d = after - before
+    if abs(d) < SAME_POINTS:
+        return "neutral"
+    return "good" if (d < 0) == (better == "less") else "bad"
 
 
 def _any(values: Sequence[float | None]) -> bool:
@@ -552,10 +699,11 @@ def admin_charts(m: AdminMonth) -> list[tuple[str, str, bytes]]:
         util = [w.gpu_util_pct for w in weeks]
         add("weeks", "Energy per week", lambda title: ch.bar_chart(
             title,
-            [day(w.first) for w in weeks],
+            [day(w.first) + ("*" if w.partial else "") for w in weeks],
             [ch.Series("energy", [w.energy_kwh for w in weeks], ch.COLOURS["energy"])],
             unit="kWh",
-            subtitle=f"ISO weeks (from Monday) within {month_name}, IT energy before PUE",
+            subtitle=f"ISO weeks (from Monday) within {month_name}, IT energy before PUE"
+            + ("; * fewer than 7 days of data" if any(w.partial for w in weeks) else ""),
             line=ch.Series("GPU utilisation", util, ch.COLOURS["util"]) if _any(util) else None,
             line_unit="% GPU utilisation",
             line_max=100.0,
@@ -610,15 +758,41 @@ def admin_charts(m: AdminMonth) -> list[tuple[str, str, bytes]]:
             subtitle="jobs whose model is recorded, IT energy before PUE" + more,
             value_labels=lambda i: f"{kwh(models[i].energy_kwh)} · {plural(models[i].jobs, 'job')}",
         ))  # fmt: skip
+    trend = list(m.waste_trend)
+    if len(trend) > 1:
+        labels = [f"{w.month.start:%b}" + ("*" if w.data_days < len(w.month.days()) else "") for w in trend]
+
+        def per_day(f: Callable[[Any], float]) -> list[float | None]:
+            return [f(w) / w.data_days for w in trend]
+
+        add("waste_trend", "Energy that did no work, month by month", lambda title: ch.bar_chart(
+            title,
+            labels,
+            [ch.Series("idle GPUs", per_day(lambda w: w.idle_kwh), ch.COLOURS["idle"]),
+             ch.Series("failed, out of memory", per_day(lambda w: w.failed_kwh + w.oom_kwh),
+                       ch.COLOURS["failed"]),
+             ch.Series("time limit", per_day(lambda w: w.timeout_kwh), ch.COLOURS["util"]),
+             ch.Series("cancelled", per_day(lambda w: w.cancelled_kwh), ch.COLOURS["before"])],
+            unit="kWh per day of data",
+            subtitle="each kWh counted once; * a month the data covers in part",
+            value_labels=num,
+        ))  # fmt: skip
     ba = m.before_after
     if ba is not None and ba.users and ba.idle_share_before is not None and ba.gpu_util_before is not None:
         before = [ba.idle_share_before * 100, ba.gpu_util_before]
         after = [(ba.idle_share_after or 0.0) * 100, ba.gpu_util_after or 0.0]
+        # green where the change is good news (less idle, more utilisation), orange where it is not
+        tones = [
+            before_after_tone(before[0], after[0], "less"),
+            before_after_tone(before[1], after[1], "more"),
+        ]
+        colours = [ch.COLOURS["after"] if t == "good" else ch.COLOURS["worse"] if t == "bad" else
+                   ch.COLOURS["before"] for t in tones]  # fmt: skip
         add("before-after", "Before and after the first report", lambda title: ch.bar_chart(
             title,
             ["idle share of GPU-hours", "GPU utilisation"],
             [ch.Series("before", before, ch.COLOURS["before"]),
-             ch.Series("after", after, ch.COLOURS["after"])],
+             ch.Series("after (green: better, orange: worse)", after, ch.COLOURS["after"], colours)],
             unit="%",
             subtitle=f"{plural(len(ba.users), 'user')}, {ba.window_days} days each side; observational, "
             "not a controlled effect",
@@ -659,9 +833,43 @@ def render_admin_html(m: AdminMonth, cfg: Config) -> str:
 # --- jobs -------------------------------------------------------------------------------------------------
 
 
-def render_jobs(reports: Sequence[JobReport], cfg: Config) -> Rendered:
+_OUTCOME_WORDS = {
+    "failed": "it failed after {h}",
+    "oom": "it ran out of memory after {h}",
+    "timeout": "it hit its time limit after {h}",
+    "cancelled": "it was cancelled after {h}",
+}
+
+
+def waste_reason(j: JobReport) -> str | None:
+    """Why a job's e-mail went unasked, in one sentence from its ledger parts (cocaq.ledger.waste):
+    `4.1 kWh of this job's energy did no useful work: its GPUs sat idle for 14 GPU-hours (4.1 kWh).`
+    None when none of its energy counts as wasted."""
+    from cocaq.ledger import J_PER_KWH, outcome_of, waste
+
+    w = waste(j.state, j.energy_kwh * J_PER_KWH, j.idle_kwh * J_PER_KWH)
+    if w.total <= 0:
+        return None
+    parts = []
+    if w.idle > 0:
+        parts.append(
+            f"its GPUs sat idle for {plural(j.idle_gpu_hours, 'GPU-hour')} ({kwh(w.idle / J_PER_KWH)})"
+        )
+    o = outcome_of(j.state)
+    if o is not None:
+        rest = getattr(w, o) / J_PER_KWH
+        what = _OUTCOME_WORDS[o].format(h=hours(j.elapsed_h))
+        note = ", lost unless it saved a checkpoint" if o == "timeout" else ""
+        parts.append(f"{what} ({'the other ' if w.idle > 0 else ''}{kwh(rest)}{note})")
+    return f"{kwh(w.total / J_PER_KWH)} of this job's energy did no useful work: " + " and ".join(parts) + "."
+
+
+def render_jobs(reports: Sequence[JobReport], cfg: Config, *, unasked: Collection[int] = ()) -> Rendered:
     """One job's footprint, or a digest of several (most energy first): energy by component and method, CO2
-    with its zone, intensity, source and PUE, embodied CO2 apart, GPU use. No links and no images."""
+    with its zone, intensity, source and PUE, embodied CO2 apart, GPU use. No links and no images.
+
+    `unasked`: the jobs (pks) that go because their energy did no useful work, not because anyone asked
+    (reports.jobmail): each says why (`waste_reason`), and the e-mail says how to stop these e-mails."""
     if not reports:
         raise ValueError("render_jobs: no jobs to report")
     jobs = sorted(reports, key=lambda j: (-j.energy_kwh, j.job_id)) if len(reports) > 1 else list(reports)
@@ -677,8 +885,56 @@ def render_jobs(reports: Sequence[JobReport], cfg: Config) -> Rendered:
         "final": all(j.final for j in jobs),
     }
     users = sorted({j.user for j in jobs})
+    reasons: dict[int, str] = {}
+    for j in jobs:
+        why = waste_reason(j) if j.pk in unasked else None
+        if why:
+            reasons[j.pk] = why
     subject, text, html = _render(
-        cfg, "jobs", jobs=jobs, job=jobs[0] if len(jobs) == 1 else None, total=total, users=users
+        cfg,
+        "jobs",
+        jobs=jobs,
+        job=jobs[0] if len(jobs) == 1 else None,
+        total=total,
+        users=users,
+        reasons=reasons,
+        waste_kwh=cfg.reports.job_email_waste_kwh,
+        opt_out=opt_out_text(cfg),
+    )
+    return Rendered(subject, text, html, ())
+
+
+# --- alerts while a job runs ----------------------------------------------------------------------------
+
+
+def duration(seconds: float | None) -> str:
+    """`45 min`, `3 h`, `2.5 h`, `3 days`: a length of time as the alerts say it."""
+    if seconds is None or not math.isfinite(seconds):
+        return "n/a"
+    m = seconds / 60
+    if m < 100:
+        return f"{m:.0f} min"
+    h = m / 60
+    if h < 48:
+        return f"{h:.0f} h" if h >= 10 or abs(h - round(h)) < 0.05 else f"{h:.1f} h"
+    return f"{num(h / 24)} days"
+
+
+def render_idle_alert(a: IdleAlert, cfg: Config) -> Rendered:
+    """The e-mail to a user whose running job holds GPUs that all sat idle (reports.alerts): which job,
+    which GPUs and nodes, for how long, what that drew, and the line that ends it (`scancel JOBID`)."""
+    devices: dict[str, list[str]] = {}
+    for node, dev in a.devices:
+        devices.setdefault(node, []).append(dev)
+    subject, text, html = _render(
+        cfg,
+        "alert_idle",
+        a=a,
+        idle=("at least " if a.at_least else "") + duration(a.idle_s),
+        idle_short=duration(a.idle_s),
+        devices=devices,
+        throttle_hours=cfg.alerts.throttle_hours,
+        opt_out=opt_out_text(cfg),
     )
     return Rendered(subject, text, html, ())
 

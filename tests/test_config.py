@@ -101,7 +101,11 @@ def test_default_database_is_sqlite_in_user_data_dir(tmp_path: Path, monkeypatch
         ("[node_groups.x]\ngpu_tdp_w = 1\n", {}, "node_groups.x.nodes: expected a list"),
         ("colour = 'red'\n", {}, "colour: unknown key"),
         ("[carbon]\nbasis = 'marginal'\n", {}, "carbon.basis: expected 'lca' or 'direct'"),
-        ("[carbon]\ngap_tolerance_s = 'soon'\n", {}, "carbon.gap_tolerance_s: expected seconds or a duration"),
+        (
+            "[carbon]\ngap_tolerance_s = 'soon'\n",
+            {},
+            "carbon.gap_tolerance_s: expected seconds or a duration",
+        ),
         ("[embodied]\ng_per_gpu_hour = -1\n", {}, "embodied.g_per_gpu_hour: expected a number between"),
         ("[aggregate]\nidle_gpu_util_pct = 120\n", {}, "aggregate.idle_gpu_util_pct: expected a number"),
         ("[aggregate]\nworkers = 2.5\n", {}, "aggregate.workers: expected a whole number from 0 to 64"),

@@ -61,10 +61,15 @@ def test_demo_fills_the_embedded_database_and_writes_outputs(cli_env: dict[str, 
     dave = email.message_from_bytes(
         (reports / f"user-dave-{month}.eml").read_bytes(), policy=email.policy.default
     )
-    assert dave["To"] == "dave@example.org" and dave["Subject"].startswith("[Demo cluster] Your ")
+    assert dave["To"] == "dave@example.org"
+    # the subject and the e-mail open with the change worth making, from his own jobs; a power cap is
+    # the admins' to set, so it is not his suggestion (it is the admin report's lever)
+    assert dave["Subject"].startswith("[Demo cluster] Save about ") and "bf16" in dave["Subject"]
+    assert "localhost" not in dave["From"] and dave["Reply-To"] and "unsubscribe" in dave["List-Unsubscribe"]
     text = dave.get_body(("plain",)).get_content()  # type: ignore[union-attr]
-    assert "A GPU power cap would cost these jobs little" in text  # his LLM jobs: busy GPUs, partly used
-    assert "Embodied emissions, apart" in text and "measured" in text
+    assert "the one change worth making: Train mistral-7b in bf16" in text
+    assert "power cap" not in text.lower()
+    assert "Embodied emissions, apart" in text and "measured" in text and "unsubscribe" in text
     erin = email.message_from_bytes(
         (reports / f"user-erin-{month}.eml").read_bytes(), policy=email.policy.default
     )

@@ -7,6 +7,7 @@ passes without waiting. Messages are counted and parsed at the server (aiosmtpd)
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cocaq.reports import jobmail
+from cocaq.reports import jobmail, render
 from cocaq.reports.data import job_footprint
 from cocaq.reports.jobmail import send_job_mail
 from cocaq.reports.transport import make_transport
@@ -24,7 +25,7 @@ from sqlalchemy import Engine, insert, select, update
 from cocaq.aggregate import run_aggregate
 from cocaq.config import Config, load_config
 from cocaq.importer import import_records
-from cocaq.models import Cluster, Job, JobNotice, NodeEnergy, SentReport, User
+from cocaq.models import Cluster, Job, JobNotice, NodeEnergy, Sample, SentReport, User
 from cocaq.slurm.record import JobRecord
 from tests.mailkit import SmtpServer, mail_toml
 
@@ -144,7 +145,7 @@ def test_by_preference_once_parsed_back(setup: tuple[Engine, Config], server: Sm
     with engine.connect() as c:
         rep = job_footprint(c, cfg, pk_of(engine, 7001))
     assert rep.final and rep.metrics_current
-    assert any(f"{rep.energy_kwh:{f}} kWh" in text for f in (".2f", ".3g", ".1f", ".3f")), text[:800]
+    assert render.kwh(rep.energy_kwh) in text, text[:800]
     html = msg.get_body(("html",)).get_content()  # type: ignore[union-attr]
     for cid in re.findall(r'src="cid:([^"]+)"', html):
         (img,) = [p for p in msg.walk() if p["Content-ID"] == f"<{cid}>"]
@@ -365,3 +366,138 @@ def test_dry_run_binds_and_sends_nothing(setup: tuple[Engine, Config], server: S
     assert (s.new_digests, s.new_jobs) == (1, 1) and "dry run" in s.line()
     assert server.messages == [] and notices(engine) == {}
     assert pk_of(engine, 7501) > 0
+
+
+# --- jobs that wasted energy, asked for or not ----------------------------------------------------------
+
+
+def waste_cfg(tmp_path: Path, engine: Engine, server: SmtpServer, kwh: float | None, **mail: Any) -> Config:
+    """The test config with `[reports] job_email_waste_kwh` (None: the default, 5 kWh)."""
+    cfg = make_cfg(tmp_path, engine.url.render_as_string(hide_password=False), server, **mail)
+    if kwh is None:
+        return cfg
+    p = tmp_path / "cocaq.toml"
+    p.write_text(p.read_text() + f"[reports]\njob_email_waste_kwh = {kwh}\n")
+    return load_config(p, environ={})
+
+
+def idle_samples(engine: Engine, raw: int, start: datetime, hours: float, power: float = 300.0) -> None:
+    """The collector's samples of an allocated GPU doing nothing (0% utilisation), every minute."""
+    with engine.begin() as c:
+        cid = c.execute(select(Cluster.id).where(Cluster.name == "c")).scalar_one()
+        rows = []
+        for i in range(int(hours * 60) + 1):
+            base = {"ts": start + timedelta(minutes=i), "cluster_id": cid, "node": "n1", "source": "nvml",
+                    "device": f"GPU-{raw}", "job_id": str(raw)}  # fmt: skip
+            rows += [
+                {**base, "metric": "power_w", "value": power},
+                {**base, "metric": "util_pct", "value": 0.0},
+            ]
+        c.execute(insert(Sample), rows)
+
+
+def text_of(msg: EmailMessage) -> str:
+    return msg.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+
+
+def html_of(msg: EmailMessage) -> str:
+    """The HTML part, its entities decoded (`job&#39;s` -> `job's`)."""
+    return html.unescape(msg.get_body(("html",)).get_content())  # type: ignore[union-attr]
+
+
+def test_wasteful_jobs_mailed_unasked_saying_why(engine: Engine, tmp_path: Path, server: SmtpServer) -> None:
+    """bob asked for nothing: his job that failed and his job whose GPU idled go (one digest), each
+    saying why; his job that wasted nothing does not."""
+    cfg = waste_cfg(tmp_path, engine, server, 1.0)
+    end = NOW - timedelta(hours=1)
+    load(
+        engine,
+        cfg,
+        rec(7701, end, user="bob", hours=2, gpus=4, state="FAILED"),  # 3.2 kWh of GPUs (TDP), all wasted
+        rec(7702, end, user="bob", hours=4),
+        rec(7703, end, user="bob", hours=1),
+        aggregate=False,
+    )
+    idle_samples(engine, 7702, end - timedelta(hours=4), 4)  # 300 W for 4 h: 1.2 kWh idle
+    run_aggregate(engine, cfg)
+    s = run(engine, cfg)
+    assert (s.considered, s.new_digests, s.new_jobs, s.unasked_jobs) == (2, 1, 2, 2), s.line()
+    assert "(2 unasked, for their wasted energy)" in s.line()
+    (m,) = server.messages
+    msg = m.message
+    assert m.rcpt_tos == ["bob@example.org"] and job_ids_in(msg) == {"7701", "7702"}
+    for body in (text_of(msg), html_of(msg)):
+        assert "2 of these jobs are here unasked" in body, body[:1500]
+        assert re.search(
+            r"[\d.]+ kWh of this job's energy did no useful work: it failed after 2 h \([\d.]+ kWh\)", body
+        )
+        assert "did no useful work: its GPUs sat idle for 4 GPU-hours (1.2 kWh)." in body, body
+        assert 'Don\'t want these e-mails? Reply with "unsubscribe"' in body
+    assert run(engine, cfg, NOW + timedelta(hours=1)).considered == 0  # each job once
+
+
+def test_waste_threshold_default_and_zero(engine: Engine, tmp_path: Path, server: SmtpServer) -> None:
+    end = NOW - timedelta(hours=1)
+    load(
+        engine,
+        waste_cfg(tmp_path, engine, server, None),
+        rec(7711, end, user="bob", hours=2, gpus=4, state="TIMEOUT"),  # about 3.3 kWh
+        rec(7712, end, user="carol", hours=4, gpus=4, state="OUT_OF_MEMORY"),  # about 6.5 kWh
+    )
+    cfg = waste_cfg(tmp_path, engine, server, 0)  # off: only jobs that asked
+    s = run(engine, cfg)
+    assert (s.considered, s.new_digests) == (0, 0) and server.messages == [], s.line()
+    cfg = waste_cfg(tmp_path, engine, server, None)  # 5 kWh
+    assert cfg.reports.job_email_waste_kwh == 5.0
+    s = run(engine, cfg)
+    assert (s.considered, s.new_jobs, s.unasked_jobs) == (1, 1, 1), s.line()
+    (m,) = server.messages
+    assert m.rcpt_tos == ["carol@example.org"] and job_ids_in(m.message) == {"7712"}
+    text = text_of(m.message)
+    assert "Why you get this e-mail: you did not ask for it, but" in text, text
+    assert re.search(r"did no useful work: it ran out of memory after 4 h \([\d.]+ kWh\)\.", text), text
+    assert "Jobs whose wasted energy reaches 5 kWh get one." in text
+
+
+def test_wasteful_jobs_of_opted_out_users_not_mailed(
+    engine: Engine, tmp_path: Path, server: SmtpServer
+) -> None:
+    optout = tmp_path / "opt-out.txt"
+    optout.write_text("carol\n")
+    cfg = waste_cfg(tmp_path, engine, server, 1.0, opt_out_file=str(optout))
+    users(engine, {"name": "bob", "opted_out": True})
+    end = NOW - timedelta(hours=1)
+    load(
+        engine,
+        cfg,
+        rec(7721, end, user="bob", hours=2, gpus=4, state="FAILED"),
+        rec(7722, end, user="carol", hours=2, gpus=4, state="CANCELLED"),
+    )
+    s = run(engine, cfg)
+    assert (s.considered, s.opted_out, s.new_digests) == (1, 1, 0), s.line()
+    assert server.messages == [] and notices(engine) == {}
+
+
+def test_asked_and_wasteful_jobs_share_a_digest(setup: tuple[Engine, Config], server: SmtpServer) -> None:
+    """dave asked for one job (its comment); his other job failed and wasted energy: one digest, and only
+    the unasked job says why it is there."""
+    engine, cfg = setup
+    assert cfg.reports.job_email_waste_kwh == 5.0
+    end = NOW - timedelta(hours=1)
+    load(
+        engine,
+        cfg,
+        rec(7731, end, user="dave", comment="cocaq:notify"),
+        rec(7732, end, user="dave", hours=4, gpus=4, state="FAILED"),
+        rec(7733, end, user="dave", hours=4, gpus=4, comment="cocaq:notify", state="FAILED"),
+    )
+    s = run(engine, cfg)
+    assert (s.new_digests, s.new_jobs, s.unasked_jobs) == (1, 3, 1), s.line()
+    (m,) = server.messages
+    text = text_of(m.message)
+    assert job_ids_in(m.message) == {"7731", "7732", "7733"}
+    assert "one of these jobs is here unasked" in text and text.count("Why this job is here:") == 1
+    why = text.split("Why this job is here:")[1].split("\n")[0]
+    assert "it failed after 4 h" in why
+    assert text.index("JOB 7732") < text.index("Why this job is here:") < text.index("JOB 7731")
+    assert "Don't want these e-mails?" in text

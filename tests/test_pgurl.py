@@ -12,8 +12,22 @@ from sqlalchemy.engine import make_url
 
 from cocaq.pgurl import conninfo
 
-PASSWORDS = ["plain", "a/b", "x y", "p%41ss", 'q"uote', "back\\slash", "col:on", "at@sign", "\u00e9t\u00e9", "/:@%"]
-ENCODINGS: list[Callable[[str], str]] = [lambda s: quote(s, safe=""), quote]  # quote keeps "/", as Jinja's urlencode
+PASSWORDS = [
+    "plain",
+    "a/b",
+    "x y",
+    "p%41ss",
+    'q"uote',
+    "back\\slash",
+    "col:on",
+    "at@sign",
+    "\u00e9t\u00e9",
+    "/:@%",
+]
+ENCODINGS: list[Callable[[str], str]] = [
+    lambda s: quote(s, safe=""),
+    quote,
+]  # quote keeps "/", as Jinja's urlencode
 
 
 @pytest.mark.parametrize("password", PASSWORDS)
@@ -31,7 +45,10 @@ def test_libpq_reads_what_sqlalchemy_reads(password: str, encode: Callable[[str]
     ("url", "want"),
     [
         ("postgresql://db.example.org/cocaq", {"host": "db.example.org", "dbname": "cocaq"}),
-        ("postgresql+psycopg://cocaq@/cocaq?host=/run/postgresql", {"user": "cocaq", "host": "/run/postgresql"}),
+        (
+            "postgresql+psycopg://cocaq@/cocaq?host=/run/postgresql",
+            {"user": "cocaq", "host": "/run/postgresql"},
+        ),
         ("postgres://u:p@h/d", {"user": "u", "password": "p", "host": "h", "dbname": "d"}),
     ],
 )

@@ -54,7 +54,12 @@ def month(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     url = new_database(request.param, tmp, request)
     engine = make_engine(url)
     migrate.upgrade(engine)
-    cfg = config(tmp, url, '[reports]\nsite_name = "HAL"\ncontact = "hpc-help@example.org"\n')
+    cfg = config(
+        tmp,
+        url,
+        '[reports]\nsite_name = "HAL"\ncontact = "hpc-help@example.org"\n'
+        "[advice]\nmin_kwh = 0.1\n",  # a month of a few kWh: a tenth of a kWh is worth a line here
+    )
     build_month(engine, cfg)
     first = {"alice": at(15, 12), "bob": at(8, 6)}
     with engine.connect() as conn:
@@ -77,9 +82,22 @@ def plain(html: str) -> str:
 
 def test_user_email_says_the_months_figures_and_their_basis(month: Month) -> None:
     m = month.user
-    r = render.render_user_month(m, suggest_for_user(m), month.cfg)
+    # every suggestion, however small (a real e-mail leaves out those under [advice] min_share and min_kwh)
+    every = replace(month.cfg, advice=replace(month.cfg.advice, min_share=0.0, min_kwh=0.0))
+    suggestions = suggest_for_user(m, every)
+    floor = max(month.cfg.advice.min_kwh, month.cfg.advice.min_share * m.totals.energy_kwh)
+    assert suggest_for_user(m, month.cfg) == [s for s in suggestions if (s.saving_kwh or 0) >= floor]
+    assert len(suggestions) > len(suggest_for_user(m, month.cfg)) > 0  # the floor keeps some, drops some
+    r = render.render_user_month(m, suggestions, every)
     t = m.totals
-    assert r.subject == f"[HAL] Your March 2025 footprint: {render.kwh(t.energy_kwh)}, {render.co2(t.co2_kg)}"
+    # the subject and the e-mail open with the largest saving, computed from her own jobs
+    first = suggestions[0]
+    assert r.subject.startswith(
+        f"[HAL] Save {'up to' if first.upper_bound else 'about'} {render.kwh(first.saving_kwh)}: "
+    )
+    assert r.subject.endswith(f"(your March 2025: {render.kwh(t.energy_kwh)})")
+    assert r.text.split("\n\n")[1].startswith(f"Hello alice, the one change worth making: {first.title}.")
+    tr = m.trend
     for part in (r.text, plain(r.html)):
         for figure in (
             render.kwh(t.energy_kwh),  # energy
@@ -87,10 +105,10 @@ def test_user_email_says_the_months_figures_and_their_basis(month: Month) -> Non
             f"{render.num(m.equivalents.car_km)} km",  # an everyday equivalent
             render.num(t.gpu_hours),  # GPU-hours
             render.pct(t.gpu_util_pct),  # energy-weighted utilisation
-            "up 89% on February",  # trend: 17 GPU-hours against 9
-            f"more energy than {render.pct(m.peers.energy_percentile)} of the others",  # peers
-            f"rank {m.peers.energy_rank} of {m.peers.users}",
-            render.hours(t.idle_gpu_hours),  # idle allocated GPUs: hours, kWh, CO2
+            render.trend(tr.gpu_hours, "neutral", "February").text,  # per day: 17/31 GPU-hours against 9/24
+            "up 46% per day on February",
+            render.peer_text(m.peers),  # peers, as people say ranks
+            f"{render.num(t.idle_gpu_hours)} GPU-hours",  # idle allocated GPUs: GPU-hours, kWh, CO2
             render.kwh(t.idle_gpu_kwh),
             render.co2(t.idle_co2_kg),
             render.kwh(t.failed_kwh),  # failed jobs: kWh and CO2
@@ -106,16 +124,17 @@ def test_user_email_says_the_months_figures_and_their_basis(month: Month) -> Non
         # top jobs and nearly idle jobs, with ids and dates
         assert "102 notebook" in part and "10 Mar" in part and "101 two-gpus" in part and "3 Mar" in part
         # the suggestion with its evidence and saving
-        (s,) = [x for x in suggest_for_user(m) if x.id == "fewer-gpus"]
-        assert s.title in part and "GPU-hours held idle: 2 h" in part
-        assert f"about {render.kwh(s.saving_kwh)} a month" in part
+        (s,) = [x for x in suggestions if x.id == "fewer-gpus"]
+        flat = " ".join(part.split())
+        assert s.title in flat and render.saving_text(s) in flat and " ".join(s.change[0].split()) in flat
+        assert "101: 1 of its 2 GPUs idle" in part  # which GPU, from the per-GPU samples
     assert "Questions or corrections: hpc-help@example.org" in r.text
     # her models, and what bf16 did to the energy per epoch of her llama-7b runs (one sentence)
     (c,) = m.model_comparisons
     tip = render.model_tip(m.model_comparisons)
     assert tip == (
-        f"Your llama-7b runs in bf16 used {render.kwh(c.best.kwh_per_epoch)} per epoch, "
-        f"{(1 - c.best.kwh_per_epoch / c.worst.kwh_per_epoch) * 100:.0f}% less than in fp32."
+        f"Your llama-7b runs in bf16 used {render.kwh(c.best.kwh_per_unit)} per epoch, "
+        f"{(1 - c.best.kwh_per_unit / c.worst.kwh_per_unit) * 100:.0f}% less than in fp32."
     )
     for part in (r.text, plain(r.html)):
         assert "Your models" in part or "YOUR MODELS" in part
@@ -134,11 +153,13 @@ def test_user_email_says_the_months_figures_and_their_basis(month: Month) -> Non
 def test_lab_email_has_its_users_models_idle_waste_and_weeks(month: Month) -> None:
     m = month.lab
     r = render.render_lab_month(m, month.cfg)
-    assert r.subject.startswith("[HAL] lab_a in March 2025: ")
+    a = m.advice[0]
+    assert r.subject.startswith(f"[HAL] lab_a, March 2025: {a.user} could save ")  # the largest saving first
     page = plain(r.html)
     for part in (r.text, page):
+        assert f"The largest saving in your lab: {a.user} could" in part
         assert render.kwh(m.totals.energy_kwh) in part and render.co2(m.totals.co2_kg) in part
-        assert "up 92% on February" in part  # trend
+        assert render.trend(m.trend.gpu_hours, "neutral", "February").text in part  # trend, per day
         for u in m.users:
             assert u.user in part and render.num(u.energy_kwh) in part
         assert "llama-7b" in part and "bert-base" in part and "pytorch" in part  # models
@@ -154,7 +175,9 @@ def test_admin_email_covers_the_site(month: Month) -> None:
     r = render.render_admin_email(m, month.cfg)
     assert r.subject.startswith("[HAL] Site report March 2025 (all clusters): ")
     cids = [cid for cid, _ in r.images]
-    assert cids == ["labs", "partitions", "weeks", "util", "idle", "intensity", "models", "before-after"]
+    assert cids == [
+        "labs", "partitions", "weeks", "util", "idle", "intensity", "models", "waste_trend", "before-after"
+    ]  # fmt: skip
     assert all(f'src="cid:{cid}"' in r.html and png.startswith(PNG_MAGIC) for cid, png in r.images)
     for part in (r.text, plain(r.html)):
         assert render.kwh(m.totals.energy_kwh) in part
@@ -163,10 +186,14 @@ def test_admin_email_covers_the_site(month: Month) -> None:
             assert render.num(g.co2_kg) in part or render.co2(g.co2_kg) in part
         for c in m.coverage:  # measured vs estimated by partition
             assert render.num(c.estimated_kwh) in part
+        for g in m.by_partition:  # the cost of a GPU-hour, by partition
+            if g.gpu_hours > 0:
+                assert render.num(1000 * g.co2_kg / g.gpu_hours) in part, g.key
         assert "carol" in part  # top user
         assert "90-100%" in part  # utilisation distribution
         assert "alice" in part and "lab_a" in part  # idle waste ranking, failed energy by lab
-        assert "TIMEOUT" in part and ("counts as failed" in part or "(failed)" in part)
+        assert "TIMEOUT" in part and "time limit" in part  # how jobs ended: time-outs apart from failures
+        assert "The largest lever this month" in part and m.advice[0].label in part
         assert "FR" in part and render.num(m.intensity[0].g_per_kwh) in part  # intensity used
         assert "not a controlled effect" in part  # before/after, and what it is not
         for x in m.models:  # energy and CO2 by model
@@ -188,24 +215,37 @@ def test_admin_interactive_page_is_standalone(month: Month) -> None:
     outside = page.replace(bundle, "")
     assert not re.search(r"<(script|link|img|iframe)[^>]*\b(src|href)\s*=", outside, re.I)
     assert "http://" not in outside and "https://" not in outside  # not even a link in our own markup
-    for name in ("labs", "partitions", "weeks", "util", "idle", "intensity", "models", "before-after"):
+    for name in ("labs", "partitions", "weeks", "util", "idle", "intensity", "models", "waste_trend",
+                 "before-after"):  # fmt: skip
         assert f'id="chart-{name}"' in page, name
-    assert outside.count("Plotly.newPlot") == 8 and "llama-7b" in outside
+    assert outside.count("Plotly.newPlot") == 9 and "llama-7b" in outside
     assert "observational, not a controlled effect" in outside and "carol" in outside
 
 
 def test_job_footprint_one_and_digest(month: Month) -> None:
     j101, j102, j502 = month.jobs
     one = render.render_jobs([j101], month.cfg)
-    assert (
-        one.subject == f"[HAL] Job 101 (two-gpus): {render.kwh(j101.energy_kwh)}, {render.co2(j101.co2_kg)}"
+    # the subject names the one change the job's own figures back, and what it would have saved
+    n = j101.notes[0]
+    assert n.saving_kwh and "GPU" in n.title
+    assert one.subject == (
+        f"[HAL] Job 101 (two-gpus): {render.kwh(j101.energy_kwh)}; next time {n.title[0].lower()}{n.title[1:]}"
+        f" ({'up to' if n.upper_bound else 'about'} {render.kwh(n.saving_kwh)} less)"
+    )
+    plain_job = render.render_jobs([replace(j101, notes=())], month.cfg)  # nothing to change: the footprint
+    assert plain_job.subject == (
+        f"[HAL] Job 101 (two-gpus): {render.kwh(j101.energy_kwh)}, {render.co2(j101.co2_kg)}"
     )
     for part in (one.text, plain(one.html)):
-        assert "gpu" in part and "cpu" in part and "estimated" in part  # by component and method
+        assert re.search(r"GPUs:? 1\.6\b", part) and re.search(r"CPUs:? (40 Wh|0\.04)\b", part)  # components
+        assert "estimated" in part  # and the method
         assert "x PUE 1.20 x 23 g CO2e/kWh (FR, test series" in part  # CO2 and its basis
         assert render.co2(j101.co2_embodied_kg) in part and "apart" in part  # embodied apart
         assert "75%" in part and render.kwh(j101.idle_kwh) in part  # GPU use and idle
-        assert "tdp-estimate" in part
+        assert "estimate from rated power" in part  # the source, in words
+        assert (
+            "#SBATCH --gres=gpu:1" in part and "#SBATCH --time=03:00:00" in part
+        )  # notes: the line to change
     assert one.images == () and "<a " not in one.html and "<img" not in one.html  # link- and image-free
     digest = render.render_jobs([j102, j101, j502], month.cfg)
     assert digest.subject.startswith("[HAL] 3 jobs: ")
@@ -260,7 +300,7 @@ def test_names_from_users_are_text_in_html_and_plain_text(month: Month) -> None:
 def test_email_html_is_mail_safe_and_fits_a_phone(month: Month) -> None:
     """Inline styles, no scripts, no remote content, no fixed width over 640 px."""
     rendered = [
-        render.render_user_month(month.user, suggest_for_user(month.user), month.cfg),
+        render.render_user_month(month.user, suggest_for_user(month.user, month.cfg), month.cfg),
         render.render_lab_month(month.lab, month.cfg),
         render.render_admin_email(month.admin, month.cfg),
         render.render_jobs(month.jobs, month.cfg),
@@ -332,12 +372,15 @@ def test_site_templates_override_the_packaged_ones(month: Month, tmp_path: Path)
     )
     assert cfg.reports.template_dir == str(site)
     m = month.user
-    r = render.render_user_month(m, suggest_for_user(m), cfg)
+    r = render.render_user_month(m, suggest_for_user(m, month.cfg), cfg)
     assert r.text == f"Hi alice: {render.kwh(m.totals.energy_kwh)} at cluster.\n"  # the default site name
     assert "background-color:#123456" in r.html  # the site's theme, in the packaged user_month.html
     assert r.subject == "cluster says: user_month"
     # the packaged templates are unchanged for everyone else
-    assert "background-color:#f0fdf4" in render.render_user_month(m, suggest_for_user(m), month.cfg).html
+    assert (
+        "background-color:#f0fdf4"
+        in render.render_user_month(m, suggest_for_user(m, month.cfg), month.cfg).html
+    )
 
 
 def _write(p: Path, s: str) -> Path:
@@ -419,7 +462,7 @@ def test_charts_are_small_fast_pngs() -> None:
 def test_rendering_a_thousand_user_emails_fits_the_budget(month: Month) -> None:
     """Rendering (templates + chart) of one user's e-mail, the part of a batch this module owns."""
     m = month.user
-    s = suggest_for_user(m)
+    s = suggest_for_user(m, month.cfg)
     render.render_user_month(m, s, month.cfg)  # templates compiled once per process
     t0 = time.perf_counter()
     for _ in range(50):

@@ -26,7 +26,9 @@ from cocaq.config import Config, load_config
 from cocaq.db import make_engine
 from cocaq.errors import UsageError
 from cocaq.importer import import_records
+from cocaq.jobfacts import precision_of
 from cocaq.models import CarbonIntensity, Cluster, ModelMetadata, Sample
+from cocaq.modelstats import model_stats
 from cocaq.slurm.record import JobRecord
 from tests.conftest import new_database
 
@@ -236,11 +238,18 @@ def share(r: Row, lo: datetime, hi: datetime) -> tuple[float, float]:
     return (1.0 if a <= r.t0 < b else 0.0), 0.0
 
 
+OUTCOMES = {  # how a job ended -> where its energy beyond idle GPUs counts (an oracle for cocaq.ledger)
+    "FAILED": "failed", "NODE_FAIL": "failed", "BOOT_FAIL": "failed", "OUT_OF_MEMORY": "oom",
+    "TIMEOUT": "timeout", "DEADLINE": "timeout", "CANCELLED": "cancelled",
+}  # fmt: skip
+
+
 def expect(rows: list[Row], lo: datetime = MONTH, hi: datetime = NEXT, **match: Any) -> dict[str, float]:
     """Sums over the matching jobs' shares in [lo, hi)."""
+    parts = ("failed", "oom", "timeout", "cancelled")
     out = dict.fromkeys(
-        ("jobs", "kwh", "co2_kg", "gpu_h", "cpu_h", "idle_h", "idle_kwh", "idle_co2_kg", "failed_kwh",
-         "failed_co2_kg", "embodied_kg", "failed", "cancelled", "timeout"), 0.0,
+        ("jobs", "kwh", "co2_kg", "gpu_h", "cpu_h", "idle_h", "idle_kwh", "idle_co2_kg", "embodied_kg",
+         *(f"{p}_kwh" for p in parts), *(f"{p}_co2_kg" for p in parts), *(f"jobs_{p}" for p in parts)), 0.0,
     )  # fmt: skip
     for r in rows:
         if any(getattr(r, k) not in (v if isinstance(v, (set, tuple)) else {v}) for k, v in match.items()):
@@ -249,21 +258,22 @@ def expect(rows: list[Row], lo: datetime = MONTH, hi: datetime = NEXT, **match: 
         if f <= 0:
             continue
         st = r.state.split()[0]
+        kg_per_j = r.co2_g / 1000 / r.energy_j if r.energy_j > 0 else 0.0
+        idle_j = min(r.idle_j, r.energy_j)  # the ledger's idle part: never more than the job's energy
         out["jobs"] += 1
         out["kwh"] += r.energy_j * f / 3.6e6
         out["co2_kg"] += r.co2_g * f / 1000
         out["gpu_h"] += r.gpus * ov / H
         out["cpu_h"] += r.cpus * ov / H
         out["idle_h"] += r.idle_s * f / H
-        out["idle_kwh"] += r.idle_j * f / 3.6e6
-        out["idle_co2_kg"] += r.idle_j * f / 3.6e6 * r.pue * r.g / 1000
+        out["idle_kwh"] += idle_j * f / 3.6e6
+        out["idle_co2_kg"] += idle_j * f * kg_per_j
         out["embodied_kg"] += r.embodied_g * f / 1000
-        if st in ("FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "TIMEOUT"):
-            out["failed_kwh"] += r.energy_j * f / 3.6e6
-            out["failed_co2_kg"] += r.co2_g * f / 1000
-        out["failed"] += st in ("FAILED", "OUT_OF_MEMORY", "NODE_FAIL")
-        out["cancelled"] += st == "CANCELLED"
-        out["timeout"] += st == "TIMEOUT"
+        o = OUTCOMES.get(st)
+        if o is not None:
+            out[f"{o}_kwh"] += (r.energy_j - idle_j) * f / 3.6e6
+            out[f"{o}_co2_kg"] += (r.energy_j - idle_j) * f * kg_per_j
+            out[f"jobs_{o}"] += 1
     return out
 
 
@@ -290,11 +300,15 @@ def check_totals(t: data.MonthTotals, e: dict[str, float]) -> None:
     assert t.gpu_hours == approx(e["gpu_h"]) and t.cpu_hours == approx(e["cpu_h"])
     assert t.idle_gpu_hours == approx(e["idle_h"]) and t.idle_gpu_kwh == approx(e["idle_kwh"])
     assert t.idle_co2_kg == approx(e["idle_co2_kg"])
-    assert t.failed_kwh == approx(e["failed_kwh"]) and t.failed_co2_kg == approx(e["failed_co2_kg"])
+    for p in ("failed", "oom", "timeout", "cancelled"):
+        assert getattr(t, f"{p}_kwh") == approx(e[f"{p}_kwh"]), p
+        assert getattr(t, f"{p}_co2_kg") == approx(e[f"{p}_co2_kg"]), p
+        assert getattr(t, f"jobs_{p}") == e[f"jobs_{p}"], p
     assert t.co2_embodied_kg == approx(e["embodied_kg"])
-    assert (t.jobs_failed, t.jobs_cancelled, t.jobs_timeout) == (e["failed"], e["cancelled"], e["timeout"])
     assert t.gpu_kwh + t.cpu_kwh + t.dram_kwh + t.other_kwh == approx(t.energy_kwh)
     assert t.measured_kwh + t.estimated_kwh == approx(t.energy_kwh)
+    # the ledger's parts are disjoint: they never add up to more than the energy
+    assert t.wasted_kwh <= t.energy_kwh * (1 + 1e-9) and t.wasted_co2_kg <= t.co2_kg * (1 + 1e-9) + 1e-12
 
 
 # --- 1. user monthly ----------------------------------------------------------------------------------
@@ -337,23 +351,28 @@ def test_user_models_precision_and_the_comparison(month_db: Setup) -> None:
     with month_db.engine.connect() as conn:
         everyone = data.users_month(conn, month_db.cfg, MONTH)
     alice = everyone["alice"]
-    # by model: the month's share (job 103: half of it in March), as the lab's table
+    # by model: the runs that ended in March, whole, as `cocaq models` counts them (job 103 ended on
+    # March 1: all of it, although half of it ran in February)
     models = {m.model_name: m for m in alice.models}
     assert set(models) == {"llama-7b", "bert-base"}
     assert everyone["bob"].models == () and everyone["carol"].models == ()
-    assert models["llama-7b"].energy_kwh == approx((rows[101].energy_j + rows[103].energy_j / 2) / 3.6e6)
+    assert models["llama-7b"].energy_kwh == approx((rows[101].energy_j + rows[103].energy_j) / 3.6e6)
     assert models["bert-base"].jobs == 1 and models["bert-base"].gpu_hours == approx(4.0)
+    with month_db.engine.connect() as conn:
+        cli = model_stats(conn, MONTH, NEXT, user="alice")
+    assert {g.key: g.energy_kwh for g in cli.by_model} == approx({k: m.energy_kwh for k, m in models.items()})
     # precision: the column (101), the first shape's `extra` (103), nothing recorded (105)
-    prec = {int(g.job_id): (g.precision, g.precision_label) for g in alice.gpu_jobs}
+    prec = {int(g.job_id): (g.precision, g.precision_label) for g in alice.jobs if g.gpus}
     assert prec[101] == ("reduced", "bf16") and prec[103] == ("full", "float32") and prec[105] == (None, None)
     # the comparison: whole runs that ended in March (103 ended on March 1), kWh per epoch
     (c,) = alice.model_comparisons
     assert (c.user, c.model) == ("alice", "llama-7b")
     bf16, fp32 = c.groups
     assert (bf16.precision, bf16.batch_size, fp32.precision) == ("bf16", 32, "fp32")
-    assert bf16.kwh_per_epoch == approx(rows[101].energy_j / 2 / 3.6e6)
-    assert fp32.kwh_per_epoch == approx(rows[103].energy_j / 1 / 3.6e6)
-    assert fp32.ratio_to_best == approx(fp32.kwh_per_epoch / bf16.kwh_per_epoch) and fp32.ratio_to_best > 1
+    assert c.unit == "epoch"
+    assert bf16.kwh_per_unit == approx(rows[101].energy_j / 2 / 3.6e6)
+    assert fp32.kwh_per_unit == approx(rows[103].energy_j / 1 / 3.6e6)
+    assert fp32.ratio_to_best == approx(fp32.kwh_per_unit / bf16.kwh_per_unit) and fp32.ratio_to_best > 1
     assert all(everyone[u].model_comparisons == () for u in everyone if u != "alice")
 
 
@@ -365,16 +384,32 @@ def test_trend_against_the_previous_month(month_db: Setup) -> None:
     cur, old = expect(rows, user="alice"), expect(rows, PREV, MONTH, user="alice")
     tr = alice.trend
     assert tr.previous_month.start == PREV and tr.previous_month.label == "2025-02"
+    # per day of data: the data starts on 5 February (job 104), so February has 24 days of it, March 31
+    assert (tr.days, tr.previous_days, tr.comparable) == (31, 24, True)
+    assert "24 days of February" in tr.note
     assert old["gpu_h"] == approx(4.0 + 5.0)  # the 4 Feb hours of job 103, and job 104
-    assert tr.gpu_hours.previous == approx(9.0) and tr.gpu_hours.delta == approx(8.0)
-    assert tr.gpu_hours.pct == approx((17.0 / 9.0 - 1) * 100)
-    assert tr.energy_kwh.current == approx(cur["kwh"]) and tr.energy_kwh.previous == approx(old["kwh"])
-    assert tr.energy_kwh.pct == approx((cur["kwh"] / old["kwh"] - 1) * 100)
-    assert tr.co2_kg.delta == approx(cur["co2_kg"] - old["co2_kg"])
+    assert tr.gpu_hours.previous == approx(9.0 / 24) and tr.gpu_hours.current == approx(17.0 / 31)
+    assert tr.gpu_hours.pct == approx((17.0 / 31 / (9.0 / 24) - 1) * 100)
+    assert tr.energy_kwh.current == approx(cur["kwh"] / 31) and tr.energy_kwh.previous == approx(
+        old["kwh"] / 24
+    )
+    assert tr.energy_kwh.pct == approx((cur["kwh"] / 31 / (old["kwh"] / 24) - 1) * 100)
+    assert tr.co2_kg.delta == approx(cur["co2_kg"] / 31 - old["co2_kg"] / 24)
     assert tr.gpu_util_pct.previous is None and tr.gpu_util_pct.delta is None  # no samples in February
     # carol ran nothing in February: a change from zero has no percentage
     assert carol.trend.energy_kwh.previous == 0 and carol.trend.energy_kwh.pct is None
-    assert carol.trend.energy_kwh.delta == approx(carol.totals.energy_kwh)
+    assert carol.trend.energy_kwh.delta == approx(carol.totals.energy_kwh / 31)
+    # February against January, which has no data: no comparison, and it says why
+    with month_db.engine.connect() as conn:
+        feb = data.user_month(conn, month_db.cfg, "alice", PREV)
+    assert not feb.trend.comparable and feb.trend.energy_kwh.pct is None
+    assert feb.trend.note == "No comparison with January: there is no data for it."
+    # too few days of data in the month before (5 of 14 needed): no comparison either
+    short = data._trend(
+        data.Month.of(MONTH).previous(), {}, {}, data.DataDays(None, None, 31, 31),
+        data.DataDays(at(24, 0, PREV).date(), MONTH.date(), 5, 28), 14,
+    )  # fmt: skip
+    assert not short.comparable and "only 5 of its days (24 Feb-28 Feb)" in short.note
 
 
 def test_peer_percentiles_on_the_same_clusters(month_db: Setup) -> None:
@@ -422,9 +457,13 @@ def test_idle_gpus_and_failed_jobs_in_kwh_and_co2(month_db: Setup) -> None:
     assert t.idle_gpu_kwh == approx((60 * 2 + 50 * 4) / 1000)
     co2 = sum(e * by_raw[raw].pue * by_raw[raw].g for raw, e in ((101, 0.12), (102, 0.2))) / 1000
     assert t.idle_co2_kg == approx(co2)
-    # failed energy: the FAILED job and the TIMEOUT job, each with its own CO2
-    assert t.failed_kwh == approx((by_raw[102].energy_j + by_raw[106].energy_j) / 3.6e6)
-    assert t.failed_co2_kg == approx((by_raw[102].co2_g + by_raw[106].co2_g) / 1000)
+    # the ledger's parts, disjoint: the FAILED job's energy beyond its idle GPUs (all of them idle, 0.2 kWh)
+    # is "failed"; the TIMEOUT job (no GPU) is "timed out", not "failed"; each with its own CO2
+    e102, e106 = by_raw[102].energy_j / 3.6e6, by_raw[106].energy_j / 3.6e6
+    assert t.failed_kwh == approx(e102 - 0.2) and t.timeout_kwh == approx(e106)
+    assert t.failed_co2_kg == approx(by_raw[102].co2_g / 1000 * (e102 - 0.2) / e102)
+    assert t.timeout_co2_kg == approx(by_raw[106].co2_g / 1000)
+    assert t.wasted_kwh == approx(t.idle_gpu_kwh + e102 - 0.2 + e106) and t.wasted_kwh < t.energy_kwh
     # the jobs that held GPUs nearly idle: 102 (all of it) then 101 (one GPU of two)
     idle = alice.idle_jobs
     assert [j.job_id for j in idle] == ["102", "101"]
@@ -441,12 +480,12 @@ def test_top_jobs_basis_and_daily_series(month_db: Setup) -> None:
     mine = [r for r in rows if r.user == "alice" and share(r, MONTH, NEXT)[0] > 0]
     ranked = sorted(mine, key=lambda r: (-r.energy_j * share(r, MONTH, NEXT)[0], r.pk))[:3]
     assert [j.pk for j in alice.top_jobs] == [r.pk for r in ranked]
-    for j, r in zip(alice.top_jobs, ranked, strict=True):
-        f, ov = share(r, MONTH, NEXT)
-        assert j.energy_kwh == approx(r.energy_j * f / 3.6e6) and j.share_in_month == approx(f)
-        assert j.gpu_hours == approx(r.gpus * ov / H)
-    half = next(j for j in alice.gpu_jobs if j.job_id == "103")
-    assert half.share_in_month == approx(0.5)
+    for j, r in zip(alice.top_jobs, ranked, strict=True):  # whole jobs, as `cocaq job` shows them
+        f, _ov = share(r, MONTH, NEXT)
+        assert j.energy_kwh == approx(r.energy_j / 3.6e6) and j.share_in_month == approx(f)
+        assert j.gpu_hours == approx(r.gpus * r.el / H) and j.co2_kg == approx(r.co2_g / 1000)
+    half = next(j for j in alice.jobs if j.job_id == "103")
+    assert half.share == approx(0.5)
     # basis: estimated only; the series for March 1-20, fallbacks for the rest; PUE 1.2 and February's 1.5
     b = alice.basis
     assert b.measured_share == 0.0
@@ -490,9 +529,9 @@ def test_lab_month(month_db: Setup) -> None:
         alice = data.user_month(conn, month_db.cfg, "alice", MONTH)
     check_totals(lab.totals, expect(rows, account="lab_a"))
     check_totals(lab_b.totals, expect(rows, account="lab_b", cluster="c"))
-    old = expect(rows, PREV, MONTH, account="lab_a")
-    assert lab.trend.energy_kwh.previous == approx(old["kwh"])
-    assert lab.trend.gpu_hours.previous == approx(9 + 2)
+    old = expect(rows, PREV, MONTH, account="lab_a")  # per day of data: 24 of February's (from the 5th)
+    assert lab.trend.energy_kwh.previous == approx(old["kwh"] / 24)
+    assert lab.trend.gpu_hours.previous == approx((9 + 2) / 24)
     assert [u.user for u in lab.users] == sorted(
         ("alice", "bob"), key=lambda u: -expect(rows, user=u, account="lab_a")["kwh"]
     )
@@ -500,22 +539,24 @@ def test_lab_month(month_db: Setup) -> None:
         e = expect(rows, user=u.user, account="lab_a")
         assert (u.jobs, u.energy_kwh, u.gpu_hours) == (e["jobs"], approx(e["kwh"]), approx(e["gpu_h"]))
         assert (u.idle_kwh, u.failed_kwh) == (approx(e["idle_kwh"]), approx(e["failed_kwh"]))
+        assert u.waste is not None and u.waste.timeout_kwh == approx(e["timeout_kwh"])
+        assert u.waste.wasted_kwh <= u.energy_kwh
     assert next(u for u in lab.users if u.user == "alice").gpu_util_pct == approx(alice.totals.gpu_util_pct)
     # idle waste: only alice's GPUs idled
     assert [w.key for w in lab.idle_by_user] == ["alice"]
     w = lab.idle_by_user[0]
     assert w.idle_gpu_hours == approx(6.0) and w.idle_share == approx(6.0 / 17.0)
     assert w.idle_co2_kg == approx(alice.totals.idle_co2_kg)
-    # models: jobs 101 and 103 (half of it in March) are llama, 105 is bert: the month's share of each
+    # models: jobs 101 and 103 (ended on March 1) are llama, 105 is bert: runs that ended in March, whole
     by_raw = {r.raw: r for r in rows}
     e101, e103, e105 = (by_raw[k].energy_j / 3.6e6 for k in (101, 103, 105))
     models = {(m.model_name, m.framework): m for m in lab.models}
     llama, bert = models[("llama-7b", "pytorch")], models[("bert-base", "pytorch")]
-    assert llama.energy_kwh == approx(e101 + e103 / 2) and llama.gpu_hours == approx(2 * 2 + 4)
+    assert llama.energy_kwh == approx(e101 + e103) and llama.gpu_hours == approx(2 * 2 + 8)
     assert (llama.jobs, llama.users, bert.jobs) == (2, 1, 1)
     assert bert.energy_kwh == approx(e105) and bert.gpu_hours == approx(4.0)
     assert bert.co2_kg == approx(by_raw[105].co2_g / 1000) and llama.co2_kg == approx(
-        (by_raw[101].co2_g + by_raw[103].co2_g / 2) / 1000
+        (by_raw[101].co2_g + by_raw[103].co2_g) / 1000
     )
     assert [m.model_name for m in lab.models] == sorted(
         ("llama-7b", "bert-base"), key=lambda n: -models[(n, "pytorch")].energy_kwh
@@ -538,7 +579,7 @@ def test_admin_month_tables_add_up(month_db: Setup) -> None:
         adm_d = data.admin_month(conn, month_db.cfg, MONTH, cluster="d")
     check_totals(adm.totals, expect(rows))
     check_totals(adm_d.totals, expect(rows, cluster="d"))
-    assert adm.trend.energy_kwh.previous == approx(expect(rows, PREV, MONTH)["kwh"])
+    assert adm.trend.energy_kwh.previous == approx(expect(rows, PREV, MONTH)["kwh"] / 24)
     for table in (adm.by_lab, adm.by_partition):
         assert sum(g.energy_kwh for g in table) == approx(adm.totals.energy_kwh)
         assert sum(g.co2_kg for g in table) == approx(adm.totals.co2_kg)
@@ -578,15 +619,18 @@ def test_admin_utilisation_histogram_idle_and_failures(month_db: Setup) -> None:
     assert h.unsampled_jobs == 5 and h.unsampled_gpu_hours == approx(4 + 2 + 1 + 3)
     assert [w.key for w in adm.idle_by_user] == ["alice"] and [w.key for w in adm.idle_by_lab] == ["lab_a"]
     assert adm.idle_by_lab[0].idle_share == approx(6.0 / expect(rows, account="lab_a")["gpu_h"])
-    failed = {f.key: f for f in adm.failed_by_lab}
+    waste = {w.key: w for w in adm.waste_by_lab}
     a = expect(rows, account="lab_a")
-    assert failed["lab_a"].energy_kwh == approx(a["failed_kwh"])
-    assert failed["lab_a"].co2_kg == approx(a["failed_co2_kg"])
-    assert failed["lab_a"].jobs == 3  # 102 FAILED, 106 and 201 TIMEOUT
-    assert failed["lab_b"].jobs == 1 and failed["lab_b"].energy_kwh == 0  # the zero-length FAILED job
+    w = waste["lab_a"]
+    assert (w.idle_kwh, w.failed_kwh, w.timeout_kwh) == (approx(a["idle_kwh"]), approx(a["failed_kwh"]),
+                                                         approx(a["timeout_kwh"]))  # fmt: skip
+    assert (w.jobs_failed, w.jobs_timeout) == (1, 2)  # 102 FAILED; 106 and 201 TIMEOUT, apart
+    assert w.wasted_kwh <= w.energy_kwh == approx(a["kwh"])
+    assert "lab_b" not in waste  # its only bad job (FAILED) ran for no time: nothing wasted
     states = {s.state: s for s in adm.energy_by_state}
     assert set(states) == {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "RUNNING"}
-    assert states["TIMEOUT"].counts_as_failed and not states["CANCELLED"].counts_as_failed
+    assert states["TIMEOUT"].outcome == "timeout" and states["CANCELLED"].outcome == "cancelled"
+    assert states["FAILED"].outcome == "failed" and states["COMPLETED"].outcome is None
     assert states["CANCELLED"].energy_kwh == approx(expect(rows, state="CANCELLED by 5")["kwh"])
     assert sum(s.energy_kwh for s in adm.energy_by_state) == approx(adm.totals.energy_kwh)
     assert sum(s.jobs for s in adm.energy_by_state) == adm.totals.jobs
@@ -701,13 +745,13 @@ def test_month_helper() -> None:
     # a time with an offset is read in UTC: 00:30 on April 1 in Paris is still March in UTC
     assert data.Month.of(datetime(2025, 4, 1, 0, 30, tzinfo=ZoneInfo("Europe/Paris"))).label == "2025-03"
     # the precision column, then (rows of the first shape) the keys of `extra`
-    assert data.precision_of("bf16") == ("reduced", "bf16") and data.precision_of("fp8") == ("reduced", "fp8")
-    assert data.precision_of("tf32") == ("full", "tf32")
-    assert data.precision_of("fp32", {"amp": True})[0] == "full"  # the column wins
-    assert data.precision_of("nf4") == ("reduced", "nf4") and data.precision_of("bf16-mixed")[0] == "reduced"
-    assert data.precision_of("q5_k") == (None, "q5_k")  # said, but neither: unknown
-    assert data.precision_of(None, {"precision": "bf16"}) == ("reduced", "bf16")
-    assert data.precision_of("", {"dtype": "torch.float32"}) == ("full", "float32")
-    assert data.precision_of(None, {"amp": True}) == ("reduced", "amp=true")
-    assert data.precision_of(None, {"task": "train"}) == (None, None)
-    assert data.precision_of(None) == (None, None)
+    assert precision_of("bf16") == ("reduced", "bf16") and precision_of("fp8") == ("reduced", "fp8")
+    assert precision_of("tf32") == ("full", "tf32")
+    assert precision_of("fp32", {"amp": True})[0] == "full"  # the column wins
+    assert precision_of("nf4") == ("reduced", "nf4") and precision_of("bf16-mixed")[0] == "reduced"
+    assert precision_of("q5_k") == (None, "q5_k")  # said, but neither: unknown
+    assert precision_of(None, {"precision": "bf16"}) == ("reduced", "bf16")
+    assert precision_of("", {"dtype": "torch.float32"}) == ("full", "float32")
+    assert precision_of(None, {"amp": True}) == ("reduced", "amp=true")
+    assert precision_of(None, {"task": "train"}) == (None, None)
+    assert precision_of(None) == (None, None)

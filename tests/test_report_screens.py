@@ -34,7 +34,7 @@ from cocaq.db import make_engine
 from tests.test_report_data import MONTH, at, build_month, config
 
 CHROMIUM = os.environ.get("COCAQ_CHROMIUM", "/usr/bin/chromium")
-PHONE, DESKTOP = 400, 1200
+PHONE, DESKTOP = 375, 1200  # an iPhone SE-class screen: the narrowest in common use
 EVIL = '"><img src=x onerror=alert(1)>'
 
 # Measures the page once it has loaded (only in the copies opened here: the e-mails have no script) and
@@ -150,7 +150,12 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pages]:
     url = f"sqlite:///{tmp / 'cocaq.sqlite'}"
     engine = make_engine(url)
     migrate.upgrade(engine)
-    cfg: Config = config(tmp, url, '[reports]\nsite_name = "HAL"\ncontact = "hpc-help@example.org"\n')
+    cfg: Config = config(
+        tmp,
+        url,
+        '[reports]\nsite_name = "HAL"\ncontact = "hpc-help@example.org"\n'
+        "[advice]\nmin_kwh = 0.1\n",  # a month of a few kWh: a tenth of a kWh is worth a line here
+    )
     build_month(engine, cfg)
     with engine.connect() as conn:
         um = data.user_month(conn, cfg, "alice", MONTH)
@@ -162,7 +167,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pages]:
     adm = replace(adm, by_lab=(replace(adm.by_lab[0], key=EVIL), *adm.by_lab[1:]))
     jobs[0] = replace(jobs[0], name="<script>alert(1)</script>")
     emails = {
-        "user": render.render_user_month(um, suggest_for_user(um), cfg),
+        "user": render.render_user_month(um, suggest_for_user(um, cfg), cfg),
         "lab": render.render_lab_month(lab, cfg),
         "admin-email": render.render_admin_email(adm, cfg),
         "job": render.render_jobs(jobs[:1], cfg),
@@ -205,7 +210,7 @@ def test_interactive_admin_page_draws_its_charts(pages: Pages) -> None:
             for w in (PHONE, DESKTOP)
         }
         got = {w: f.result() for w, f in probes.items()}
-    assert pages.charts == 8  # seven of the month, and the ML models (issue 6)
+    assert pages.charts == 9  # seven of the month, the ML models (issue 6), the waste trend (issue 15)
     for w, probe in got.items():
         png = pages.dir / f"admin-interactive-{w}px.png"
         not_blank(png)

@@ -297,6 +297,49 @@ def test_reports_jobs_with_the_real_trigger(
     assert [r.status for r in _runs(job_env, "reports-jobs")] == ["ok"]
 
 
+def test_alerts_job(job_env: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`alerts` every 5 minutes runs cocaq.reports.alerts.send_idle_alerts and records its line and status:
+    ok with nothing to do, skipped when [alerts] idle_gpu is off or the module is not there."""
+    monkeypatch.setenv("COCAQ_MAIL__TRANSPORT", "outbox")
+    monkeypatch.setenv("COCAQ_MAIL__OUTBOX_DIR", str(tmp_path / "outbox"))
+    spec = {s.id: s for s in sch.job_specs(sch.Options(), UTC)}["alerts"]
+    assert spec.trigger.interval == timedelta(minutes=5) and "alerts" in sch.JOB_IDS
+    res = sch.run_once("alerts", sch.Options())
+    assert (res.status, res.summary) == (
+        "ok",
+        "alerts: idle-GPU alerts: 0 new, 0 to send; 0 idle job(s) found",
+    )
+    monkeypatch.setenv("COCAQ_ALERTS__IDLE_GPU", "false")
+    res = sch.run_once("alerts", sch.Options())
+    assert (res.status, res.summary) == (
+        "skipped",
+        "alerts: idle-GPU alerts are off ([alerts] idle_gpu = false)",
+    )
+    monkeypatch.delenv("COCAQ_ALERTS__IDLE_GPU")
+    # The pass gets the run's time; a pass that fails is an error run with its message.
+    import cocaq.reports.alerts
+
+    seen: list[datetime] = []
+
+    def fake(engine: Any, cfg: Any, *, now: datetime) -> Any:
+        seen.append(now)
+        return types.SimpleNamespace(status="error", line=lambda: "mail: stopped")
+
+    monkeypatch.setattr(cocaq.reports.alerts, "send_idle_alerts", fake)
+    before = datetime.now(UTC)
+    res = sch.run_once("alerts", sch.Options())
+    assert (res.status, res.summary) == ("error", "alerts: mail: stopped")
+    assert len(seen) == 1 and abs(seen[0] - before) < timedelta(minutes=1)
+    monkeypatch.setitem(sys.modules, "cocaq.reports.alerts", None)
+    res = sch.run_once("alerts", sch.Options())
+    assert (res.status, res.summary) == (
+        "skipped",
+        "alerts: not available in this version; no idle-GPU alerts sent",
+    )
+    assert [r.status for r in _runs(job_env, "alerts")] == ["ok", "skipped", "error", "skipped"]
+    assert not (tmp_path / "outbox").exists()
+
+
 def test_report_periods() -> None:
     from zoneinfo import ZoneInfo
 
