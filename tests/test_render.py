@@ -242,6 +242,8 @@ def test_job_footprint_one_and_digest(month: Month) -> None:
         assert "x PUE 1.20 x 23 g CO2e/kWh (FR, test series" in part  # CO2 and its basis
         assert render.co2(j101.co2_embodied_kg) in part and "apart" in part  # embodied apart
         assert "75%" in part and render.kwh(j101.idle_kwh) in part  # GPU use and idle
+        # idle time of several GPUs is GPU-hours, and says so (it read "idle 14 h" for 14 GPU-hours of 32 GPUs)
+        assert re.search(rf"idle\b[^.]*? {re.escape(render.num(j101.idle_gpu_hours))} GPU-hours", part), part
         assert "estimate from rated power" in part  # the source, in words
         assert (
             "#SBATCH --gres=gpu:1" in part and "#SBATCH --time=03:00:00" in part
