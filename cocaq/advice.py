@@ -37,7 +37,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -83,7 +83,11 @@ class Advice:
     test: str  # the threshold test that made it fire
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """As dataclasses.asdict says it, without its deep copy of every job id (a heavy user's
+        suggestion can name 10,000 jobs)."""
+        d = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        d["evidence"] = tuple({"label": e.label, "value": e.value, "unit": e.unit} for e in self.evidence)
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Advice:

@@ -370,7 +370,7 @@ def _process_batch(
         select(
             J.id, J.cluster_id, J.job_id_raw, J.partition, J.node_list, _ts(J.start_time), J.elapsed_s,
             J.alloc_gpus, J.n_nodes, J.energy_j, J.pue, J.carbon_zone, J.carbon_g_per_kwh, J.co2_g,
-            J.carbon_source, J.carbon_flag, _ts(J.updated_at),
+            J.carbon_source, J.carbon_flag, _ts(J.updated_at), J.energy_measured_j,
         ).where(_among(conn, J.id, pks))
     ).all()  # fmt: skip
     if len(jobs) > len(pks):  # read by range: only the batch's jobs
@@ -423,7 +423,22 @@ def _process_batch(
     )
     job_updates, metrics = [], []
     split_updates: list[tuple[int, list[tuple[str, str, float]]]] = []
-    energy_rows = _energy_rows(conn, [j.id for j in jobs if j.alloc_gpus])
+    # Only the jobs whose ledger can need them: those with GPU samples (their GPU energy caps the idle
+    # energy; a node row to split), and those whose samples are gone since a split (measured, and sampled
+    # when last derived: their node row is made whole again). A full recompute of a million jobs would
+    # otherwise read every GPU job's rows for nothing.
+    energy_rows = _energy_rows(
+        conn,
+        [
+            j.id
+            for j in jobs
+            if j.alloc_gpus
+            and (
+                use.get((j.cluster_id, str(j.job_id_raw)))
+                or ((j.energy_measured_j or 0.0) > 0 and (old.get(j.id) or _UNSAMPLED)[_AT_SAMPLES_S])
+            )
+        ],
+    )
     changed = 0
     emb = cfg.embodied
     for j, hw, zone, t0, t1 in plans:
@@ -479,7 +494,8 @@ def _process_batch(
             )
         else:
             gpu = _NO_GPU_USE
-            split_to = _split_rows(energy_rows.get(j.id, []), 0.0, 0.0, j.alloc_gpus or 0, t1 - t0)
+            erows = energy_rows.get(j.id)
+            split_to = _split_rows(erows, 0.0, 0.0, j.alloc_gpus or 0, t1 - t0) if erows else None
             if split_to is not None:  # a split whose samples are gone: the node's row whole again
                 split_updates.append((j.id, split_to))
         embodied = (j.alloc_gpus or 0) * elapsed_h * emb.g_per_gpu_hour + max(
@@ -532,6 +548,8 @@ _METRIC_VALUES = (
     "gpu_mem_peak_mb", "carbon_detail", "rolled_from", "rolled_to",
 )  # fmt: skip
 _N_PLAIN = len(_METRIC_VALUES) - 2  # compared as they are (the detail as JSON text); then the days
+_AT_SAMPLES_S = 1 + _METRIC_VALUES.index("gpu_samples_s")  # in a row read as _METRIC_READ
+_UNSAMPLED = (None,) * (2 + len(_METRIC_VALUES))
 _METRIC_READ = (
     M.c.job_pk,
     *(sql_cast(M.c[k], Text) if k == "carbon_detail" else M.c[k] for k in _METRIC_VALUES),
@@ -550,12 +568,13 @@ Rows = list[tuple[str, str, float, str]]  # a job's job_energy rows: (component,
 
 
 def _energy_rows(conn: Connection, pks: list[int]) -> dict[int, Rows]:
-    """These jobs' job_energy rows."""
+    """These jobs' job_energy rows that the ledger reads: GPU rows and those of a node-level measurement."""
     out: dict[int, Rows] = defaultdict(list)
     pks = sorted(pks)
     for i in range(0, len(pks), 5000):
         q = select(E.job_pk, E.component, E.source, E.energy_j, E.node).where(
-            _among(conn, E.job_pk, pks[i : i + 5000])
+            _among(conn, E.job_pk, pks[i : i + 5000]),
+            or_(E.component == "gpu", E.source.in_(_SPLIT_SOURCES)),  # all that _split_rows reads
         )
         for pk, comp, src, e, node in conn.execute(q):
             out[pk].append((comp, src, float(e or 0.0), node or ""))

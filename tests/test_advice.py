@@ -7,6 +7,7 @@ metadata, aggregate) on SQLite and PostgreSQL read back through users_month, as 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -172,6 +173,9 @@ def test_ranking_and_the_threshold_of_an_e_mail() -> None:
     assert [a.id for a in got] == ["timeouts"]
     assert advice.advise(jobs, CTX, total_kwh=100.0, min_share=0.0, min_kwh=0.0)[-1].id == "failures"
     assert advice.advise([], CTX, total_kwh=0.0, min_share=0.0, min_kwh=0.0) == []
+    # as_dict (what the CLI, API and e-mails carry) is dataclasses.asdict, without its deep copy
+    for a in candidates(jobs, CTX):
+        assert a.as_dict() == dataclasses.asdict(a) and advice.Advice.from_dict(a.as_dict()) == a
 
 
 def test_job_notes_say_the_exact_line_to_change() -> None:
@@ -299,3 +303,30 @@ def test_a_real_month(month: tuple[dict[str, data.UserMonth], Config]) -> None:
     strict = Config(**{**cfg.__dict__, "advice": replace(cfg.advice, min_share=0.6, min_kwh=0.0)})
     assert [a.id for a in suggest_for_user(months["fails"], strict)] == []
     assert Thresholds().own_min_saving == 0.05
+
+
+def test_jobfacts_rows_line_up_with_its_fields() -> None:
+    """cocaq.jobfacts builds JobFacts positionally from its query (a heavy user's 10,000 jobs on a login
+    node): a field added or moved must move the query's columns too."""
+    from cocaq import jobfacts
+
+    names = [f.name for f in dataclasses.fields(JobFacts)]
+    n = jobfacts._N_PLAIN
+    assert names[:2] == ["pk", "job_id"] and names[n - 1] == "mean_gpu_power_w"
+    assert names[n:] == [
+        "gpu_tdp_w", "gpu_mem_gb", "model", "precision", "precision_label", "batch_size", "epochs", "tokens",
+        "devices",
+    ]  # fmt: skip
+    sql = jobfacts._sql(type("Db", (), {"dialect": "postgresql"})(), "user", False)  # type: ignore[arg-type]
+    select = sql.rsplit("\nSELECT ", 1)[1].split("\nFROM w", 1)[0]
+    depth, cols, cur = 0, [], ""
+    for ch in select:
+        depth += ch == "(" or -(ch == ")")
+        if ch == "," and depth == 0:
+            cols.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    cols.append(cur.strip())
+    assert len(cols) == n + 6 + 1  # the fields, the model metadata, the sort key
+    assert cols[n - 1].startswith("CASE WHEN m.gpu_samples_s > 0") and cols[n] == "mm.model_name"

@@ -585,3 +585,35 @@ def test_a_reimported_node_measurement_is_split_again_never_counted_twice(
     before = _rollups(engine)
     run_aggregate(engine, cfg)
     assert ledger()[0] == rows and _rollups(engine) == before
+
+
+def test_a_split_whose_samples_are_gone_gives_the_node_its_whole_measurement_again(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Samples expire (retention) or are deleted: a recompute that finds none for a split job puts the
+    node's measurement back whole, as the import wrote it (the job's total never changes)."""
+    from dataclasses import replace as dc_replace
+
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    start = DAY0 + timedelta(hours=10)
+    import_records(
+        engine, [dc_replace(_job(70, start, 1.0), consumed_energy_j=2.0e6)], cfg, source="sacct-json"
+    )
+    _samples(engine, 70, start, [(300.0, 80.0)] * 360)
+    run_aggregate(engine, cfg)
+
+    def ledger() -> dict[str, float]:
+        with engine.connect() as c:
+            return dict(
+                c.execute(
+                    text("SELECT e.source, e.energy_j FROM job_energy e JOIN jobs j ON j.id = e.job_pk"
+                         " WHERE j.job_id_raw = 70")
+                ).all()
+            )  # fmt: skip
+
+    assert set(ledger()) == {"nvml-samples", "slurm-consumed-energy"}
+    with engine.begin() as c:
+        c.execute(text("DELETE FROM samples WHERE job_id = '70'"))
+    run_aggregate(engine, cfg, full=True, rescan_samples=True)
+    assert ledger() == {"slurm-consumed-energy": pytest.approx(2.0e6)}
