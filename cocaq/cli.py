@@ -471,10 +471,14 @@ def _print_import_summary(summary: Any, stats: Any, source_name: str) -> None:
     out.print(
         f"{source_name}: {stats.lines:,} records read ({stats.steps:,} job steps folded into their jobs); "
         f"imported {summary.inserted:,}, updated {summary.updated:,}, unchanged {summary.unchanged:,}, "
-        f"skipped {sum(stats.skipped.values()):,}"
+        f"skipped {sum(stats.skipped.values()) + sum(summary.skipped.values()):,}"
     )
     for reason, n in stats.skipped.most_common():
         out.print(f"  skipped {n:,}: {reason} (first at {stats.examples.get(reason, '?')})")
+    for reason, n in summary.skipped.most_common():
+        out.print(f"  skipped {n:,}: {reason} (first: {summary.examples.get(reason, '?')})")
+    for reason, n in summary.clamped.most_common():
+        out.print(f"  kept, corrected {n:,}: {reason} (first: {summary.examples.get(reason, '?')})")
     if stats.replaced_bytes_lines:
         out.print(f"  {stats.replaced_bytes_lines:,} records had bytes that are not UTF-8 (shown as \ufffd)")
     for part, n in summary.unknown_partitions.most_common():

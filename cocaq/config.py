@@ -73,6 +73,8 @@ class Estimate:
     gpu_utilisation: float = 1.0  # share of GPU TDP drawn when nothing was measured (Green Algorithms: 1)
     mem_w_per_gb: float = 0.3725  # Green Algorithms' figure per GB of requested memory
     cpu_usage: str = "totalcpu"  # "totalcpu": CPU time used; "allocated": cores x elapsed
+    # Slurm's ConsumedEnergy above nodes x elapsed x this is implausible: dropped at import, estimated
+    max_node_power_w: float = 20_000.0
 
 
 @dataclass(frozen=True)
@@ -735,6 +737,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
         gpu_utilisation=_num("estimate.gpu_utilisation", e.get("gpu_utilisation", 1.0), 0.0, 1.0),
         mem_w_per_gb=_num("estimate.mem_w_per_gb", e.get("mem_w_per_gb", 0.3725), 0.0, 100.0),
         cpu_usage=str(e.get("cpu_usage", "totalcpu")),
+        max_node_power_w=_num("estimate.max_node_power_w", e.get("max_node_power_w", 20_000.0), 100.0, 1e6),
     )
     if estimate.cpu_usage not in ("totalcpu", "allocated"):
         raise ConfigError(

@@ -95,6 +95,9 @@ PRECISIONS = {
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 _CONTROL = {i: None for i in [*range(0, 32), 127, *range(0x80, 0xA0)]}
 _BIDI = {i: None for i in [0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
+# Lone UTF-16 surrogates (JSON's "\ud800") are no text: they cannot be encoded, stored or sent.
+_SURROGATES = {i: 0xFFFD for i in range(0xD800, 0xE000)}
+_CLEAN = {**_CONTROL, **_BIDI, **_SURROGATES}
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 # `cocaq:` then its key=value pairs; a value may be quoted. The part ends at `;`, `|` or a newline.
 _SECTION = re.compile(r"cocaq:([^;|\n]*)", re.IGNORECASE)
@@ -102,9 +105,11 @@ _PAIR = re.compile(r"""([A-Za-z_][A-Za-z0-9_.-]{0,63})=("[^"]*"|'[^']*'|[^\s"']+
 
 
 def clean_str(value: str, limit: int = MAX_STR) -> tuple[str, bool]:
-    """(printable text, was cut): no control or bidi-override characters, at most `limit` characters."""
-    text = value.translate(_CONTROL).translate(_BIDI).strip()
-    return text[:limit], len(text) > limit
+    """(printable text, was cut): no control or bidi-override characters, lone surrogates as U+FFFD, at
+    most `limit` characters."""
+    head = value[: 2 * limit + 64]  # bounded work on a megabyte of text; the rest is cut anyway
+    text = head.translate(_CLEAN).strip()
+    return text[:limit], len(text) > limit or len(head) < len(value)
 
 
 def parse_number(value: Any) -> float | None:
@@ -112,7 +117,7 @@ def parse_number(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return float(value)
+        return float(value) if abs(value) < 10**300 else None  # float() of a larger int overflows
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if not isinstance(value, str) or len(value) > 40:
@@ -141,7 +146,11 @@ def _value(key: str, raw: Any, problems: list[str]) -> tuple[str, Any] | None:
     if spec is None:  # kept in extra: a short string, a number or a bool
         if isinstance(raw, bool):
             return key, raw
-        if isinstance(raw, int | float):
+        if isinstance(raw, int):  # compared as an int: math.isfinite(10**400) overflows
+            if abs(raw) < 10**18:
+                return key, raw
+            return _refuse(key, "out of range", problems)
+        if isinstance(raw, float):
             if math.isfinite(raw) and abs(raw) < 1e18:
                 return key, raw
             return _refuse(key, "out of range", problems)
@@ -182,6 +191,8 @@ def _refuse(key: str, why: str, problems: list[str]) -> tuple[str, Any] | None:
 
 
 def _show(raw: Any) -> str:
+    if isinstance(raw, int) and abs(raw) >= 10**40:  # (str() of an int over 4,300 digits raises)
+        return "a number of over 40 digits"
     return repr(clean_str(str(raw), 40)[0])
 
 

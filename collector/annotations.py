@@ -86,7 +86,10 @@ def read(directory: str, job_id: str, uid: int | None) -> tuple[dict[str, Any] |
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         return None, st.st_mtime, [f"annotation file is not valid JSON, ignored: {str(exc)[:120]}"]
     values = doc.get("values") if isinstance(doc, dict) and "values" in doc else doc
-    got = validate(values, problems)
+    try:
+        got = validate(values, problems)
+    except Exception as exc:  # root reads what a user wrote: a bug here must not spread
+        return None, st.st_mtime, [f"annotation file refused: {type(exc).__name__}"]
     return (got or None), st.st_mtime, [f"annotation: {p}" for p in problems[:20]]
 
 

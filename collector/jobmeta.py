@@ -72,25 +72,31 @@ class JobMetaSource(Source):
                 self.detected.pop(jid, None)
         procs = pids_by_job(self.proc_root)
         for jid, rj in cycle.jobs.items():
-            meta: dict[str, Any] = {}
-            problems: list[str] = []
-            values, mtime, probs = annotation_files.read(self.cfg.annotate_dir, jid, rj.uid)
-            problems += probs
-            if values and mtime != self.seen_mtime.get(jid):
-                meta["api"] = values
-                meta["api_ts"] = mtime
-                self.seen_mtime[jid] = mtime
-            found = self._detect(rj, procs.get(jid, []), problems)
-            if found and found != self.detected.get(jid):
-                meta["detected"] = found
-                self.detected[jid] = found
-            if problems:
-                log.info("job %s: %s", jid, "; ".join(problems)[:500])
-            if meta:
-                ts_ns = time.time_ns()
-                cycle.events.append(
-                    {"event": "meta", "job_id": jid, "ts": ts_ns / 1e9, "ts_ns": ts_ns, "meta": meta}
-                )
+            try:
+                self._job(cycle, jid, rj, procs)
+            except Exception:  # one job's files or processes must not stop the others' metadata
+                log.warning("job %s: model metadata not read", jid, exc_info=True)
+
+    def _job(self, cycle: Cycle, jid: str, rj: Any, procs: dict[str, list[int]]) -> None:
+        meta: dict[str, Any] = {}
+        problems: list[str] = []
+        values, mtime, probs = annotation_files.read(self.cfg.annotate_dir, jid, rj.uid)
+        problems += probs
+        if values and mtime != self.seen_mtime.get(jid):
+            meta["api"] = values
+            meta["api_ts"] = mtime
+            self.seen_mtime[jid] = mtime
+        found = self._detect(rj, procs.get(jid, []), problems)
+        if found and found != self.detected.get(jid):
+            meta["detected"] = found
+            self.detected[jid] = found
+        if problems:
+            log.info("job %s: %s", jid, "; ".join(problems)[:500])
+        if meta:
+            ts_ns = time.time_ns()
+            cycle.events.append(
+                {"event": "meta", "job_id": jid, "ts": ts_ns / 1e9, "ts_ns": ts_ns, "meta": meta}
+            )
 
     def _detect(self, rj: Any, job_pids: list[int], problems: list[str]) -> dict[str, str]:
         from cocaq.collector.detect import detect

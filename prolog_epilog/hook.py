@@ -327,19 +327,24 @@ def main(argv: list[str] | None = None) -> int:
             if start is not None:
                 record["job_start"] = float(start["ts"])
                 record["energy"] = _gpu_energy(start, gpus, errors)
-        meta = _read_annotations(cfg, job, errors) if kind == "epilog" else None
         record["errors"] = errors[:50]
         record["hook"] = {
             "kind": kind,
             "version": VERSION,
             "ms": round((time.monotonic() - t_start) * 1000, 2),
         }
+        # The energy record first: nothing optional (what the user declared from inside the job) may
+        # keep it from the spool.
         spool.write_event(spool_dir, record)
         if kind == "epilog":
-            if meta is not None:
-                meta.update(v=VERSION, cluster=cluster, node=node, job_id=job_id)
-                meta["uid"] = f"{cluster}/{node}/{job_id}/meta/{meta['ts_ns']}"
-                spool.write_event(spool_dir, meta)
+            try:
+                meta = _read_annotations(cfg, job, errors)
+                if meta is not None:
+                    meta.update(v=VERSION, cluster=cluster, node=node, job_id=job_id)
+                    meta["uid"] = f"{cluster}/{node}/{job_id}/meta/{meta['ts_ns']}"
+                    spool.write_event(spool_dir, meta)
+            except Exception as exc:  # a user's file: its failure is logged, no more
+                errors.append(f"annotations: {type(exc).__name__}: {str(exc)[:200]}")
             spool.remove_job_state(spool_dir, job_id)
         _signal.setitimer(_signal.ITIMER_REAL, 0)
         ms = (time.monotonic() - t_start) * 1000

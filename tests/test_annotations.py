@@ -138,6 +138,12 @@ def test_hostile_annotation_files_are_refused_with_a_reason_and_the_job_still_re
     def script(p: Path) -> None:
         p.write_text('{"values": {"model": "<script>alert(1)</script>", "params": "1e400", "x": [1, 2]}}')
 
+    def huge_int(p: Path) -> None:  # float(int) overflows: it once lost the job's end record
+        p.write_text('{"values": {"params": 1' + "0" * 400 + ', "x": 1' + "0" * 400 + "}}")
+
+    def surrogate(p: Path) -> None:  # a lone surrogate cannot be encoded: it once failed the import
+        p.write_text('{"values": {"model": "gpt-\\ud800", "params": "7e9"}}')
+
     cases = [
         (301, symlink, "annotation file refused"),
         (302, huge, "annotation file refused: 10485"),
@@ -145,19 +151,24 @@ def test_hostile_annotation_files_are_refused_with_a_reason_and_the_job_still_re
         (304, not_json, "not valid JSON"),
         (305, deep, "not valid JSON"),
         (306, script, "params: must be a number"),
+        (307, huge_int, "params: must be a number, got a number of over 40 digits"),
+        (308, surrogate, ""),
     ]
     for job_id, make, reason in cases:
         events, log = _hostile(node, job_id, make)
         kinds = sorted(e["event"] for e in events)
         assert "end" in kinds and "start" in kinds, (job_id, kinds)
         end = next(e for e in events if e["event"] == "end")
-        assert any(reason in e for e in end["errors"]), (job_id, end["errors"])
+        assert "energy" in end and "job_start" in end, "the energy record comes before the user's file"
         assert f"epilog job={job_id} ok" in log and reason in log, log
         assert not (node.root / "annotations" / f"{job_id}.json").exists()
-        if job_id != 306:
+        if job_id not in (306, 308):
             assert kinds == ["end", "start"], "nothing of a refused file is kept"
     (meta,) = [e for e in _meta(node) if e["job_id"] == "306"]
     assert meta["meta"]["api"] == {"model": "<script>alert(1)</script>"}, "kept as text, escaped on output"
+    (meta,) = [e for e in _meta(node) if e["job_id"] == "308"]
+    assert meta["meta"]["api"] == {"model": "gpt-\ufffd", "params": 7_000_000_000}
+    assert not (node.root / "spool" / "jobs" / "308.json").exists(), "the job's state file is gone"
     events = repr(node.events())
     assert "secret" not in events and "planted" not in events and "root:" not in events
     assert secret.read_text() == '{"model": "root:$6$secret"}', "the symlink's target is untouched"

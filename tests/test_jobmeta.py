@@ -97,3 +97,44 @@ def test_declared_values_while_running_and_the_detected_framework(
         assert new[0]["meta"]["api"] == {"model": "llama-3-8b", "epochs": 2.0}
     finally:
         c.close()
+
+
+def test_one_jobs_hostile_file_does_not_stop_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A number of 400 digits once raised in the jobmeta source each cycle, and the jobs after it got no
+    metadata; now it is refused with a reason, and a failure of any kind stays with its own job."""
+    node = _node(tmp_path, monkeypatch)
+    node.hook("prolog", 401, SLURM_JOB_GPUS="1")
+    node.hook("prolog", 402, SLURM_JOB_PARTITION="cpu")
+    ann = tmp_path / "annotations"
+    (ann / "401.json").write_text('{"values": {"params": 1' + "0" * 400 + ', "model": "gpt-\\ud800"}}')
+    assert update({"model": "resnet-50"}, {"SLURM_JOB_ID": "402", "COCAQ_ANNOTATE_DIR": str(ann)})
+    c = Collector(load_config(node.config, {}))
+    try:
+        c.sample()
+        got = {e["job_id"]: e["meta"] for e in _meta_events(node)}
+        assert got["401"]["api"] == {"model": "gpt-\ufffd"} and got["402"]["api"] == {"model": "resnet-50"}
+        # a failure this module does not foresee, in the first job read: the next still gets its metadata
+        from cocaq.collector import jobmeta
+
+        calls: list[str] = []
+        real = jobmeta.annotation_files.read
+
+        def boom(*a: Any, **k: Any) -> Any:
+            calls.append(a[1])
+            if len(calls) == 1:
+                raise RuntimeError("unforeseen")
+            return real(*a, **k)
+
+        monkeypatch.setattr(jobmeta.annotation_files, "read", boom)
+        for jid in ("401", "402"):
+            assert update({"model": f"resnet-{jid}"}, {"SLURM_JOB_ID": jid, "COCAQ_ANNOTATE_DIR": str(ann)})
+            os.utime(ann / f"{jid}.json", (time.time() + 5, time.time() + 5))
+        time.sleep(1.1)
+        c.sample()
+        assert len(calls) == 2, calls
+        last = [e for e in _meta_events(node) if e["job_id"] == calls[1]][-1]
+        assert last["meta"]["api"]["model"] == f"resnet-{calls[1]}"
+    finally:
+        c.close()

@@ -125,12 +125,12 @@ def test_gpus_nothing_measured_keep_their_share_of_the_estimate(engine: Engine, 
 def test_a_reused_job_id_gets_only_its_own_measurements(engine: Engine, tmp_path: Path) -> None:
     url = engine.url.render_as_string(hide_password=False)
     cfg = _cfg(tmp_path, url)
-    later = T0 + timedelta(days=40)  # Slurm wrapped its job ids: the same raw id again
-    import_records(engine, [_job(502, T0), _job(502, later)], cfg, source="sacct-json")
+    earlier = T0 - timedelta(days=40)  # Slurm wrapped its job ids: the same raw id again
+    import_records(engine, [_job(502, T0), _job(502, earlier)], cfg, source="sacct-json")
     target = connect(url)
     cid = target.cluster_id("c")
     target.ship_events(cid, _event(502, T0, {"GPU-a": 111.0}))
-    target.ship_events(cid, _event(502, later, {"GPU-a": 222.0}))
+    target.ship_events(cid, _event(502, earlier, {"GPU-a": 222.0}))
     measured.refresh(engine, cfg)
     with engine.connect() as c:
         got = c.execute(
@@ -139,7 +139,7 @@ def test_a_reused_job_id_gets_only_its_own_measurements(engine: Engine, tmp_path
                 " WHERE e.source = 'nvml' ORDER BY j.start_time"
             )
         ).all()
-    assert [round(e) for _, e in got] == [111, 222]
+    assert [round(e) for _, e in got] == [222, 111]  # by start: the earlier job first
 
 
 def test_events_of_jobs_sacct_has_not_shown_wait_unlinked(engine: Engine, tmp_path: Path) -> None:

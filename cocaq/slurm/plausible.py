@@ -1,0 +1,215 @@
+"""Plausibility rules for a job record: one place, applied once to every record of every input path.
+
+sacct's parsable and JSON output, pyslurm, the demo and a recompute all become `JobRecord`s, and every
+one passes `check` on its way into `cocaq.importer.import_records`. What a user controls (job names,
+comments) or a broken accounting database produced (absurd counts, times, energies) is made safe here,
+so that one bad record can neither abort a batch (a value the column cannot hold) nor be stored as an
+absurd figure that every report then adds up.
+
+The rules, each either a skip of the whole record or a clamp of one field, with the reason the import
+summary shows:
+
+* Text: lone UTF-16 surrogates (they cannot be encoded) become U+FFFD, NUL and other control characters
+  go (a comment keeps its newlines and tabs); a job's name and comment are cut to MAX_NAME and
+  MAX_COMMENT characters. What identifies a job (its id, user, account, partition, QOS, cluster, state)
+  is never cut: longer than its column, the record is skipped, since a cut name could merge two users.
+* Whole numbers the columns hold: ids within 0..2^63-1, counts (nodes, CPUs, GPUs) within 0..MAX_COUNT
+  (a negative or larger count: the record is skipped), a UID, exit code and signal within 0..2^31-1
+  (else dropped).
+* Times: submit, start and end between EARLIEST and a day after now (else the record is skipped); a job
+  cannot end before it started (skipped); the elapsed time is at most end - start, or now - start for a
+  running job (else clamped to it), never negative.
+* Energy: Slurm's ConsumedEnergy at most nodes x elapsed x `[estimate] max_node_power_w` (else dropped:
+  the job is then estimated, as one without a measurement); CPU time at most the allocated cores x the
+  elapsed time, with a margin (else dropped); memory figures finite and non-negative.
+
+Stdlib only, and cheap: it runs for each of a million records of an import.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+from cocaq.slurm.record import JobRecord
+
+INT4_MAX = 2**31 - 1
+INT8_MAX = 2**63 - 1
+MAX_COUNT = 10_000_000  # nodes, CPUs or GPUs of one job: far beyond any cluster, well within int4
+MAX_NAME = 1024
+MAX_COMMENT = 4096
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+FUTURE = timedelta(days=1)
+DEFAULT_MAX_NODE_POWER_W = 20_000.0  # a GPU node at full load draws 10-15 kW; a margin for what comes
+CPU_MARGIN = 1.05  # TotalCPU a little over cores x elapsed is accounting noise; far over is not
+
+# Identity fields: the column width (cocaq.models.Job, Cluster); never cut.
+IDENTITY = (
+    ("job_id", 64),
+    ("user_name", 64),
+    ("account", 64),
+    ("partition", 128),
+    ("qos", 64),
+    ("cluster", 128),
+    ("state", 32),
+)
+# Descriptive fields: cut to their column (or a bound) with a reason.
+DESCRIPTIVE = (("state_detail", 128), ("gpu_type", 64), ("node_list", 65536))
+
+_SURROGATES = {i: 0xFFFD for i in range(0xD800, 0xE000)}
+_CONTROL = {i: None for i in [*range(0, 32), 127, *range(0x80, 0xA0)]}
+_LINE = {**_SURROGATES, **_CONTROL}
+_MULTILINE = {k: v for k, v in _LINE.items() if k not in (9, 10)}  # a comment keeps tabs and newlines
+
+
+class Problems:
+    """What the rules did to one record: `skip` (the reason it was dropped) and `clamped` reasons."""
+
+    __slots__ = ("clamped", "skip")
+
+    def __init__(self) -> None:
+        self.skip: str | None = None
+        self.clamped: list[str] = []
+
+
+def clean_text(value: str, limit: int, *, multiline: bool = False) -> tuple[str, bool]:
+    """(the text without what cannot be stored or shown, whether it was cut to `limit`)."""
+    v = value[: limit * 2 + 16]  # bounded work on a 2 MB name; what is cut here is cut anyway
+    text = v.translate(_MULTILINE if multiline else _LINE)
+    return text[:limit], len(text) > limit or len(value) > len(v)
+
+
+def _clean_field(rec: JobRecord, name: str, limit: int, p: Problems, *, multiline: bool = False) -> None:
+    v = getattr(rec, name)
+    if v is None:
+        return
+    if not isinstance(v, str):
+        setattr(rec, name, None)
+        p.clamped.append(f"{name} is not text: dropped")
+        return
+    if v.isascii() and v.isprintable() and len(v) <= limit:
+        return  # the common case, without a copy
+    text, cut = clean_text(v, limit, multiline=multiline)
+    if cut:
+        p.clamped.append(f"{name} longer than {limit} characters: cut")
+    elif text != v:
+        p.clamped.append(f"{name} had control or invalid characters: removed")
+    setattr(rec, name, text or None)
+
+
+def _int_in(v: object, hi: int) -> bool:
+    return type(v) is int and 0 <= v <= hi
+
+
+def _finite(v: object) -> bool:
+    """A finite number a float column holds (an int is compared as an int: float(10**400) overflows)."""
+    if type(v) is int:
+        return abs(v) < 1e300
+    return type(v) is float and math.isfinite(v)
+
+
+def _time_ok(t: datetime | None, latest: datetime) -> bool:
+    return t is None or (isinstance(t, datetime) and t.tzinfo is not None and EARLIEST <= t <= latest)
+
+
+def check(rec: JobRecord, now: datetime, max_node_power_w: float = DEFAULT_MAX_NODE_POWER_W) -> Problems:
+    """Apply the rules to `rec` in place; `Problems.skip` says why it must not be stored at all."""
+    p = Problems()
+    # identity: never cut; invalid characters replaced (a surrogate cannot be stored)
+    for name, width in IDENTITY:
+        v = getattr(rec, name)
+        if v is None:
+            continue
+        if not isinstance(v, str):
+            p.skip = f"{name} is not text"
+            return p
+        if not (v.isascii() and v.isprintable()):
+            v = v.translate(_LINE)
+            setattr(rec, name, v)
+        if len(v) > width:
+            p.skip = f"{name} longer than {width} characters"
+            return p
+    if not rec.job_id or not rec.user_name or not rec.state:
+        p.skip = "no job id, user or state"
+        return p
+    for name in ("job_id_raw", "array_job_id", "het_job_id"):
+        v = getattr(rec, name)
+        if v is not None and not _int_in(v, INT8_MAX):
+            p.skip = f"{name} out of range"
+            return p
+    for name in ("array_task_id", "het_job_offset"):
+        v = getattr(rec, name)
+        if v is not None and not _int_in(v, INT4_MAX):
+            p.skip = f"{name} out of range"
+            return p
+    for name in ("n_nodes", "alloc_cpus", "alloc_gpus"):
+        v = getattr(rec, name)
+        if not _int_in(v, MAX_COUNT):
+            p.skip = f"{name} negative or over {MAX_COUNT:,}"
+            return p
+    for name in ("uid", "exit_code", "exit_signal"):
+        v = getattr(rec, name)
+        if v is not None and not _int_in(v, INT4_MAX):
+            setattr(rec, name, None)
+            p.clamped.append(f"{name} out of range: dropped")
+    # times
+    latest = now + FUTURE
+    if not isinstance(rec.submit_time, datetime) or not _time_ok(rec.submit_time, latest):
+        p.skip = "submit time before 2000 or in the future"
+        return p
+    if not (_time_ok(rec.start_time, latest) and _time_ok(rec.end_time, latest)):
+        p.skip = "start or end time before 2000 or in the future"
+        return p
+    if rec.start_time is not None and rec.end_time is not None and rec.end_time < rec.start_time:
+        p.skip = "ends before it started"
+        return p
+    el = rec.elapsed_s
+    if not _finite(el) or el < 0:
+        rec.elapsed_s = el = 0.0
+        p.clamped.append("elapsed time negative or not a number: 0")
+    if rec.start_time is not None:
+        stop = rec.end_time if rec.end_time is not None else (now if rec.is_open else None)
+        if stop is not None:
+            span = max((stop - rec.start_time).total_seconds(), 0.0)
+            if el > span + 1.0:
+                rec.elapsed_s = el = span
+                p.clamped.append("elapsed time longer than from start to end: clamped to it")
+    if rec.time_limit_s is not None and not (_finite(rec.time_limit_s) and rec.time_limit_s >= 0):
+        rec.time_limit_s = None
+        p.clamped.append("time limit negative or not a number: dropped")
+    # energy, CPU time, memory
+    e = rec.consumed_energy_j
+    if e is not None:
+        cap = max(rec.n_nodes, 1) * el * max_node_power_w
+        if not _finite(e) or e < 0:
+            rec.consumed_energy_j = None
+            p.clamped.append("ConsumedEnergy negative or not a number: dropped (estimated instead)")
+        elif e > cap + 1.0:
+            rec.consumed_energy_j = None
+            p.clamped.append(
+                f"ConsumedEnergy over nodes x elapsed x {max_node_power_w:g} W: dropped (estimated instead)"
+            )
+    cpu = rec.total_cpu_s
+    if cpu is not None:
+        if not _finite(cpu) or cpu < 0:
+            rec.total_cpu_s = None
+            p.clamped.append("TotalCPU negative or not a number: dropped")
+        elif rec.alloc_cpus and cpu > rec.alloc_cpus * el * CPU_MARGIN + 60.0:
+            rec.total_cpu_s = None
+            p.clamped.append("TotalCPU over the allocated cores x elapsed: dropped")
+    for name in ("req_mem_mb", "max_rss_mb"):
+        v = getattr(rec, name)
+        if v is not None and not (_finite(v) and v >= 0):
+            setattr(rec, name, None)
+            p.clamped.append(f"{name} negative or not a number: dropped")
+    if rec.rss_tasks_per_node is not None and not (
+        _int_in(rec.rss_tasks_per_node, INT4_MAX) and rec.rss_tasks_per_node > 0
+    ):
+        rec.rss_tasks_per_node = None
+        p.clamped.append("rss_tasks_per_node out of range: dropped")
+    # descriptive text
+    for name, limit in DESCRIPTIVE:
+        _clean_field(rec, name, limit, p)
+    _clean_field(rec, "name", MAX_NAME, p)
+    _clean_field(rec, "comment", MAX_COMMENT, p, multiline=True)
+    return p
