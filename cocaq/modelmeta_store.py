@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import Connection, Table, delete, insert, or_, select, update
+from sqlalchemy.exc import SQLAlchemyError
 
 from cocaq.modelmeta import KNOWN, merge, parse_comment, to_row, validate
 from cocaq.models import Job, ModelMetadata, NodeEvent
@@ -93,13 +94,18 @@ def refresh(conn: Connection, job_pks: Iterable[int]) -> int:
                     conn.execute(delete(mt).where(mt.c.job_pk == pk))
                     changed += 1
                 continue
-            row = to_row(values, sources)
-            if old is not None and all(_same(getattr(old, c), row[c]) for c in COLUMNS):
+            try:  # one job's bad metadata must not take the window's other jobs with it
+                with conn.begin_nested():
+                    row = to_row(values, sources)
+                    if old is not None and all(_same(getattr(old, c), row[c]) for c in COLUMNS):
+                        continue
+                    if old is None:
+                        conn.execute(insert(mt).values(job_pk=pk, **row))
+                    else:
+                        conn.execute(update(mt).where(mt.c.job_pk == pk).values(updated_at=utcnow(), **row))
+            except (SQLAlchemyError, ValueError, TypeError, OverflowError) as exc:
+                log.warning("job %s: model metadata not written: %s", pk, str(exc).splitlines()[0][:300])
                 continue
-            if old is None:
-                conn.execute(insert(mt).values(job_pk=pk, **row))
-            else:
-                conn.execute(update(mt).where(mt.c.job_pk == pk).values(updated_at=utcnow(), **row))
             changed += 1
     return changed
 

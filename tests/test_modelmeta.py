@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cocaq.collector.ship import connect
@@ -216,3 +217,42 @@ def test_comment_api_and_detected_end_up_in_one_row_with_their_sources(
     assert _rows(engine)["1"]["model_name"] == "llama-3-70b"
     import_records(engine, [replace(_job(3, "cocaq: model=gemma"), state="FAILED")], cfg, source="t")
     assert _rows(engine)["3"]["model_name"] == "gemma" and _rows(engine)["3"]["framework"] == "jax"
+
+
+def test_one_jobs_bad_metadata_never_takes_the_others_with_it(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone surrogate declared from inside a job once failed the whole refresh (one transaction) and
+    every other job's metadata in the window with it: it is replaced now, and any failure of one job's
+    row is logged and leaves the others written."""
+    cfg = _cfg(tmp_path, engine.url.render_as_string(hide_password=False))
+    import_records(engine, [_job(11), _job(12), _job(13)], cfg, source="t")
+    t = T0.timestamp()
+    target = connect(engine.url.render_as_string(hide_password=False))
+    try:
+        cid = target.cluster_id("c")
+        target.ship_events(
+            cid,
+            [
+                _meta_event(11, t + 60, {"api": {"model": "gpt-\ud800", "params": 10**400}}),
+                _meta_event(12, t + 60, {"api": {"model": "resnet-50"}}),
+                _meta_event(13, t + 60, {"api": {"model": "vit-b"}}),
+            ],
+        )
+    finally:
+        target.close()
+    from cocaq import measured
+
+    real = modelmeta_store.to_row
+
+    def fails_for_vit(values: Any, sources: Any) -> Any:
+        if values.get("model") == "vit-b":
+            raise ValueError("unforeseen")
+        return real(values, sources)
+
+    monkeypatch.setattr(modelmeta_store, "to_row", fails_for_vit)
+    res = measured.refresh(engine, cfg, since=T0 - timedelta(days=1))
+    rows = _rows(engine)
+    assert rows["11"]["model_name"] == "gpt-\ufffd" and rows["11"]["parameters"] is None
+    assert rows["12"]["model_name"] == "resnet-50" and "13" not in rows
+    assert res.models == 2
