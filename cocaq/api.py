@@ -206,8 +206,9 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
             )
         )
 
-    def heads_user(db: Db, who: Caller, user: str) -> bool:
-        return any(member_of(db, user, a) for a in sorted(who.heads))
+    def headed_labs(db: Db, who: Caller, user: str) -> tuple[str, ...]:
+        """The labs `who` heads that `user` ran jobs in: all a lab head may see of that user."""
+        return tuple(a for a in sorted(who.heads) if member_of(db, user, a))
 
     @get("/v1/whoami", summary="Who the credential says you are, and what you may see")
     def whoami(who: Who) -> dict[str, Any]:
@@ -228,10 +229,14 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
 
         w = window(since, until)
         with pool.db() as db:
-            if not (user == who.user or who.admin or heads_user(db, who, user)):
-                raise HTTPException(403, f"{who.user} may not see user {user}'s footprint")
+            within: tuple[str, ...] | None = None
+            if not (user == who.user or who.admin):
+                # a lab head sees a member's jobs in the labs they head, never those in other labs
+                within = headed_labs(db, who, user)
+                if not within:
+                    raise HTTPException(403, f"{who.user} may not see user {user}'s footprint")
             known(lambda: check_names(db, user=user, cluster=cluster))
-            fp = fp_of(db, user, w, cluster=cluster, top=top, from_jobs=from_jobs)
+            fp = fp_of(db, user, w, cluster=cluster, top=top, from_jobs=from_jobs, within=within)
             return add_advice(db, cfg, fp, cluster=cluster).as_dict()
 
     @get("/v1/labs/{account}", summary="A lab's totals; its users and jobs for its heads and admins")
@@ -294,10 +299,10 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
                 raise HTTPException(403, f"{who.user} does not head lab {account}")
             if account is None:
                 user = user or who.user
-                if user != who.user:
-                    with pool.db() as db:
-                        if not heads_user(db, who, user):
-                            raise HTTPException(403, f"{who.user} may not see user {user}'s models")
+                if user != who.user:  # a lab head asks for the lab (account=), which holds its members' runs
+                    raise HTTPException(
+                        403, f"{who.user} may not see user {user}'s models (lab heads: ask with account=LAB)"
+                    )
         w = window(since, until)
         with engine().connect() as conn:
             stats = model_stats(conn, w.since, w.until, user=user, account=account, cluster=cluster)

@@ -230,6 +230,8 @@ class Footprint:
     # cocaq.advice.Advice.as_dict() of what the window's jobs suggest (`add_advice`), largest saving
     # first; a lab's: each member's largest, with its "user"
     advice: list[dict[str, Any]] = field(default_factory=list)
+    # only the jobs in these labs (a lab head's view of a member); None: all of the key's jobs
+    within: tuple[str, ...] | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Footprint:
@@ -250,6 +252,7 @@ class Footprint:
             members=list(d.get("users", [])),
             sourced={k: d.get(k) for k in ("rollups_through", "rollup_days", "from_jobs")},
             advice=list(d.get("advice", [])),
+            within=tuple(str(a) for a in d["within_labs"]) if d.get("within_labs") is not None else None,
         )
 
     def source(self) -> dict[str, Any]:
@@ -280,6 +283,8 @@ class Footprint:
             ],
         }
         d["advice"] = self.advice
+        if self.within is not None:
+            d["within_labs"] = list(self.within)
         if self.scope == "account":
             d["lab"] = self.key
             d["users"] = self.members
@@ -339,14 +344,17 @@ _TOP = (
 PART_JOBS, PART_ROLLUPS, PART_TOP = 0, 1, 2
 
 
-def _filters(scope: str | None, cluster: str | None, which: int) -> str:
-    """`AND ...` conditions on jobs (which=0) or daily_rollups (which=1); values are bound parameters."""
+def _filters(scope: str | None, cluster: str | None, which: int, within: int = 0) -> str:
+    """`AND ...` conditions on jobs (which=0) or daily_rollups (which=1); values are bound parameters.
+    `within`: the number of labs (`%(in0)s`...) the jobs must belong to (a lab head's view of a user)."""
     out = ""
+    alias = "jr"[which]
     if scope is not None:
         out += f" AND {_SCOPES[scope][which]} = %(key)s"
     if cluster:
-        alias = "jr"[which]
         out += f" AND {alias}.cluster_id = (SELECT id FROM clusters WHERE name = %(cluster)s)"
+    if within:
+        out += f" AND {alias}.account IN ({', '.join(f'%(in{i})s' for i in range(within))})"
     return out
 
 
@@ -356,7 +364,15 @@ def _nulls(types: Iterable[str]) -> str:
 
 
 def footprint_sql(
-    db: Db, group: str | None, scope: str | None, cluster: str | None, *, edges: int, rollups: bool, top: bool
+    db: Db,
+    group: str | None,
+    scope: str | None,
+    cluster: str | None,
+    *,
+    edges: int,
+    rollups: bool,
+    top: bool,
+    within: int = 0,
 ) -> str:
     """One statement, one pass over the scope's jobs in the window, returning rows of three parts:
 
@@ -406,7 +422,7 @@ WITH y AS (
                    coalesce(j.co2_g, 0.0) AS co2, coalesce(j.energy_j, 0.0) * coalesce(j.pue, 1.0) AS facility
             FROM jobs j
             WHERE j.start_time < %(until_ts)s AND (j.end_time >= %(since_ts)s OR j.end_time IS NULL)
-                  AND j.start_time IS NOT NULL{_filters(scope, cluster, 0)}{fence}
+                  AND j.start_time IS NOT NULL{_filters(scope, cluster, 0, within)}{fence}
         ) w{fence}
     ) x
 ), e AS (
@@ -454,7 +470,7 @@ UNION ALL
 SELECT {PART_ROLLUPS}, {_KEYS[group][1]}, {_nulls(["float8"] * len(JOB_SUMS))},
        {", ".join(f"sum(r.{c})" for c in ROLLUP_SUMS)}, {_nulls(top_types)}
 FROM daily_rollups r
-WHERE r.day >= %(r0)s AND r.day < %(r1)s{_filters(scope, cluster, 1)}
+WHERE r.day >= %(r0)s AND r.day < %(r1)s{_filters(scope, cluster, 1, within)}
 GROUP BY 2"""
     if top:
         sql += f"""
@@ -466,8 +482,12 @@ FROM t JOIN jobs j ON j.id = t.id JOIN clusters cl ON cl.id = j.cluster_id"""
     return sql
 
 
-def _params(w: Window, key: str | None, cluster: str | None, plan: Plan, top: int) -> dict[str, Any]:
+def _params(
+    w: Window, key: str | None, cluster: str | None, plan: Plan, top: int, within: tuple[str, ...] = ()
+) -> dict[str, Any]:
     p: dict[str, Any] = {"since": w.since_s, "until": w.until_s, "since_ts": w.since, "until_ts": w.until}
+    for i, lab in enumerate(within):
+        p[f"in{i}"] = lab
     if key is not None:
         p["key"] = key
     if cluster:
@@ -505,6 +525,7 @@ def query(
     cluster: str | None = None,
     top: int = 0,
     from_jobs: bool = False,
+    within: tuple[str, ...] | None = None,
 ) -> Result:
     """Sums per `group` key (user, account, partition; None: one row keyed '') of the jobs in `scope`
     (("user", name) or ("account", lab)), from rollups and jobs as `plan_window` splits the window,
@@ -512,11 +533,16 @@ def query(
     plan = plan_window(w, None if from_jobs else read_watermark(db), from_jobs=from_jobs)
     skind, key = scope if scope else (None, None)
     rollups = plan.rollup_since is not None
-    sql = footprint_sql(db, group, skind, cluster, edges=len(plan.edges), rollups=rollups, top=top > 0)
+    if within is not None and not within:
+        within = ("",)  # no lab: nothing (no job has the empty account name in `within`'s sense)
+    inside = tuple(within or ())
+    sql = footprint_sql(
+        db, group, skind, cluster, edges=len(plan.edges), rollups=rollups, top=top > 0, within=len(inside)
+    )
     sums: dict[str, Sums] = {}
     tops = []
     names = (*JOB_SUMS, *ROLLUP_SUMS)
-    for row in db.rows(sql, _params(w, key, cluster, plan, top)):
+    for row in db.rows(sql, _params(w, key, cluster, plan, top, inside)):
         part, k, vals, t = row[0], row[1], row[2 : 2 + len(names)], row[2 + len(names) :]
         if part == PART_TOP:
             tops.append(t)
@@ -557,11 +583,19 @@ def _add(rows: Iterable[Sums]) -> Sums:
 
 
 def user_footprint(
-    db: Db, user: str, w: Window, *, cluster: str | None = None, top: int = 5, from_jobs: bool = False
+    db: Db,
+    user: str,
+    w: Window,
+    *,
+    cluster: str | None = None,
+    top: int = 5,
+    from_jobs: bool = False,
+    within: tuple[str, ...] | None = None,
 ) -> Footprint:
-    r = query(db, w, None, scope=("user", user), cluster=cluster, top=top, from_jobs=from_jobs)
+    """A user's footprint; `within`: only their jobs in these labs (what a lab head may see of them)."""
+    r = query(db, w, None, scope=("user", user), cluster=cluster, top=top, from_jobs=from_jobs, within=within)
     totals = Totals.from_sums(_add(r.sums.values()))
-    return Footprint("user", user, w.since, w.until, totals, r.top_jobs, plan=r.plan)
+    return Footprint("user", user, w.since, w.until, totals, r.top_jobs, plan=r.plan, within=within)
 
 
 def lab_footprint(
@@ -633,7 +667,9 @@ def add_advice(db: Db, cfg: Config, fp: Footprint, *, cluster: str | None = None
     from cocaq import advice, jobfacts
 
     user, account = (fp.key, None) if fp.scope == "user" else (None, fp.key)
-    jobs = jobfacts.load(db, cfg, fp.since, fp.until, user=user, account=account, cluster=cluster)
+    jobs = jobfacts.load(
+        db, cfg, fp.since, fp.until, user=user, account=account, cluster=cluster, within=fp.within
+    )
     ctx = advice.Context(
         since=fp.since,
         until=fp.until,

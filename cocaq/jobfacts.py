@@ -180,7 +180,7 @@ def _classify(value: str) -> tuple[str | None, str]:
 # --- the query -------------------------------------------------------------------------------------------
 
 
-def _sql(db: Db, scope: str | None, cluster: bool, pk: bool = False) -> str:
+def _sql(db: Db, scope: str | None, cluster: bool, pk: bool = False, within: int = 0) -> str:
     """The window's jobs, one row each, in JobFacts' field order up to `mean_gpu_power_w`, converted to
     its units here (SQL arithmetic is cheaper than Python's for the heavy users' 10,000 jobs a month),
     then the hardware key, the model metadata and the window's share of the job's energy for the sort."""
@@ -195,6 +195,8 @@ def _sql(db: Db, scope: str | None, cluster: bool, pk: bool = False) -> str:
         where += " AND j.cluster_id = (SELECT id FROM clusters WHERE name = %(cluster)s)"
     if pk:
         where += " AND j.id = %(pk)s"
+    if within:  # only the jobs in these labs (a lab head's view of a member)
+        where += f" AND j.account IN ({', '.join(f'%(in{i})s' for i in range(within))})"
     pg = db.dialect == "postgresql"
     big = "greatest" if pg else "max"
     small = "least" if pg else "min"
@@ -272,9 +274,10 @@ def load(
     account: str | None = None,
     cluster: str | None = None,
     pk: int | None = None,
+    within: tuple[str, ...] | None = None,
 ) -> list[JobFacts]:
-    """The jobs that ran in [since, until) (of a user, a lab, everyone, or the job `pk`), most energy
-    first per user."""
+    """The jobs that ran in [since, until) (of a user, a lab, everyone, or the job `pk`; `within`: only
+    those in these labs), most energy first per user."""
     scope = "user" if user is not None else "account" if account is not None else None
     params: dict[str, Any] = {
         "since": since.timestamp(),
@@ -288,7 +291,10 @@ def load(
         params["cluster"] = cluster
     if pk is not None:
         params["pk"] = pk
-    rows = db.rows(_sql(db, scope, bool(cluster), pk is not None), params)
+    inside = tuple(within) if within else ("",) if within is not None else ()
+    for i, a in enumerate(inside):
+        params[f"in{i}"] = a
+    rows = db.rows(_sql(db, scope, bool(cluster), pk is not None, len(inside)), params)
     # sorted here: the database's collation-aware sort of 10,000 wide rows cost more than the query
     rows.sort(key=lambda r: (r[6], -r[-1], r[0]))
     hw: dict[tuple[Any, Any], Any] = {}

@@ -226,6 +226,8 @@ def print_footprint(fp: Footprint, console: Console) -> None:
     t = fp.totals
     who = f"user [bold]{term(fp.key)}[/]" if fp.scope == "user" else f"lab [bold]{term(fp.key)}[/]"
     console.print(f"Footprint of {who}, {fp.since:%Y-%m-%d %H:%M} to {fp.until:%Y-%m-%d %H:%M} UTC")
+    if fp.within is not None:  # a lab head's view of a member
+        console.print(f"Only their jobs in {', '.join(term(a) for a in fp.within)} (the labs you head).")
     if t.jobs == 0:
         console.print("No jobs ran in this window.")
         return

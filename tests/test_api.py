@@ -127,8 +127,11 @@ def test_users_see_their_own_footprint_and_jobs_and_nobody_elses(client: httpx.C
 
 
 def test_a_lab_head_sees_the_lab_and_its_users_a_member_only_its_totals(client: httpx.Client) -> None:
+    # bob's jobs in lab_nlp, never his job in lab_vision (the head of lab_nlp once saw both)
     r = call(client, "daemon", "/v1/users/bob")
-    assert r.status_code == 200 and r.json()["jobs"] == 2, r.text
+    assert r.status_code == 200 and r.json()["jobs"] == 1, r.text
+    assert r.json()["within_labs"] == ["lab_nlp"] and "bob-in-vision" not in r.text
+    assert [j["name"] for j in r.json()["top_jobs"]] == ["secret-bob-project"]
     assert call(client, "daemon", "/v1/users/alice").status_code == 403, "alice is not in lab_nlp"
     lab = call(client, "daemon", "/v1/labs/lab_nlp").json()
     assert lab["jobs"] == 1 and [u["user"] for u in lab["users"]] == ["bob"]
@@ -168,7 +171,9 @@ def test_models_are_scoped_like_the_rest(client: httpx.Client) -> None:
         "members: totals only"
     )
     assert call(client, "daemon", "/v1/models", account="lab_nlp").status_code == 200
-    assert call(client, "daemon", "/v1/models", user="bob").status_code == 200
+    # a head asks for the lab: asking for a member would show their runs in other labs too
+    r = call(client, "daemon", "/v1/models", user="bob")
+    assert r.status_code == 403 and "account=LAB" in r.json()["detail"]
 
 
 def test_bad_expired_replayed_and_misdirected_credentials_are_refused(client: httpx.Client) -> None:
@@ -203,3 +208,62 @@ def test_bad_parameters_are_400_or_422_never_500(client: httpx.Client) -> None:
         r = call(client, "root", path, **params)
         assert r.status_code in (400, 422), (path, params, r.status_code, r.text)
     assert client.get("/openapi.json").status_code == 200
+
+
+# Who asks (MUNGE user) -> what they are here: alice and bob are members of lab_vision, bob also of
+# lab_nlp; daemon heads lab_nlp (and is no member of anything); carol... is not a unix user here, so a
+# former member is alice in lab_nlp: her only job there ended 700 days ago (the `former` fixture).
+MATRIX: list[tuple[str, str, dict[str, str], dict[str, int]]] = [
+    # path, params, {caller: status}; None caller = no credential (401 for every path)
+    ("/v1/whoami", {}, {"alice": 200, "bob": 200, "daemon": 200, "root": 200}),
+    ("/v1/users/alice", {}, {"alice": 200, "bob": 403, "daemon": 200, "root": 200}),
+    ("/v1/users/bob", {}, {"alice": 403, "bob": 200, "daemon": 200, "root": 200}),
+    ("/v1/labs/lab_vision", {}, {"alice": 200, "bob": 200, "daemon": 403, "root": 200}),
+    ("/v1/labs/lab_nlp", {}, {"alice": 200, "bob": 200, "daemon": 200, "root": 200}),
+    ("/v1/jobs/1", {}, {"alice": 200, "bob": 403, "daemon": 403, "root": 200}),
+    ("/v1/jobs/3", {}, {"alice": 403, "bob": 200, "daemon": 200, "root": 200}),
+    ("/v1/jobs/4", {}, {"alice": 403, "bob": 200, "daemon": 403, "root": 200}),
+    ("/v1/models", {"user": "bob"}, {"alice": 403, "bob": 200, "daemon": 403, "root": 200}),
+    ("/v1/models", {"account": "lab_nlp"}, {"alice": 403, "bob": 403, "daemon": 200, "root": 200}),
+    ("/v1/models", {"account": "lab_vision"}, {"alice": 403, "bob": 403, "daemon": 403, "root": 200}),
+    ("/v1/top", {}, {"alice": 403, "bob": 403, "daemon": 403, "root": 200}),
+]
+
+
+def test_access_matrix(client: httpx.Client, engine: Engine, tmp_path: Path) -> None:
+    """Every endpoint x {self, a member of the same lab, the head of another lab, a former member, an
+    admin, no credential, a replayed credential}: the expected answer, and what a refusal or a
+    restricted answer never contains."""
+    cfg = load_config(None, {"COCAQ_DATABASE_URL": engine.url.render_as_string(hide_password=False)})
+    import_records(engine, [_job(5, "alice", "lab_nlp", "alice-old-nlp", 700 * 24)], cfg, source="t")
+    for path, params, expect in MATRIX:
+        for who, status in expect.items():
+            r = call(client, who, path, **params)
+            assert r.status_code == status, (path, params, who, r.status_code, r.text[:300])
+            if status != 200:
+                assert not any(s in r.text for s in ("secret-bob", "bob-in-vision", "alice-resnet")), r.text
+        assert client.get(path, params=params).status_code == 401, (path, "no credential")
+        cred = credential("root", "GET", path)
+        first = client.get(path, params=params, headers={"Authorization": f"MUNGE {cred}"})
+        again = client.get(path, params=params, headers={"Authorization": f"MUNGE {cred}"})
+        assert first.status_code == 200 and again.status_code == 401, (path, "replayed")
+    # what the allowed but restricted answers hold
+    head_on_alice = call(client, "daemon", "/v1/users/alice").json()
+    assert head_on_alice["jobs"] == 0 and head_on_alice["within_labs"] == ["lab_nlp"]
+    assert "alice-resnet" not in json.dumps(head_on_alice) and "alice-vit" not in json.dumps(head_on_alice)
+    # `cocaq user bob` through the API, as the head reads it: the restriction is said
+    from rich.console import Console
+
+    from cocaq.footprint import Footprint
+    from cocaq.render import print_footprint
+
+    con = Console(record=True, width=100)
+    print_footprint(Footprint.from_dict(call(client, "daemon", "/v1/users/bob").json()), con)
+    assert "Only their jobs in lab_nlp (the labs you head)." in con.export_text()
+    former = call(client, "alice", "/v1/labs/lab_nlp").json()
+    assert (
+        former["restricted"] is True and former["top_jobs"] == [] and "secret-bob" not in json.dumps(former)
+    )
+    assert [u["user"] for u in former["users"]] == []
+    member = call(client, "bob", "/v1/labs/lab_vision").json()
+    assert member["restricted"] is True and "alice" not in json.dumps(member["users"])
