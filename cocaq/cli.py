@@ -389,7 +389,9 @@ def import_sacct(
         from cocaq.slurm.run import run_sacct
 
         w = _window(since, until)
-        kind, data = run_sacct(w.since, w.until, all_users=allusers, sacct=sacct_bin, use_json=not no_json)
+        kind, data, delim = run_sacct(
+            w.since, w.until, all_users=allusers, sacct=sacct_bin, use_json=not no_json
+        )
         source_name = f"sacct {kind}"
         lines: Any = data.splitlines(keepends=True)
         blob: Any = data

@@ -59,14 +59,18 @@ def reconcile(
         from cocaq.slurm import sacct as sacct_mod
         from cocaq.slurm.run import run_sacct
 
-        kind, data = run_sacct(since, until, all_users=True, sacct=sacct)
+        kind, data, delimiter = run_sacct(since, until, all_users=True, sacct=sacct)
         stats = sacct_mod.ParseStats()
         records: Any
         if kind == "json":
             records = sacct_mod.iter_json(data, default_cluster=cfg.cluster.name, stats=stats)
         else:
             records = sacct_mod.iter_parsable(
-                data.splitlines(keepends=True), tz=cfg.tz(), default_cluster=cfg.cluster.name, stats=stats
+                data.splitlines(keepends=True),
+                tz=cfg.tz(),
+                delimiter=delimiter,
+                default_cluster=cfg.cluster.name,
+                stats=stats,
             )
         s = import_records(engine, records, cfg, source=f"sacct-{kind}")
         res.sacct_kind = kind

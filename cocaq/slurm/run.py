@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import subprocess
 from datetime import datetime
+from typing import NamedTuple
 
 from cocaq.errors import InputError
 from cocaq.slurm.sacct import SACCT_FIELDS
@@ -40,10 +42,20 @@ def _fmt(t: datetime) -> str:
     return t.astimezone().strftime("%Y-%m-%dT%H:%M:%S")  # sacct reads local time
 
 
+class SacctOutput(NamedTuple):
+    kind: str  # "json" or "parsable"
+    data: bytes
+    delimiter: str  # of the parsable output's fields
+
+
 def run_sacct(
     start: datetime, end: datetime, *, all_users: bool, sacct: str | None = None, use_json: bool = True
-) -> tuple[str, bytes]:
-    """('json'|'parsable', output) of sacct for [start, end]; falls back to --parsable2 without --json."""
+) -> SacctOutput:
+    """sacct's output for [start, end]: JSON, or --parsable2 where there is no trustworthy --json.
+
+    sacct does not escape its delimiter inside values, so a job named `train|v2` would break a `|`
+    line, and a user could keep jobs out of the accounting by naming them so: the fields are separated by
+    a delimiter drawn at random for each run, which nobody can put in a name in advance."""
     exe = _sacct_bin(sacct)
     base = [exe, "-S", _fmt(start), "-E", _fmt(end)]
     if all_users:
@@ -54,11 +66,15 @@ def run_sacct(
     if use_json:
         proc = subprocess.run([*base, "--json"], capture_output=True, timeout=3600, check=False)
         if proc.returncode == 0 and proc.stdout.lstrip()[:1] == b"{":
-            return "json", proc.stdout
+            return SacctOutput("json", proc.stdout, "")
+    delimiter = f"|{secrets.token_hex(8)}|"
     proc = subprocess.run(
-        [*base, "--parsable2", f"--format={SACCT_FIELDS}"], capture_output=True, timeout=3600, check=False
+        [*base, "--parsable2", f"--delimiter={delimiter}", f"--format={SACCT_FIELDS}"],
+        capture_output=True,
+        timeout=3600,
+        check=False,
     )
     if proc.returncode != 0:
         msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         raise InputError(f"sacct failed (exit {proc.returncode}): {msg[0] if msg else 'no message'}")
-    return "parsable", proc.stdout
+    return SacctOutput("parsable", proc.stdout, delimiter)

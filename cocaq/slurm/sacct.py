@@ -60,6 +60,10 @@ class ParseStats:
             self.examples[reason] = where if isinstance(where, str) else f"line {where}"
 
 
+# A record may span this many lines at most (newlines in its job name or comment) before it is skipped.
+MAX_JOINED_LINES = 4
+
+
 class SacctFormatError(ValueError):
     """The input is not sacct output at all (no header, not JSON)."""
 
@@ -297,8 +301,17 @@ def iter_parsable(
         idx = {c.lower(): i for i, c in enumerate(cols)}
     first = True
     trailing: bool | None = None  # whether lines end with the delimiter (--parsable); None: not known
+    carry: tuple[str, int, int] | None = None  # a record cut by a newline in a value: text, lines, where
     for lineno, raw in enumerate(lines, 1):
         line = _decode(raw, st).rstrip("\r\n")
+        joined, where = 0, lineno
+        if carry is not None:  # sacct prints a value's newline as it is: the record may go on here
+            if _whole_record(line, delimiter, cols, idx):  # no: the carried one was cut short
+                st.lines += 1
+                st.skip("wrong number of fields (a record cut short)", carry[2])
+            else:
+                line, joined, where = f"{carry[0]}\n{line}", carry[1], carry[2]
+            carry = None
         if first:
             line = line.lstrip("\ufeff")  # a byte order mark from an editor or a Windows export
         if not line.strip():
@@ -326,11 +339,15 @@ def iter_parsable(
                 )
             if "jobid" not in idx and "jobidraw" not in idx:
                 raise SacctFormatError("--fields must name JobID (or JobIDRaw)")
-        st.lines += 1
         assert cols is not None
         n = len(cols)
         if len(parts) == n + 1 and parts[-1] == "" and trailing is not False:
             parts = parts[:-1]  # --parsable leaves a trailing delimiter
+        if len(parts) < n and joined < MAX_JOINED_LINES and _starts_a_record(parts, idx):
+            carry = (line, joined + 1, where)  # a job name or comment with a newline: wait for the rest
+            continue
+        st.lines += 1
+        lineno = where
         if len(parts) != n:
             st.skip(f"wrong number of fields ({len(parts)}, expected {n}; delimiter inside a value?)", lineno)
             continue
@@ -363,7 +380,27 @@ def iter_parsable(
             yield from _row_to_job(get, tz, default_cluster, folder, st, lineno)
         except (ValueError, OverflowError) as exc:
             st.skip(f"bad value ({_reason(exc)})", lineno)
+    if carry is not None:
+        st.lines += 1
+        st.skip("wrong number of fields (the last record is cut short)", carry[2])
     yield from folder.flush()
+
+
+def _starts_a_record(parts: list[str], idx: dict[str, int]) -> bool:
+    """Whether these fields begin with a job id: what a record cut by a newline in its name still has."""
+    i = idx.get("jobid", idx.get("jobidraw"))
+    return i is not None and i < len(parts) - 1 and _JOBID.match(parts[i].strip()) is not None
+
+
+def _whole_record(line: str, delimiter: str, cols: list[str] | None, idx: dict[str, int]) -> bool:
+    """Whether `line` is a record of its own (every field, a job id): never the rest of the one before."""
+    if cols is None:
+        return False
+    parts = line.rstrip("\r\n").split(delimiter)
+    n = len(cols)
+    if len(parts) == n + 1 and parts[-1] == "":
+        parts = parts[:-1]
+    return len(parts) == n and _starts_a_record(parts, idx)
 
 
 def _reason(exc: Exception) -> str:
