@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, Table, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, Engine, Table, bindparam, delete, insert, literal, select, tuple_, update
 
 from cocaq.carbon import co2_grams
 from cocaq.config import Config
@@ -70,37 +70,52 @@ def _candidates(conn: Connection, cluster_id: int, raw_ids: Iterable[str]) -> di
     return out
 
 
-def link_events(conn: Connection, now: datetime | None = None, limit: int = 20_000) -> LinkSummary:
-    """Give unlinked hook events their job; events of jobs sacct has not shown yet stay unlinked."""
+def link_events(
+    conn: Connection, now: datetime | None = None, limit: int = 20_000, max_events: int = 1_000_000
+) -> LinkSummary:
+    """Give unlinked hook events their job; events of jobs sacct has not shown yet stay unlinked.
+
+    Every unlinked event is looked at, newest first, `limit` at a time (keyset pages, up to `max_events` a
+    run): events that never match (a job sacct never showed, a hidden array) cannot hold back the others,
+    as the oldest 20,000 once did for everyone.
+    """
     now = now or datetime.now(UTC)
     ev = cast(Table, NodeEvent.__table__).c
+    t = cast(Table, NodeEvent.__table__)
     res = LinkSummary()
-    rows = conn.execute(
-        select(ev.uid, ev.cluster_id, ev.job_id, ev.ts)
-        .where(ev.job_pk.is_(None))
-        .order_by(ev.ts)
-        .limit(limit)
-    ).all()
-    by_cluster: dict[int, list[Any]] = defaultdict(list)
-    for r in rows:
-        by_cluster[r.cluster_id].append(r)
-    updates = []
-    for cid, evs in by_cluster.items():
-        cands = _candidates(conn, cid, (e.job_id for e in evs))
-        for e in evs:
-            pk = _pick(cands.get(e.job_id, []), as_utc(e.ts) or now, now)
-            if pk is None:
-                res.events_unmatched += 1
-                if len(res.unmatched_examples) < 5:
-                    res.unmatched_examples.append(e.uid)
-            else:
-                updates.append({"_uid": e.uid, "job_pk": pk})
-    if updates:
-        t = cast(Table, NodeEvent.__table__)
-        conn.execute(
-            update(t).where(t.c.uid == bindparam("_uid")).values(job_pk=bindparam("job_pk")), updates
-        )
-    res.events_linked = len(updates)
+    after: tuple[Any, str] | None = None
+    seen = 0
+    while seen < max_events:
+        q = select(ev.uid, ev.cluster_id, ev.job_id, ev.ts).where(ev.job_pk.is_(None))
+        if after is not None:
+            q = q.where(tuple_(ev.ts, ev.uid) < tuple_(literal(after[0], ev.ts.type), literal(after[1])))
+        page = min(limit, max_events - seen)
+        rows = conn.execute(q.order_by(ev.ts.desc(), ev.uid.desc()).limit(page)).all()
+        if not rows:
+            break
+        seen += len(rows)
+        after = (rows[-1].ts, rows[-1].uid)
+        by_cluster: dict[int, list[Any]] = defaultdict(list)
+        for r in rows:
+            by_cluster[r.cluster_id].append(r)
+        updates = []
+        for cid, evs in by_cluster.items():
+            cands = _candidates(conn, cid, (e.job_id for e in evs))
+            for e in evs:
+                pk = _pick(cands.get(e.job_id, []), as_utc(e.ts) or now, now)
+                if pk is None:
+                    res.events_unmatched += 1
+                    if len(res.unmatched_examples) < 5:
+                        res.unmatched_examples.append(e.uid)
+                else:
+                    updates.append({"_uid": e.uid, "job_pk": pk})
+        if updates:
+            conn.execute(
+                update(t).where(t.c.uid == bindparam("_uid")).values(job_pk=bindparam("job_pk")), updates
+            )
+        res.events_linked += len(updates)
+        if len(rows) < page:
+            break
     return res
 
 

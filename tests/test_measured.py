@@ -193,3 +193,28 @@ def test_cocaq_job_shows_the_gpus_the_node_saw_and_their_energy(engine: Engine, 
         (job,) = find_jobs(conn, "505")
     got = {(g["slurm_index"], g["uuid"], g["source"], g["energy_kwh"]) for g in job["gpus"]}
     assert got == {(1, "GPU-b", "nvml", 2.0), (0, "GPU-a", None, None)}
+
+
+def test_events_that_never_match_do_not_hold_back_the_others(engine: Engine, tmp_path: Path) -> None:
+    """Linking once took the oldest 20,000 unlinked events each run: as many that never match (a job sacct
+    never showed) stalled it for everyone. Every unlinked event is now looked at, page by page."""
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    target = connect(url)
+    cid = target.cluster_id("c")
+    for i in range(15):  # older and newer than the job's events, none of them ever matching
+        target.ship_events(cid, _event(9000 + i, T0 - timedelta(days=3), {"GPU-a": 1.0}))
+        target.ship_events(cid, _event(9100 + i, T0 + timedelta(days=3), {"GPU-a": 1.0}))
+    target.ship_events(cid, _event(505, T0, {"GPU-a": 7.0}))
+    import_records(engine, [_job(505, T0)], cfg, source="t")
+    with engine.begin() as conn:
+        res = measured.link_events(conn, now=T0 + timedelta(days=4), limit=4)
+    assert res.events_linked == 0, "the import linked them already"
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE node_events SET job_pk = NULL"))
+        res = measured.link_events(conn, now=T0 + timedelta(days=4), limit=4)
+        assert (res.events_linked, res.events_unmatched) == (2, 60)
+        res = measured.link_events(conn, now=T0 + timedelta(days=4), limit=4, max_events=10)
+        assert (res.events_linked, res.events_unmatched) == (0, 10), "bounded work per run"
+    measured.refresh(engine, cfg)
+    assert ("gpu", "measured", "nvml", 7.0) in _energy_rows(engine, 505)
