@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
@@ -300,8 +301,13 @@ def _num(key: str, value: Any, lo: float | None = 0.0, hi: float | None = None) 
                 raise ConfigError(f"config: {key}: expected a number, got {value!r}") from None
         else:
             raise ConfigError(f"config: {key}: expected a number, got {value!r}")
-    v = float(value)
-    if v != v or (lo is not None and v < lo) or (hi is not None and v > hi):
+    try:
+        v = float(value)
+    except OverflowError:  # an int of hundreds of digits
+        raise ConfigError(
+            f"config: {key}: expected a number, got one of {len(str(abs(value)))} digits"
+        ) from None
+    if not math.isfinite(v) or (lo is not None and v < lo) or (hi is not None and v > hi):
         rng = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
         raise ConfigError(f"config: {key}: expected a number {rng}, got {value!r}")
     return v
@@ -757,7 +763,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
         nodes = t.get("nodes")
         if isinstance(nodes, str):
             nodes = [nodes]
-        if not nodes or not all(isinstance(n, str) and n for n in nodes):
+        if not isinstance(nodes, list) or not nodes or not all(isinstance(n, str) and n for n in nodes):
             raise ConfigError(f"config: node_groups.{name}.nodes: expected a list of node names or patterns")
         groups.append(NodeGroup(name, tuple(nodes), hw))
     return replace(

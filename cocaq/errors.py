@@ -2,9 +2,19 @@
 
 
 class CocaqError(Exception):
-    """A problem the user can fix; its message is shown as is."""
+    """A problem the user can fix; its message is shown as one line: control characters and lone
+    surrogates (from a key, a file name, a value the user wrote) as escapes."""
 
     exit_code = 1
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if text.isprintable():
+            return text
+        return "".join(
+            c if c.isprintable() and not 0xD800 <= ord(c) < 0xE000 else c.encode("unicode_escape").decode()
+            for c in text
+        )
 
 
 class UsageError(CocaqError):

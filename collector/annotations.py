@@ -73,7 +73,15 @@ def read(directory: str, job_id: str, uid: int | None) -> tuple[dict[str, Any] |
         if uid is not None and st.st_uid != uid:
             return None, 0.0, [f"annotation file refused: owned by uid {st.st_uid}, the job's user is {uid}"]
         if st.st_size > MAX_FILE:
-            return None, 0.0, [f"annotation file refused: {st.st_size} bytes (at most {MAX_FILE})"]
+            emptied = _empty(path, st)
+            return (
+                None,
+                0.0,
+                [
+                    f"annotation file refused: {st.st_size} bytes (at most {MAX_FILE})"
+                    + ("; emptied" if emptied else "")
+                ],
+            )
         data = os.read(fd, MAX_FILE + 1)
     finally:
         os.close(fd)
@@ -91,6 +99,27 @@ def read(directory: str, job_id: str, uid: int | None) -> tuple[dict[str, Any] |
     except Exception as exc:  # root reads what a user wrote: a bug here must not spread
         return None, st.st_mtime, [f"annotation file refused: {type(exc).__name__}"]
     return (got or None), st.st_mtime, [f"annotation: {p}" for p in problems[:20]]
+
+
+def _empty(path: str, st: os.stat_result) -> bool:
+    """Truncate an oversized annotation file (it lives in RAM, under /run: a user once wrote 50 MB):
+    only the very file that was checked (same inode, not a link), never through a symlink."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        now = os.fstat(fd)
+        if (now.st_ino, now.st_dev, now.st_uid) != (st.st_ino, st.st_dev, st.st_uid) or now.st_nlink != 1:
+            return False
+        if not stat.S_ISREG(now.st_mode):
+            return False
+        os.ftruncate(fd, 0)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def remove(directory: str, job_id: str) -> None:

@@ -160,8 +160,21 @@ class CollectorDB:
     def _open(self) -> sqlite3.Connection:
         if os.path.islink(self.path):
             raise SpoolError(f"spool: {self.path} is a symlink; refusing to use it")
-        conn = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
+        # The database and its -wal/-shm files hold every job's samples: readable by root only, whatever
+        # the umask (SQLite creates the -wal and -shm files with the database's mode, or 0644 first).
+        old_umask = os.umask(0o077)
         try:
+            conn = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
+        finally:
+            os.umask(old_umask)
+        try:
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    fd = os.open(self.path + suffix, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                    try:
+                        os.fchmod(fd, 0o600)
+                    finally:
+                        os.close(fd)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA foreign_keys=OFF")

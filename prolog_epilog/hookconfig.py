@@ -41,6 +41,9 @@ def _compute(path: str | None, environ: Mapping[str, str]) -> tuple[dict[str, An
     except ConfigError as exc:
         problems.append(f"config unusable, hook uses defaults: {exc}")
         cfg = Config(database_url="sqlite://", source="defaults")
+    except Exception as exc:  # a parser bug must not fail every job on the node: the defaults still work
+        problems.append(f"config unusable ({type(exc).__name__}), hook uses defaults: {str(exc)[:200]}")
+        cfg = Config(database_url="sqlite://", source="defaults")
     c = cfg.collector
     return (
         {

@@ -138,3 +138,20 @@ def test_one_jobs_hostile_file_does_not_stop_the_others(
         assert last["meta"]["api"]["model"] == f"resnet-{calls[1]}"
     finally:
         c.close()
+
+
+def test_an_oversized_annotation_file_is_emptied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The annotation file is in RAM (/run) and its writer is the user: 50 MB once stayed there for the
+    job's life. The collector empties one over the limit (the very file, never through a link)."""
+    node = _node(tmp_path, monkeypatch)
+    node.hook("prolog", 402, SLURM_JOB_PARTITION="cpu")
+    f = tmp_path / "annotations" / "402.json"
+    with open(f, "w") as fh:  # the prolog made it the user's; its content is theirs
+        fh.write('{"model": "' + "x" * (2 << 20) + '"}')
+    c = Collector(load_config(node.config, {}))
+    try:
+        c.sample()
+    finally:
+        c.close()
+    assert f.stat().st_size == 0 and f.stat().st_uid == 1001
+    assert "402" not in {e["job_id"] for e in _meta_events(node) if "api" in e["meta"]}

@@ -135,3 +135,45 @@ def test_hook_failures_are_counted_and_reported_by_the_collector(tmp_path: Path)
         node.hook("prolog", "not-a-number")
     r = run_cocaq(["collector", "--once", "--no-ship"], env=cocaq_env(node))
     assert r.code == 0 and "hooks: 3 failure(s) of kind ValueError" in r.err, r.err
+
+
+def test_the_collector_database_and_its_wal_are_root_only(tmp_path: Path) -> None:
+    """Every job's samples are in collector.db and its -wal/-shm: once created 0644 in a 0755 spool,
+    readable by any user; 0600 now whatever the umask, and an older database's files are fixed."""
+    import os
+    import stat
+
+    spool = tmp_path / "spool"
+    spool.mkdir(mode=0o755)
+    old = os.umask(0o022)
+    try:
+        db = CollectorDB(str(spool))
+        db.conn.execute("CREATE TABLE IF NOT EXISTS t (x)")
+        db.conn.execute("INSERT INTO t VALUES (1)")
+        modes = {
+            p.name: stat.S_IMODE(p.stat().st_mode)
+            for p in spool.iterdir()
+            if p.name.startswith("collector.db")
+        }
+        db.conn.close()
+        old_db = tmp_path / "old"
+        old_db.mkdir(mode=0o755)
+        import sqlite3
+
+        c = sqlite3.connect(old_db / "collector.db")  # an older version's files, 0644
+        c.execute("PRAGMA journal_mode=WAL")
+        c.execute("CREATE TABLE x (y)")
+        assert stat.S_IMODE((old_db / "collector.db-wal").stat().st_mode) == 0o644
+        again = CollectorDB(str(old_db))
+        again_modes = {
+            p.name: stat.S_IMODE(p.stat().st_mode)
+            for p in old_db.iterdir()
+            if p.name.startswith("collector.db")
+        }
+        again.conn.close()
+        c.close()
+    finally:
+        os.umask(old)
+    assert set(modes) >= {"collector.db", "collector.db-wal", "collector.db-shm"}, modes
+    assert set(modes.values()) == {0o600}, modes
+    assert set(again_modes.values()) == {0o600}, again_modes
