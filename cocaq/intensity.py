@@ -121,6 +121,10 @@ def fallback_intensity(zone: str) -> tuple[Intensity, str]:
 # --- import -----------------------------------------------------------------------------------------
 
 
+# No grid emits more: lignite plants alone are 1,000-1,300 g/kWh (life cycle), whole grids under 1,000.
+MAX_G_PER_KWH = 3000.0
+
+
 @dataclass(frozen=True)
 class Row:
     """One parsed row: a value valid over [start, end) (epoch seconds)."""
@@ -378,6 +382,9 @@ def parse_csv(
                 continue
             if g < 0:
                 out.skip("negative value", line)
+                continue
+            if g > MAX_G_PER_KWH:
+                out.skip(f"over {MAX_G_PER_KWH:g} g/kWh (no grid emits that much)", line)
                 continue
             series = per_zone.setdefault(z, {})
             if t in series:

@@ -1,10 +1,10 @@
 """Plausibility rules for a job record: one place, applied once to every record of every input path.
 
-sacct's parsable and JSON output, pyslurm, the demo and a recompute all become `JobRecord`s, and every
-one passes `check` on its way into `cocaq.importer.import_records`. What a user controls (job names,
-comments) or a broken accounting database produced (absurd counts, times, energies) is made safe here,
-so that one bad record can neither abort a batch (a value the column cannot hold) nor be stored as an
-absurd figure that every report then adds up.
+sacct's parsable and JSON output, the demo and a recompute (and any reader to come, pyslurm's) all
+become `JobRecord`s, and every one passes `check` on its way into `cocaq.importer.import_records`. What
+a user controls (job names, comments) or a broken accounting database produced (absurd counts, times,
+energies) is made safe here, so that one bad record can neither abort a batch (a value the column cannot
+hold) nor be stored as an absurd figure that every report then adds up.
 
 The rules, each either a skip of the whole record or a clamp of one field, with the reason the import
 summary shows:
