@@ -417,6 +417,7 @@ def import_sacct(
             records = _parsable_records(
                 lines,
                 file not in (None, "-"),
+                cfg.estimate.max_node_power_w,
                 tz=cfg.tz(),
                 delimiter=delim,
                 fields=field_list,
@@ -433,17 +434,17 @@ def import_sacct(
     _print_import_summary(summary, stats, source_name)
 
 
-def _parsable_records(lines: Any, from_file: bool, **kwargs: Any) -> Any:
-    """A dump file parses in a second process (the import is CPU-bound); stdin and sacct's output here.
-
-    (multiprocessing closes stdin in the child, and sacct's own output is already in memory.)
+def _parsable_records(lines: Any, from_file: bool, max_node_power_w: float, **kwargs: Any) -> Any:
+    """A dump file parses in a second process (the import is CPU-bound), the plausibility rules with it;
+    stdin and sacct's output here. (multiprocessing closes stdin in the child, and sacct's own output is
+    already in memory.)
     """
     from cocaq.slurm import sacct
 
     if from_file:
         from cocaq.slurm.parallel import iter_parsable_forked
 
-        return iter_parsable_forked(lines, **kwargs)
+        return iter_parsable_forked(lines, max_node_power_w=max_node_power_w, **kwargs)
     return sacct.iter_parsable(lines, **kwargs)
 
 

@@ -25,7 +25,7 @@ from sqlalchemy import Connection, Engine, Table, bindparam, delete, insert, sel
 from cocaq.config import Config
 from cocaq.estimate import IMPORT_SOURCES, Estimator, FootprintValues, JobFootprint, footprint_from_values
 from cocaq.models import Cluster, Job, JobEnergy
-from cocaq.slurm.plausible import check
+from cocaq.slurm.plausible import Checked, Tally, checked
 from cocaq.slurm.record import JobRecord
 
 log = logging.getLogger(__name__)
@@ -221,24 +221,14 @@ def import_records(
     gc.set_threshold(max(thresholds[0], _GC_THRESHOLD), *thresholds[1:])
     earliest: list[datetime] = []
     began = datetime.now(UTC) - META_MARGIN
-    checked = ImportSummary()  # what the plausibility rules refused or changed
-    max_w = cfg.estimate.max_node_power_w
+    # The plausibility rules (cocaq.slurm.plausible), here unless the parser's process applied them
+    tally = records.tally if isinstance(records, Checked) else Tally()
+    if not isinstance(records, Checked):
+        records = checked(records, tally, max_node_power_w=cfg.estimate.max_node_power_w)
 
     def watch(it: Iterable[JobRecord]) -> Iterator[JobRecord]:
         lo = None
-        now = datetime.now(UTC)
         for rec in it:
-            p = check(rec, now, max_w)
-            if p.skip is not None or p.clamped:
-                for reason, counter in (
-                    (p.skip, checked.skipped),
-                    *((c, checked.clamped) for c in p.clamped),
-                ):
-                    if reason is not None:
-                        counter[reason] += 1
-                        checked.examples.setdefault(reason, f"job {_show_id(rec)}")
-                if p.skip is not None:
-                    continue
             t = rec.start_time or rec.submit_time
             if t is not None and (lo is None or t < lo):
                 lo = t
@@ -257,9 +247,9 @@ def import_records(
             )
     finally:
         gc.set_threshold(*thresholds)
-    summary.skipped.update(checked.skipped)
-    summary.clamped.update(checked.clamped)
-    summary.examples.update(checked.examples)
+    summary.skipped.update(tally.skipped)
+    summary.clamped.update(tally.clamped)
+    summary.examples.update(tally.examples)
     # The import rewrote estimates and totals; jobs that nodes measured get their measurements back.
     from cocaq import measured
 
@@ -273,11 +263,6 @@ def import_records(
     with engine.begin() as conn:
         summary.models = modelmeta_store.refresh_since(conn, began)
     return summary
-
-
-def _show_id(rec: JobRecord) -> str:
-    jid = rec.job_id if isinstance(rec.job_id, str) else repr(rec.job_id)
-    return jid[:40].encode("ascii", "backslashreplace").decode("ascii")
 
 
 # Jobs written by an import are found by `updated_at` (the database's clock) >= the import's start (ours).

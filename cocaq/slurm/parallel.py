@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from datetime import tzinfo
 from typing import IO, Any
 
+from cocaq.slurm.plausible import Checked, Tally, checked
 from cocaq.slurm.record import JobRecord
 from cocaq.slurm.sacct import ParseStats, SacctFormatError, iter_parsable
 
@@ -21,18 +22,20 @@ _as_tuple = operator.attrgetter(*_SLOTS)
 _BATCH = 5000
 
 
-def _child(fh: IO[bytes], out: Any, kwargs: dict[str, Any]) -> None:
+def _child(fh: IO[bytes], out: Any, kwargs: dict[str, Any], max_node_power_w: float) -> None:
     st = ParseStats()
+    tally = Tally()
     batch: list[tuple[Any, ...]] = []
     try:
-        for rec in iter_parsable(fh, stats=st, **kwargs):
+        parsed = iter_parsable(fh, stats=st, **kwargs)
+        for rec in checked(parsed, tally, max_node_power_w=max_node_power_w):  # here, beside the parsing
             batch.append(_as_tuple(rec))
             if len(batch) >= _BATCH:
                 out.send(("jobs", batch))
                 batch = []
         if batch:
             out.send(("jobs", batch))
-        out.send(("done", st))
+        out.send(("done", (st, tally)))
     except SacctFormatError as exc:
         out.send(("format-error", str(exc)))
     except BaseException as exc:  # anything else: let the parent raise it, with its type and text
@@ -42,12 +45,25 @@ def _child(fh: IO[bytes], out: Any, kwargs: dict[str, Any]) -> None:
 
 
 def iter_parsable_forked(
-    fh: IO[bytes], *, tz: tzinfo, stats: ParseStats, **kwargs: Any
+    fh: IO[bytes], *, tz: tzinfo, stats: ParseStats, max_node_power_w: float = 0.0, **kwargs: Any
+) -> Checked:
+    """`iter_parsable` and the plausibility rules (cocaq.slurm.plausible) run in a forked child; the same
+    records and counts as in-process (`stats`, and the returned Checked's tally once it is read)."""
+    tally = Tally()
+    return Checked(_forked(fh, tz, stats, tally, max_node_power_w, kwargs), tally)
+
+
+def _forked(
+    fh: IO[bytes],
+    tz: tzinfo,
+    stats: ParseStats,
+    tally: Tally,
+    max_node_power_w: float,
+    kwargs: dict[str, Any],
 ) -> Iterator[JobRecord]:
-    """`iter_parsable` run in a forked child; same records, same counts in `stats`."""
     ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(fh, send, {"tz": tz, **kwargs}), daemon=True)
+    proc = ctx.Process(target=_child, args=(fh, send, {"tz": tz, **kwargs}, max_node_power_w), daemon=True)
     proc.start()
     send.close()
     try:
@@ -60,7 +76,8 @@ def iter_parsable_forked(
                 for t in payload:
                     yield JobRecord(*t)
             elif kind == "done":
-                child: ParseStats = payload
+                child: ParseStats = payload[0]
+                tally.merge(payload[1])
                 stats.lines += child.lines
                 stats.jobs += child.jobs
                 stats.steps += child.steps

@@ -29,6 +29,8 @@ Stdlib only, and cheap: it runs for each of a million records of an import.
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 
 from cocaq.slurm.record import JobRecord
@@ -213,3 +215,56 @@ def check(rec: JobRecord, now: datetime, max_node_power_w: float = DEFAULT_MAX_N
     _clean_field(rec, "name", MAX_NAME, p)
     _clean_field(rec, "comment", MAX_COMMENT, p, multiline=True)
     return p
+
+
+class Tally:
+    """What the rules refused (`skipped`) and corrected (`clamped`) in an import, with the first job of
+    each reason (`examples`), for the import summary."""
+
+    def __init__(self) -> None:
+        self.skipped: Counter[str] = Counter()
+        self.clamped: Counter[str] = Counter()
+        self.examples: dict[str, str] = {}
+
+    def add(self, rec: JobRecord, p: Problems) -> None:
+        found = [(c, self.clamped) for c in p.clamped]
+        if p.skip is not None:
+            found.append((p.skip, self.skipped))
+        for reason, counter in found:
+            counter[reason] += 1
+            if reason not in self.examples:
+                jid = rec.job_id if isinstance(rec.job_id, str) else repr(rec.job_id)
+                self.examples[reason] = "job " + jid[:40].encode("ascii", "backslashreplace").decode("ascii")
+
+    def merge(self, other: Tally) -> None:
+        self.skipped.update(other.skipped)
+        self.clamped.update(other.clamped)
+        for k, v in other.examples.items():
+            self.examples.setdefault(k, v)
+
+
+def checked(
+    records: Iterable[JobRecord], tally: Tally, *, now: datetime | None = None, max_node_power_w: float = 0.0
+) -> Iterator[JobRecord]:
+    """The records that pass the rules (corrected where a rule corrects), counting the rest in `tally`."""
+    at = now or datetime.now(UTC)
+    max_w = max_node_power_w or DEFAULT_MAX_NODE_POWER_W
+    for rec in records:
+        p = check(rec, at, max_w)
+        if p.skip is not None or p.clamped:
+            tally.add(rec, p)
+            if p.skip is not None:
+                continue
+        yield rec
+
+
+class Checked:
+    """Records that went through `checked` already (in the sacct parser's own process, where the work is
+    in parallel with the import's), and their tally, complete once they are all read."""
+
+    def __init__(self, records: Iterable[JobRecord], tally: Tally) -> None:
+        self._records = records
+        self.tally = tally
+
+    def __iter__(self) -> Iterator[JobRecord]:
+        return iter(self._records)
