@@ -6,6 +6,7 @@ which fall back to their defaults only on ConfigError, then failed on every job.
 
 from __future__ import annotations
 
+import os
 from dataclasses import fields
 from typing import Any
 
@@ -63,7 +64,11 @@ def configs(draw: st.DrawFn) -> dict[str, Any]:
     return data
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("COCAQ_FUZZ_EXAMPLES", "300")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(configs())
 def test_any_config_is_a_config_error_or_a_config(data: dict[str, Any]) -> None:
     try:
