@@ -13,6 +13,7 @@ each time, never scaled in place.
 from __future__ import annotations
 
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, Table, bindparam, delete, insert, literal, select, tuple_, update
+from sqlalchemy.exc import SQLAlchemyError
 
 from cocaq.carbon import co2_grams
 from cocaq.config import Config
@@ -162,12 +164,36 @@ def apply_measured(conn: Connection, cfg: Config, job_pks: Iterable[int]) -> int
                 if pk is not None:
                     measured[pk].append(r)
         for job in jobs:
-            rows = _best_per_device(measured.get(job.id, []))
+            rows = _plausible(cfg, job, _best_per_device(measured.get(job.id, [])))
             if not rows:
                 continue
-            _rewrite(conn, cfg, job, rows, jt, et)
+            try:  # one job's failure is logged and leaves the others' measurements applied
+                with conn.begin_nested():
+                    _rewrite(conn, cfg, job, rows, jt, et)
+            except (SQLAlchemyError, ValueError, TypeError, OverflowError) as exc:
+                log.warning("job %s: measurements not applied: %s", job.id, str(exc).splitlines()[0][:300])
+                continue
             done += 1
     return done
+
+
+def _plausible(cfg: Config, job: Any, rows: list[Any]) -> list[Any]:
+    """The node measurements a job can have drawn: finite, not negative, and at most its run time x the
+    site's maximum power of a node per row (a counter gone wrong once claimed exajoules)."""
+    cap = (max(float(job.elapsed_s or 0.0), 0.0) + 600.0) * cfg.estimate.max_node_power_w
+    out = []
+    for r in rows:
+        try:
+            e = float(r.energy_j)
+        except (TypeError, ValueError):
+            e = math.nan
+        if math.isfinite(e) and 0.0 <= e <= cap:
+            out.append(r)
+        else:
+            log.warning(
+                "job %s: %s measurement of %r J on %s dropped (implausible)", job.id, r.component, e, r.node
+            )
+    return out
 
 
 def _rewrite(conn: Connection, cfg: Config, job: Any, rows: list[Any], jt: Table, et: Table) -> None:

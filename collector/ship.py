@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -71,7 +72,23 @@ def _energy_params(
     return [
         (cluster_id, node, j, ts(s), comp, dev, src, meth, e, ts(t0), ts(t1), flag(fin))
         for j, s, comp, dev, src, meth, e, t0, t1, fin in rows
+        if _isfinite(e) and e >= 0  # a counter gone wrong: never a measurement, never a stuck batch
     ]
+
+
+def _finite(rows: Sequence[SampleRow]) -> Sequence[SampleRow]:
+    """The samples whose value a float column holds on both databases (SQLite stores NaN as NULL, and
+    one such row would fail its batch on every retry)."""
+    if all(_isfinite(r[6]) for r in rows):
+        return rows
+    return [r for r in rows if _isfinite(r[6])]
+
+
+def _isfinite(v: Any) -> bool:
+    try:
+        return math.isfinite(v)
+    except (TypeError, OverflowError):
+        return False
 
 
 class Target(Protocol):
@@ -171,7 +188,7 @@ class PgTarget:
         def copy_into(cur: Any, table: str) -> None:
             with cur.copy(f"COPY {table} ({cols}) FROM STDIN (FORMAT BINARY)") as cp:
                 cp.set_types(types)
-                for _id, ts, src, dev, metric, job, value in rows:
+                for _id, ts, src, dev, metric, job, value in _finite(rows):
                     cp.write_row((_dt(ts), cluster_id, node, src, dev, metric, job, value))
 
         def go(cur: Any) -> int:
@@ -305,7 +322,10 @@ class SqliteTarget:
             cur = c.executemany(
                 "INSERT INTO samples (ts, cluster_id, node, source, device, metric, job_id, value)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                [(_sqlite_ts(ts), cluster_id, node, s, d, m, j, v) for _i, ts, s, d, m, j, v in rows],
+                [
+                    (_sqlite_ts(ts), cluster_id, node, s, d, m, j, v)
+                    for _i, ts, s, d, m, j, v in _finite(rows)
+                ],
             )
             return int(cur.rowcount)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sqlite3
 import time
@@ -138,6 +139,13 @@ CREATE TABLE IF NOT EXISTS energy (
 """
 
 
+def _finite(v: Any) -> bool:
+    try:
+        return math.isfinite(v)
+    except (TypeError, OverflowError):
+        return False
+
+
 class CollectorDB:
     """`collector.db`: samples waiting to ship, per-job energy so far, and the collector's state.
 
@@ -150,6 +158,7 @@ class CollectorDB:
         self.path = os.path.join(ensure_dir(spool_dir, 0o755), COLLECTOR_DB)
         self.max_bytes = int(max_mb * 1024 * 1024)
         self.dropped = 0
+        self.dropped_values = 0  # samples and energies that were not finite numbers
         self.recovered_from: str | None = None
         try:
             self.conn = self._open()
@@ -218,7 +227,15 @@ class CollectorDB:
         energy: list[tuple[str, float, str, str, str, str, float, float, float, bool]],
         state: dict[str, Any],
     ) -> None:
-        """One collection cycle, all or nothing: new samples, per-job energy so far, tracker state."""
+        """One collection cycle, all or nothing: new samples, per-job energy so far, tracker state.
+
+        A value that is not a finite number (a share divided by zero, a driver gone wrong) is no
+        measurement: it is left out (and counted in `dropped_values`), never the cause of a cycle lost."""
+        if not all(_finite(x[5]) for x in samples) or not all(_finite(x[6]) and x[6] >= 0 for x in energy):
+            n = len(samples) + len(energy)
+            samples = [x for x in samples if _finite(x[5])]
+            energy = [x for x in energy if _finite(x[6]) and x[6] >= 0]
+            self.dropped_values += n - len(samples) - len(energy)
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cocaq.collector.ship import connect
@@ -218,3 +219,35 @@ def test_events_that_never_match_do_not_hold_back_the_others(engine: Engine, tmp
         assert (res.events_linked, res.events_unmatched) == (0, 10), "bounded work per run"
     measured.refresh(engine, cfg)
     assert ("gpu", "measured", "nvml", 7.0) in _energy_rows(engine, 505)
+
+
+def test_implausible_node_measurements_are_dropped_and_one_jobs_failure_stays_its_own(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A counter gone wrong (NaN, negative, exajoules for an hour) is dropped, the GPU estimated instead;
+    a failure while one job's measurements are applied leaves the other jobs' applied."""
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    import_records(engine, [_job(r, T0, gpus=1) for r in (601, 602, 603, 604)], cfg, source="sacct-json")
+    target = connect(url)
+    cid = target.cluster_id("c")
+    t0 = T0.timestamp()
+    for raw, e in ((601, float("nan")), (602, 9.2e18), (603, 500_000.0), (604, 400_000.0)):
+        target.ship_events(cid, _event(raw, T0, {}))
+        target.ship_energy(
+            cid, "vm", [(str(raw), t0, "gpu", "GPU-a", "nvml", "measured", e, t0, t0 + 3600, 1)]
+        )
+    real = measured._rewrite
+
+    def fails_for_604(conn: Any, cfg_: Any, job: Any, *a: Any) -> None:
+        if job.job_id == "604":
+            raise ValueError("unforeseen")
+        real(conn, cfg_, job, *a)
+
+    monkeypatch.setattr(measured, "_rewrite", fails_for_604)
+    res = measured.refresh(engine, cfg)
+    assert res.jobs_measured == 1
+    assert [r for r in _energy_rows(engine, 603) if r[0] == "gpu"] == [("gpu", "measured", "nvml", 500_000.0)]
+    for raw in (601, 602, 604):
+        gpu = [r for r in _energy_rows(engine, raw) if r[0] == "gpu"]
+        assert gpu and all(r[1] == "estimated" for r in gpu), (raw, gpu)

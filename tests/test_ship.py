@@ -159,10 +159,12 @@ def test_sample_ids_never_repeat_after_shipping(tmp_path: Path) -> None:
 
 def test_record_cycle_is_all_or_nothing(tmp_path: Path) -> None:
     db = CollectorDB(str(tmp_path / "spool"))
-    bad = [(time.time(), "nvml", "g", "power_w", None, None)]  # value NOT NULL
-    with pytest.raises(sqlite3.IntegrityError):
-        db.record_cycle([(time.time(), "nvml", "g", "util_pct", None, 1.0), *bad], [], {"x": 1})  # type: ignore[list-item]
+    # (a value that is no number is left out, not a failure: a state that cannot be written fails it)
+    with pytest.raises(TypeError):
+        db.record_cycle([(time.time(), "nvml", "g", "util_pct", None, 1.0)], [], {"x": object()})
     assert db.counts()["samples"] == 0 and db.get_state("x") is None
+    db.record_cycle([(time.time(), "nvml", "g", "util_pct", None, None)], [], {"x": 1})  # type: ignore[list-item]
+    assert db.counts()["samples"] == 0 and db.get_state("x") == 1 and db.dropped_values == 1
 
 
 def test_a_running_value_never_replaces_the_final_one(engine: Engine, tmp_path: Path) -> None:
@@ -191,4 +193,38 @@ def test_the_collector_ships_that_a_job_ended(engine: Engine, tmp_path: Path) ->
     with engine.connect() as c:
         assert bool(c.execute(text("SELECT final FROM node_energy")).scalar_one()) is True
     assert db.conn.execute("SELECT count(*) FROM energy").fetchone()[0] == 0
+    target.close()
+
+
+def test_a_value_no_column_holds_never_blocks_its_batch(engine: Engine, tmp_path: Path) -> None:
+    """A NaN or infinite sample (a cgroup share divided by zero, a driver gone wrong) once failed its
+    batch on SQLite (NaN is stored as NULL) on every retry, and the spool behind it grew: such values are
+    dropped at the database's door, the rest of the batch ships."""
+    url = engine.url.render_as_string(hide_password=False)
+    db = CollectorDB(str(tmp_path / "spool"))
+    t0 = 1_790_000_000.0
+    samples = [
+        (t0 + i, "nvml", "GPU-x", "power_w", "7", v)
+        for i, v in enumerate([1.0, float("nan"), 2.0, float("inf"), 3.0])
+    ]
+    db.record_cycle(samples, [], {})  # the collector's own spool: once, the whole cycle was lost
+    assert db.dropped_values == 2
+    target = connect(url)
+    res = ship_once(target, str(tmp_path / "spool"), db, "c", "vm")
+    assert res.error is None and _count(engine, "SELECT count(*) FROM samples") == 3
+    assert not db.pending_samples(10), "the batch is done, not retried for ever"
+    cid = target.cluster_id("c")
+    bad = [
+        (1, t0 + 9, "nvml", "GPU-x", "power_w", "7", float("nan")),
+        (2, t0 + 10, "nvml", "GPU-x", "power_w", "7", 5.0),
+    ]
+    target.ship_samples(cid, "vm", "b-nan", bad)  # a spool written by an older collector
+    assert _count(engine, "SELECT count(*) FROM samples") == 4
+    target.ship_energy(
+        cid,
+        "vm",
+        [("7", t0, "gpu", "GPU-x", "nvml", "measured", e, t0, t0 + 60, 1) for e in (float("nan"), -5.0)],
+    )
+    target.ship_energy(cid, "vm", [("7", t0, "gpu", "GPU-y", "nvml", "measured", 42.0, t0, t0 + 60, 1)])
+    assert _count(engine, "SELECT count(*) FROM node_energy") == 1
     target.close()
