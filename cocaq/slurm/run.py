@@ -77,4 +77,8 @@ def run_sacct(
     if proc.returncode != 0:
         msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         raise InputError(f"sacct failed (exit {proc.returncode}): {msg[0] if msg else 'no message'}")
+    header = proc.stdout.lstrip()[:4096].split(b"\n", 1)[0]
+    if delimiter.encode() not in header and b"|" in header:
+        # a sacct (or a wrapper of it) that ignored --delimiter: its `|` it is, with the old weakness
+        delimiter = "|"
     return SacctOutput("parsable", proc.stdout, delimiter)
