@@ -505,6 +505,9 @@ def test_a_slurm_job_through_the_deployed_hooks_reaches_postgresql(deployed: Dep
             r = as_user("alice")
             assert r.returncode == 0, r.stdout + r.stderr
             doc = json.loads(r.stdout)
+            # one job with this id is one JSON object (a list: several; seen once in a full run, not yet
+            # explained: keep what they were)
+            assert isinstance(doc, dict), f"cocaq job {job}: {len(doc)} jobs: {r.stdout[:3000]}"
             gpu = [e for e in doc["energies"] if e["component"] == "gpu" and e["method"] == "measured"]
             return (doc, gpu) if gpu and doc["state"] == "COMPLETED" else None
 
