@@ -501,6 +501,12 @@ def _params(
     return p
 
 
+def labs_bound(within: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The labs (`%(in0)s`...) a query's jobs must belong to: () for no limit; a limit of no lab
+    matches nothing (its one value, '', is no lab's name)."""
+    return () if within is None else tuple(within) or ("",)
+
+
 def read_watermark(db: Db) -> datetime | None:
     """The start of the aggregator's last completed run (None: it never ran)."""
     rows = db.rows("SELECT watermark FROM aggregator_state WHERE name = %(n)s", {"n": WATERMARK})
@@ -533,9 +539,7 @@ def query(
     plan = plan_window(w, None if from_jobs else read_watermark(db), from_jobs=from_jobs)
     skind, key = scope if scope else (None, None)
     rollups = plan.rollup_since is not None
-    if within is not None and not within:
-        within = ("",)  # no lab: nothing (no job has the empty account name in `within`'s sense)
-    inside = tuple(within or ())
+    inside = labs_bound(within)
     sql = footprint_sql(
         db, group, skind, cluster, edges=len(plan.edges), rollups=rollups, top=top > 0, within=len(inside)
     )

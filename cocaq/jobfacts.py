@@ -291,7 +291,9 @@ def load(
         params["cluster"] = cluster
     if pk is not None:
         params["pk"] = pk
-    inside = tuple(within) if within else ("",) if within is not None else ()
+    from cocaq.footprint import labs_bound
+
+    inside = labs_bound(within)
     for i, a in enumerate(inside):
         params[f"in{i}"] = a
     rows = db.rows(_sql(db, scope, bool(cluster), pk is not None, len(inside)), params)

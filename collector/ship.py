@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import time
 from collections.abc import Sequence
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from cocaq.collector.spool import CollectorDB, iter_events
+from cocaq.collector.spool import CollectorDB, is_finite, iter_events
 
 log = logging.getLogger("cocaq.collector.ship")
 
@@ -72,23 +71,16 @@ def _energy_params(
     return [
         (cluster_id, node, j, ts(s), comp, dev, src, meth, e, ts(t0), ts(t1), flag(fin))
         for j, s, comp, dev, src, meth, e, t0, t1, fin in rows
-        if _isfinite(e) and e >= 0  # a counter gone wrong: never a measurement, never a stuck batch
+        if is_finite(e) and e >= 0  # a counter gone wrong: never a measurement, never a stuck batch
     ]
 
 
 def _finite(rows: Sequence[SampleRow]) -> Sequence[SampleRow]:
     """The samples whose value a float column holds on both databases (SQLite stores NaN as NULL, and
     one such row would fail its batch on every retry)."""
-    if all(_isfinite(r[6]) for r in rows):
+    if all(is_finite(r[6]) for r in rows):
         return rows
-    return [r for r in rows if _isfinite(r[6])]
-
-
-def _isfinite(v: Any) -> bool:
-    try:
-        return math.isfinite(v)
-    except (TypeError, OverflowError):
-        return False
+    return [r for r in rows if is_finite(r[6])]
 
 
 class Target(Protocol):

@@ -139,7 +139,8 @@ CREATE TABLE IF NOT EXISTS energy (
 """
 
 
-def _finite(v: Any) -> bool:
+def is_finite(v: Any) -> bool:
+    """A finite number (what a float column holds on both databases); False for anything else."""
     try:
         return math.isfinite(v)
     except (TypeError, OverflowError):
@@ -231,11 +232,10 @@ class CollectorDB:
 
         A value that is not a finite number (a share divided by zero, a driver gone wrong) is no
         measurement: it is left out (and counted in `dropped_values`), never the cause of a cycle lost."""
-        if not all(_finite(x[5]) for x in samples) or not all(_finite(x[6]) and x[6] >= 0 for x in energy):
-            n = len(samples) + len(energy)
-            samples = [x for x in samples if _finite(x[5])]
-            energy = [x for x in energy if _finite(x[6]) and x[6] >= 0]
-            self.dropped_values += n - len(samples) - len(energy)
+        n = len(samples) + len(energy)
+        samples = [x for x in samples if is_finite(x[5])]
+        energy = [x for x in energy if is_finite(x[6]) and x[6] >= 0]
+        self.dropped_values += n - len(samples) - len(energy)
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
         try:

@@ -26,6 +26,7 @@ from cocaq.errors import CocaqError
 from cocaq.modelmeta import parse_comment, validate
 from cocaq.slurm.plausible import check
 from cocaq.slurm.sacct import SACCT_FIELDS, ParseStats, iter_json, iter_parsable
+from tests.test_hostile_import import line
 
 BUDGET = settings(
     max_examples=int(os.environ.get("COCAQ_FUZZ_EXAMPLES", "150")),
@@ -46,21 +47,10 @@ HOSTILE_TEXT = st.one_of(
         ]
     ),
 )  # fmt: skip
-GOOD = {
-    "JobID": "{id}", "JobIDRaw": "{id}", "JobName": "train", "User": "alice", "UID": "1001",
-    "Account": "lab", "Partition": "gpu", "QOS": "normal", "NodeList": "gpu01", "NNodes": "1",
-    "AllocCPUS": "16", "AllocTRES": "cpu=16,gres/gpu=2,mem=64G,node=1", "ReqTRES": "cpu=16,mem=64G,node=1",
-    "ReqMem": "64G", "Submit": "2026-11-10T09:00:00", "Start": "2026-11-10T10:00:00",
-    "End": "2026-11-10T16:00:00", "Elapsed": "06:00:00", "ElapsedRaw": "21600", "State": "COMPLETED",
-    "ExitCode": "0:0", "TotalCPU": "40:00:00", "Comment": "", "ConsumedEnergyRaw": "360000", "Cluster": "c1",
-    "Timelimit": "1-00:00:00", "MaxRSS": "", "NTasks": "",
-}  # fmt: skip
 
 
 def _line(job_id: int, over: dict[str, str]) -> str:
-    d = {k: v.replace("{id}", str(job_id)) for k, v in GOOD.items()}
-    d.update(over)
-    return "|".join(d[c] for c in COLS)
+    return line(job_id, **over)
 
 
 def _stored_sane(rec: Any) -> None:
