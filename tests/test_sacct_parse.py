@@ -618,7 +618,7 @@ def test_json_v0038_slurm_22_05() -> None:
     assert (j.elapsed_s, j.time_limit_s, j.is_open) == (3600.0, 7200.0, False)
     assert (j.exit_code, j.exit_signal, j.name, j.comment, j.node_list) == (
         0,
-        None,
+        0,  # unset in the JSON: with the code known, as the text output's "0:0"
         "train",
         "exp=1",
         "gpu[01-02]",
@@ -665,7 +665,7 @@ def test_json_v0040_numbers_as_objects() -> None:
         None,
         3600.0,
         0,
-        None,
+        0,  # the code known, the signal unset: 0, as the text output's "0:0"
     )
     assert (j.total_cpu_s, j.consumed_energy_j) == (30.0, 7000.0)
     assert (j.alloc_cpus, j.alloc_gpus, j.req_mem_mb, j.start_time) == (16, 1, 65536.0, T0)

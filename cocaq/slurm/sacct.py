@@ -625,6 +625,11 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
     sig_obj = ec.get("signal") if isinstance(ec, dict) else None
     # v0.0.38 names it signal_id, v0.0.40+ id
     sig = _n(sig_obj.get("signal_id", sig_obj.get("id")) if isinstance(sig_obj, dict) else None)
+    # as the text output's ExitCode "3:0" / "0:9": the other half of a known one is 0, not unknown
+    if code is not None and sig is None:
+        sig = 0.0
+    elif sig is not None and code is None:
+        code = 0.0
     total = t.get("total") or {}
     total_cpu = None
     if isinstance(total, dict) and ("seconds" in total or "microseconds" in total):
@@ -759,9 +764,18 @@ def iter_json(
         raise SacctFormatError(f"not valid sacct JSON: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
         raise SacctFormatError("not sacct JSON: no top-level 'jobs' list")
+    yield from iter_job_dicts(doc["jobs"], default_cluster=default_cluster, stats=st)
+
+
+def iter_job_dicts(
+    jobs: Iterable[Any], *, default_cluster: str | None = None, stats: ParseStats | None = None
+) -> Iterator[JobRecord]:
+    """Jobs from dicts of sacct --json's shape (its `jobs` list; cocaq.slurm.slurmdb builds the same from
+    pyslurm), with one job's record per (id, submit time): a repeated one replaces the earlier."""
+    st = stats if stats is not None else ParseStats()
     seen: dict[tuple[str, Any], int] = {}
     out: list[JobRecord] = []
-    for i, j in enumerate(doc["jobs"]):
+    for i, j in enumerate(jobs):
         st.lines += 1
         where = f"jobs[{i}]"
         if not isinstance(j, dict):

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Submit a varied set of short REAL jobs to the test cluster (tests/slurm/cluster.sh up)
-# and capture genuine sacct output into tests/data/sacct/.
+# Submit a varied set of short REAL jobs to a test cluster (tests/slurm/cluster.sh up [VERSION])
+# and capture genuine sacct output into tests/data/sacct/, as slurm2205_* or slurm2511_*.
 # Run as root from the repo root.  Takes ~3 minutes (the TIMEOUT job dominates).
+#
+#   tests/slurm/capture_sacct.sh [OUTDIR] [VERSION]     # VERSION: 22.05 (default) or 25.11
 set -euo pipefail
 export LC_ALL=C.UTF-8
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:-$REPO/tests/data/sacct}
+VERSION=${2:-${COCAQ_SLURM_VERSION:-22.05}}
+# that version's sbatch, sacct ... (users' jobs get the same PATH and SLURM_CONF below)
+eval "$("$REPO/tests/slurm/cluster.sh" env "$VERSION")"
+TAG=slurm${VERSION/./}
 mkdir -p "$OUT"
 WORK=/tmp/cocaq-capture
 rm -rf "$WORK"; mkdir -p "$WORK"; chmod 1777 "$WORK"
@@ -27,7 +33,7 @@ sub() { # user command...
         (cd "$WORK" && "$@")
     else
         echo "$user\$ $*" >>"$CMDLOG"
-        su - "$user" -c "cd $WORK && $cmd"
+        runuser -u "$user" -- env PATH="$PATH" SLURM_CONF="$SLURM_CONF" bash -c "cd $WORK && $cmd"
     fi
 }
 jid() { sed -n 's/^Submitted batch job \([0-9]*\).*/\1/p'; }
@@ -82,7 +88,7 @@ T_MEM=$(sub alice sbatch -J mem2g --mem=2G -o /dev/null --wrap 'sleep 2' | jid)
 T_MPC=$(sub bob sbatch -J mem_per_cpu -n 2 --mem-per-cpu=500M -p cpu -o /dev/null --wrap 'srun sleep 2' | jid)
 # 10. interactive-style srun (blocks; run in background)
 echo "alice\$ srun -J interactive -n1 -t 2 bash -c 'hostname; sleep 2'" >>"$CMDLOG"
-su - alice -c "cd $WORK && srun -J interactive -n1 -t 2 bash -c 'hostname; sleep 2'" >"$WORK/srun.out" 2>&1 &
+runuser -u alice -- env PATH="$PATH" SLURM_CONF="$SLURM_CONF" bash -c "cd $WORK && srun -J interactive -n1 -t 2 bash -c 'hostname; sleep 2'" >"$WORK/srun.out" 2>&1 &
 SRUN_PID=$!
 # 11. a longer job that will still be RUNNING in the mid-way snapshot
 T_LONG=$(sub root sbatch -J long_running -p cpu --account=lab_nlp -t 5 -o /dev/null --wrap 'sleep 25' | jid)
@@ -112,8 +118,8 @@ for _ in $(seq 1 240); do
 done
 log "mid-way snapshot"
 squeue -a -r >"$WORK/squeue_midway.txt"
-sacct --allusers --parsable2 -S "$START" -E now --format="$FMT" >"$OUT/slurm2205_midway_parsable2.txt"
-sacct --json --allusers -S "$START" -E now >"$OUT/slurm2205_midway.json"
+sacct --allusers --parsable2 -S "$START" -E now --format="$FMT" >"$OUT/${TAG}_midway_parsable2.txt"
+sacct --json --allusers -S "$START" -E now >"$OUT/${TAG}_midway.json"
 
 # A hetjob can never start on a one-node cluster (Slurm gives each component its
 # own node(s)); it stays PENDING/Resources and, being first in priority, blocks
@@ -133,11 +139,11 @@ done
 [[ -z $(squeue -h -a) ]] || { log "jobs still queued:"; squeue -a; }
 sleep 3   # let slurmctld push final records to slurmdbd
 log "final capture"
-sacct --json --allusers -S "$START" -E now >"$OUT/slurm2205_sacct.json"
-sacct --allusers --parsable2 -S "$START" -E now --format="$FMT" >"$OUT/slurm2205_parsable2.txt"
-sacct --allusers --parsable --noheader -S "$START" -E now --format="$FMT" >"$OUT/slurm2205_parsable_noheader.txt"
-sacct --helpformat >"$OUT/slurm2205_helpformat.txt"
-sacct --json -j "$T_GPU2" >"$OUT/slurm2205_gpu_job.json"
+sacct --json --allusers -S "$START" -E now >"$OUT/${TAG}_sacct.json"
+sacct --allusers --parsable2 -S "$START" -E now --format="$FMT" >"$OUT/${TAG}_parsable2.txt"
+sacct --allusers --parsable --noheader -S "$START" -E now --format="$FMT" >"$OUT/${TAG}_parsable_noheader.txt"
+sacct --helpformat >"$OUT/${TAG}_helpformat.txt"
+sacct --json -j "$T_GPU2" >"$OUT/${TAG}_gpu_job.json"
 sinfo --version >"$WORK/version"
 cat "$WORK/start" "$WORK/jobids" "$WORK/version" "$CMDLOG" >&2
 log "done"
