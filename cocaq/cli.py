@@ -357,6 +357,12 @@ def import_() -> None:
 @click.option("-M", "--cluster", default=None, help="Cluster name for records without a Cluster field.")
 @click.option("--sacct", "sacct_bin", default=None, help="Path of the sacct binary.")
 @click.option("--no-json", is_flag=True, help="Without --file: use --parsable2 even if sacct has --json.")
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "cli", "pyslurm"]),
+    default=None,
+    help="Without --file: read Slurm through sacct (cli) or slurmdbd with pyslurm ([slurm] backend).",
+)
 @click.option("--batch-size", default=20_000, show_default=True, type=click.IntRange(100, 1_000_000))
 @click.pass_obj
 def import_sacct(
@@ -371,6 +377,7 @@ def import_sacct(
     cluster: str | None,
     sacct_bin: str | None,
     no_json: bool,
+    backend: str | None,
     batch_size: int,
 ) -> None:
     """Backfill jobs from Slurm accounting (sacct), estimating energy where nothing measured it."""
@@ -386,29 +393,42 @@ def import_sacct(
     field_list = [f.strip() for f in fields.split(",") if f.strip()] if fields else None
     close: Any = None
     if file is None:
-        from cocaq.slurm.run import run_sacct
+        from cocaq.slurm.backend import read_accounting
 
         w = _window(since, until)
-        kind, data, delim = run_sacct(
-            w.since, w.until, all_users=allusers, sacct=sacct_bin, use_json=not no_json
+        acct = read_accounting(
+            cfg,
+            w.since,
+            w.until,
+            all_users=allusers,
+            backend=backend,
+            sacct=sacct_bin,
+            use_json=not no_json,
+            default_cluster=default_cluster,
         )
-        source_name = f"sacct {kind}"
-        lines: Any = data.splitlines(keepends=True)
-        blob: Any = data
+        if acct.note:
+            click.echo(acct.note, err=True)
+        try:
+            summary = _run_import(engine, acct.records, cfg, acct.source, batch_size)
+        except sacct.SacctFormatError as exc:
+            raise InputError(f"{acct.label}: {exc}") from None
+        _print_import_summary(summary, acct.stats, acct.label)
+        return
+    if backend is not None:
+        raise UsageError("--backend reads Slurm itself: it does not go with --file")
+    if file == "-":
+        fh: IO[bytes] = sys.stdin.buffer
     else:
-        if file == "-":
-            fh: IO[bytes] = sys.stdin.buffer
-        else:
-            try:
-                fh = open(file, "rb")  # noqa: SIM115 - closed below
-            except OSError as exc:
-                raise InputError(f"cannot read {file}: {exc.strerror}") from None
-            close = fh
-        head = fh.peek(64)[:64] if hasattr(fh, "peek") else b""
-        kind = input_format if input_format != "auto" else sacct.sniff_format(head)
-        source_name = f"file {file}"
-        lines = fh
-        blob = fh
+        try:
+            fh = open(file, "rb")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise InputError(f"cannot read {file}: {exc.strerror}") from None
+        close = fh
+    head = fh.peek(64)[:64] if hasattr(fh, "peek") else b""
+    kind = input_format if input_format != "auto" else sacct.sniff_format(head)
+    source_name = f"file {file}"
+    lines: Any = fh
+    blob: Any = fh
     try:
         if kind == "json":
             records: Any = sacct.iter_json(blob, default_cluster=default_cluster, stats=stats)
@@ -627,13 +647,23 @@ def collector(obj: Ctx, once: bool, interval_s: float | None, no_ship: bool) -> 
 @click.option("-E", "--until", "--endtime", "until", default=None)
 @click.option("--no-sacct", is_flag=True, help="Only link node records to jobs already in the database.")
 @click.option("--sacct", "sacct_bin", default=None, help="Path of the sacct binary.")
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "cli", "pyslurm"]),
+    default=None,
+    help="Read Slurm through sacct (cli) or slurmdbd with pyslurm (default: [slurm] backend).",
+)
 @click.pass_obj
-def reconcile(obj: Ctx, since: str, until: str | None, no_sacct: bool, sacct_bin: str | None) -> None:
-    """Take final job states from sacct and join the nodes' measurements to their jobs."""
+def reconcile(
+    obj: Ctx, since: str, until: str | None, no_sacct: bool, sacct_bin: str | None, backend: str | None
+) -> None:
+    """Take final job states from Slurm's accounting and join the nodes' measurements to their jobs."""
     from cocaq.reconcile import reconcile as run_reconcile
 
     w = _window(since, until)
-    res = run_reconcile(obj.engine(), obj.cfg, w.since, w.until, sacct=sacct_bin, use_sacct=not no_sacct)
+    res = run_reconcile(
+        obj.engine(), obj.cfg, w.since, w.until, sacct=sacct_bin, use_sacct=not no_sacct, backend=backend
+    )
     for line in res.lines():
         click.echo(line, err=True)
 

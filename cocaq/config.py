@@ -233,6 +233,17 @@ class Api:
     timeout_s: float = 10.0  # clients: how long to wait for the API
 
 
+SLURM_BACKENDS = ("auto", "cli", "pyslurm")
+
+
+@dataclass(frozen=True)
+class Slurm:
+    """How cocaq reads Slurm's accounting (import, reconcile, the scheduler): cocaq.slurm.backend."""
+
+    backend: str = "auto"  # "cli": sacct; "pyslurm": slurmdbd through pyslurm; "auto": pyslurm where it fits
+    sacct: str | None = None  # path of sacct (None: PATH, then /usr/bin/sacct)
+
+
 @dataclass(frozen=True)
 class Config:
     database_url: str = field(default_factory=default_database_url)
@@ -247,6 +258,7 @@ class Config:
     api: Api = field(default_factory=Api)
     advice: Advice = field(default_factory=Advice)
     alerts: Alerts = field(default_factory=Alerts)
+    slurm: Slurm = field(default_factory=Slurm)
     pue_monthly: dict[str, float] = field(default_factory=dict)  # "2026-01" -> PUE; [cluster.pue_monthly]
     estimate: Estimate = field(default_factory=Estimate)
     default_hardware: Hardware = field(default_factory=Hardware)
@@ -639,6 +651,23 @@ def _alerts(t: Any) -> Alerts:
     return replace(Alerts(), **v)
 
 
+def _slurm(t: Any) -> Slurm:
+    if not isinstance(t, dict):
+        raise ConfigError(f"config: slurm: expected a table, got {t!r}")
+    _check_keys("slurm", t, {f.name for f in fields(Slurm)})
+    v: dict[str, Any] = {}
+    if "backend" in t:
+        b = _str("slurm.backend", t["backend"]).lower()
+        if b not in SLURM_BACKENDS:
+            raise ConfigError(
+                f"config: slurm.backend: expected one of {', '.join(SLURM_BACKENDS)}, got {t['backend']!r}"
+            )
+        v["backend"] = b
+    if "sacct" in t:
+        v["sacct"] = _str("slurm.sacct", t["sacct"])
+    return replace(Slurm(), **v)
+
+
 def _names(key: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str):  # from the environment: "a,b"
         value = [v.strip() for v in value.split(",") if v.strip()]
@@ -695,6 +724,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
             "api",
             "advice",
             "alerts",
+            "slurm",
         },
     )
     if "database_url" in data:  # given: the default (platformdirs, a few ms on every command) is not needed
@@ -787,6 +817,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
         api=_api(data.get("api", {})),
         advice=_advice(data.get("advice", {})),
         alerts=_alerts(data.get("alerts", {})),
+        slurm=_slurm(data.get("slurm", {})),
         cluster=cluster,
         estimate=estimate,
         default_hardware=default_hw,
@@ -798,7 +829,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
 def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
     """Fold COCAQ_* variables into the raw TOML dict, so one validator checks both."""
     known_sections = {"cluster", "estimate", "defaults", "collector", "carbon", "embodied", "aggregate"}
-    known_sections |= {"mail", "reports", "api", "advice", "alerts"}
+    known_sections |= {"mail", "reports", "api", "advice", "alerts", "slurm"}
     # The variable that holds the SMTP password is not a setting, whatever its name.
     mail = data.get("mail")
     secret_vars = {

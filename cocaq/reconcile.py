@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Engine
 
@@ -17,7 +16,9 @@ from cocaq.config import Config
 
 @dataclass
 class ReconcileSummary:
-    sacct_kind: str | None = None  # json / parsable, None when sacct was not asked
+    sacct_kind: str | None = None  # json / parsable / pyslurm, None when Slurm was not asked
+    label: str = ""  # what read Slurm: "sacct json", "sacct parsable", "pyslurm slurmdbd"
+    note: str = ""  # "auto"'s choice and why
     inserted: int = 0
     updated: int = 0
     unchanged: int = 0
@@ -31,10 +32,12 @@ class ReconcileSummary:
         out = []
         if self.sacct_kind is not None:
             out.append(
-                f"sacct ({self.sacct_kind}): {self.inserted:,} new jobs, {self.updated:,} updated,"
+                f"{self.label.replace(' ', ' (', 1)}): {self.inserted:,} new jobs, {self.updated:,} updated,"
                 f" {self.unchanged:,} unchanged"
                 + (f", skipped {sum(self.skipped.values()):,}" if self.skipped else "")
             )
+        if self.note:
+            out.append(self.note)
         out.append(
             f"linked {self.events_linked:,} node records; {self.events_unmatched:,} not matched to a job yet;"
             f" {self.jobs_measured:,} jobs with measured energy; {self.models:,} jobs' model metadata written"
@@ -50,32 +53,21 @@ def reconcile(
     *,
     sacct: str | None = None,
     use_sacct: bool = True,
+    backend: str | None = None,
 ) -> ReconcileSummary:
+    """`backend`: "auto", "cli" or "pyslurm" (None: the config's [slurm] backend)."""
     from cocaq import measured
 
     res = ReconcileSummary()
     if use_sacct:
         from cocaq.importer import import_records
-        from cocaq.slurm import sacct as sacct_mod
-        from cocaq.slurm.run import run_sacct
+        from cocaq.slurm.backend import read_accounting
 
-        kind, data, delimiter = run_sacct(since, until, all_users=True, sacct=sacct)
-        stats = sacct_mod.ParseStats()
-        records: Any
-        if kind == "json":
-            records = sacct_mod.iter_json(data, default_cluster=cfg.cluster.name, stats=stats)
-        else:
-            records = sacct_mod.iter_parsable(
-                data.splitlines(keepends=True),
-                tz=cfg.tz(),
-                delimiter=delimiter,
-                default_cluster=cfg.cluster.name,
-                stats=stats,
-            )
-        s = import_records(engine, records, cfg, source=f"sacct-{kind}")
-        res.sacct_kind = kind
+        acct = read_accounting(cfg, since, until, all_users=True, backend=backend, sacct=sacct)
+        s = import_records(engine, acct.records, cfg, source=acct.source)
+        res.sacct_kind, res.label, res.note = acct.kind, acct.label, acct.note
         res.inserted, res.updated, res.unchanged = s.inserted, s.updated, s.unchanged
-        res.skipped = dict(stats.skipped)
+        res.skipped = dict(acct.stats.skipped)
     link = measured.refresh(engine, cfg, since=since - measured.MARGIN)
     res.events_linked, res.events_unmatched, res.jobs_measured = (
         link.events_linked,

@@ -209,6 +209,20 @@ def find_sacct(explicit: str | None) -> str | None:
     return shutil.which(path)
 
 
+def _pyslurm_usable(cfg: Config) -> bool:
+    """With no sacct here, "auto" (and "pyslurm") read Slurm through pyslurm if it loads."""
+    if cfg.slurm.backend == "cli":
+        return False
+    from cocaq.errors import InputError
+    from cocaq.slurm.slurmdb import probe_pyslurm
+
+    try:
+        probe_pyslurm()
+    except InputError:
+        return False
+    return True
+
+
 def reconcile_since(engine: Engine, now: datetime) -> datetime:
     """The last 2 days, or since the start of the last successful reconcile if that is longer ago."""
     from cocaq.models import SchedulerRun
@@ -229,15 +243,20 @@ def _reconcile(
 ) -> tuple[str, str]:
     from cocaq.reconcile import reconcile
 
-    exe = find_sacct(sacct)
+    exe = find_sacct(sacct or cfg.slurm.sacct)
     span = f"{since:%Y-%m-%d %H:%M} UTC to now"
+    backend = None  # the config's
     if exe is None:
-        res = reconcile(engine, cfg, since, until, use_sacct=False)
-        return "skipped", (
-            f"sacct is not installed on this host ({sacct or 'sacct'} not found): sacct skipped; "
-            + "; ".join(res.lines())
-        )
-    res = reconcile(engine, cfg, since, until, sacct=exe)
+        if cfg.slurm.backend != "pyslurm" and not _pyslurm_usable(cfg):
+            res = reconcile(engine, cfg, since, until, use_sacct=False)
+            return "skipped", (
+                f"sacct is not installed on this host ({sacct or cfg.slurm.sacct or 'sacct'} not found):"
+                " sacct skipped; " + "; ".join(res.lines())
+            )
+        # no sacct to run (nor to compare versions with): slurmdbd through pyslurm; where the config asks
+        # for pyslurm and it does not load, reconcile says why in one line (the run's error)
+        backend = "pyslurm"
+    res = reconcile(engine, cfg, since, until, sacct=exe or sacct or cfg.slurm.sacct, backend=backend)
     return "ok", f"{span}: " + "; ".join(res.lines())
 
 

@@ -104,7 +104,8 @@ def daemons() -> Iterator[list[Daemon]]:
 
 
 def _env(cli_env: dict[str, str], url: str) -> dict[str, str]:
-    return dict(cli_env, COCAQ_DATABASE_URL=url, COCAQ_CLUSTER__TIMEZONE="UTC")
+    # sacct (the fake, or none) is this host's Slurm: a pyslurm installed here is not (job_env below)
+    return dict(cli_env, COCAQ_DATABASE_URL=url, COCAQ_CLUSTER__TIMEZONE="UTC", COCAQ_SLURM__BACKEND="cli")
 
 
 def _migrated(url: str) -> Engine:
@@ -124,6 +125,9 @@ def job_env(engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Eng
             monkeypatch.delenv(k)
     monkeypatch.setenv("COCAQ_DATABASE_URL", db_url)
     monkeypatch.setenv("COCAQ_CLUSTER__TIMEZONE", "UTC")
+    # the fake sacct is this host's Slurm: with "auto", a pyslurm installed here (the 25.11 tests build
+    # one) would be taken where the test removes sacct
+    monkeypatch.setenv("COCAQ_SLURM__BACKEND", "cli")
     return engine
 
 
