@@ -96,7 +96,7 @@ def test_a_pyslurm_for_another_slurm(env: dict[str, str], tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("body", "version", "why"),
     [
-        (NOT_INSTALLED, 'echo "slurm 25.11.7"', "auto: sacct, as pyslurm is not installed"),
+        (NOT_INSTALLED, 'echo "slurm 25.11.7"', ""),  # the usual case: nothing more to say
         (FATAL, 'echo "slurm 25.11.7"', "auto: sacct, as pyslurm does not load (python: fatal: Unable"),
         # a sacct that does not say its version: pyslurm cannot be shown to fit, sacct it is
         ("__version__ = '25.11.2'\n", "true", "auto: sacct, as `"),
@@ -110,6 +110,7 @@ def test_auto_falls_back_to_sacct_and_says_why(
     assert r.code == 0, r.err
     assert r.err.startswith("sacct (json): ") or r.err.startswith("sacct (parsable): "), r.err
     assert why in r.err, r.err
+    assert ("auto:" in r.err) == bool(why), r.err
 
 
 def test_config_and_flags() -> None:

@@ -48,7 +48,7 @@ def choose(backend: str, sacct: str | None) -> tuple[str, Any, str]:
     (one line) where `backend` is "pyslurm" and pyslurm is missing, does not load or was built for
     another Slurm release."""
     from cocaq.slurm.run import slurm_version
-    from cocaq.slurm.slurmdb import built_for, load_pyslurm, probe_pyslurm
+    from cocaq.slurm.slurmdb import PyslurmMissing, built_for, load_pyslurm, probe_pyslurm
 
     if backend not in SLURM_BACKENDS:
         raise InputError(f"unknown Slurm backend {backend!r} (expected one of: {', '.join(SLURM_BACKENDS)})")
@@ -56,7 +56,11 @@ def choose(backend: str, sacct: str | None) -> tuple[str, Any, str]:
         return "cli", None, ""
     try:
         version = probe_pyslurm()
-    except InputError as exc:
+    except PyslurmMissing:
+        if backend == "pyslurm":
+            raise
+        return "cli", None, ""  # the usual case: nothing to say
+    except InputError as exc:  # installed, and does not load: worth a line
         if backend == "pyslurm":
             raise
         return "cli", None, f"auto: sacct, as {exc}"

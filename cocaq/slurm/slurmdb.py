@@ -22,6 +22,11 @@ from cocaq.errors import InputError
 from cocaq.slurm.record import JobRecord
 from cocaq.slurm.sacct import ParseStats, iter_job_dicts
 
+
+class PyslurmMissing(InputError):
+    """pyslurm is not installed (as opposed to installed and not loading)."""
+
+
 _PROBE = "import pyslurm, sys; sys.stdout.write(pyslurm.__version__)"
 
 
@@ -47,7 +52,7 @@ def probe_pyslurm() -> str:
     if probe.returncode != 0:
         lines = [ln.strip() for ln in probe.stderr.splitlines() if ln.strip()]
         if any("No module named 'pyslurm'" in ln for ln in lines):
-            raise InputError(
+            raise PyslurmMissing(
                 "pyslurm is not installed: pip install 'cocaq[pyslurm]' against the site's Slurm"
                 ' (README: Slurm and pyslurm), or use [slurm] backend = "cli"'
             )
