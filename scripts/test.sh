@@ -12,6 +12,15 @@ source scripts/test-postgres.sh
 if [ "$(id -u)" = 0 ]; then
     echo "== slurm: tests/slurm/cluster.sh up"
     tests/slurm/cluster.sh up || echo "test: tests/slurm/cluster.sh up failed; tests/test_slurm_jobs.py will say why" >&2
+    # Slurm 25.11 from its source (COCAQ_SLURM_SOURCE), then pyslurm against it: compiled in the background
+    # (cached after the first time) while the suite runs; the 25.11 tests run last and wait for it.
+    if tests/slurm/build.sh --check >/dev/null 2>&1 || [ "$?" != 3 ]; then
+        log=${TMPDIR:-/tmp}/cocaq-slurm-25.11-build.log
+        echo "== slurm 25.11 + pyslurm: tests/slurm/pyslurm.sh in the background (log: $log)"
+        nohup tests/slurm/pyslurm.sh >"$log" 2>&1 &
+    else
+        tests/slurm/build.sh --check || true # says where the source should be; the 25.11 tests skip
+    fi
 fi
 # As root: Debian's Chromium for tests/test_report_screens.py, which opens the rendered reports headless and
 # looks at screenshots (without it that module fails and says why; COCAQ_SKIP_SCREENSHOTS=1 skips it).

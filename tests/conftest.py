@@ -104,3 +104,13 @@ def run_cocaq(
     return Result(
         proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
     )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests on the Slurm 25.11 cluster go last: scripts/test.sh builds that Slurm (and pyslurm) in
+    the background while the rest of the suite runs, and these wait for the build."""
+
+    def needs_2511(item: pytest.Item) -> bool:
+        return "[25.11" in item.nodeid or item.nodeid.startswith("tests/test_slurm_backends.py")
+
+    items[:] = [i for i in items if not needs_2511(i)] + [i for i in items if needs_2511(i)]

@@ -1,11 +1,16 @@
-"""The test Slurm cluster (tests/slurm/cluster.sh) as tests drive it: bring it up with or without hooks,
-submit as a user, read its config, queue and sacct, and take the lock that keeps two test modules from
-reconfiguring the one slurm.conf under each other."""
+"""The test Slurm clusters (tests/slurm/cluster.sh) as tests drive them: bring one up with or without
+hooks, submit as a user, read its config, queue and sacct, and take the lock that keeps two test modules
+from reconfiguring the one slurm.conf under each other.
+
+Two versions: Debian's 22.05 and 25.11 built from its source (COCAQ_SLURM_SOURCE). `activate(version)`
+points PATH and SLURM_CONF at one of them, for these helpers and for every process a test starts (cocaq's
+reconcile runs `sacct` from PATH, as on a login node)."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import shlex
 import socket
 import subprocess
 import time
@@ -22,6 +27,8 @@ CLUSTER_SH = ROOT / "tests" / "slurm" / "cluster.sh"
 STATE_DIR = Path("/var/lib/cocaq-test")
 NODE = socket.gethostname().split(".")[0]  # cluster.sh's NodeName: `hostname -s`
 CLUSTER = "cocaqtest"
+VERSIONS = ("22.05", "25.11")
+NO_SOURCE = 3  # cluster.sh's exit status when 25.11's source is not there (it says where to put it)
 
 
 @contextmanager
@@ -40,11 +47,50 @@ def sh(*cmd: str, timeout: float = 60, check: bool = True) -> str:
     return r.stdout
 
 
-def cluster_sh(action: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    # the first `up` on a fresh machine installs slurm, munge and mariadb: allow for apt
+_active = "22.05"
+
+
+def active() -> str:
+    return _active
+
+
+def cluster_sh(
+    action: str, env: dict[str, str], version: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    # the first `up` on a fresh machine installs slurm, munge and mariadb, or builds 25.11: allow for it
     return subprocess.run(
-        [str(CLUSTER_SH), action], env=env, capture_output=True, text=True, timeout=1200, check=False
+        [str(CLUSTER_SH), action, version or _active],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
     )
+
+
+@contextmanager
+def activate(version: str) -> Iterator[None]:
+    """PATH and SLURM_CONF of this process (and so of every process it starts) for one Slurm version;
+    the version must be built (cluster.sh up) first. Restored on exit."""
+    global _active
+    r = cluster_sh("env", dict(os.environ), version)
+    if r.returncode != 0:
+        raise AssertionError(f"cluster.sh env {version}: {r.stderr.strip()}")
+    saved = {k: os.environ.get(k) for k in ("PATH", "SLURM_CONF")}
+    before = _active
+    for line in r.stdout.splitlines():  # export PATH=...:"$PATH" / export SLURM_CONF=...
+        key, _, value = line.removeprefix("export ").partition("=")
+        os.environ[key] = shlex.split(value.replace('"$PATH"', shlex.quote(saved["PATH"] or "")))[0]
+    _active = version
+    try:
+        yield
+    finally:
+        _active = before
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def hook_env(prolog: str = "", epilog: str = "") -> dict[str, str]:
@@ -56,15 +102,48 @@ def hook_env(prolog: str = "", epilog: str = "") -> dict[str, str]:
 
 
 def slurm_config(key: str) -> str:
+    """One value of `scontrol show config`. Slurm 24.05+ lists hooks as `Prolog[0] = ...` (one line each,
+    comma-joined here) and leaves an unset one out, where 22.05 prints `Prolog = (null)`."""
+    values = []
     for line in sh("scontrol", "show", "config").splitlines():
         k, _, v = line.partition("=")
-        if k.strip() == key:
-            return v.strip()
+        k = k.strip()
+        if k == key or (k.startswith(f"{key}[") and k.endswith("]") and k[len(key) + 1 : -1].isdigit()):
+            values.append(v.strip())
+    if values:
+        return ",".join(values)
+    if key in ("Prolog", "Epilog", "TaskProlog", "TaskEpilog"):
+        return "(null)"
     raise AssertionError(f"scontrol show config has no {key}")
 
 
 def node_state() -> str:
-    return sh("sinfo", "-h", "-n", NODE, "-o", "%T").strip()
+    """The node's state as slurmctld holds it ("idle", "mixed", "idle+drain", ...), from scontrol: Slurm
+    25.11's sinfo says "mixed" for an idle node whose allocated-TRES string a GPU job left empty rather
+    than unset (api/node_info.c, _set_node_mixed_op), for as long as nothing else touches the node."""
+    out = sh("scontrol", "show", "node", NODE)
+    for word in out.split():
+        if word.startswith("State="):
+            return word.removeprefix("State=").lower()
+    raise AssertionError(f"scontrol show node {NODE} has no State=: {out}")
+
+
+def wait_node_idle(timeout: float) -> None:
+    """The node back to idle (not drained by a hook); on a time-out, what it was and why."""
+    seen: list[str] = []
+
+    def idle() -> bool:
+        seen.append(node_state())
+        return seen[-1] == "idle"
+
+    try:
+        wait_until(f"node {NODE} idle, not drained", timeout, idle)
+    except AssertionError as exc:
+        node = sh("scontrol", "show", "node", NODE, check=False)
+        states = sorted(set(seen))
+        raise AssertionError(
+            f"{exc}: states seen {states}; scontrol show node:\n{node}\nqueue: {queue()}"
+        ) from None
 
 
 def queue() -> dict[str, str]:
@@ -97,9 +176,24 @@ def wait_until(what: str, timeout: float, cond: Any, step: float = 0.5) -> Any:
         time.sleep(step)
 
 
-def slurm_installed() -> bool:
+def slurm_installed(version: str | None = None) -> bool:
+    if (version or _active) == "25.11":
+        check = ROOT / "tests" / "slurm" / "build.sh"
+        return subprocess.run([str(check), "--check"], capture_output=True, check=False).returncode == 0
     r = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "slurm-wlm"], capture_output=True, text=True)
     return "install ok installed" in r.stdout and os.path.exists("/usr/sbin/slurmctld")
+
+
+def up_or_skip(up: subprocess.CompletedProcess[str], version: str) -> None:
+    """After `cluster.sh up`: skip (one line) where 25.11's source is not provided, fail otherwise."""
+    import pytest
+
+    if up.returncode == NO_SOURCE and version == "25.11":
+        pytest.skip(f"Slurm 25.11 tests skipped: {up.stderr.strip().splitlines()[-1]}")
+    if up.returncode != 0 and not slurm_installed(version):
+        pytest.skip(f"Slurm {version} could not be installed: {(up.stdout + up.stderr)[-800:]}")
+    if up.returncode != 0:
+        pytest.fail(f"tests/slurm/cluster.sh up {version} failed:\n{up.stdout}{up.stderr}")
 
 
 def sbatch(user: str, outdir: Path, *args: str) -> str:

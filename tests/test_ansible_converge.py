@@ -39,17 +39,16 @@ from sqlalchemy.exc import ProgrammingError
 from tests.conftest import PG_ADMIN_URL, ROOT
 from tests.slurmkit import (
     CLUSTER,
-    NODE,
     STATE_DIR,
     cluster_lock,
     cluster_sh,
     hook_env,
-    node_state,
     sacct_states,
     sbatch,
     sh,
     slurm_config,
     slurm_installed,
+    wait_node_idle,
     wait_until,
 )
 from tests.sysfs_tree import make_cgroup_v2, make_rapl
@@ -518,7 +517,7 @@ def test_a_slurm_job_through_the_deployed_hooks_reaches_postgresql(deployed: Dep
         assert sum(e["energy_j"] for e in gpu) > 0 and doc["model"]["model"] == "resnet50", doc
         refused = as_user("bob")  # not bob's job, nor his lab's: the API refuses him
         assert refused.returncode == 5 and not refused.stdout, refused.stdout + refused.stderr
-        wait_until(f"node {NODE} idle, not drained", 60, lambda: node_state() == "idle")
+        wait_node_idle(60)
     finally:
         shutil.rmtree(outdir, ignore_errors=True)
     assert sh("scontrol", "show", "config")  # the cluster still answers

@@ -1,12 +1,26 @@
 #!/usr/bin/env bash
-# Bring up / tear down a real single-node Slurm 22.05 cluster (Debian 12
-# packages) for cocaq's integration tests.  Runs as root, needs no systemd.
+# Bring up / tear down a real single-node Slurm cluster for cocaq's integration tests: Slurm 22.05 from
+# Debian 12's packages, or Slurm 25.11 built from its source (tests/slurm/build.sh, cached under its own
+# prefix). Both can be up at once: each version has its own config, spool, log and run folders, ports,
+# MariaDB database and binaries; only munge and mariadbd are shared. Runs as root, needs no systemd.
 #
-#   tests/slurm/cluster.sh up      # install (if missing), configure, start; idempotent
-#   tests/slurm/cluster.sh down    # stop slurmd, slurmctld, slurmdbd, munged (packages stay)
-#   tests/slurm/cluster.sh status  # show daemon pids, sinfo, sacctmgr cluster
+#   tests/slurm/cluster.sh up [VERSION]      # install/build (if missing), configure, start; idempotent
+#   tests/slurm/cluster.sh down [VERSION]    # stop slurmd, slurmctld, slurmdbd (munged too when no other
+#                                            # version is up); packages, builds and state stay
+#   tests/slurm/cluster.sh status [VERSION]  # daemon pids, sinfo, sacctmgr cluster
+#   tests/slurm/cluster.sh env [VERSION]     # shell lines for that version's CLIs: eval "$(... env 25.11)"
 #
-# Environment knobs (all optional):
+# VERSION: 22.05 (default; or COCAQ_SLURM_VERSION) or 25.11.
+#
+#               22.05 (Debian)          25.11 (built from COCAQ_SLURM_SOURCE)
+#   binaries    /usr/bin, /usr/sbin     /opt/cocaq-slurm-25.11.X/{bin,sbin}
+#   config      /etc/slurm              /etc/slurm-25.11 (compiled in: its CLIs need no SLURM_CONF)
+#   spool       /var/spool/slurm{ctld,d,dbd}   /var/spool/slurm-25.11/{slurmctld,slurmd,slurmdbd}
+#   logs, pids  /var/log/slurm, /run/slurm      /var/log/slurm-25.11, /run/slurm-25.11
+#   ports       6817 ctld, 6818 d, 6819 dbd     6837, 6838, 6839
+#   accounting  MariaDB slurm_acct_db            slurm_acct_db_2511
+#
+# Environment knobs (all optional, the same for both versions):
 #   COCAQ_SLURM_PROLOG / COCAQ_SLURM_EPILOG   absolute paths of the project's
 #       Prolog/Epilog hooks.  Empty (default) = no Prolog=/Epilog= lines.
 #       NOTE: a non-zero epilog exit code DRAINS the node.
@@ -15,22 +29,47 @@
 #   COCAQ_SLURM_USERS        unix users to create and register (default "alice bob").
 #   COCAQ_DB_PASS            password of the MariaDB 'slurm' user (default below).
 #   COCAQ_STOP_MARIADB=1     let `down` also stop mariadbd (default: leave it running).
+#   COCAQ_SLURM_SOURCE       25.11 only: Slurm's source tarball (tests/slurm/build.sh; default
+#                            ../shared/vendor/slurm-25.11.7.tar.gz beside the repository). Without it,
+#                            `up 25.11` exits 3 with one line saying so.
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
 export LC_ALL=C.UTF-8
 
+ACTION=${1:-}
+VERSION=${2:-${COCAQ_SLURM_VERSION:-22.05}}
+HERE=$(cd "$(dirname "$0")" && pwd)
 CLUSTER_NAME=cocaqtest
 NODE=$(hostname -s)
-CONF_DIR=/etc/slurm
-RUN_DIR=/run/slurm
-LOG_DIR=/var/log/slurm
-CTLD_SPOOL=/var/spool/slurmctld
-SLURMD_SPOOL=/var/spool/slurmd
-DBD_SPOOL=/var/spool/slurmdbd
-DB_NAME=slurm_acct_db
 DB_USER=slurm
 DB_PASS=${COCAQ_DB_PASS:-cocaq-slurmdbd-test}
+case "$VERSION" in
+    22.05)
+        BIN=/usr/bin SBIN=/usr/sbin
+        CONF_DIR=/etc/slurm
+        RUN_DIR=/run/slurm
+        LOG_DIR=/var/log/slurm
+        CTLD_SPOOL=/var/spool/slurmctld
+        SLURMD_SPOOL=/var/spool/slurmd
+        DBD_SPOOL=/var/spool/slurmdbd
+        PORT_CTLD=6817 PORT_D=6818 PORT_DBD=6819
+        DB_NAME=slurm_acct_db
+        ;;
+    25.11)
+        BIN='' SBIN='' # set by ensure_build (the prefix depends on the source's patch version)
+        CONF_DIR=/etc/slurm-25.11
+        RUN_DIR=/run/slurm-25.11
+        LOG_DIR=/var/log/slurm-25.11
+        CTLD_SPOOL=/var/spool/slurm-25.11/slurmctld
+        SLURMD_SPOOL=/var/spool/slurm-25.11/slurmd
+        DBD_SPOOL=/var/spool/slurm-25.11/slurmdbd
+        PORT_CTLD=6837 PORT_D=6838 PORT_DBD=6839
+        DB_NAME=slurm_acct_db_2511
+        ;;
+    *) echo "cluster.sh: unknown Slurm version '$VERSION' (22.05 or 25.11)" >&2; exit 2 ;;
+esac
+export SLURM_CONF=$CONF_DIR/slurm.conf
 ACCOUNTS=(lab_vision lab_nlp)
 read -r -a EXTRA_USERS <<<"${COCAQ_SLURM_USERS:-alice bob}"
 # user -> default account (root gets both labs, default lab_vision)
@@ -51,7 +90,7 @@ GPU_DEVS=(/dev/cocaq-fake-nvidia0 /dev/cocaq-fake-nvidia1)
 log() { printf '[cluster.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-[[ $(id -u) -eq 0 ]] || die "must run as root"
+[[ $ACTION == env || $(id -u) -eq 0 ]] || die "must run as root"
 
 pid_alive() { # pidfile -> true if it names a live (non-zombie) process
     local pid
@@ -88,7 +127,8 @@ install_content() { # path mode owner content
 
 # ---------------------------------------------------------------- packages
 ensure_packages() {
-    local pkgs=(slurm-wlm slurmdbd munge mariadb-server) missing=() p
+    local pkgs=(munge mariadb-server) missing=() p
+    [[ $VERSION == 22.05 ]] && pkgs+=(slurm-wlm slurmdbd)
     for p in "${pkgs[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
     done
@@ -104,6 +144,19 @@ ensure_packages() {
             "${apt[@]}" >/dev/null
         fi
     fi
+}
+
+# Where this version's binaries are: Debian's, or a cached build of the source (built on first use).
+ensure_build() {
+    if [[ $VERSION == 25.11 ]]; then
+        local prefix rc=0
+        prefix=$("$HERE/build.sh") || rc=$?
+        ((rc == 0)) || exit "$rc" # 3: no source (build.sh said where to put it)
+        BIN=$prefix/bin SBIN=$prefix/sbin
+    fi
+    export PATH=$BIN:$SBIN:$PATH
+    # Debian's package makes the slurm user; a source build does not
+    id slurm >/dev/null 2>&1 || { useradd --system --no-create-home --shell /usr/sbin/nologin slurm; log "created user slurm"; }
 }
 
 # ------------------------------------------------------------------- munge
@@ -145,6 +198,7 @@ SQL
 # ------------------------------------------------------------- dirs, devs
 ensure_dirs() {
     install -d -o slurm -g slurm -m 755 "$RUN_DIR" "$LOG_DIR" "$CTLD_SPOOL" "$DBD_SPOOL"
+    install -d -o root -g root -m 755 "$(dirname "$SLURMD_SPOOL")"
     install -d -o root -g root -m 755 "$SLURMD_SPOOL" "$CONF_DIR"
     local i
     for i in "${!GPU_DEVS[@]}"; do
@@ -161,7 +215,7 @@ CONF_CHANGED=0
 write_configs() {
     # CPU/memory layout of this VM as slurmd sees it; keep ~1 GiB headroom.
     local hw cpus sockets cores threads mem
-    hw=$(slurmd -C | head -1)
+    hw=$("$SBIN/slurmd" -C | head -1)
     cpus=$(sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' <<<"$hw")
     sockets=$(sed -n 's/.*SocketsPerBoard=\([0-9]*\).*/\1/p' <<<"$hw")
     cores=$(sed -n 's/.*CoresPerSocket=\([0-9]*\).*/\1/p' <<<"$hw")
@@ -174,7 +228,7 @@ write_configs() {
 # generated by tests/slurm/cluster.sh
 AuthType=auth/munge
 DbdHost=localhost
-DbdPort=6819
+DbdPort=${PORT_DBD}
 SlurmUser=slurm
 DebugLevel=info
 LogFile=${LOG_DIR}/slurmdbd.log
@@ -194,6 +248,9 @@ EOF
     [[ -n $TASK_PROLOG ]] && hooks+="TaskProlog=${TASK_PROLOG}"$'\n'
     [[ -n $TASK_EPILOG ]] && hooks+="TaskEpilog=${TASK_EPILOG}"$'\n'
 
+    # 25.11 has no switch/none plugin (no SwitchType means none)
+    local SWITCH=""
+    [[ $VERSION == 22.05 ]] && SWITCH=$'SwitchType=switch/none\n'
     local conf
     conf=$(cat <<EOF
 # generated by tests/slurm/cluster.sh
@@ -201,8 +258,8 @@ ClusterName=${CLUSTER_NAME}
 SlurmctldHost=${NODE}
 SlurmUser=slurm
 AuthType=auth/munge
-SlurmctldPort=6817
-SlurmdPort=6818
+SlurmctldPort=${PORT_CTLD}
+SlurmdPort=${PORT_D}
 StateSaveLocation=${CTLD_SPOOL}
 SlurmdSpoolDir=${SLURMD_SPOOL}
 SlurmctldPidFile=${RUN_DIR}/slurmctld.pid
@@ -216,8 +273,7 @@ MpiDefault=none
 MailProg=/bin/true
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
-SwitchType=switch/none
-SchedulerType=sched/backfill
+${SWITCH}SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1000
@@ -231,7 +287,7 @@ GresTypes=gpu
 # accounting
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
-AccountingStoragePort=6819
+AccountingStoragePort=${PORT_DBD}
 AccountingStorageTRES=gres/gpu,gres/gpu:${GPU_TYPE}
 AccountingStoreFlags=job_comment
 AccountingStorageEnforce=associations
@@ -263,7 +319,7 @@ EOF
 start_slurmdbd() {
     if ! pid_alive "$RUN_DIR/slurmdbd.pid"; then
         log "starting slurmdbd"
-        /usr/sbin/slurmdbd
+        "$SBIN/slurmdbd"
     elif ((CONF_CHANGED)); then
         log "slurmdbd already running (config changed: restart with down/up if needed)"
     fi
@@ -306,14 +362,14 @@ start_slurm() {
         was_running=1
     else
         log "starting slurmctld"
-        /usr/sbin/slurmctld
+        "$SBIN/slurmctld"
     fi
     wait_for 60 "slurmctld ping" bash -c 'scontrol ping | grep -q UP'
     if pid_alive "$RUN_DIR/slurmd.pid"; then
         was_running=1
     else
         log "starting slurmd"
-        /usr/sbin/slurmd
+        "$SBIN/slurmd"
     fi
     if ((CONF_CHANGED && was_running)); then
         log "config changed while Slurm was running -> scontrol reconfigure"
@@ -332,6 +388,7 @@ start_slurm() {
 cmd_up() {
     local t0=$SECONDS
     ensure_packages
+    ensure_build
     ensure_munge
     ensure_mariadb
     ensure_dirs
@@ -340,7 +397,7 @@ cmd_up() {
     register_accounting
     start_slurm
     sinfo
-    log "cluster '$CLUSTER_NAME' up on node '$NODE' ($(sinfo --version))"
+    log "cluster '$CLUSTER_NAME' up on node '$NODE' ($(sinfo --version), config $SLURM_CONF)"
     echo "up took $((SECONDS - t0)) seconds"
 }
 
@@ -368,15 +425,27 @@ cmd_down() {
     stop_pidfile slurmd "$RUN_DIR/slurmd.pid"
     stop_pidfile slurmctld "$RUN_DIR/slurmctld.pid"
     stop_pidfile slurmdbd "$RUN_DIR/slurmdbd.pid"
-    stop_pidfile munged /run/munge/munged.pid
+    # munged serves both versions: only stopped when the other one is not up
+    local other=/run/slurm-25.11
+    [[ $VERSION == 25.11 ]] && other=/run/slurm
+    if pid_alive "$other/slurmctld.pid" || pid_alive "$other/slurmdbd.pid"; then
+        log "munged left running (the other Slurm version is up)"
+    else
+        stop_pidfile munged /run/munge/munged.pid
+    fi
     if [[ ${COCAQ_STOP_MARIADB:-0} == 1 ]]; then
         mysqladmin shutdown 2>/dev/null || true
     fi
-    log "cluster down (packages, config, DB and spool state kept)"
+    log "Slurm $VERSION cluster down (packages, build, config, DB and spool state kept)"
 }
 
 cmd_status() {
     local n pf rc=0
+    if [[ $VERSION == 25.11 ]]; then
+        local prefix
+        prefix=$("$HERE/build.sh" --check >/dev/null && "$HERE/build.sh") || { echo "slurm $VERSION: not built"; return 1; }
+        export PATH=$prefix/bin:$prefix/sbin:$PATH
+    fi
     for n in munged:/run/munge/munged.pid slurmdbd:$RUN_DIR/slurmdbd.pid \
              slurmctld:$RUN_DIR/slurmctld.pid slurmd:$RUN_DIR/slurmd.pid; do
         pf=${n#*:}
@@ -391,9 +460,19 @@ cmd_status() {
     return $rc
 }
 
-case "${1:-}" in
+cmd_env() { # the lines a shell (or a test) needs to use this version's CLIs
+    local bin=/usr/bin sbin=/usr/sbin prefix
+    if [[ $VERSION == 25.11 ]]; then
+        prefix=$("$HERE/build.sh" --check >/dev/null && "$HERE/build.sh") || { echo "slurm $VERSION: not built (tests/slurm/cluster.sh up 25.11)" >&2; return 1; }
+        bin=$prefix/bin sbin=$prefix/sbin
+    fi
+    printf 'export PATH=%q:%q:"$PATH"\nexport SLURM_CONF=%q\n' "$bin" "$sbin" "$SLURM_CONF"
+}
+
+case "$ACTION" in
     up) cmd_up ;;
     down) cmd_down ;;
     status) cmd_status ;;
-    *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+    env) cmd_env ;;
+    *) echo "usage: $0 up|down|status|env [22.05|25.11]" >&2; exit 2 ;;
 esac
