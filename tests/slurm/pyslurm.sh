@@ -24,7 +24,7 @@ flock 9
 prefix=$("$here/build.sh") # builds Slurm first if needed; exit 3 without its source
 major=$("$prefix/bin/sacct" --version | awk '{print $2}' | cut -d. -f1,2)
 # (pip show, not an import: importing pyslurm loads libslurm, which exits the process without a slurm.conf)
-have=$("$PY" -m pip show pyslurm 2>/dev/null | sed -n 's/^Version: //p')
+have=$("$PY" -m pip show pyslurm 2>/dev/null | sed -n 's/^Version: //p' || true) # pip show: 1 when absent
 if [[ $have == "$major".* ]]; then
     log "pyslurm $have for Slurm $major already in $VENV"
     exit 0
