@@ -128,6 +128,7 @@ def job_dict(job: Any) -> dict[str, Any]:
     array_task = job.array_task_id
     if job.array_id and array_task is None and not job.array_tasks_waiting:
         array_task = 0
+    alloc = _tres(job.allocated_tres)
     het_offset = job.heterogeneous_offset
     if job.heterogeneous_id and het_offset is None:
         het_offset = 0
@@ -157,7 +158,9 @@ def job_dict(job: Any) -> dict[str, Any]:
         "name": job.name,
         "nodes": job.nodelist or "",
         "allocation_nodes": job.num_nodes or 0,
-        "tres": {"allocated": _tres(job.allocated_tres), "requested": _tres(job.requested_tres)},
+        # the reader takes the requested TRES only where nothing was allocated; pyslurm parses a TRES
+        # string on each access (most of this function's time), so the requested one only then
+        "tres": {"allocated": alloc, "requested": [] if alloc else _tres(job.requested_tres)},
         # no signal is 0 in pyslurm, unset in sacct's JSON (there is no signal 0)
         "exit_code": {"return_code": job.exit_code, "signal": {"id": _number(job.exit_code_signal or None)}},
         "comment": {"job": job.comment},
