@@ -316,6 +316,23 @@ EOF
 }
 
 # ---------------------------------------------------------------- daemons
+# A daemon started from another build (a rebuilt or moved 25.11 prefix: its binary deleted or elsewhere)
+# is stopped, so that `up` starts this build's: slurmd would otherwise launch jobs through a slurmstepd
+# that is gone.
+stale_daemons() {
+    local d pf pid exe
+    for d in slurmd slurmctld slurmdbd; do
+        pf=$RUN_DIR/$d.pid
+        pid_alive "$pf" || continue
+        pid=$(cat "$pf")
+        exe=$(readlink "/proc/$pid/exe" 2>/dev/null || true)
+        if [[ -n $exe && $exe != "$SBIN/$d" ]]; then
+            log "$d (pid $pid) runs $exe, not $SBIN/$d: restarting it"
+            stop_pidfile "$d" "$pf"
+        fi
+    done
+}
+
 start_slurmdbd() {
     if ! pid_alive "$RUN_DIR/slurmdbd.pid"; then
         log "starting slurmdbd"
@@ -393,6 +410,7 @@ cmd_up() {
     ensure_mariadb
     ensure_dirs
     write_configs
+    stale_daemons
     start_slurmdbd
     register_accounting
     start_slurm
