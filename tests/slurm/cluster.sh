@@ -326,7 +326,8 @@ stale_daemons() {
         pid_alive "$pf" || continue
         pid=$(cat "$pf")
         exe=$(readlink "/proc/$pid/exe" 2>/dev/null || true)
-        if [[ -n $exe && $exe != "$SBIN/$d" ]]; then
+        # (resolved: Debian's /usr/sbin/slurmd is an alternatives link to slurmd-wlm)
+        if [[ -n $exe && $exe != "$(readlink -f "$SBIN/$d")" ]]; then
             log "$d (pid $pid) runs $exe, not $SBIN/$d: restarting it"
             stop_pidfile "$d" "$pf"
         fi
