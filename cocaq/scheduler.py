@@ -34,7 +34,6 @@ import importlib
 import logging
 import os
 import pickle
-import shutil
 import signal
 import socket
 import threading
@@ -203,12 +202,6 @@ def _describe(result: Any) -> str:
     return str(result)
 
 
-def find_sacct(explicit: str | None) -> str | None:
-    """The sacct binary to run, or None when this host has none (as cocaq.slurm.run looks for it)."""
-    path = explicit or shutil.which("sacct") or "/usr/bin/sacct"
-    return shutil.which(path)
-
-
 def _pyslurm_usable(cfg: Config) -> bool:
     """With no sacct here, "auto" (and "pyslurm") read Slurm through pyslurm if it loads."""
     if cfg.slurm.backend == "cli":
@@ -242,6 +235,7 @@ def _reconcile(
     engine: Engine, cfg: Config, since: datetime, until: datetime, sacct: str | None
 ) -> tuple[str, str]:
     from cocaq.reconcile import reconcile
+    from cocaq.slurm.run import find_sacct
 
     exe = find_sacct(sacct or cfg.slurm.sacct)
     span = f"{since:%Y-%m-%d %H:%M} UTC to now"

@@ -33,12 +33,6 @@ class Accounting:
         return "slurmdb-pyslurm" if self.kind == "pyslurm" else f"sacct-{self.kind}"
 
 
-def _sacct_path(explicit: str | None) -> str | None:
-    import shutil
-
-    return shutil.which(explicit or shutil.which("sacct") or "/usr/bin/sacct")
-
-
 def _version_text(v: tuple[int, int] | None) -> str:
     return f"{v[0]}.{v[1]:02d}" if v else "unknown"
 
@@ -47,7 +41,7 @@ def choose(backend: str, sacct: str | None) -> tuple[str, Any, str]:
     """("pyslurm", the module, note) or ("cli", None, note); the note says why "auto" chose. InputError
     (one line) where `backend` is "pyslurm" and pyslurm is missing, does not load or was built for
     another Slurm release."""
-    from cocaq.slurm.run import slurm_version
+    from cocaq.slurm.run import find_sacct, slurm_version
     from cocaq.slurm.slurmdb import PyslurmMissing, built_for, load_pyslurm, probe_pyslurm
 
     if backend not in SLURM_BACKENDS:
@@ -64,7 +58,7 @@ def choose(backend: str, sacct: str | None) -> tuple[str, Any, str]:
         if backend == "pyslurm":
             raise
         return "cli", None, f"auto: sacct, as {exc}"
-    exe = _sacct_path(sacct)
+    exe = find_sacct(sacct)
     running = slurm_version(exe) if exe else None
     made_for = built_for(version)
     if exe and running is None and backend == "auto":  # cannot tell whether pyslurm fits: what is here

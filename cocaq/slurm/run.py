@@ -12,10 +12,16 @@ from cocaq.errors import InputError
 from cocaq.slurm.sacct import SACCT_FIELDS
 
 
+def find_sacct(explicit: str | None) -> str | None:
+    """The sacct binary to run (the one given, else PATH's, else /usr/bin/sacct), or None where none is."""
+    return shutil.which(explicit or shutil.which("sacct") or "/usr/bin/sacct")
+
+
 def _sacct_bin(explicit: str | None) -> str:
-    path = explicit or shutil.which("sacct") or "/usr/bin/sacct"
-    if not shutil.which(path):
-        raise InputError(f"sacct not found ({path}): run this on a Slurm login node, or use --file")
+    path = find_sacct(explicit)
+    if path is None:
+        shown = explicit or "/usr/bin/sacct"
+        raise InputError(f"sacct not found ({shown}): run this on a Slurm login node, or use --file")
     return path
 
 
