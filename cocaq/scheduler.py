@@ -37,6 +37,7 @@ import pickle
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -636,6 +637,23 @@ def lock_for(url: str) -> Lock:
 # --- the daemon ------------------------------------------------------------------------------------------
 
 
+SIGNAL_SLICE_S = 0.5
+
+
+def wait_for(stop: threading.Event, seconds: float) -> bool:
+    """`stop.wait(seconds)` in slices: a signal's Python handler runs only in the main thread and only
+    when it runs bytecode, and a signal the kernel hands to another thread (one running sacct, say) does
+    not wake the main thread's wait, so one long wait would hold SIGTERM back for its whole length (seen:
+    SIGTERM handled only after the 30 s lock check)."""
+    end = time.monotonic() + seconds
+    while not stop.is_set():
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        stop.wait(min(left, SIGNAL_SLICE_S))
+    return True
+
+
 def run_daemon(cfg: Config, opts: Options, stop: threading.Event | None = None) -> None:
     """Wait for the lock (standby), then run the jobs until SIGTERM/SIGINT or until the lock is lost."""
     from cocaq.db import make_engine
@@ -676,7 +694,7 @@ def run_daemon(cfg: Config, opts: Options, stop: threading.Event | None = None) 
                         opts.retry_s,
                     )
                     waiting = True
-                stop.wait(opts.retry_s)
+                wait_for(stop, opts.retry_s)
                 continue
             log.info(
                 "active: %s the jobs (%s, pid %d)",
@@ -735,7 +753,7 @@ def _run_active(engine: Engine, cfg: Config, opts: Options, lock: Lock, stop: th
         for job in sched.get_jobs():
             log.info("job %s: %s, next run %s", job.id, job.trigger, _fmt_time(job.next_run_time, tz))
         sched.resume()
-        while not stop.wait(opts.retry_s):
+        while not wait_for(stop, opts.retry_s):
             if not lock.healthy():
                 log.error(
                     "scheduler: lost the lock (database connection gone); stopping jobs, back to standby"

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import types
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from sqlalchemy import Engine, delete, insert, select, text
 
 from cocaq import migrate
 from cocaq import scheduler as sch
+from cocaq.config import load_config
 from cocaq.db import make_engine
 from cocaq.models import SchedulerRun
 from tests.conftest import DATA, ROOT, new_database, run_cocaq
@@ -88,6 +90,10 @@ class Daemon:
             self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"{sig!r} did not stop the daemon in {timeout} s; its log:\n{self.text()}"
+            ) from None
         finally:
             self._fh.close()
 
@@ -472,6 +478,34 @@ def test_sigterm_lets_the_running_job_finish(
     assert len(_runs(engine, "reconcile")) == 1  # nothing new started after SIGTERM
     assert "SIGTERM: finishing the running job, then exiting" in d.text() and "Traceback" not in d.text()
     assert sch.lock_for(url).holder() is None
+
+
+def test_a_signal_taken_by_another_thread_still_stops_the_daemon_promptly(
+    job_env: Engine, db_url: str, tmp_path: Path
+) -> None:
+    """The kernel may hand a process's SIGTERM to any thread (in CI it went to one running sacct): the
+    main thread, waiting 30 s between lock checks, must still act on it within a slice, not 30 s later.
+    pthread_kill sends it to a thread other than the main one, every time."""
+    fake, _ = _fake_sacct(tmp_path, sleep=1)
+    opts = sch.Options(reconcile_every=timedelta(seconds=1), sacct=str(fake), retry_s=30)
+    sent: list[float] = []
+
+    def signal_from_another_thread() -> None:
+        _wait(lambda: [r for r in _runs(job_env, "reconcile") if r.status == "running"], 20, "a running job")
+        sent.append(time.monotonic())
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    t = threading.Thread(target=signal_from_another_thread, daemon=True)
+    t.start()
+    sch.run_daemon(load_config(None), opts)
+    stopped = time.monotonic()
+    t.join(5)
+    assert sent, "the signal was never sent"
+    # a 1 s sacct, then the run is recorded; a 30 s wait that ignored the signal would take 30 s
+    assert stopped - sent[0] < 15
+    assert [r.status for r in _runs(job_env, "reconcile")] == ["ok"]
+    assert signal.getsignal(signal.SIGTERM) is before  # the daemon put the old handler back
 
 
 def test_two_schedulers_one_acts_and_the_other_takes_over(
