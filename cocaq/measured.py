@@ -34,7 +34,9 @@ log = logging.getLogger(__name__)
 
 MARGIN = timedelta(minutes=10)
 # When one device has several measured sources, the better one wins (exact counter over integrated power).
-SOURCE_RANK = {"nvml": 0, "nvml-power-integral": 1}
+SOURCE_RANK = {"nvml": 0, "nvml-power-integral": 1, "nvml-power-edges": 2}
+# The epilog's trapezoid of the two edge readings: only for a GPU that nothing else measured.
+EDGES_ONLY = "nvml-power-edges"
 
 
 @dataclass
@@ -125,9 +127,14 @@ def _best_per_device(rows: Iterable[Any]) -> list[Any]:
     """One value per device: the one that covers the most of the job (latest `t1`), then the exact one.
 
     (A counter that reset mid-job leaves an early exact value behind; the later integral is the whole.)
+    The epilog's two-reading trapezoid of a short job counts only where the device has nothing else.
     """
+    rows = list(rows)
+    covered = {(r.node, r.component, r.device) for r in rows if r.source != EDGES_ONLY}
     best: dict[tuple[str, str, str], Any] = {}
     for r in rows:
+        if r.source == EDGES_ONLY and (r.node, r.component, r.device) in covered:
+            continue
         key = (r.node, r.component, r.device)
         cur = best.get(key)
         if cur is None or (as_utc(r.t1), -SOURCE_RANK.get(r.source, 5)) > (

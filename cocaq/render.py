@@ -420,6 +420,7 @@ def print_advice(
 SOURCE_WORDS = {
     "nvml": "GPU energy counter",
     "nvml-power-integral": "GPU power samples",
+    "nvml-power-edges": "GPU power at start and end",
     "nvml-samples": "GPU samples' share of node",
     "slurm-consumed-energy": "Slurm's node energy",
     "tdp-estimate": "estimate from rated power",

@@ -9,7 +9,9 @@ carries on; a cycle half-written is not written at all.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -32,12 +34,20 @@ def node_name() -> str:
 def _running(spool_dir: str, now: float) -> dict[str, sources_mod.RunningJob]:
     jobs = {}
     for jid, st in running_jobs(spool_dir).items():
-        gpus, start_mj = [], {}
+        gpus, start_mj, start_power = [], {}, {}
         for g in st.get("gpus") or []:
             if isinstance(g, dict) and isinstance(g.get("uuid"), str):
                 gpus.append(g["uuid"])
                 if isinstance(g.get("energy_mj"), int):
                     start_mj[g["uuid"]] = g["energy_mj"]
+                p, ts = g.get("power_w"), g.get("ts")
+                if (
+                    isinstance(p, int | float)
+                    and isinstance(ts, int | float)
+                    and math.isfinite(p + ts)
+                    and p >= 0
+                ):
+                    start_power[g["uuid"]] = (float(ts), float(p))
         start = st.get("ts")
         uid = st.get("job", {}).get("uid") if isinstance(st.get("job"), dict) else None
         jobs[jid] = sources_mod.RunningJob(
@@ -45,6 +55,7 @@ def _running(spool_dir: str, now: float) -> dict[str, sources_mod.RunningJob]:
             float(start) if isinstance(start, int | float) else now,
             gpus,
             start_mj,
+            start_power,
             uid=uid if isinstance(uid, int) else None,
         )
     return jobs
@@ -94,6 +105,7 @@ class Collector:
                 self.errors += 1
                 log.error("source %s failed this cycle: %s: %s", s.name, type(exc).__name__, exc)
         self._hook_failures(cycle)
+        cycle.energy.extend(self._end_jobs(self._end_records()))
         state = {"sources": {s.name: s.state() for s in self.sources}, "last_ts": now}
         self.db.record_cycle(cycle.samples, cycle.energy, state)
         self._spool_events(cycle)
@@ -101,6 +113,58 @@ class Collector:
         self.last_ts = now
         self.cycles += 1
         return cycle
+
+    def _end_records(self) -> list[dict[str, Any]]:
+        """The epilog records in the spool of the jobs a source waits on (to close an integral)."""
+        from cocaq.collector import spoolfiles
+
+        waiting = set().union(*(s.waiting_jobs() for s in self.sources)) if self.sources else set()
+        if not waiting:
+            return []
+        directory = os.path.join(self.cfg.spool_dir, spoolfiles.EVENTS)
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return []
+        out = []
+        for name in names:
+            parts = name.split("-")  # {ts_ns}-{job_id}-end.json
+            if len(parts) != 3 or parts[2] != "end.json" or parts[1] not in waiting:
+                continue
+            try:
+                rec = json.loads(spoolfiles.read_bounded(os.path.join(directory, name)))
+            except (OSError, ValueError) as exc:
+                log.warning("spool: %s unreadable (%s); the ship will say more", name, exc)
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+        return out
+
+    def _end_jobs(self, records: list[dict[str, Any]]) -> list[sources_mod.Energy]:
+        """Final energy rows from the sources for the epilog records among `records`."""
+        rows: list[sources_mod.Energy] = []
+        for rec in records:
+            if rec.get("event") != "end":
+                continue
+            for s in self.sources:
+                try:
+                    rows.extend(s.end_job(rec))
+                except Exception as exc:  # one source failing must not stop the others
+                    self.errors += 1
+                    log.error(
+                        "source %s could not close job %s: %s: %s",
+                        s.name,
+                        rec.get("job_id"),
+                        type(exc).__name__,
+                        exc,
+                    )
+        return rows
+
+    def _end_jobs_before_shipping(self, records: list[dict[str, Any]]) -> None:
+        """Close what the epilog records about to ship end, so their final rows go in the same ship."""
+        rows = self._end_jobs(records)
+        if rows:
+            self.db.record_cycle([], rows, {"sources": {s.name: s.state() for s in self.sources}})
 
     def _spool_events(self, cycle: sources_mod.Cycle) -> None:
         """The sources' records (`meta`) go to the spool beside the hooks', and ship the same way."""
@@ -149,6 +213,7 @@ class Collector:
             self.cfg.cluster.name,
             self.node,
             batch_size=self.cfg.collector.ship_batch,
+            before_events=self._end_jobs_before_shipping,
         )
         for name, why in res.quarantined:
             log.error("spool: %s moved aside: %s", name, why)

@@ -337,8 +337,9 @@ class Nvml:
     def read(self, gpu: GpuId | str, energy_only: bool = False) -> GpuReading:
         """Read one GPU; never raises for a lost or unsupported device.
 
-        ``energy_only`` (the hooks' fast path) reads the energy counter, and power only when the counter
-        is unsupported so a power integral remains possible.  A lost GPU (GPU_IS_LOST, or its UUID no
+        ``energy_only`` (the hooks' fast path) reads the energy counter and power, not utilisation or
+        memory: power at the job's edges closes the collector's integral of power for a GPU without a
+        counter (or whose counter reset mid-job).  A lost GPU (GPU_IS_LOST, or its UUID no
         longer found) gives ``gone=True``; other failures leave the value None and explain in ``error``.
         """
         uuid = gpu if isinstance(gpu, str) else gpu.uuid
@@ -366,11 +367,10 @@ class Nvml:
             if fail(exc, "nvmlDeviceGetTotalEnergyConsumption"):
                 r.error = "; ".join(errors)
                 return r
-        if not energy_only or r.energy_mj is None:
-            try:
-                r.power_w = float(lib.nvmlDeviceGetPowerUsage(h)) / 1000.0
-            except self._error_cls as exc:
-                fail(exc, "nvmlDeviceGetPowerUsage")
+        try:
+            r.power_w = float(lib.nvmlDeviceGetPowerUsage(h)) / 1000.0
+        except self._error_cls as exc:
+            fail(exc, "nvmlDeviceGetPowerUsage")
         if not energy_only and not r.gone:
             try:
                 r.util_pct = float(lib.nvmlDeviceGetUtilizationRates(h).gpu)

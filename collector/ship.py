@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -357,6 +357,7 @@ def ship_once(
     node: str,
     batch_size: int = 5000,
     max_batches: int | None = None,
+    before_events: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> ShipResult:
     """Ship everything spooled now (events, then energy, then samples), oldest first.
 
@@ -369,6 +370,8 @@ def ship_once(
             evs = list(iter_events(spool_dir, batch_size, res.quarantined))
             if not evs:
                 break
+            if before_events is not None:  # the collector closes what these records end, first
+                before_events([e.record for e in evs])
             by_cluster: dict[str, list[Any]] = {}
             for ev in evs:
                 by_cluster.setdefault(ev.record["cluster"], []).append(ev)

@@ -9,11 +9,12 @@ since RAPL's split needs each job's CPU time); they add samples and per-job ener
 from __future__ import annotations
 
 import logging
+import math
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard
 
 from cocaq.config import Collector
 
@@ -33,6 +34,7 @@ class RunningJob:
     start: float  # when the job started on this node: the prolog's time, else when first seen
     gpus: list[str] = field(default_factory=list)  # UUIDs the prolog recorded
     gpu_start_mj: dict[str, int] = field(default_factory=dict)  # their energy counters at start
+    gpu_start_power: dict[str, tuple[float, float]] = field(default_factory=dict)  # (ts, W) at start
     cores: int | None = None
     uid: int | None = None  # the job's user, from the prolog
 
@@ -68,6 +70,14 @@ class Source(ABC):
     @abstractmethod
     def collect(self, cycle: Cycle) -> None:
         """Add this cycle's samples and per-job energy to `cycle`."""
+
+    def end_job(self, rec: dict[str, Any]) -> list[Energy]:
+        """Final energy of the job an epilog record (`event` "end") ends, where this source closes it."""
+        return []
+
+    def waiting_jobs(self) -> set[str]:
+        """Job ids whose epilog record this source waits for (to close an integral)."""
+        return set()
 
     def state(self) -> dict[str, Any]:
         return {}
@@ -142,11 +152,16 @@ class NvmlSource(Source):
     """Per GPU power, utilisation, memory and energy; per job the energy of the GPUs it owns.
 
     A job's GPU energy is the counter's difference since the prolog's snapshot (exact), or, where the
-    GPU has no energy counter, power integrated since the job was first seen (labelled so).
+    GPU has no energy counter (or it reset mid-job), power integrated over the job (labelled
+    "nvml-power-integral"): a trapezoid from the prolog's power reading to the first sample, the
+    samples' trapezoids, and, once the epilog's record is here (`end_job`), a trapezoid from the last
+    sample to the epilog's reading, so the integral spans the job whatever the sampling phase.
     """
 
     name = "nvml"
     order = 20
+    ENDED_KEEP_S = 7 * 86400.0  # how long an ended job waits for its epilog record (collector down, ...)
+    ENDED_MAX = 10_000
 
     def __init__(self, cfg: Collector) -> None:
         super().__init__(cfg)
@@ -161,10 +176,31 @@ class NvmlSource(Source):
             raise SourceUnavailable("nvml: no GPU on this node")
         self.tracker = GpuEnergyTracker()
         self._tracker_cls = GpuEnergyTracker
+        self.limits = {d.uuid: self.nvml.power_limit_w(d) for d in self.devices}
         for d in self.devices:
-            self.tracker.set_power_limit(d.uuid, self.nvml.power_limit_w(d))
-        # (job, uuid) -> tracker energy when the job was first seen, and the gap before it
+            self.tracker.set_power_limit(d.uuid, self.limits[d.uuid])
+        # "job/start/uuid" -> [tracker energy at the job's first sample, energy before it (the head),
+        # integral so far (-1: the counter covers it), last sample's time, last sample's power (-1: none)]
         self.baselines: dict[str, list[float]] = {}
+        self.ended: dict[str, list[float]] = {}  # the same, for jobs gone from the node (+ when they went)
+        self.closed: dict[str, float] = {}  # keys closed by their epilog record -> the epilog's time
+
+    def _cap_w(self, uuid: str) -> float:
+        from cocaq.collector.nvml import MAX_PLAUSIBLE_POWER_W
+
+        limit = self.limits.get(uuid)
+        return min(2.0 * limit, MAX_PLAUSIBLE_POWER_W) if limit else MAX_PLAUSIBLE_POWER_W
+
+    def _head(self, rj: RunningJob, uuid: str, ts: float, power: float | None) -> float:
+        """Energy from the job's start to its first sample: a trapezoid from the prolog's power reading,
+        else (an older prolog, no power) the first sample's power over at most one interval."""
+        gap = max(ts - rj.start, 0.0)
+        start = rj.gpu_start_power.get(uuid)
+        if start is not None and power is not None and start[0] <= ts:
+            e = (start[1] + power) * 0.5 * max(ts - start[0], 0.0)
+        else:
+            e = (power or 0.0) * min(gap, self.cfg.interval_s)
+        return min(max(e, 0.0), self._cap_w(uuid) * max(gap, 1.0))
 
     def collect(self, cycle: Cycle) -> None:
         owner: dict[str, RunningJob] = {}
@@ -196,13 +232,19 @@ class NvmlSource(Source):
             if r.ts <= rj.start:
                 continue  # read before the prolog's snapshot (clock steps, a race at job start)
             key = f"{rj.job_id}/{rj.start}/{u}"
+            if key in self.closed:
+                continue  # the epilog has been and gone; its state file is about to go too
             live.add(key)
             base = self.baselines.get(key)
             if base is None:
-                # First sight of this job: the tracker's count so far, and the energy between the job's
-                # start and now at today's power (at most one interval: the collector saw it late).
-                gap = min(max(cycle.ts - rj.start, 0.0), self.cfg.interval_s)
-                base = self.baselines[key] = [self.tracker.energy_j(u), (r.power_w or 0.0) * gap]
+                # First sight of this job: the tracker's count so far, and the energy since the job began.
+                base = self.baselines[key] = [
+                    self.tracker.energy_j(u),
+                    self._head(rj, u, r.ts, r.power_w),
+                    -1.0,
+                    r.ts,
+                    -1.0,
+                ]
             start_mj = rj.gpu_start_mj.get(u)
             if r.energy_mj is not None and start_mj is not None and r.energy_mj >= start_mj:
                 e = (r.energy_mj - start_mj) / 1000.0
@@ -210,27 +252,108 @@ class NvmlSource(Source):
                     cycle.energy.append(
                         (rj.job_id, rj.start, "gpu", u, "nvml", "measured", e, rj.start, r.ts, False)
                     )
+                    base[2], base[3], base[4] = -1.0, r.ts, -1.0
                     continue
             # No counter, or it was reset since the prolog: the tracker integrates through it.
             e = max(self.tracker.energy_j(u) - base[0] + base[1], 0.0)
+            base[2], base[3], base[4] = e, r.ts, r.power_w if r.power_w is not None else -1.0
             src = "nvml-power-integral"
             cycle.energy.append((rj.job_id, rj.start, "gpu", u, src, "measured", e, rj.start, r.ts, False))
         for k in list(self.baselines):
             if k not in live:
-                del self.baselines[k]
+                b = self.baselines.pop(k)
+                if b[2] >= 0:  # an integral waits for its epilog record to close it
+                    self.ended[k] = [*b[:5], cycle.ts]
+        for k, b in list(self.ended.items()):
+            if cycle.ts - b[5] > self.ENDED_KEEP_S:
+                del self.ended[k]
+        for k, t in list(self.closed.items()):
+            if cycle.ts - t > self.ENDED_KEEP_S:
+                del self.closed[k]
+        for store in (self.ended, self.closed):
+            while len(store) > self.ENDED_MAX:
+                store.pop(next(iter(store)))
+
+    def end_job(self, rec: dict[str, Any]) -> list[Energy]:
+        """Final integrals of the job an epilog record ends: the last sample's trapezoid to the epilog's
+        power reading. Idempotent: a key is closed once (a repeat finds nothing to close)."""
+        job_id, start = rec.get("job_id"), rec.get("job_start")
+        if not isinstance(job_id, str) or not isinstance(start, int | float) or isinstance(start, bool):
+            return []
+        out: list[Energy] = []
+        for g in rec.get("gpus") or []:
+            if not isinstance(g, dict):
+                continue
+            u, p_raw, t_raw = g.get("uuid"), g.get("power_w"), g.get("ts")
+            key = f"{job_id}/{float(start)}/{u}"
+            b = self.baselines.get(key) or self.ended.get(key)
+            if b is None or b[2] < 0 or key in self.closed:
+                continue  # never sampled, counted by the counter, or closed already
+            if not _finite(t_raw) or not _finite(p_raw) or g.get("gone"):
+                continue  # no reading at the end: the integral stays at the last sample
+            p1, t1 = float(p_raw), float(t_raw)
+            if p1 < 0:
+                continue
+            e, t_last, p_last = b[2], b[3], b[4] if b[4] >= 0 else p1
+            # trapezoid to the epilog's reading (or back to it, when a sample came after it)
+            e += (p_last + p1) * 0.5 * (t1 - t_last)
+            e = min(max(e, 0.0), b[2] + self._cap_w(str(u)) * max(t1 - t_last, 0.0))
+            # t1: the later of the epilog's reading and the last sample, so that this row replaces the
+            # running ones (it holds the job's energy to its end, and so to any later time)
+            t_row = max(t1, t_last)
+            out.append(
+                (
+                    job_id,
+                    float(start),
+                    "gpu",
+                    str(u),
+                    "nvml-power-integral",
+                    "measured",
+                    e,
+                    float(start),
+                    t_row,
+                    True,
+                )
+            )
+            self.closed[key] = t1
+            self.baselines.pop(key, None)
+            self.ended.pop(key, None)
+        return out
+
+    def waiting_jobs(self) -> set[str]:
+        return {k.split("/", 1)[0] for d in (self.baselines, self.ended) for k, b in d.items() if b[2] >= 0}
 
     def state(self) -> dict[str, Any]:
-        return {"tracker": self.tracker.to_state(), "baselines": self.baselines}
+        return {
+            "tracker": self.tracker.to_state(),
+            "baselines": self.baselines,
+            "ended": self.ended,
+            "closed": self.closed,
+        }
 
     def restore(self, state: dict[str, Any]) -> None:
         if "tracker" in state:
             self.tracker = self._tracker_cls.from_state(state["tracker"])
         b = state.get("baselines")
         if isinstance(b, dict):
-            self.baselines = {str(k): [float(x) for x in v] for k, v in b.items()}
+            # an older collector kept [base, head]: no integral so far, no last sample
+            self.baselines = {
+                str(k): ([*(float(x) for x in v), -1.0, 0.0, -1.0] if len(v) == 2 else [float(x) for x in v])
+                for k, v in b.items()
+            }
+        ended = state.get("ended")
+        if isinstance(ended, dict):
+            self.ended = {str(k): [float(x) for x in v] for k, v in ended.items()}
+        closed = state.get("closed")
+        if isinstance(closed, dict):
+            self.closed = {str(k): float(v) for k, v in closed.items()}
 
     def close(self) -> None:
         self.nvml.close()
+
+
+def _finite(v: object) -> TypeGuard[float]:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 # --- rapl -----------------------------------------------------------------------------------------

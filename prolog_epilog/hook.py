@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 VERSION = 1
 DEFAULT_TIMEOUT_S = 10.0
 MAX_RAPL_ZONES = 64
+EDGES_MAX_S = 60.0  # a GPU without an energy counter: the prolog/epilog readings alone, up to this long
 
 
 class _Timeout(Exception):
@@ -187,7 +188,13 @@ def _gpu_energy(start: dict[str, Any], end: list[dict[str, Any]], errors: list[s
             continue
         e0, e1 = b.get("energy_mj"), g.get("energy_mj")
         if e0 is None or e1 is None:
-            continue  # no counter (or lost): the collector's sampled power covers this GPU
+            # No counter (or lost): the collector integrates the sampled power, from the prolog's
+            # reading to this one. A job too short to be sure of a sample gets the trapezoid of the
+            # two readings too, which is used only where the collector has nothing for this GPU.
+            edges = _edges_energy(t0, b, g)
+            if edges is not None:
+                out.append(edges)
+            continue
         if e1 < e0:
             errors.append(f"nvml: {g['uuid']}: energy counter went back ({e0} -> {e1} mJ): driver reset?")
             continue
@@ -210,6 +217,34 @@ def _gpu_energy(start: dict[str, Any], end: list[dict[str, Any]], errors: list[s
             }
         )
     return out
+
+
+def _num(v: object) -> float | None:
+    """A finite number from a record, else None (a record is JSON: anything may be there)."""
+    if isinstance(v, int | float) and not isinstance(v, bool) and v - v == 0:
+        return float(v)
+    return None
+
+
+def _edges_energy(job_start: float, b: dict[str, Any], g: dict[str, Any]) -> dict[str, Any] | None:
+    """The trapezoid between the prolog's and the epilog's power readings of one GPU, for a job of at
+    most EDGES_MAX_S (longer, two readings say little of what happened in between)."""
+    p0, p1, t0, t1 = _num(b.get("power_w")), _num(g.get("power_w")), _num(b.get("ts")), _num(g.get("ts"))
+    if p0 is None or p1 is None or t0 is None or t1 is None:
+        return None
+    if not 0.0 < t1 - t0 <= EDGES_MAX_S or not 0.0 <= p0 <= 3000.0 or not 0.0 <= p1 <= 3000.0:
+        return None
+    return {
+        "component": "gpu",
+        "device": g["uuid"],
+        "source": "nvml-power-edges",
+        "method": "measured",
+        "energy_j": (p0 + p1) * 0.5 * (t1 - t0),
+        "t0": t0,
+        "t1": t1,
+        "job_start": job_start,
+        "final": True,
+    }
 
 
 def _prepare_annotations(cfg: dict[str, Any], job: Any, errors: list[str]) -> None:

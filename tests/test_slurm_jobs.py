@@ -451,8 +451,12 @@ def test_node_events_carry_the_jobs_gpus_by_minor_number(run: SlurmRun) -> None:
             assert bool(p["errors"]) == (NO_COUNTER in want_gpus), f"{where}: {p['errors']}"
         end = evs["end"]["payload"]
         assert end["job_start"] == evs["start"]["payload"]["ts"], where
-        # exact energy from the counters only, i.e. only for the GPU that has one
-        assert [x["device"] for x in end["energy"]] == [UUID[COUNTER]] * (COUNTER in want_gpus), where
+        # exact energy from the counters only, i.e. only for the GPU that has one; the other gets the
+        # trapezoid of its two power readings (these jobs are shorter than EDGES_MAX_S)
+        got = sorted((x["device"], x["source"]) for x in end["energy"])
+        want = [(UUID[COUNTER], "nvml")] * (COUNTER in want_gpus)
+        want += [(UUID[NO_COUNTER], "nvml-power-edges")] * (NO_COUNTER in want_gpus)
+        assert got == sorted(want), f"{where}: {got}"
     assert events["alice"]["start"]["payload"]["job"]["comment"] == COMMENT
     # 22.05 gives the epilog the raw wait status: exit 3 -> 768
     assert events["failed"]["end"]["payload"]["job"]["exit_code"] == str(3 << 8)
@@ -484,7 +488,7 @@ def test_node_energy(run: SlurmRun) -> None:
             if UUID[COUNTER] in held:
                 (r,) = counter
                 assert r["source"] == "nvml", where
-                (exact,) = ev[role]["end"]["payload"]["energy"]
+                (exact,) = [e for e in ev[role]["end"]["payload"]["energy"] if e["source"] == "nvml"]
                 t0, t1 = exact["t0"], exact["t1"]
                 i = NVML_INDEX[COUNTER]
                 model = (fakenvml.energy_mj_at(i, t1) - fakenvml.energy_mj_at(i, t0)) / 1e3
@@ -498,15 +502,18 @@ def test_node_energy(run: SlurmRun) -> None:
                     assert (
                         0 < dt < 2 and exact["energy_j"] <= r["energy_j"] <= exact["energy_j"] + MAX_W * dt
                     ), where
-            # No counter: the epilog cannot measure it. The collector's integral of the GPU's power is
-            # all there is: one row when the collector saw the job running, none when it did not (a
-            # job shorter than its interval); job_energy then estimates that GPU.
+            # No counter: the epilog cannot measure it. The collector's integral of the GPU's power,
+            # closed at the epilog's reading, where the collector saw the job running; the epilog's
+            # trapezoid of its two readings in any case (used where there is no integral).
             if UUID[NO_COUNTER] in held:
-                integral = [r for r in rows if r["device"] == UUID[NO_COUNTER]]
-                assert len(integral) == ((jid, UUID[NO_COUNTER]) in sampled), f"{where}: {integral}"
-                for r in integral:
-                    assert r["source"] == "nvml-power-integral", where
-                    span = ts(r["t1"]) - ts(r["t0"])
+                mine = [r for r in rows if r["device"] == UUID[NO_COUNTER]]
+                integral = [r for r in mine if r["source"] == "nvml-power-integral"]
+                assert len(integral) == ((jid, UUID[NO_COUNTER]) in sampled), f"{where}: {mine}"
+                assert len([r for r in mine if r["source"] == "nvml-power-edges"]) == 1, f"{where}: {mine}"
+                (g_end,) = [g for g in ev[role]["end"]["payload"]["gpus"] if g["uuid"] == UUID[NO_COUNTER]]
+                for r in mine:
+                    assert r["final"] and ts(r["t1"]) >= g_end["ts"] - 1e-3, f"{where}: not closed: {r}"
+                    span = g_end["ts"] - ts(r["t0"])
                     assert IDLE_W * (span - 1) <= r["energy_j"] <= MAX_W * (span + 1), f"{where}: {r}"
         # 5 s at 1 s cycles: the collector cannot miss these
         for role in ("alice", "srun", "timeout"):
