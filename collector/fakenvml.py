@@ -32,6 +32,9 @@ not called.  ``spec`` is either
       gone_flag = "/tmp/gpu0.gone"  # while this file exists every call on the device -> GPU_IS_LOST
       gone_after_s = 3600.0         # the device is lost from epoch + gone_after_s on
       power_scale = 1.0             # multiplies power (and so energy)
+      power_average_s = 0.0         # nvmlDeviceGetPowerUsage: 0 = the instantaneous power (Volta, GA100);
+                                    #   1.0 = the average of the last second, as Ampere (but GA100) and
+                                    #   later report it: energy over [t - 1 s, t] / 1 s
       phase_s = 0.0                 # shifts the periodic part of the trace
       mem_total_mb = 81920
       power_limit_w = 400.0
@@ -512,6 +515,7 @@ class _Device:
         "name",
         "pci_bus_id",
         "phase_s",
+        "power_average_s",
         "power_limit_w",
         "power_scale",
         "trace_ref",
@@ -531,6 +535,7 @@ class _Device:
         gone_flag: str | None = None,
         gone_after_s: float | None = None,
         power_scale: float = 1.0,
+        power_average_s: float = 0.0,
         phase_s: float = 0.0,
         mem_total_mb: float = float(A100_MEM_MB),
         mem_scale: float = 1.0,
@@ -548,6 +553,7 @@ class _Device:
         self.gone_flag = gone_flag
         self.gone_after_s = gone_after_s
         self.power_scale = power_scale
+        self.power_average_s = power_average_s
         self.phase_s = phase_s
         self.mem_total_mb = mem_total_mb
         self.mem_scale = mem_scale
@@ -578,6 +584,13 @@ class _Device:
     def sample(self, t: float) -> tuple[float, int, float]:
         p, u, m = self.trace.sample(t - self.epoch, self.phase_s)
         return p * self.power_scale, u, min(m * self.mem_scale, self.mem_total_mb * 0.98)
+
+    def power_reading_w(self, t: float) -> float:
+        """What nvmlDeviceGetPowerUsage reports: instantaneous, or the average over `power_average_s`."""
+        w = self.power_average_s
+        if w <= 0:
+            return self.sample(t)[0]
+        return (self.energy_mj(t) - self.energy_mj(t - w)) / (1000.0 * w)
 
 
 class _Handle:
@@ -628,6 +641,7 @@ _ALLOWED_KEYS = {
     "gone_flag",
     "gone_after_s",
     "power_scale",
+    "power_average_s",
     "phase_s",
     "mem_total_mb",
     "power_limit_w",
@@ -782,6 +796,7 @@ def _toml_devices(path: str) -> list[_Device]:
                 gone_flag=gone_flag,
                 gone_after_s=gone_after,
                 power_scale=_num(g, "power_scale", 1.0, 0.0, where) or 0.0,
+                power_average_s=_num(g, "power_average_s", 0.0, 0.0, where) or 0.0,
                 phase_s=_num(g, "phase_s", 0.0, None, where) or 0.0,
                 mem_total_mb=mem_total,
                 mem_scale=mem_total / A100_MEM_MB if trace in _GENERATORS else 1.0,
@@ -965,7 +980,7 @@ nvmlDeviceGetPciInfo_v3 = nvmlDeviceGetPciInfo
 
 def nvmlDeviceGetPowerUsage(handle: _Handle) -> int:
     now = time.time()
-    return int(_dev(handle, now).sample(now)[0] * 1000.0)
+    return int(_dev(handle, now).power_reading_w(now) * 1000.0)
 
 
 def nvmlDeviceGetTotalEnergyConsumption(handle: _Handle) -> int:

@@ -289,12 +289,30 @@ class NvmlSource(Source):
             b = self.baselines.get(key) or self.ended.get(key)
             if b is None or b[2] < 0 or key in self.closed:
                 continue  # never sampled, counted by the counter, or closed already
-            if not _finite(t_raw) or not _finite(p_raw) or g.get("gone"):
-                continue  # no reading at the end: the integral stays at the last sample
-            p1, t1 = float(p_raw), float(t_raw)
-            if p1 < 0:
+            e, t_last = b[2], b[3]
+            if not _finite(t_raw) or not _finite(p_raw) or p_raw < 0 or g.get("gone"):
+                # no reading at the end (a GPU lost, an older hook): the integral stays at the last
+                # sample, final; the job is no longer waited for
+                out.append(
+                    (
+                        job_id,
+                        float(start),
+                        "gpu",
+                        str(u),
+                        "nvml-power-integral",
+                        "measured",
+                        e,
+                        float(start),
+                        t_last,
+                        True,
+                    )
+                )
+                self.closed[key] = t_last
+                self.baselines.pop(key, None)
+                self.ended.pop(key, None)
                 continue
-            e, t_last, p_last = b[2], b[3], b[4] if b[4] >= 0 else p1
+            p1, t1 = float(p_raw), float(t_raw)
+            p_last = b[4] if b[4] >= 0 else p1
             # trapezoid to the epilog's reading (or back to it, when a sample came after it)
             e += (p_last + p1) * 0.5 * (t1 - t_last)
             e = min(max(e, 0.0), b[2] + self._cap_w(str(u)) * max(t1 - t_last, 0.0))

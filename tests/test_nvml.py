@@ -100,6 +100,31 @@ def test_fake_energy_matches_power_integral_in_process() -> None:
             assert trapezoid_j(i, t1, t2, 0.5) == pytest.approx(exact, rel=2e-3)
 
 
+def test_fake_power_reading_is_instant_or_the_last_seconds_average(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nvmlDeviceGetPowerUsage as Ampere+ reports it: the energy of the last second over one second."""
+    spec = write_toml(
+        tmp_path,
+        f'epoch = {T0}\n[[gpu]]\nminor = 0\ntrace = "inference"\n'
+        '[[gpu]]\nminor = 1\ntrace = "inference"\npower_average_s = 1.0\n',
+    )
+    fakenvml.configure(spec)
+    fakenvml.nvmlInit()
+    instant, average = (fakenvml.nvmlDeviceGetHandleByIndex(i) for i in range(2))
+    differ = 0
+    for k in range(600):
+        t = T0 + 0.7 * k + 0.05
+        monkeypatch.setattr(time, "time", lambda t=t: t)
+        assert fakenvml.nvmlDeviceGetPowerUsage(instant) == int(fakenvml.power_w_at(0, t) * 1000)
+        want = fakenvml.energy_mj_at(1, t) - fakenvml.energy_mj_at(1, t - 1.0)  # mJ in 1 s = mW
+        assert fakenvml.nvmlDeviceGetPowerUsage(average) == pytest.approx(want, abs=1.0)
+        differ += abs(want - fakenvml.power_w_at(1, t) * 1000) > 5000
+    assert differ > 30, "bursts: the average and the instant differ"
+    with pytest.raises(ValueError, match="power_average_s"):
+        fakenvml.configure(write_toml(tmp_path, "[[gpu]]\nminor = 0\npower_average_s = -1\n"))
+
+
 def test_builtin_traces_look_like_an_a100() -> None:
     """Mean power over a day per trace kind, and never above the 400 W TDP or below ~50 W."""
     fakenvml.configure("4")

@@ -252,3 +252,26 @@ def test_an_epilog_record_that_is_not_json_is_skipped_not_fatal(
     assert any("unreadable" in r.getMessage() for r in caplog.records)
     assert c.sources[0].waiting_jobs() == {"407"}
     c.close()
+
+
+def test_an_epilog_without_a_power_reading_finalises_the_integral_at_the_last_sample(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU lost by the end (or an older hook) gives no reading to close on: the integral stays at the
+    last sample, becomes final, and the job is no longer waited for (its record is not re-read)."""
+    node = _node(tmp_path)
+    clock.now = T0 + 1
+    _hook(node, monkeypatch, "prolog", 408, gpus="0")
+    start = json.loads(next((node.spool / "events").glob("*-408-start.json")).read_bytes())
+    c = Collector(load_config(node.config, {}))
+    for t in (T0 + 10, T0 + 20):
+        clock.now = t
+        c.sample()
+    running = _final_rows(c, 408)[f"{UUID_BY_MINOR[0]}/nvml-power-integral"]
+    nvml = c.sources[0]
+    end = {"event": "end", "job_id": "408", "job_start": start["ts"]}
+    end["gpus"] = [{"uuid": UUID_BY_MINOR[0], "ts": T0 + 25, "power_w": None, "gone": True}]
+    (row,) = nvml.end_job(end)
+    assert row[6] == running[0] and row[8] == running[1] and row[9] is True
+    assert nvml.waiting_jobs() == set() and nvml.end_job(end) == []
+    c.close()
