@@ -747,8 +747,8 @@ def _rebuild_days(
             select(
                 J.id, J.cluster_id, J.user_name, J.account, J.partition, J.start_time, J.elapsed_s,
                 J.alloc_cpus, J.alloc_gpus, J.state, J.energy_j, J.energy_measured_j, J.co2_g,
-                M.c.co2_embodied_g, M.c.gpu_util_pct, M.c.gpu_samples_s, M.c.idle_gpu_s, M.c.gpu_samples_j,
-                M.c.idle_gpu_energy_j,
+                J.energy_est_low_j, J.energy_est_high_j, M.c.co2_embodied_g, M.c.gpu_util_pct,
+                M.c.gpu_samples_s, M.c.idle_gpu_s, M.c.gpu_samples_j, M.c.idle_gpu_energy_j,
             )
             .outerjoin(M, M.c.job_pk == J.id)
             .where(J.start_time < hi, or_(J.end_time >= lo, J.end_time.is_(None)), J.start_time.is_not(None))
@@ -849,6 +849,10 @@ WITH j AS (
            extract(epoch FROM j.start_time)::float8 AS t0, greatest(coalesce(j.elapsed_s, 0.0), 0.0) AS el,
            coalesce(j.alloc_cpus, 0) AS cpus, coalesce(j.alloc_gpus, 0) AS gpus,
            coalesce(j.energy_j, 0.0) AS energy, coalesce(j.energy_measured_j, 0.0) AS measured,
+           coalesce(j.energy_est_low_j, coalesce(j.energy_j, 0.0) - coalesce(j.energy_measured_j, 0.0))
+               AS est_lo,
+           coalesce(j.energy_est_high_j, coalesce(j.energy_j, 0.0) - coalesce(j.energy_measured_j, 0.0))
+               AS est_hi,
            coalesce(j.co2_g, 0.0) AS co2, coalesce(m.co2_embodied_g, 0.0) AS embodied, m.gpu_util_pct AS util,
            coalesce(m.gpu_samples_j, 0.0) AS util_j,
            coalesce(m.idle_gpu_s, 0.0) AS idle_s, coalesce(m.idle_gpu_energy_j, 0.0) AS idle_j,
@@ -880,6 +884,7 @@ SELECT cluster_id, to_timestamp(day) AS day, user_name, account, partition, coun
        sum(e_gpu * frac) AS energy_gpu_j, sum(e_cpu * frac) AS energy_cpu_j,
        sum(e_dram * frac) AS energy_dram_j, sum(e_other * frac) AS energy_other_j,
        sum(measured * frac) AS energy_measured_j, sum((energy - measured) * frac) AS energy_estimated_j,
+       sum(est_lo * frac) AS energy_est_low_j, sum(est_hi * frac) AS energy_est_high_j,
        {parts},
        sum(co2 * frac) AS co2_g, sum(embodied * frac) AS co2_embodied_g,
        sum(CASE WHEN util IS NOT NULL THEN util_j * frac ELSE 0.0 END) AS gpu_util_energy_j,
@@ -919,7 +924,7 @@ _FIELDS = (
     "energy_gpu_j", "energy_cpu_j", "energy_dram_j", "energy_other_j", "energy_measured_j",
     "energy_estimated_j", "energy_failed_j", "energy_oom_j", "energy_timeout_j", "energy_cancelled_j",
     "co2_g", "co2_embodied_g", "gpu_util_energy_j", "gpu_util_weighted", "idle_gpu_hours",
-    "idle_gpu_energy_j",
+    "idle_gpu_energy_j", "energy_est_low_j", "energy_est_high_j",
 )  # fmt: skip
 _AT = {name: i for i, name in enumerate(_FIELDS)}
 
@@ -950,7 +955,12 @@ def _add(
     v[a["energy_dram_j"]] += comp.get("dram", 0.0) * frac
     v[a["energy_other_j"]] += sum(e for c, e in comp.items() if c not in ("gpu", "cpu", "dram")) * frac
     v[a["energy_measured_j"]] += (j.energy_measured_j or 0.0) * frac
-    v[a["energy_estimated_j"]] += (energy - (j.energy_measured_j or 0.0)) * frac
+    estimated = energy - (j.energy_measured_j or 0.0)
+    v[a["energy_estimated_j"]] += estimated * frac
+    # the estimate's range where the job has one (calibrated GPUs), else the estimate itself
+    low, high = j.energy_est_low_j, j.energy_est_high_j
+    v[a["energy_est_low_j"]] += (estimated if low is None else low) * frac
+    v[a["energy_est_high_j"]] += (estimated if high is None else high) * frac
     for o in OUTCOMES:
         v[a[f"energy_{o}_j"]] += getattr(parts, o) * frac
     v[a["co2_g"]] += (j.co2_g or 0.0) * frac

@@ -683,6 +683,7 @@ def demo(obj: Ctx, out_dir: str, seed: int, days: int) -> None:
 # --- commands that live in their own modules, imported when used (LazyGroup) ---------------------------
 LazyGroup.lazy.update(
     {
+        "calibrate": ("cocaq.cli_calibrate:calibrate",),
         "carbon": ("cocaq.cli_carbon:carbon",),
         "mail": ("cocaq.cli_mail:mail",),
         "models": ("cocaq.cli_models:models",),

@@ -9,6 +9,7 @@ Environment variables override single keys: `COCAQ_DATABASE_URL`, `COCAQ_CLUSTER
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import logging
 import math
 import os
@@ -76,6 +77,10 @@ class Estimate:
     cpu_usage: str = "totalcpu"  # "totalcpu": CPU time used; "allocated": cores x elapsed
     # Slurm's ConsumedEnergy above nodes x elapsed x this is implausible: dropped at import, estimated
     max_node_power_w: float = 20_000.0
+    # GPUs that nothing measured: W per GPU from the site's measured jobs of the same model (cocaq.calibrate)
+    calibrate: bool = True
+    calibrate_min_jobs: int = 5  # jobs a cell of the learnt table needs before an estimate uses it
+    calibrate_buckets: tuple[float, ...] = (25.0, 50.0, 75.0)  # utilisation bucket edges, %
 
 
 @dataclass(frozen=True)
@@ -323,6 +328,28 @@ def _num(key: str, value: Any, lo: float | None = 0.0, hi: float | None = None) 
         rng = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
         raise ConfigError(f"config: {key}: expected a number {rng}, got {value!r}")
     return v
+
+
+def _whole(key: str, value: Any, lo: int, hi: int) -> int:
+    n = _num(key, value, lo, hi)
+    if n != int(n):
+        raise ConfigError(f"config: {key}: expected a whole number, got {value!r}")
+    return int(n)
+
+
+def _buckets(value: Any) -> tuple[float, ...]:
+    """Utilisation bucket edges: increasing numbers strictly between 0 and 100 (an empty list: no buckets)."""
+    key = "estimate.calibrate_buckets"
+    if isinstance(value, str):  # from the environment: "25,50,75"
+        value = [v for v in value.replace(" ", "").split(",") if v]
+    if not isinstance(value, list | tuple) or len(value) > 20:
+        raise ConfigError(f"config: {key}: expected a list of percentages like [25, 50, 75], got {value!r}")
+    edges = tuple(_num(key, v, 0.0, 100.0) for v in value)
+    if any(not 0.0 < v < 100.0 for v in edges) or any(b <= a for a, b in itertools.pairwise(edges)):
+        raise ConfigError(
+            f"config: {key}: expected increasing percentages between 0 and 100 (exclusive), got {value!r}"
+        )
+    return edges
 
 
 def _str(key: str, value: Any) -> str:
@@ -774,6 +801,9 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
         mem_w_per_gb=_num("estimate.mem_w_per_gb", e.get("mem_w_per_gb", 0.3725), 0.0, 100.0),
         cpu_usage=str(e.get("cpu_usage", "totalcpu")),
         max_node_power_w=_num("estimate.max_node_power_w", e.get("max_node_power_w", 20_000.0), 100.0, 1e6),
+        calibrate=_bool("estimate.calibrate", e.get("calibrate", True)),
+        calibrate_min_jobs=_whole("estimate.calibrate_min_jobs", e.get("calibrate_min_jobs", 5), 1, 10**6),
+        calibrate_buckets=_buckets(e.get("calibrate_buckets", [25, 50, 75])),
     )
     if estimate.cpu_usage not in ("totalcpu", "allocated"):
         raise ConfigError(

@@ -91,6 +91,16 @@ PARTITIONS = {
     "interactive": ("a100-", 4, 8, 128),  # not in the config: shows the default-profile warning
 }
 
+# The V100 nodes with IPMI energy accounting and the collector (the newer half): their jobs are measured,
+# and the GPU energy of the jobs on the other V100 nodes is estimated from what these drew
+# (cocaq.calibrate) rather than from the V100's rated power.
+METERED_V100 = {"v100-01", "v100-02", "v100-03"}
+
+
+def metered_v100(nodes: list[str]) -> bool:
+    return bool(nodes) and all(n in METERED_V100 for n in nodes)
+
+
 # user -> (lab, uid, habits: kind -> jobs per day)
 USERS: dict[str, tuple[str, int, dict[str, float]]] = {
     "alice": ("lab_vision", 2001, {"train": 1.2, "debug": 2.0}),
@@ -147,6 +157,9 @@ class _Generator:
         self.days = days
         self.next_id = 410_000
         self.jobs: list[_Job] = []
+        # How hard each GPU job drives its GPUs around its kind's typical share of TDP (model size, batch
+        # size, input pipeline): a stream of its own, so that everything else the demo draws stays as it was.
+        self.power_rng = random.Random(seed + 5)
 
     def _nodes(self, partition: str, n: int) -> list[str]:
         prefix, count, _, _ = PARTITIONS[partition]
@@ -182,7 +195,8 @@ class _Generator:
         elif kind == "train":
             part = r.choice(["gpu_a100", "gpu_v100", "gpu_v100"])
             gpus_per, nnodes = r.choice([1, 2, 4, 4] if part == "gpu_v100" else [1, 2, 4, 8]), 1
-            hours, limit_h, gpu_w, cpu_use = r.lognormvariate(math.log(5), 0.8), 24, 0.78, 0.5
+            # (measured A100 training draws well under TDP: ~250 W of 400 at high utilisation)
+            hours, limit_h, gpu_w, cpu_use = r.lognormvariate(math.log(5), 0.8), 24, 0.62, 0.5
             if user == "frank":  # a data loader too slow for the GPUs: CPUs saturated, GPUs waiting
                 gpu_w, cpu_use = 0.32, 0.97
             outcome = self._outcome(0.08, 0.06, 0.05, 0.02)
@@ -235,10 +249,20 @@ class _Generator:
                 secs, state = float(int((self.end - start).total_seconds())), "RUNNING"
             nodes = self._nodes(part, nnodes)
             energy = None
+            # (LLM runs keep their kind's power: their precision comparison rests on it)
+            load = gpu_w * self.power_rng.uniform(0.75, 1.25) if gpus_per and kind != "llm" else gpu_w
             if part in ("gpu_a100", "interactive"):  # IPMI energy accounting on the A100 nodes
                 base_w = 180.0 * nnodes * gpus_per / 8  # the job's share of fans, NICs, idle CPUs
-                gpu_w_each = 400 * gpu_w
+                gpu_w_each = 400 * load
                 watts = base_w + gpus_per * nnodes * gpu_w_each * r.uniform(0.85, 1.1) + cpus * cpu_use * 4.4
+                energy = watts * secs
+            elif part == "gpu_v100" and metered_v100(nodes):  # ... and on half the V100 nodes
+                pr = self.power_rng
+                watts = (
+                    100.0 * gpus_per / 4
+                    + gpus_per * 300 * load * pr.uniform(0.85, 1.1)
+                    + cpus * cpu_use * 7.5
+                )
                 energy = watts * secs
             job_id = f"{base}_{task}" if task is not None else str(base)
             self.jobs.append(
@@ -266,7 +290,7 @@ class _Generator:
                     limit_min=limit_h * 60,
                     running=running,
                     kind=kind,
-                    gpu_load=gpu_w,
+                    gpu_load=load,
                 )
             )
 
@@ -550,6 +574,14 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
     from cocaq.aggregate import run_aggregate
 
     run_aggregate(engine, cfg, full=True, rescan_samples=True)
+    # What the measured A100 jobs drew, learnt and applied to the estimates of the jobs nothing measured
+    # (the scheduler's weekly `calibrate` job), then those jobs' days rolled up again.
+    from cocaq import calibrate
+    from cocaq.recompute import recompute_jobs
+
+    learnt = calibrate.refresh(engine, cfg)
+    recompute_jobs(engine, cfg)
+    run_aggregate(engine, cfg)
     reports = _write_reports(engine, cfg, out / "reports", end, days)
 
     w = Window(end - timedelta(days=days), end)
@@ -633,6 +665,11 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
         f"the collector detected the framework of {sum(1 for j in jobs if j.detected):,}; "
         f"{n_models:,} jobs carry some"
     )
+    console.print(
+        "GPU jobs on the V100 nodes without energy accounting (v100-04 to -06): their GPUs' energy is "
+        "estimated from what the measured ones drew (`cocaq calibrate`: "
+        f"{learnt.line(cfg.estimate.calibrate_min_jobs)[len('calibrate: ') :]})"
+    )
     console.print(f"Wrote {', '.join(sorted(p.name for p in out.iterdir() if p.is_file()))} to {out}/")
     console.print(
         f"Reports of {reports['month']} in {out / 'reports'}/: the admins' interactive page "
@@ -685,6 +722,7 @@ def _write_samples(engine: Any, jobs: list[_Job], seed: int, step_s: float) -> i
 
     rng = random.Random(seed + 1)
     mem_rng = random.Random(seed + 3)  # (a stream of its own: the power and utilisation stay as they were)
+    v100_rng = random.Random(seed + 4)  # (the metered V100 nodes': the A100s' stay as they were)
     step = max(int(step_s), 1)
     with engine.begin() as conn:
         cid = conn.execute(select(Cluster.id).where(Cluster.name == DEMO_CLUSTER)).scalar_one()
@@ -692,6 +730,8 @@ def _write_samples(engine: Any, jobs: list[_Job], seed: int, step_s: float) -> i
         rows: list[dict[str, Any]] = []
         n = 0
         for j in jobs:
+            if j.gpus and j.partition == "gpu_v100" and metered_v100(j.nodes) and j.elapsed >= step:
+                rows += _v100_samples(j, cid, step, v100_rng)
             if not j.gpus or j.partition not in ("gpu_a100", "interactive") or j.elapsed < step:
                 continue
             busy_share, (lo, hi) = _GPU_USE.get(j.kind, (0.8, (40.0, 90.0)))
@@ -728,6 +768,29 @@ def _write_samples(engine: Any, jobs: list[_Job], seed: int, step_s: float) -> i
             conn.execute(insert(Sample).prefix_with("OR IGNORE"), rows)
             n += len(rows)
     return n
+
+
+def _v100_samples(j: _Job, cid: int, step: int, rng: random.Random) -> list[dict[str, Any]]:
+    """NVML samples of a job on a metered V100 node (300 W TDP, ~40 W idle), as _write_samples' A100s."""
+    busy_share, (lo, hi) = _GPU_USE.get(j.kind, (0.8, (40.0, 90.0)))
+    if j.user == "frank" and j.kind == "train":
+        busy_share, (lo, hi) = 0.95, (22.0, 36.0)
+    rows: list[dict[str, Any]] = []
+    offset = j.raw_id % step
+    for node in j.nodes:
+        for k in range(max(j.gpus // len(j.nodes), 1)):
+            for i in range(int(j.elapsed // step)):
+                ts = j.start + timedelta(seconds=offset + i * step)
+                if rng.random() > busy_share:
+                    util, power = rng.uniform(0.0, 2.0), rng.uniform(36.0, 45.0)
+                else:
+                    util = rng.uniform(lo, hi)
+                    power = 40.0 + (300.0 * max(j.gpu_load, 0.3) - 40.0) * rng.uniform(0.9, 1.1)
+                base = {"ts": ts, "cluster_id": cid, "node": node, "source": "nvml", "device": f"GPU-{k}",
+                        "job_id": str(j.raw_id)}  # fmt: skip
+                rows.append({**base, "metric": "power_w", "value": round(power, 1)})
+                rows.append({**base, "metric": "util_pct", "value": round(util, 1)})
+    return rows
 
 
 def _write_reports(engine: Any, cfg: Any, out: Path, end: datetime, days: int) -> dict[str, Any]:

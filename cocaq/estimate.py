@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from cocaq.calibrate import BASIS_TDP, Calibration, GpuPower, job_gpu_model, tdp_power
 from cocaq.carbon import co2_grams, zone_intensity
 from cocaq.config import Config, Estimate, Hardware
 from cocaq.hostlist import expand_hostlist
@@ -17,11 +18,12 @@ from cocaq.slurm.record import JobRecord
 
 SOURCE_TDP = "tdp-estimate"
 SOURCE_SLURM = "slurm-consumed-energy"
+SOURCE_CALIBRATED = "calibrated-estimate"  # GPU power from the site's measured jobs (cocaq.calibrate)
 SOURCE_SAMPLES = "nvml-samples"  # the GPUs' share the aggregator takes out of SOURCE_SLURM (cocaq.ledger)
 # Rows an import writes or derives from what it wrote, and so may replace; rows from the node-side hooks
 # are never touched by it. A re-imported node measurement drops its old GPU split with it (else the old
 # split and the new total would add up to more than the job used); the aggregator splits it again.
-IMPORT_SOURCES = (SOURCE_TDP, SOURCE_SLURM, SOURCE_SAMPLES)
+IMPORT_SOURCES = (SOURCE_TDP, SOURCE_CALIBRATED, SOURCE_SLURM, SOURCE_SAMPLES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,9 @@ class JobFootprint:
     carbon_year: int | None
     carbon_flag: str | None
     co2_g: float
+    # The range of the estimated part where the GPUs' power was calibrated; None: no range known.
+    energy_est_low_j: float | None = None
+    energy_est_high_j: float | None = None
 
 
 def job_nodes(rec: JobRecord) -> list[str]:
@@ -61,7 +66,7 @@ _MEASURED_BASIS = "Slurm ConsumedEnergyRaw (node energy measured by acct_gather_
 # What Estimator works out, as a plain tuple (the importer's fast path skips the dataclasses):
 # (energies as (node, component, method, source, energy_j) tuples, energy_j, energy_measured_j,
 #  hw_profile, assumptions, pue, carbon_zone, carbon_g_per_kwh, carbon_source, carbon_year, carbon_flag,
-#  co2_g) -- JobFootprint's fields, in its order.
+#  co2_g, energy_est_low_j, energy_est_high_j) -- JobFootprint's fields, in its order.
 FootprintValues = tuple[Any, ...]
 # (pue, carbon zone, g/kWh, source, year, flag) of a hardware profile
 _Site = tuple[float, str, float, str, "int | None", "str | None"]
@@ -102,10 +107,13 @@ def tdp_components(
     )
 
 
-def _values(rec: JobRecord, est: Estimate, hw: Hardware, profile: str, site: _Site) -> FootprintValues:
-    """The estimate and CO2 arithmetic, on a profile and site already looked up."""
+def _values(
+    rec: JobRecord, est: Estimate, hw: Hardware, profile: str, site: _Site, gpu: GpuPower | None = None
+) -> FootprintValues:
+    """The estimate and CO2 arithmetic, on a profile, site and calibrated GPU power already looked up."""
     elapsed = max(rec.elapsed_s, 0.0)
     rows: list[tuple[str, str, str, str, float]]
+    low = high = None
     if rec.consumed_energy_j and rec.consumed_energy_j > 0:
         rows = [("", "node", "measured", SOURCE_SLURM, rec.consumed_energy_j)]
         assumptions: dict[str, Any] = {"profile": profile, "basis": _MEASURED_BASIS}
@@ -114,10 +122,16 @@ def _values(rec: JobRecord, est: Estimate, hw: Hardware, profile: str, site: _Si
             elapsed, rec.total_cpu_s, rec.alloc_cpus, rec.alloc_gpus, rec.req_mem_mb, est, hw
         )
         rows = []
+        gpu_source = SOURCE_TDP
+        if gpu is not None and rec.alloc_gpus > 0 and gpu.basis != BASIS_TDP:
+            gpu_s = rec.alloc_gpus * elapsed
+            gpu_j, gpu_source = gpu_s * gpu.w, SOURCE_CALIBRATED
+            rest = cpu_j + mem_j
+            low, high = rest + gpu_s * gpu.w_low, rest + gpu_s * gpu.w_high
         if cpu_j > 0 or not (gpu_j or mem_j):
             rows.append(("", "cpu", "estimated", SOURCE_TDP, cpu_j))
         if gpu_j > 0:
-            rows.append(("", "gpu", "estimated", SOURCE_TDP, gpu_j))
+            rows.append(("", "gpu", "estimated", gpu_source, gpu_j))
         if mem_j > 0:
             rows.append(("", "dram", "estimated", SOURCE_TDP, mem_j))
         # The same keys in the same order as before: the stored JSON text does not change.
@@ -134,6 +148,8 @@ def _values(rec: JobRecord, est: Estimate, hw: Hardware, profile: str, site: _Si
             "mem_gb": round(mem_gb, 3),
             "mem_w_per_gb": est.mem_w_per_gb,
         }
+        if gpu is not None and rec.alloc_gpus > 0:
+            assumptions.update(gpu.assumptions())
     energy = sum([r[4] for r in rows])
     measured = sum([r[4] for r in rows if r[2] == "measured"])
     pue, zone, g_per_kwh, source, year, flag = site
@@ -150,6 +166,8 @@ def _values(rec: JobRecord, est: Estimate, hw: Hardware, profile: str, site: _Si
         year,
         flag,
         co2_grams(energy, pue, g_per_kwh),
+        low,
+        high,
     )
 
 
@@ -166,12 +184,14 @@ class Estimator:
     once rather than once per job.
     """
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, calibration: Calibration | None = None) -> None:
         self.cfg = cfg
         self._est = cfg.estimate
         self._by_nodes = bool(cfg.node_groups)
         self._hw: dict[Any, tuple[Hardware, str, _Site]] = {}
         self._json: dict[tuple[Any, ...], Any] = {}
+        self.calibration = calibration if cfg.estimate.calibrate else None
+        self._gpu: dict[tuple[Any, ...], GpuPower] = {}
 
     def _profile(self, rec: JobRecord) -> tuple[Hardware, str, _Site]:
         key = (rec.partition, rec.node_list) if self._by_nodes else rec.partition
@@ -186,9 +206,21 @@ class Estimator:
             self._hw[key] = hit
         return hit
 
+    def gpu_power(self, rec: JobRecord, hw: Hardware, profile: str) -> GpuPower:
+        """What the estimate of the job's GPUs rests on (the learnt table, else TDP x utilisation)."""
+        key = (profile, rec.partition, rec.gpu_type)
+        hit = self._gpu.get(key)
+        if hit is None:
+            hit = gpu_power(self.calibration, self.cfg, rec.gpu_type, rec.partition, hw)
+            if len(self._gpu) > 100_000:
+                self._gpu.clear()
+            self._gpu[key] = hit
+        return hit
+
     def values(self, rec: JobRecord) -> FootprintValues:
         hw, profile, site = self._profile(rec)
-        return _values(rec, self._est, hw, profile, site)
+        gpu = self.gpu_power(rec, hw, profile) if rec.alloc_gpus > 0 else None
+        return _values(rec, self._est, hw, profile, site, gpu)
 
     def footprint(self, rec: JobRecord) -> JobFootprint:
         return footprint_from_values(self.values(rec))
@@ -205,11 +237,13 @@ class Estimator:
             if text is None:
                 text = self._json[key] = json.dumps(a)
             return text
-        key = (a.get("profile"), a.get("cpu_basis"))
+        # the GPU basis is the same for every job of a profile, partition and gres type: its cell names it
+        g = a.get
+        key = (g("profile"), g("cpu_basis"), len(a), g("gpu_basis"), g("gpu_w"), g("gpu_cell"))
         tpl = self._json.get(key)
         if tpl is None:
             tpl = self._json[key] = _json_template(a)
-        if not tpl or len(a) != 11:
+        if not tpl or len(a) != key[2]:
             return json.dumps(a)
         core_s, mem_gb = a["cpu_core_seconds"], a["mem_gb"]
         if core_s.__class__ is not float or mem_gb.__class__ is not float:
@@ -226,7 +260,7 @@ _float_repr = float.__repr__  # what json.dumps writes for a finite float
 
 def _json_template(a: dict[str, Any]) -> tuple[str, str, str] | tuple[()]:
     """json.dumps(a) split around its two per-job numbers; () when it cannot be split unambiguously."""
-    if len(a) != 11 or "cpu_core_seconds" not in a or "mem_gb" not in a:
+    if len(a) not in (11, 15) or "cpu_core_seconds" not in a or "mem_gb" not in a:
         return ()
     mark_cpu, mark_mem = "\x00cocaq:cpu\x00", "\x00cocaq:mem\x00"
     text = json.dumps({**a, "cpu_core_seconds": mark_cpu, "mem_gb": mark_mem})
@@ -238,3 +272,21 @@ def _json_template(a: dict[str, Any]) -> tuple[str, str, str] | tuple[()]:
     if q_mem in head:
         return ()
     return head, mid, tail
+
+
+def gpu_power(
+    cal: Calibration | None,
+    cfg: Config,
+    gpu_type: str | None,
+    partition: str | None,
+    hw: Hardware,
+    util: float | None = None,
+) -> GpuPower:
+    """W per GPU for the estimate of a job's GPUs: calibrated where the table has a cell, else TDP."""
+    util_share = cfg.estimate.gpu_utilisation
+    if not cfg.estimate.calibrate:
+        return tdp_power(hw, util_share, "calibration off ([estimate] calibrate = false)")
+    if cal is None:
+        return tdp_power(hw, util_share, "no measured GPU jobs learnt yet (cocaq calibrate)")
+    hit = cal.lookup(job_gpu_model(gpu_type, hw), partition, util)
+    return tdp_power(hw, util_share, hit) if isinstance(hit, str) else hit

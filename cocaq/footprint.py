@@ -47,8 +47,12 @@ ROLLUP_SUMS = (
     "cpu_hours", "gpu_hours", "energy_gpu_j", "energy_cpu_j", "energy_dram_j", "energy_other_j",
     "energy_measured_j", "energy_estimated_j", "energy_failed_j", "energy_oom_j", "energy_timeout_j",
     "energy_cancelled_j", "co2_g", "co2_embodied_g", "gpu_util_energy_j", "gpu_util_weighted",
-    "idle_gpu_hours", "idle_gpu_energy_j",
+    "idle_gpu_hours", "idle_gpu_energy_j", "energy_est_low_j", "energy_est_high_j",
 )  # fmt: skip
+# The range of the estimated part: days rolled up before it existed (NULL) read as the estimate itself.
+_ROLLUP_READ = {
+    c: f"coalesce(r.{c}, r.energy_estimated_j)" for c in ("energy_est_low_j", "energy_est_high_j")
+}
 # What always comes from jobs over the whole window: distinct jobs by how they ended, and energy x PUE.
 JOB_SUMS = ("jobs", *(f"jobs_{o}" for o in OUTCOMES), "facility_j")
 # The columns these queries read; tests/test_footprint_tables.py checks them against cocaq.models.
@@ -56,6 +60,7 @@ READS: dict[str, tuple[str, ...]] = {
     "jobs": (
         "id", "cluster_id", "job_id", "name", "user_name", "account", "partition", "state", "start_time",
         "end_time", "elapsed_s", "alloc_cpus", "alloc_gpus", "energy_j", "energy_measured_j", "pue", "co2_g",
+        "energy_est_low_j", "energy_est_high_j",
     ),
     "job_energy": ("job_pk", "component", "energy_j"),
     "job_metrics": ("job_pk", "co2_embodied_g", "gpu_util_pct", "idle_gpu_s", "idle_gpu_energy_j"),
@@ -151,6 +156,10 @@ class Totals:
     energy_other_kwh: float = 0.0  # node-level measurements (Slurm's ConsumedEnergy) and the like
     energy_measured_kwh: float = 0.0
     energy_estimated_kwh: float = 0.0
+    # its range where estimates have one (GPUs calibrated on the site's measured jobs, cocaq.calibrate);
+    # equal to energy_estimated_kwh where none has
+    energy_estimated_low_kwh: float = 0.0
+    energy_estimated_high_kwh: float = 0.0
     gpu_util_pct: float | None = None  # energy-weighted, over the GPU energy that samples cover
     idle_gpu_hours: float = 0.0  # allocated GPU-hours under the idle threshold
     idle_gpu_energy_kwh: float = 0.0
@@ -185,6 +194,8 @@ class Totals:
             energy_other_kwh=g["energy_other_j"] / 3.6e6,
             energy_measured_kwh=g["energy_measured_j"] / 3.6e6,
             energy_estimated_kwh=g["energy_estimated_j"] / 3.6e6,
+            energy_estimated_low_kwh=g["energy_est_low_j"] / 3.6e6,
+            energy_estimated_high_kwh=g["energy_est_high_j"] / 3.6e6,
             gpu_util_pct=(g["gpu_util_weighted"] / util_e) if util_e > 0 else None,
             idle_gpu_hours=g["idle_gpu_hours"],
             idle_gpu_energy_kwh=g["idle_gpu_energy_j"] / 3.6e6,
@@ -358,6 +369,12 @@ def _filters(scope: str | None, cluster: str | None, which: int, within: int = 0
     return out
 
 
+def _est_range(alias: str, which: str) -> str:
+    """A job's estimated part's low or high end: its stored range, else the estimate itself."""
+    est = "coalesce(j.energy_j, 0.0) - coalesce(j.energy_measured_j, 0.0)"
+    return f"coalesce(j.energy_est_{which}_j, {est}) AS est_{alias}"
+
+
 def _nulls(types: Iterable[str]) -> str:
     """Typed NULLs (PostgreSQL types a UNION's columns pairwise; an untyped pair would become text)."""
     return ", ".join(f"CAST(NULL AS {t})" for t in types)
@@ -419,14 +436,16 @@ WITH y AS (
                    {_epoch(db, "j.start_time")} AS t0, {gt("coalesce(j.elapsed_s, 0.0)", "0.0")} AS el,
                    coalesce(j.alloc_cpus, 0) AS cpus, coalesce(j.alloc_gpus, 0) AS gpus,
                    coalesce(j.energy_j, 0.0) AS energy, coalesce(j.energy_measured_j, 0.0) AS measured,
-                   coalesce(j.co2_g, 0.0) AS co2, coalesce(j.energy_j, 0.0) * coalesce(j.pue, 1.0) AS facility
+                   coalesce(j.co2_g, 0.0) AS co2,
+                   coalesce(j.energy_j, 0.0) * coalesce(j.pue, 1.0) AS facility,
+                   {_est_range("lo", "low")}, {_est_range("hi", "high")}
             FROM jobs j
             WHERE j.start_time < %(until_ts)s AND (j.end_time >= %(since_ts)s OR j.end_time IS NULL)
                   AND j.start_time IS NOT NULL{_filters(scope, cluster, 0, within)}{fence}
         ) w{fence}
     ) x
 ), e AS (
-    SELECT id, k, st, el, ov_e, fe, cpus, gpus, energy, measured, co2 FROM y WHERE fe > 0
+    SELECT id, k, st, el, ov_e, fe, cpus, gpus, energy, measured, co2, est_lo, est_hi FROM y WHERE fe > 0
 ), c AS (
     SELECT q.job_pk,
            sum(CASE WHEN q.component = 'gpu' THEN coalesce(q.energy_j, 0.0) ELSE 0.0 END) AS gpu,
@@ -446,6 +465,7 @@ WITH y AS (
            sum(coalesce(c.other, 0.0) * e.fe) AS energy_other_j,
            sum(e.measured * e.fe) AS energy_measured_j,
            sum((e.energy - e.measured) * e.fe) AS energy_estimated_j,
+           sum(e.est_lo * e.fe) AS energy_est_low_j, sum(e.est_hi * e.fe) AS energy_est_high_j,
            {parts},
            sum(e.co2 * e.fe) AS co2_g, sum(coalesce(m.co2_embodied_g, 0.0) * e.fe) AS co2_embodied_g,
            sum(CASE WHEN m.gpu_util_pct IS NOT NULL THEN coalesce(c.gpu, 0.0) * e.fe ELSE 0.0 END)
@@ -468,7 +488,7 @@ FROM n LEFT JOIN es ON es.k = n.k"""
         sql += f"""
 UNION ALL
 SELECT {PART_ROLLUPS}, {_KEYS[group][1]}, {_nulls(["float8"] * len(JOB_SUMS))},
-       {", ".join(f"sum(r.{c})" for c in ROLLUP_SUMS)}, {_nulls(top_types)}
+       {", ".join(f"sum({_ROLLUP_READ.get(c, 'r.' + c)})" for c in ROLLUP_SUMS)}, {_nulls(top_types)}
 FROM daily_rollups r
 WHERE r.day >= %(r0)s AND r.day < %(r1)s{_filters(scope, cluster, 1, within)}
 GROUP BY 2"""
@@ -749,6 +769,9 @@ def find_jobs(
         d = {c.name: getattr(job, c.name) for c in Job.__table__.columns if c.name not in ("record_hash",)}
         d["cluster"] = cname
         d["energy_kwh"] = job.energy_j / 3.6e6
+        d.update(
+            _energy_split(job.energy_j, job.energy_measured_j, job.energy_est_low_j, job.energy_est_high_j)
+        )
         d["co2_kg"] = job.co2_g / 1000
         d["energies"] = [
             {
@@ -768,6 +791,20 @@ def find_jobs(
             d.update(_ledger_and_notes(conn, cfg, job.id))
         out.append(d)
     return out
+
+
+def _energy_split(
+    energy_j: float | None, measured_j: float | None, low_j: float | None, high_j: float | None
+) -> dict[str, float]:
+    """A job's measured and estimated kWh, the estimated part with its range (the estimate itself where it
+    has none): what `cocaq job` and the job e-mail show."""
+    est = float(energy_j or 0.0) - float(measured_j or 0.0)
+    return {
+        "energy_measured_kwh": float(measured_j or 0.0) / 3.6e6,
+        "energy_estimated_kwh": est / 3.6e6,
+        "energy_estimated_low_kwh": (est if low_j is None else low_j) / 3.6e6,
+        "energy_estimated_high_kwh": (est if high_j is None else high_j) / 3.6e6,
+    }
 
 
 NOTE_RUNS = timedelta(

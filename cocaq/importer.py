@@ -22,6 +22,7 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, Table, bindparam, delete, insert, select, update
 
+from cocaq import calibrate
 from cocaq.config import Config
 from cocaq.estimate import IMPORT_SOURCES, Estimator, FootprintValues, JobFootprint, footprint_from_values
 from cocaq.models import Cluster, Job, JobEnergy
@@ -56,6 +57,8 @@ def _hash(rec: JobRecord, fp: JobFootprint) -> str:
     facts = [getattr(rec, f) for f in rec.__slots__]
     facts = [f.timestamp() if isinstance(f, datetime) else f for f in facts]  # same instant, any zone
     facts += [fp.energy_j, fp.co2_g, fp.carbon_g_per_kwh, fp.pue, fp.hw_profile]
+    if fp.energy_est_low_j is not None:  # (only then: the digests of jobs without a range stay as they were)
+        facts += [fp.energy_est_low_j, fp.energy_est_high_j]
     return hashlib.md5(repr(facts).encode(), usedforsecurity=False).hexdigest()
 
 
@@ -74,6 +77,8 @@ def _hash_values_any(rec: JobRecord, v: FootprintValues) -> str:
         if isinstance(t, datetime):
             facts[i] = t.timestamp()
     facts += [v[1], v[11], v[7], v[5], v[3]]  # energy_j, co2_g, carbon_g_per_kwh, pue, hw_profile
+    if v[12] is not None:
+        facts += [v[12], v[13]]  # the estimate's range
     return _md5(repr(facts).encode(), usedforsecurity=False).hexdigest()
 
 
@@ -98,6 +103,8 @@ if _TIME_AT == (2, 20, 21) and _SLOTS[2] == "submit_time" and _SLOTS[20:22] == (
             v[5],  # pue
             v[3],  # hw_profile
         ]
+        if v[12] is not None:
+            facts += [v[12], v[13]]  # the estimate's range
         return _md5(repr(facts).encode(), usedforsecurity=False).hexdigest()
 
 else:  # pragma: no cover - JobRecord's fields were reordered
@@ -172,6 +179,8 @@ def job_row(rec: JobRecord, fp: JobFootprint, cluster_id: int, source: str) -> d
         "co2_g": fp.co2_g,
         "hw_profile": fp.hw_profile,
         "assumptions": fp.assumptions,
+        "energy_est_low_j": fp.energy_est_low_j,
+        "energy_est_high_j": fp.energy_est_high_j,
         "imported_from": source,
         "record_hash": _hash(rec, fp),
     }
@@ -284,7 +293,7 @@ def _import_generic(
     """Portable path (SQLite): one batch after the other, each in its own transaction."""
     summary = ImportSummary()
     clusters = ClusterIds()
-    est = Estimator(cfg)
+    est = Estimator(cfg, calibrate.load_engine(engine, cfg))
     for batch in _batches(records, batch_size):
         with engine.begin() as conn:
             rows: dict[tuple[int, str, datetime], tuple[dict[str, Any], JobFootprint]] = {}
@@ -397,7 +406,7 @@ _PG_COLS = (
     "elapsed_s", "time_limit_s", "state", "state_detail", "is_open", "exit_code", "exit_signal", "name",
     "comment", "total_cpu_s", "consumed_energy_j", "energy_j", "energy_measured_j", "pue", "carbon_zone",
     "carbon_g_per_kwh", "carbon_source", "carbon_year", "carbon_flag", "co2_g", "hw_profile", "assumptions",
-    "imported_from", "record_hash",
+    "imported_from", "record_hash", "energy_est_low_j", "energy_est_high_j",
 )  # fmt: skip
 # A schema with other job columns than these (a migration in progress) takes the job_row() route.
 _PG_FAST = sorted(_PG_COLS) == sorted(JOB_COLUMNS)
@@ -455,6 +464,8 @@ def _pg_row(rec: JobRecord, v: FootprintValues, source: str, dumps: Callable[[An
         dumps(v[4]),  # assumptions
         source,
         _hash_values(rec, v),
+        v[12],  # energy_est_low_j
+        v[13],  # energy_est_high_j
     ]
 
 
@@ -485,7 +496,7 @@ def _import_pg(
     the database's work on batch N overlaps the parsing and estimating of batch N+1.
     """
     summary = ImportSummary()
-    est = Estimator(cfg)
+    est = Estimator(cfg, calibrate.load_engine(engine, cfg))
     values = est.values
     dumps = est.assumptions_json
     default_cluster = cfg.cluster.name

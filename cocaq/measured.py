@@ -26,7 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from cocaq.carbon import co2_grams
 from cocaq.config import Config
 from cocaq.dbtypes import as_utc
-from cocaq.estimate import SOURCE_TDP, tdp_components
+from cocaq.estimate import SOURCE_CALIBRATED, SOURCE_TDP, tdp_components
 from cocaq.hostlist import expand_hostlist
 from cocaq.models import Job, JobEnergy, NodeEnergy, NodeEvent
 
@@ -231,9 +231,21 @@ def _rewrite(conn: Connection, cfg: Config, job: Any, rows: list[Any], jt: Table
         for (n, c, s), e in sorted(sums.items())
     ]
     # What nothing measured keeps its estimate: the unmeasured share of the GPUs, CPU and DRAM if absent.
+    # The GPUs' at the power the site's measured jobs drew (cocaq.calibrate), at the measured GPUs'
+    # utilisation where the aggregator knows it; else TDP x utilisation.
+    low_high = None
+    assumptions = None
     if job.alloc_gpus and len(gpus_covered) < job.alloc_gpus:
         share = (job.alloc_gpus - len(gpus_covered)) / job.alloc_gpus
-        new.append(_est(job.id, "gpu", gpu_j * share))
+        gpu_s = job.alloc_gpus * max(job.elapsed_s or 0.0, 0.0) * share
+        power = calibrated_share(conn, cfg, job, hw)
+        if power is None:
+            new.append(_est(job.id, "gpu", gpu_j * share))
+        else:
+            new.append(_est(job.id, "gpu", gpu_s * power.w, SOURCE_CALIBRATED))
+            low_high = (gpu_s * power.w_low, gpu_s * power.w_high, gpu_s * power.w)
+            if isinstance(job.assumptions, dict):  # the basis of this share (its utilisation bucket)
+                assumptions = {**job.assumptions, **power.assumptions()}
     if "cpu" not in comps and cpu_j > 0:
         new.append(_est(job.id, "cpu", cpu_j))
     if "dram" not in comps and mem_j > 0:
@@ -245,18 +257,41 @@ def _rewrite(conn: Connection, cfg: Config, job: Any, rows: list[Any], jt: Table
     pue = job.pue or 1.0
     g = job.carbon_g_per_kwh
     co2 = co2_grams(energy, pue, g) if g is not None else 0.0
+    est_range: dict[str, Any] = {"energy_est_low_j": None, "energy_est_high_j": None}
+    if low_high is not None:  # the estimated part's range: the GPUs' from the table, the rest as estimated
+        rest = energy - meas - low_high[2]
+        est_range = {"energy_est_low_j": rest + low_high[0], "energy_est_high_j": rest + low_high[1]}
+    if assumptions is not None:
+        est_range["assumptions"] = assumptions
     conn.execute(
-        update(jt).where(jt.c.id == job.id).values(energy_j=energy, energy_measured_j=meas, co2_g=co2)
+        update(jt)
+        .where(jt.c.id == job.id)
+        .values(energy_j=energy, energy_measured_j=meas, co2_g=co2, **est_range)
     )
 
 
-def _est(pk: int, component: str, joules: float) -> dict[str, Any]:
+def calibrated_share(conn: Connection, cfg: Config, job: Any, hw: Any) -> Any:
+    """The calibrated power of a partly measured job's other GPUs (cocaq.calibrate), at the utilisation
+    the aggregator found on its measured ones; None where the estimate stays TDP x utilisation."""
+    from cocaq import calibrate
+    from cocaq.estimate import gpu_power
+    from cocaq.models import JobMetrics
+
+    cal = calibrate.load(conn, cfg)
+    if cal is None:
+        return None
+    util = conn.execute(select(JobMetrics.gpu_util_pct).where(JobMetrics.job_pk == job.id)).scalar()
+    power = gpu_power(cal, cfg, job.gpu_type, job.partition, hw, util)
+    return None if power.basis == calibrate.BASIS_TDP else power
+
+
+def _est(pk: int, component: str, joules: float, source: str = SOURCE_TDP) -> dict[str, Any]:
     return {
         "job_pk": pk,
         "node": "",
         "component": component,
         "method": "estimated",
-        "source": SOURCE_TDP,
+        "source": source,
         "energy_j": joules,
     }
 

@@ -133,6 +133,10 @@ class Job(Base):
     co2_g: Mapped[float] = mapped_column(Float, default=0.0)
     hw_profile: Mapped[str | None] = mapped_column(String(160))
     assumptions: Mapped[dict[str, Any] | None]  # what an estimate assumed, to recompute later
+    # The range of the estimated part (energy_j - energy_measured_j) where an estimate has one (GPUs from
+    # the site's measured jobs, cocaq.calibrate: their 10th and 90th percentile); None: no range known.
+    energy_est_low_j: Mapped[float | None] = mapped_column(Float)
+    energy_est_high_j: Mapped[float | None] = mapped_column(Float)
     imported_from: Mapped[str | None] = mapped_column(String(32))
     record_hash: Mapped[str | None] = mapped_column(String(32))  # of the facts; unchanged re-imports skip
     # (utcnow, not CURRENT_TIMESTAMP, for what SQLAlchemy writes: SQLite's has no fraction of a second)
@@ -383,6 +387,10 @@ class DailyRollup(Base):
     energy_other_j: Mapped[float] = mapped_column(Float, default=0.0)  # node-level measurements
     energy_measured_j: Mapped[float] = mapped_column(Float, default=0.0)
     energy_estimated_j: Mapped[float] = mapped_column(Float, default=0.0)
+    # The range of energy_estimated_j (jobs' energy_est_low_j/high_j, the estimate itself where a job has
+    # none); None in days rolled up before the range existed: read as energy_estimated_j.
+    energy_est_low_j: Mapped[float | None] = mapped_column(Float)
+    energy_est_high_j: Mapped[float | None] = mapped_column(Float)
     # What did no work, in disjoint parts (cocaq.ledger): idle GPUs (below), then the rest of the energy
     # of jobs that failed, ran out of memory, timed out or were cancelled.
     energy_failed_j: Mapped[float] = mapped_column(Float, default=0.0)
@@ -505,3 +513,28 @@ class SchedulerRun(Base):
     via: Mapped[str] = mapped_column(String(16), default="scheduler")  # scheduler, once
     host: Mapped[str] = mapped_column(String(255), default="")
     pid: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class GpuPowerCalibration(Base):
+    """What the site's measured jobs drew per GPU, by GPU model, partition and utilisation bucket.
+
+    Learnt by cocaq.calibrate from jobs whose GPUs were all measured, weighted by GPU-hours; the estimate
+    of a job that nothing measured takes its cell's median (and its 10th-90th percentile as the range).
+    `partition` "" is the model's row over all partitions; `bucket` "any" the row over all utilisations.
+    """
+
+    __tablename__ = "gpu_power_calibration"
+    __table_args__ = (UniqueConstraint("gpu_model", "partition", "bucket"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    gpu_model: Mapped[str] = mapped_column(String(64))  # normalised: h100, a100, v100 (cocaq.calibrate)
+    partition: Mapped[str] = mapped_column(String(128), default="")  # "": all partitions
+    bucket: Mapped[str] = mapped_column(String(16), default="any")  # "any", or "0-25" (% utilisation)
+    util_lo: Mapped[float | None] = mapped_column(Float)
+    util_hi: Mapped[float | None] = mapped_column(Float)
+    w_median: Mapped[float] = mapped_column(Float)  # W per GPU
+    w_p10: Mapped[float] = mapped_column(Float)
+    w_p90: Mapped[float] = mapped_column(Float)
+    jobs: Mapped[int] = mapped_column(default=0)
+    gpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
+    computed_at: Mapped[datetime]

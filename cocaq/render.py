@@ -54,6 +54,9 @@ SUMMARY_FIELDS = [
     "timeout_energy_kwh",
     "cancelled_energy_kwh",
     "wasted_energy_kwh",
+    # the range of the estimated part (calibrated GPU estimates, cocaq.calibrate)
+    "energy_estimated_low_kwh",
+    "energy_estimated_high_kwh",
 ]
 
 
@@ -171,6 +174,30 @@ def _kwh(v: float) -> str:
     return f"{v * 1000:,.3g} Wh"
 
 
+def _kwh_number(v: float, like: float) -> str:
+    """v in the unit and precision _kwh(like) uses, without the unit."""
+    a = abs(like)
+    if a >= 100:
+        return f"{v:,.0f}"
+    if a >= 10:
+        return f"{v:,.1f}"
+    if a >= 1 or a == 0:
+        return f"{v:,.2f}"
+    return f"{v * 1000:,.3g}"
+
+
+def estimate_text(kwh: float, low: float | None, high: float | None) -> str:
+    """The estimated part of an energy with its range: "310 kWh, 240-390 estimated" (the 10th-90th
+    percentile of what the site's measured jobs drew, cocaq.calibrate); "310 kWh estimated" where the
+    estimate has no range (rated power, or nothing estimated)."""
+    lo = kwh if low is None else low
+    hi = kwh if high is None else high
+    a, b = _kwh_number(lo, kwh), _kwh_number(hi, kwh)
+    if a == b == _kwh_number(kwh, kwh):
+        return f"{_kwh(kwh)} estimated"
+    return f"{_kwh(kwh)}, {a}-{b} estimated"
+
+
 def _kg(v: float) -> str:
     a = abs(v)
     if a >= 1000:
@@ -248,7 +275,8 @@ def print_footprint(fp: Footprint, console: Console) -> None:
     ):
         if v:
             tab.add_row(f"  {name}", _kwh(v) + _share(v, t.energy_kwh))
-    tab.add_row("  measured / estimated", f"{_kwh(t.energy_measured_kwh)} / {_kwh(t.energy_estimated_kwh)}")
+    estimated = estimate_text(t.energy_estimated_kwh, t.energy_estimated_low_kwh, t.energy_estimated_high_kwh)
+    tab.add_row("  measured / estimated", f"{_kwh(t.energy_measured_kwh)} measured / {estimated}")
     tab.add_row("with cooling (PUE)", _kwh(t.energy_kwh_with_pue))
     tab.add_row("CO2e", _kg(t.co2_kg))
     if t.wasted_energy_kwh > 0:
@@ -424,6 +452,7 @@ SOURCE_WORDS = {
     "nvml-samples": "GPU samples' share of node",
     "slurm-consumed-energy": "Slurm's node energy",
     "tdp-estimate": "estimate from rated power",
+    "calibrated-estimate": "estimate from the site's measured jobs",
 }
 COMPONENT_WORDS = {"gpu": "GPUs", "cpu": "CPUs", "dram": "memory", "node": "rest of node"}
 # carbon_detail keys (cocaq.intensity) in words
@@ -525,10 +554,16 @@ def print_job(job: dict[str, Any], console: Console) -> None:
     ]
     # the source says the method too (a counter measures, a rated power estimates): method goes first
     cols = [("part", 0), ("node", 2), ("method", 3), ("source", 1), ("kWh", 0)]
+    split = ""
+    if "energy_estimated_kwh" in job:
+        est = estimate_text(
+            job["energy_estimated_kwh"], job["energy_estimated_low_kwh"], job["energy_estimated_high_kwh"]
+        )
+        split = f" ({_kwh(job['energy_measured_kwh'])} measured, {est})"
     console.print(
         fit_table(
             console,
-            f"Energy: {_kwh(job['energy_kwh'])}",
+            f"Energy: {_kwh(job['energy_kwh'])}{split}",
             cols,
             rows,
             left=("part", "node", "method", "source"),
@@ -604,8 +639,7 @@ def print_job(job: dict[str, Any], console: Console) -> None:
         a = job["assumptions"]
         console.print(
             f"[dim]Estimated: CPU {a['cpu_core_seconds'] / 3600:,.2f} core-hours ({a['cpu_basis']}) x "
-            f"{a['cpu_tdp_w_per_core']} W per core; GPU {a['gpu_tdp_w']} W x {a['gpu_utilisation']:.0%}; "
-            "memory "
+            f"{a['cpu_tdp_w_per_core']} W per core; GPU {gpu_basis_text(a)}; memory "
             f"{a['mem_gb']} GB x {a['mem_w_per_gb']} W/GB (profile {term(a['profile'])})[/]"
         )
     if job.get("model"):
@@ -615,6 +649,22 @@ def print_job(job: dict[str, Any], console: Console) -> None:
         print_advice(
             notes, console, heading="[bold]Notes[/] (what to change next time, largest saving first)"
         )
+
+
+def gpu_basis_text(a: dict[str, Any]) -> str:
+    """What a job's GPU estimate rests on, from its assumptions (cocaq.calibrate's basis labels)."""
+    basis = a.get("gpu_basis")
+    if basis in ("calibrated-partition", "calibrated-model"):
+        lo, hi = (a.get("gpu_w_range") or [None, None])[:2]
+        rng = (
+            f" (10-90%: {lo:,.0f}-{hi:,.0f} W)"
+            if isinstance(lo, int | float) and isinstance(hi, int | float)
+            else ""
+        )
+        cell = term(a.get("gpu_cell"))
+        return f"{a.get('gpu_w', 0):,.0f} W per GPU{rng}, what the site's measured jobs drew: {cell}"
+    tdp = f"{a.get('gpu_tdp_w')} W x {a.get('gpu_utilisation', 1.0):.0%}"
+    return tdp + (f" (rated power; {term(a['gpu_cell'])})" if a.get("gpu_cell") else " (rated power)")
 
 
 # The keys of a job's model metadata as `find_jobs` gives them (those of its `sources`), in display order.

@@ -13,6 +13,8 @@ table `apscheduler_jobs`, which it creates), so their next run times survive res
     reports-jobs     every 5 minutes: job e-mails of jobs whose energy became final (digests per user)
     alerts           every 5 minutes: alerts to users whose running jobs hold GPUs that all sit idle
                      (cocaq.reports.alerts)
+    calibrate        Sundays at 04:20: the GPU power of the measured jobs learnt again (cocaq.calibrate)
+                     and applied to the estimates of the jobs of the last 35 days (`cocaq recompute`)
 
 Times are in the cluster's timezone (config `cluster.timezone`, else this machine's).
 
@@ -60,6 +62,9 @@ CATCHUP_WINDOW = timedelta(days=7)
 DEFAULT_RECONCILE_EVERY = timedelta(minutes=5)
 JOB_MAIL_EVERY = timedelta(minutes=5)
 ALERTS_EVERY = timedelta(minutes=5)
+# The weekly calibrate job applies the new table to the jobs that ended this long ago or later: the month a
+# report covers and the days since (older jobs keep the estimate they were reported with).
+CALIBRATE_APPLY_WINDOW = timedelta(days=35)
 # The advisory lock's key (a bigint; advisory locks are per database): "cocaqsch" in ASCII.
 LOCK_KEY = int.from_bytes(b"cocaqsch", "big")
 HOST = socket.gethostname()
@@ -366,6 +371,26 @@ def job_alerts(config_path: str | None = None, via: str = "scheduler") -> RunRes
     return _recorded("alerts", config_path, via, _alerts)
 
 
+def _calibrate(engine: Engine, cfg: Config, now: datetime) -> tuple[str, str]:
+    """Learn the GPU power of the measured jobs again and apply it to the recent jobs' estimates."""
+    if not cfg.estimate.calibrate:
+        return "skipped", "calibrate: off ([estimate] calibrate = false); estimates use TDP x utilisation"
+    from cocaq import calibrate
+    from cocaq.recompute import recompute_jobs
+
+    res = calibrate.refresh(engine, cfg, now)
+    line = res.line(cfg.estimate.calibrate_min_jobs)
+    if not res.cells:
+        return "skipped", line
+    since = now - CALIBRATE_APPLY_WINDOW
+    n, changed = recompute_jobs(engine, cfg, since=since)
+    return "ok", f"{line}; applied to jobs since {since:%Y-%m-%d}: {n:,} looked at, {changed:,} changed"
+
+
+def job_calibrate(config_path: str | None = None, via: str = "scheduler") -> RunResult:
+    return _recorded("calibrate", config_path, via, _calibrate)
+
+
 JOB_FUNCS: dict[str, Callable[..., RunResult]] = {
     "reconcile": job_reconcile,
     "aggregate": job_aggregate,
@@ -374,6 +399,7 @@ JOB_FUNCS: dict[str, Callable[..., RunResult]] = {
     "reports-weekly": job_reports_weekly,
     "reports-jobs": job_reports_jobs,
     "alerts": job_alerts,
+    "calibrate": job_calibrate,
 }
 JOB_IDS = tuple(JOB_FUNCS)
 _TAKES_SACCT = {"reconcile", "catchup"}
@@ -433,6 +459,7 @@ def job_specs(opts: Options, tz: tzinfo) -> list[JobSpec]:
             int(2 * ALERTS_EVERY.total_seconds()),
             base,
         ),
+        JobSpec("calibrate", CronTrigger(day_of_week="sun", hour=4, minute=20, timezone=tz), 7 * day, base),
     ]
 
 

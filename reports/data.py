@@ -97,8 +97,10 @@ SUMS = (
     "cpu_hours", "gpu_hours", "energy_gpu_j", "energy_cpu_j", "energy_dram_j", "energy_other_j",
     "energy_measured_j", "energy_estimated_j", "energy_failed_j", "energy_oom_j", "energy_timeout_j",
     "energy_cancelled_j", "co2_g", "co2_embodied_g", "gpu_util_energy_j", "gpu_util_weighted",
-    "idle_gpu_hours", "idle_gpu_energy_j",
+    "idle_gpu_hours", "idle_gpu_energy_j", "energy_est_low_j", "energy_est_high_j",
 )  # fmt: skip
+# The range of the estimated part; days rolled up before it existed (NULL) read as the estimate itself.
+_EST_RANGE = ("energy_est_low_j", "energy_est_high_j")
 # What the daily and weekly series show.
 DAY_SUMS = (
     "energy_measured_j",
@@ -186,6 +188,8 @@ class MonthTotals:
     cancelled_co2_kg: float = 0.0
     measured_kwh: float = 0.0
     estimated_kwh: float = 0.0
+    estimated_low_kwh: float = 0.0  # the estimate's range (calibrated GPU estimates; the estimate where none)
+    estimated_high_kwh: float = 0.0
     gpu_kwh: float = 0.0
     cpu_kwh: float = 0.0
     dram_kwh: float = 0.0
@@ -578,6 +582,8 @@ class Coverage:
     measured_kwh: float
     estimated_kwh: float
     measured_share: float | None
+    estimated_low_kwh: float | None = None  # the estimate's range (calibrated GPU estimates)
+    estimated_high_kwh: float | None = None
 
 
 @dataclass(slots=True)
@@ -716,6 +722,8 @@ class JobReport:
     energy_kwh: float
     measured_kwh: float
     estimated_kwh: float
+    estimated_low_kwh: float  # the estimate's range (calibrated GPU estimates; the estimate where none)
+    estimated_high_kwh: float
     by_component: dict[str, float]  # kWh
     by_method: dict[str, float]  # kWh: measured, estimated
     parts: tuple[EnergyPart, ...]
@@ -830,7 +838,8 @@ def _rollups(
     sums: Sequence[str] = SUMS,
 ) -> dict[Any, Sums]:
     """Sums of the rollups of days [lo, hi) per key tuple (keys: rollup columns)."""
-    q = select(*keys, *(func.sum(R[k]) for k in sums)).where(R.day >= lo, R.day < hi, *where)
+    cols = (func.coalesce(R[k], R.energy_estimated_j) if k in _EST_RANGE else R[k] for k in sums)
+    q = select(*keys, *(func.sum(c) for c in cols)).where(R.day >= lo, R.day < hi, *where)
     if keys:
         q = q.group_by(*keys)
     out: dict[Any, Sums] = {}
@@ -1161,6 +1170,8 @@ def _totals(s: Mapping[str, float], js: _JobStats | None) -> MonthTotals:
         cancelled_co2_kg=js.co2_g.get("cancelled", 0.0) / 1000,
         measured_kwh=g["energy_measured_j"] / J_PER_KWH,
         estimated_kwh=g["energy_estimated_j"] / J_PER_KWH,
+        estimated_low_kwh=g["energy_est_low_j"] / J_PER_KWH,
+        estimated_high_kwh=g["energy_est_high_j"] / J_PER_KWH,
         gpu_kwh=g["energy_gpu_j"] / J_PER_KWH,
         cpu_kwh=g["energy_cpu_j"] / J_PER_KWH,
         dram_kwh=g["energy_dram_j"] / J_PER_KWH,
@@ -2063,6 +2074,8 @@ def admin_month(
             v["energy_measured_j"] / J_PER_KWH,
             v["energy_estimated_j"] / J_PER_KWH,
             v["energy_measured_j"] / J_PER_KWH / _kwh(v) if _kwh(v) > 0 else None,
+            v["energy_est_low_j"] / J_PER_KWH,
+            v["energy_est_high_j"] / J_PER_KWH,
         )
         for k, v in parts.items()
     ]
@@ -2330,6 +2343,7 @@ def job_footprint(conn: Connection, cfg: Config, job_pk: int) -> JobReport:
     facts = jobfacts.one(db, cfg, job_pk)
     notes = job_notes(db, cfg, facts) if facts is not None else []
     idle_j = float(m.idle_gpu_energy_j or 0.0) if m is not None else 0.0
+    est_j = float(j.energy_j or 0.0) - float(j.energy_measured_j or 0.0)
     el = max(float(j.elapsed_s or 0.0), 0.0)
     models = tuple(
         r[0]
@@ -2358,7 +2372,9 @@ def job_footprint(conn: Connection, cfg: Config, job_pk: int) -> JobReport:
         node_list=j.node_list,
         energy_kwh=float(j.energy_j or 0.0) / J_PER_KWH,
         measured_kwh=float(j.energy_measured_j or 0.0) / J_PER_KWH,
-        estimated_kwh=(float(j.energy_j or 0.0) - float(j.energy_measured_j or 0.0)) / J_PER_KWH,
+        estimated_kwh=est_j / J_PER_KWH,
+        estimated_low_kwh=(est_j if j.energy_est_low_j is None else float(j.energy_est_low_j)) / J_PER_KWH,
+        estimated_high_kwh=(est_j if j.energy_est_high_j is None else float(j.energy_est_high_j)) / J_PER_KWH,
         by_component=dict(by_component),
         by_method=dict(by_method),
         parts=parts,

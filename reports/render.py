@@ -88,6 +88,23 @@ def kwh(x: float | None) -> str:
     return f"{num(x)} kWh"
 
 
+def estimate(
+    est: float | None, low: float | None = None, high: float | None = None, unit: bool = True
+) -> str:
+    """The estimated part of an energy with its range: "310 kWh, 240-390 estimated" (cocaq.calibrate's
+    10th-90th percentile); "310 kWh estimated" where it has none (rated power). Without `unit`, plain
+    kWh numbers ("310, 240-390 estimated"), for a column of kWh."""
+    if est is None or not math.isfinite(est):
+        return "n/a estimated"
+    lo, hi = (est if low is None else low), (est if high is None else high)
+    scale = 1000.0 if unit and 0 < abs(est) < 1 else 1.0  # kwh() says Wh below 1 kWh
+    text = kwh(est) if unit else num(est)
+    a, b = num(lo * scale), num(hi * scale)
+    if a == b == num(est * scale):
+        return f"{text} estimated"
+    return f"{text}, {a}-{b} estimated"
+
+
 def co2(kg: float | None) -> str:
     """Operational or embodied CO2e in the unit that reads best: g, kg or t."""
     if kg is None or not math.isfinite(kg):
@@ -365,13 +382,21 @@ def basis_lines(b: Basis, t: MonthTotals | None = None) -> list[str]:
         meas = t.measured_kwh if t is not None else None
         est = t.estimated_kwh if t is not None else None
         extra = (
-            f" ({kwh(meas)} measured, {kwh(est)} estimated)" if meas is not None and est is not None else ""
+            f" ({kwh(meas)} measured, {estimate(est, t.estimated_low_kwh, t.estimated_high_kwh)})"
+            if t is not None and meas is not None and est is not None
+            else ""
         )
         how = " (GPU energy counters and power samples, CPU/DRAM RAPL, Slurm node energy)"
+        ranged = t is not None and t.estimated_high_kwh - t.estimated_low_kwh > 1e-9
+        basis = (
+            "the time allocated and what the site's measured jobs drew on the same GPU model (the rest from "
+            "the hardware's rated power, TDP)"
+            if ranged
+            else "the hardware's rated power (TDP) and the time allocated"
+        )
         out.append(
             f"Energy: {share(b.measured_share)} measured{how if b.measured_share > 0 else ''}, "
-            f"{share(1 - b.measured_share)} estimated from the hardware's rated power (TDP) and the time "
-            f"allocated{extra}. Energy is IT energy, before PUE."
+            f"{share(1 - b.measured_share)} estimated from {basis}{extra}. Energy is IT energy, before PUE."
         )
     else:
         out.append("Energy: none recorded in this period.")
@@ -419,6 +444,7 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "gb": lambda mb: "n/a" if mb is None else f"{num(mb / 1024)} GB",
     "num": num,
     "kwh": kwh,
+    "estimate": estimate,
     "co2": co2,
     "pct": pct,
     "share": share,

@@ -548,3 +548,55 @@ def test_two_schedulers_one_acts_and_the_other_takes_over(
         ).scalar()
     assert held == 0
     engine.dispose()
+
+
+def test_calibrate_job(job_env: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`calibrate` weekly: learns the measured jobs' GPU power and applies it to the recent jobs' estimates;
+    skipped (with why) when nothing was measured or calibration is off."""
+    from tests.test_calibrate import CONFIG, MEASURED_W, _job, _job_row, _measure
+
+    spec = {s.id: s for s in sch.job_specs(sch.Options(), UTC)}["calibrate"]
+    assert "calibrate" in sch.JOB_IDS and spec.grace_s == 7 * 86400
+    assert str(spec.trigger) == "cron[day_of_week='sun', hour='4', minute='20']"
+    cfg_path = tmp_path / "cocaq.toml"
+    cfg_path.write_text(CONFIG.replace('name = "c"', 'name = "c"\ntimezone = "UTC"'))
+    monkeypatch.setenv("COCAQ_CONFIG", str(cfg_path))
+    res = sch.run_once("calibrate", sch.Options())
+    assert (res.status, res.summary) == ("skipped", "calibrate: no measured GPU jobs to learn from")
+    from cocaq import measured
+    from cocaq.importer import import_records
+
+    cfg = load_config(cfg_path, {"COCAQ_DATABASE_URL": os.environ["COCAQ_DATABASE_URL"]})
+    now = datetime.now(UTC)
+    recent = [
+        replace_times(_job(800 + i, "h100", "m1"), now - timedelta(days=3 + i))
+        for i in range(len(MEASURED_W))
+    ]
+    target = replace_times(_job(900, "h100", "u1", gpus=4, hours=3.0), now - timedelta(days=2))
+    old = replace_times(_job(901, "h100", "u1"), now - timedelta(days=60))  # before the window: kept as is
+    import_records(job_env, [*recent, target, old], cfg, source="sacct-json")
+    url = job_env.url.render_as_string(hide_password=False)
+    for rec, w in zip(recent, MEASURED_W, strict=True):
+        _measure(url, rec, [w, w])
+    measured.refresh(job_env, cfg)
+    res = sch.run_once("calibrate", sch.Options())
+    assert res.status == "ok", res.summary
+    assert res.summary.startswith("calibrate: 2 cells (2 with at least 5 jobs) from 6 measured jobs of h100")
+    assert "applied to jobs since" in res.summary and "changed" in res.summary
+    assert _job_row(job_env, 900)[1]["gpu_basis"] == "calibrated-partition"
+    assert _job_row(job_env, 901)[1]["gpu_basis"] == "tdp"
+    monkeypatch.setenv("COCAQ_ESTIMATE__CALIBRATE", "false")
+    res = sch.run_once("calibrate", sch.Options())
+    assert res.status == "skipped" and "calibrate: off ([estimate] calibrate = false)" in res.summary
+    assert [r.status for r in _runs(job_env, "calibrate")] == ["skipped", "ok", "skipped"]
+
+
+def replace_times(rec: Any, start: datetime) -> Any:
+    from dataclasses import replace
+
+    return replace(
+        rec,
+        submit_time=start - timedelta(minutes=1),
+        start_time=start,
+        end_time=start + timedelta(seconds=rec.elapsed_s),
+    )

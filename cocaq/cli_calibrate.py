@@ -1,0 +1,87 @@
+"""`cocaq calibrate`: the GPU power learnt from the site's measured jobs (cocaq.calibrate).
+
+Shows the stored table (W per GPU by model, partition and utilisation bucket, the jobs and GPU-hours
+behind each cell, when it was computed); `--refresh` learns it again now. `cocaq recompute` applies it
+to the jobs' estimates; the scheduler's weekly `calibrate` job does both.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import click
+
+from cocaq import render
+
+if TYPE_CHECKING:
+    from cocaq.cli import Ctx
+
+NOTHING = (
+    "no GPU power learnt yet: no measured GPU jobs (nodes with the cocaq hooks and collector, or Slurm "
+    "energy accounting split by GPU samples); estimates stay TDP x [estimate] gpu_utilisation"
+)
+
+
+@click.command()
+@click.option("--refresh", is_flag=True, help="Learn the table again from the measured jobs now.")
+@click.option(
+    "-o", "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+@click.pass_obj
+def calibrate(obj: Ctx, refresh: bool, fmt: str) -> None:
+    """What each GPU model drew in the site's measured jobs: the power estimates use for the rest."""
+    from cocaq import calibrate as cal
+
+    cfg = obj.cfg
+    engine = obj.engine()
+    est = cfg.estimate
+    if refresh:
+        res = cal.refresh(engine, cfg)
+        click.echo(res.line(est.calibrate_min_jobs), err=True)
+        if res.cells:
+            click.echo("run `cocaq recompute` to apply it to the jobs' estimates", err=True)
+    cells = cal.stored(engine)
+    if fmt == "json":
+        doc = {
+            "calibrate": est.calibrate,
+            "min_jobs": est.calibrate_min_jobs,
+            "buckets": list(est.calibrate_buckets),
+            "cells": [
+                dict(c.as_dict(), used=est.calibrate and c.jobs >= est.calibrate_min_jobs) for c in cells
+            ],
+        }
+        if not cells:
+            doc["note"] = NOTHING
+        click.echo(json.dumps(doc, indent=2))
+        return
+    if not cells:
+        click.echo(NOTHING)
+        return
+    from rich.table import Table
+
+    from cocaq.cli import _console
+
+    t = Table(title="GPU power learnt from measured jobs (W per GPU)", title_justify="left")
+    for name, just in (
+        ("GPU model", "left"), ("partition", "left"), ("utilisation", "left"), ("median W", "right"),
+        ("10-90% W", "right"), ("jobs", "right"), ("GPU-h", "right"), ("computed", "left"), ("used", "left"),
+    ):  # fmt: skip
+        t.add_column(name, justify=just)  # type: ignore[arg-type]
+    for c in cells:
+        used = c.jobs >= est.calibrate_min_jobs
+        t.add_row(
+            render.term(c.gpu_model),
+            render.term(c.partition) if c.partition else "(all)",
+            "any" if c.bucket == "any" else f"{c.bucket}%",
+            f"{c.w_median:,.0f}",
+            f"{c.w_p10:,.0f}-{c.w_p90:,.0f}",
+            f"{c.jobs:,}",
+            f"{c.gpu_hours:,.0f}",
+            f"{c.computed_at:%Y-%m-%d %H:%M}",
+            "yes" if used else f"no (<{est.calibrate_min_jobs} jobs)",
+        )
+    console = _console()
+    console.print(t)
+    if not est.calibrate:
+        console.print("calibration is off ([estimate] calibrate = false): estimates use TDP x utilisation")
