@@ -341,6 +341,7 @@ def measured_samples(conn: Connection, cfg: Config, skipped: dict[str, int] | No
         .where(j.alloc_gpus > 0, j.is_open.is_(False))
         .group_by(j.id, j.partition, j.node_list, j.gpu_type, j.alloc_gpus, j.elapsed_s)
         .group_by(m.gpu_util_pct, m.gpu_samples_s)
+        .having(meas > 0)  # (jobs nothing measured are most of a site's GPU jobs: left in the database)
     )
     rows = [r for r in conn.execute(q)]
     names = _nvml_names(conn, [r.id for r in rows if not r.n_est])

@@ -108,7 +108,13 @@ def tdp_components(
 
 
 def _values(
-    rec: JobRecord, est: Estimate, hw: Hardware, profile: str, site: _Site, gpu: GpuPower | None = None
+    rec: JobRecord,
+    est: Estimate,
+    hw: Hardware,
+    profile: str,
+    site: _Site,
+    gpu: GpuPower | None = None,
+    gpu_said: dict[str, Any] | None = None,
 ) -> FootprintValues:
     """The estimate and CO2 arithmetic, on a profile, site and calibrated GPU power already looked up."""
     elapsed = max(rec.elapsed_s, 0.0)
@@ -149,7 +155,7 @@ def _values(
             "mem_w_per_gb": est.mem_w_per_gb,
         }
         if gpu is not None and rec.alloc_gpus > 0:
-            assumptions.update(gpu.assumptions())
+            assumptions.update(gpu.assumptions() if gpu_said is None else gpu_said)
     energy = sum([r[4] for r in rows])
     measured = sum([r[4] for r in rows if r[2] == "measured"])
     pue, zone, g_per_kwh, source, year, flag = site
@@ -191,7 +197,7 @@ class Estimator:
         self._hw: dict[Any, tuple[Hardware, str, _Site]] = {}
         self._json: dict[tuple[Any, ...], Any] = {}
         self.calibration = calibration if cfg.estimate.calibrate else None
-        self._gpu: dict[tuple[Any, ...], GpuPower] = {}
+        self._gpu: dict[tuple[Any, ...], tuple[GpuPower, dict[str, Any]]] = {}
 
     def _profile(self, rec: JobRecord) -> tuple[Hardware, str, _Site]:
         key = (rec.partition, rec.node_list) if self._by_nodes else rec.partition
@@ -206,12 +212,14 @@ class Estimator:
             self._hw[key] = hit
         return hit
 
-    def gpu_power(self, rec: JobRecord, hw: Hardware, profile: str) -> GpuPower:
-        """What the estimate of the job's GPUs rests on (the learnt table, else TDP x utilisation)."""
+    def gpu_power(self, rec: JobRecord, hw: Hardware, profile: str) -> tuple[GpuPower, dict[str, Any]]:
+        """What the estimate of the job's GPUs rests on (the learnt table, else TDP x utilisation), and
+        its assumptions (made once per profile, partition and gres type)."""
         key = (profile, rec.partition, rec.gpu_type)
         hit = self._gpu.get(key)
         if hit is None:
-            hit = gpu_power(self.calibration, self.cfg, rec.gpu_type, rec.partition, hw)
+            power = gpu_power(self.calibration, self.cfg, rec.gpu_type, rec.partition, hw)
+            hit = (power, power.assumptions())
             if len(self._gpu) > 100_000:
                 self._gpu.clear()
             self._gpu[key] = hit
@@ -219,8 +227,10 @@ class Estimator:
 
     def values(self, rec: JobRecord) -> FootprintValues:
         hw, profile, site = self._profile(rec)
-        gpu = self.gpu_power(rec, hw, profile) if rec.alloc_gpus > 0 else None
-        return _values(rec, self._est, hw, profile, site, gpu)
+        if rec.alloc_gpus > 0:
+            gpu, said = self.gpu_power(rec, hw, profile)
+            return _values(rec, self._est, hw, profile, site, gpu, said)
+        return _values(rec, self._est, hw, profile, site)
 
     def footprint(self, rec: JobRecord) -> JobFootprint:
         return footprint_from_values(self.values(rec))

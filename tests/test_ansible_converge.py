@@ -376,7 +376,7 @@ def test_first_run_deploys_both_roles(deployed: Deployment) -> None:
     assert slurm_config("Epilog") == f"{SHIMS}/cocaq-epilog"
     # the database: migrated, owned by the owner role
     with db_engine().connect() as c:
-        assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0010"
+        assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0011"
         owner = c.execute(
             text("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = :d"), {"d": DB}
         )

@@ -86,7 +86,7 @@ def test_installed_wheel_works_without_the_checkout(wheel: Path, tmp_path: Path)
         text=True,
         check=False,
     )
-    assert r.returncode == 0 and "-> 0010" in r.stderr, r.stderr
+    assert r.returncode == 0 and "-> 0011" in r.stderr, r.stderr
 
 
 def test_node_side_packages_import_light() -> None:
