@@ -428,3 +428,9 @@ def test_every_surface_shows_the_estimate_with_its_range(
 
     text_ = " ".join(" ".join(p.read_text(errors="replace") for p in out.iterdir()).split())
     assert f"{kwh(meas / 3.6e6)} measured, {estimate(est / 3.6e6, low / 3.6e6, high / 3.6e6)}" in text_
+    r = run_cocaq(["report", "user", "alice", "--month", "2026-11", "--out", str(tmp_path / "user")], env)
+    assert r.code == 0, r.err
+    (page,) = [p for p in (tmp_path / "user").iterdir() if p.suffix == ".html"]
+    said = f"{kwh(meas / 3.6e6)} measured, {estimate(est / 3.6e6, low / 3.6e6, high / 3.6e6)}"
+    assert said in " ".join(page.read_text().split())
+    assert "measured jobs drew on the same GPU model" in " ".join(page.read_text().split())
