@@ -13,7 +13,10 @@ if TYPE_CHECKING:
     from cocaq.cli import Ctx
 
 # Kept here as well as in cocaq.scheduler so that `cocaq --help` does not import APScheduler or the ORM.
-JOB_IDS = ("reconcile", "aggregate", "catchup", "reports-monthly", "reports-weekly", "reports-jobs", "alerts")
+JOB_IDS = (
+    "reconcile", "aggregate", "catchup", "reports-monthly", "reports-weekly", "reports-jobs", "alerts",
+    "calibrate",
+)  # fmt: skip
 
 
 @click.command("scheduler")

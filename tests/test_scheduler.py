@@ -589,6 +589,12 @@ def test_calibrate_job(job_env: Engine, tmp_path: Path, monkeypatch: pytest.Monk
     res = sch.run_once("calibrate", sch.Options())
     assert res.status == "skipped" and "calibrate: off ([estimate] calibrate = false)" in res.summary
     assert [r.status for r in _runs(job_env, "calibrate")] == ["skipped", "ok", "skipped"]
+    # `cocaq scheduler --once calibrate` (the command line keeps its own list of the jobs)
+    from cocaq.cli_scheduler import JOB_IDS as CLI_JOB_IDS
+
+    assert CLI_JOB_IDS == sch.JOB_IDS
+    r = run_cocaq(["scheduler", "--once", "calibrate"], dict(os.environ))
+    assert "calibrate: off ([estimate] calibrate = false)" in r.out + r.err, (r.out, r.err)
 
 
 def replace_times(rec: Any, start: datetime) -> Any:
