@@ -62,6 +62,9 @@ def job_nodes(rec: JobRecord) -> list[str]:
 
 
 _MEASURED_BASIS = "Slurm ConsumedEnergyRaw (node energy measured by acct_gather_energy)"
+BASIS_TDP_TEXT = "estimated from TDP"
+BASIS_CALIBRATED = "estimated: GPUs from the site's measured jobs, CPU and memory from TDP"
+ESTIMATED_BASES = (BASIS_TDP_TEXT, BASIS_CALIBRATED)
 
 # What Estimator works out, as a plain tuple (the importer's fast path skips the dataclasses):
 # (energies as (node, component, method, source, energy_j) tuples, energy_j, energy_measured_j,
@@ -143,7 +146,7 @@ def _values(
         # The same keys in the same order as before: the stored JSON text does not change.
         assumptions = {
             "profile": profile,
-            "basis": "estimated from TDP",
+            "basis": BASIS_CALIBRATED if gpu_source == SOURCE_CALIBRATED else BASIS_TDP_TEXT,
             "cpu_basis": basis,
             "cpu_core_seconds": round(core_s, 3),
             "cpu_model": hw.cpu_model,

@@ -635,7 +635,9 @@ def print_job(job: dict[str, Any], console: Console) -> None:
         if m["co2_embodied_kg"]:
             embodied = _kg(m["co2_embodied_kg"])
             console.print(f"Embodied CO2e (making the hardware; not in the CO2e above): {embodied}")
-    if job.get("assumptions") and job["assumptions"].get("basis") == "estimated from TDP":
+    from cocaq.estimate import ESTIMATED_BASES
+
+    if job.get("assumptions") and job["assumptions"].get("basis") in ESTIMATED_BASES:
         a = job["assumptions"]
         console.print(
             f"[dim]Estimated: CPU {a['cpu_core_seconds'] / 3600:,.2f} core-hours ({a['cpu_basis']}) x "

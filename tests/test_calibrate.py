@@ -200,6 +200,7 @@ def test_unmeasured_jobs_take_the_power_measured_jobs_drew(
     assert g[:2] == ("estimated", "calibrated-estimate") and g[2] == pytest.approx(gpu_s * w, rel=1e-3)
     row, a = _job_row(engine, 900)
     assert a["gpu_basis"] == "calibrated-partition" and a["gpu_w"] == pytest.approx(w, abs=0.1)
+    assert a["basis"] == "estimated: GPUs from the site's measured jobs, CPU and memory from TDP"
     assert "h100, in h100, any utilisation: 6 jobs" in a["gpu_cell"]
     rest = row.energy_j - gpu_s * a["gpu_w"]  # CPU (and memory) as estimated before
     assert row.energy_est_low_j == pytest.approx(rest + gpu_s * lo, rel=1e-3)
@@ -213,6 +214,7 @@ def test_unmeasured_jobs_take_the_power_measured_jobs_drew(
     # A model nothing measured: TDP x utilisation, no range.
     row, a = _job_row(engine, 901)
     assert a["gpu_basis"] == "tdp" and a["gpu_cell"] == "no measured v100 jobs"
+    assert a["basis"] == "estimated from TDP"
     assert _gpu_rows(engine, 901) == [("estimated", "tdp-estimate", 2 * 3600 * 300.0)]
     assert row.energy_est_low_j is None
     # Measured jobs keep their measurements; recompute again changes nothing.
