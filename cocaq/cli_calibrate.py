@@ -58,30 +58,41 @@ def calibrate(obj: Ctx, refresh: bool, fmt: str) -> None:
     if not cells:
         click.echo(NOTHING)
         return
-    from rich.table import Table
-
     from cocaq.cli import _console
 
-    t = Table(title="GPU power learnt from measured jobs (W per GPU)", title_justify="left")
-    for name, just in (
-        ("GPU model", "left"), ("partition", "left"), ("utilisation", "left"), ("median W", "right"),
-        ("10-90% W", "right"), ("jobs", "right"), ("GPU-h", "right"), ("computed", "left"), ("used", "left"),
-    ):  # fmt: skip
-        t.add_column(name, justify=just)  # type: ignore[arg-type]
+    when = sorted({f"{c.computed_at:%Y-%m-%d %H:%M}" for c in cells})
+    title = f"GPU power learnt from measured jobs (W per GPU; computed {', '.join(when)} UTC)"
+    # what matters first (priority 0 never dropped): model, partition, utilisation, median W; then the
+    # range and whether it is used; the counts last
+    cols = [
+        ("GPU model", 0), ("partition", 0), ("util %", 0), ("median W", 0), ("10-90% W", 1),
+        ("used", 2), ("jobs", 3), ("GPU-h", 4),
+    ]  # fmt: skip
+    rows = []
     for c in cells:
         used = c.jobs >= est.calibrate_min_jobs
-        t.add_row(
-            render.term(c.gpu_model),
-            render.term(c.partition) if c.partition else "(all)",
-            "any" if c.bucket == "any" else f"{c.bucket}%",
-            f"{c.w_median:,.0f}",
-            f"{c.w_p10:,.0f}-{c.w_p90:,.0f}",
-            f"{c.jobs:,}",
-            f"{c.gpu_hours:,.0f}",
-            f"{c.computed_at:%Y-%m-%d %H:%M}",
-            "yes" if used else f"no (<{est.calibrate_min_jobs} jobs)",
+        rows.append(
+            [
+                render.term(c.gpu_model),
+                render.term(c.partition) if c.partition else "(all)",
+                "any" if c.bucket == "any" else c.bucket,
+                f"{c.w_median:,.0f}",
+                f"{c.w_p10:,.0f}-{c.w_p90:,.0f}",
+                "yes" if used else f"no (<{est.calibrate_min_jobs} jobs)",
+                f"{c.jobs:,}",
+                f"{c.gpu_hours:,.0f}",
+            ]
         )
     console = _console()
-    console.print(t)
+    console.print(
+        render.fit_table(
+            console,
+            title,
+            cols,
+            rows,
+            left=("GPU model", "partition", "util %", "used"),
+            complete="--format json",
+        )
+    )
     if not est.calibrate:
         console.print("calibration is off ([estimate] calibrate = false): estimates use TDP x utilisation")

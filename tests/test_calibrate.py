@@ -287,6 +287,11 @@ def test_nothing_measured_and_one_job_of_a_model(
     r = run_cocaq(["calibrate", "--refresh"], env)
     assert r.code == 0 and "2 cells (0 with at least 5 jobs) from 1 measured jobs of h100" in r.err, r.err
     assert "no (<5 jobs)" in r.out and "Traceback" not in r.err
+    # on a 60-column terminal: the counts give way, the power figures stay whole
+    r = run_cocaq(["calibrate"], dict(env, COLUMNS="60"))
+    assert r.code == 0 and all(len(line) <= 60 for line in r.out.splitlines()), r.out
+    assert "150-150" in r.out and "…" not in r.out, r.out
+    assert "too narrow for: used, jobs, GPU-h; --format json has them" in " ".join(r.out.split()), r.out
 
 
 @pytest.mark.parametrize(
