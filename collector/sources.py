@@ -293,47 +293,19 @@ class NvmlSource(Source):
             if not _finite(t_raw) or not _finite(p_raw) or p_raw < 0 or g.get("gone"):
                 # no reading at the end (a GPU lost, an older hook): the integral stays at the last
                 # sample, final; the job is no longer waited for
-                out.append(
-                    (
-                        job_id,
-                        float(start),
-                        "gpu",
-                        str(u),
-                        "nvml-power-integral",
-                        "measured",
-                        e,
-                        float(start),
-                        t_last,
-                        True,
-                    )
-                )
-                self.closed[key] = t_last
-                self.baselines.pop(key, None)
-                self.ended.pop(key, None)
-                continue
-            p1, t1 = float(p_raw), float(t_raw)
-            p_last = b[4] if b[4] >= 0 else p1
-            # trapezoid to the epilog's reading (or back to it, when a sample came after it)
-            e += (p_last + p1) * 0.5 * (t1 - t_last)
-            e = min(max(e, 0.0), b[2] + self._cap_w(str(u)) * max(t1 - t_last, 0.0))
-            # t1: the later of the epilog's reading and the last sample, so that this row replaces the
-            # running ones (it holds the job's energy to its end, and so to any later time)
-            t_row = max(t1, t_last)
-            out.append(
-                (
-                    job_id,
-                    float(start),
-                    "gpu",
-                    str(u),
-                    "nvml-power-integral",
-                    "measured",
-                    e,
-                    float(start),
-                    t_row,
-                    True,
-                )
-            )
-            self.closed[key] = t1
+                t_end = t_row = t_last
+            else:
+                p1, t_end = float(p_raw), float(t_raw)
+                p_last = b[4] if b[4] >= 0 else p1
+                # trapezoid to the epilog's reading (or back to it, when a sample came after it)
+                e += (p_last + p1) * 0.5 * (t_end - t_last)
+                e = min(max(e, 0.0), b[2] + self._cap_w(str(u)) * max(t_end - t_last, 0.0))
+                # t1: the later of the epilog's reading and the last sample, so that this row replaces
+                # the running ones (it holds the job's energy to its end, and so to any later time)
+                t_row = max(t_end, t_last)
+            src = "nvml-power-integral"
+            out.append((job_id, float(start), "gpu", str(u), src, "measured", e, float(start), t_row, True))
+            self.closed[key] = t_end
             self.baselines.pop(key, None)
             self.ended.pop(key, None)
         return out
