@@ -165,13 +165,7 @@ def _fmt_csv(v: Any) -> str:
 def _kwh(v: float) -> str:
     """kWh as people read them: 1,044 kWh, 85.7 kWh, 3.94 kWh, 0.512 kWh (never a cut or a 1e-5)."""
     a = abs(v)
-    if a >= 100:
-        return f"{v:,.0f} kWh"
-    if a >= 10:
-        return f"{v:,.1f} kWh"
-    if a >= 1 or a == 0:
-        return f"{v:,.2f} kWh"
-    return f"{v * 1000:,.3g} Wh"
+    return f"{_kwh_number(v, v)} {'kWh' if a >= 1 or a == 0 else 'Wh'}"
 
 
 def _kwh_number(v: float, like: float) -> str:
