@@ -354,7 +354,8 @@ class CpuCounter:
 
     A job seen for the first time gives 0 s, or its whole usage so far with `first_seen_full=True`.
     The default suits a collector (re)starting while jobs run: their past CPU time does not belong to
-    this interval.  The cost is the first partial interval of a job starting while the collector runs.
+    this interval.  The collector passes `first_seen_full=True` to `update` once it knows the previous
+    cycle, so that a job starting while it runs keeps its first partial interval.
     A counter going backwards or a new cgroup inode means a new incarnation of the id (requeue, reuse):
     the old one was there at the previous update, so all of the new one's usage is from this interval.
     A job missing from a few updates (a failed read) keeps its previous value for `grace` updates.
@@ -367,15 +368,18 @@ class CpuCounter:
         self._n = 0
         self._prev: dict[str, tuple[int, int, int]] = {}  # job -> (usec, inode, update number seen)
 
-    def update(self, jobs: Mapping[str, JobCgroup]) -> dict[str, float]:
-        """CPU seconds per job in `jobs` since the previous update (never negative)."""
+    def update(self, jobs: Mapping[str, JobCgroup], first_seen_full: bool | None = None) -> dict[str, float]:
+        """CPU seconds per job in `jobs` since the previous update (never negative). `first_seen_full`
+        overrides the constructor's for this update: the collector passes True when it knows the
+        previous cycle, since a job that was not there then started within this interval."""
         self._n += 1
+        full = self.first_seen_full if first_seen_full is None else first_seen_full
         out: dict[str, float] = {}
         for jid, job in jobs.items():
             cur = max(0, job.cpu_usec)
             prev = self._prev.get(jid)
             if prev is None:
-                delta = cur if self.first_seen_full else 0
+                delta = cur if full else 0
             elif cur < prev[0] or (job.inode and prev[1] and job.inode != prev[1]):
                 self.resets += 1
                 delta = cur

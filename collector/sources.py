@@ -121,7 +121,10 @@ class CgroupSource(Source):
     def collect(self, cycle: Cycle) -> None:
         jobs = self.cgroups.jobs()
         cycle.node_cores = self.cgroups.node_cpus()
-        deltas = self.counter.update(jobs)
+        # With the previous cycle known, a job first seen now started since then: all its CPU time is
+        # this interval's (else its first partial interval went to the other jobs or to nobody). On a
+        # first cycle (dt None) nothing is split, and what jobs used before is not this interval's.
+        deltas = self.counter.update(jobs, first_seen_full=cycle.dt is not None)
         for jid, cg in jobs.items():
             rj = cycle.jobs.get(jid)
             if rj is None:

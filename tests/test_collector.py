@@ -193,3 +193,35 @@ def test_pm_counters_source_reads_hpe_node_power(tmp_path: Path, clock: Clock) -
     got = {(s[1], s[2], s[3]): s[5] for s in cycle.samples}
     assert got == {("pm_counters", "node", "power_w"): 412.0, ("pm_counters", "node", "energy_j"): 123456.0}
     c.close()
+
+
+def test_a_job_starting_between_two_cycles_gets_its_first_intervals_cpu_energy(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """Its cgroup's CPU time so far all falls in this interval (the previous cycle did not see it), so
+    it takes its share of the interval's RAPL energy instead of leaving it to the other jobs."""
+    node, rapl, cg = _node(tmp_path, "sqlite:///unused")
+    node.hook("prolog", 311)
+    cg.add_job("311", cpus="0-7")
+    c = Collector(load_config(node.config, {}))
+    c.sample()
+    node.hook("prolog", 312)
+    cg.add_job("312", cpus="8-15")
+    rapl.add_joules("package-0", 1000.0)
+    cg.set_cpu("311", 5_000_000)
+    cg.set_cpu("312", 5_000_000)  # 5 s since it started, within this interval
+    cycle = _step(c, clock)
+    e = {(x[0], x[2]): x[6] for x in cycle.energy}
+    assert e[("311", "cpu")] == pytest.approx(500.0) and e[("312", "cpu")] == pytest.approx(500.0)
+    c.close()
+    # a collector starting afresh splits nothing on its first cycle: jobs' past CPU time is not its own
+    node2, rapl2, cg2 = _node(tmp_path / "fresh", "sqlite:///unused")
+    node2.hook("prolog", 313)
+    cg2.add_job("313", cpus="0-15")
+    cg2.set_cpu("313", 3600_000_000)
+    c2 = Collector(load_config(node2.config, {}))
+    assert not [x for x in c2.sample().energy if x[2] == "cpu"]
+    rapl2.add_joules("package-0", 100.0)
+    cg2.set_cpu("313", 3610_000_000)
+    assert {(x[0], x[2]): x[6] for x in _step(c2, clock).energy}[("313", "cpu")] == pytest.approx(100.0)
+    c2.close()
