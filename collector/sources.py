@@ -284,9 +284,19 @@ class NvmlSource(Source):
         if not isinstance(job_id, str) or not isinstance(start, int | float) or isinstance(start, bool):
             return []
         out: list[Energy] = []
-        for g in rec.get("gpus") or []:
-            if not isinstance(g, dict):
-                continue
+        gpus = rec.get("gpus")
+        readings = [g for g in gpus if isinstance(g, dict)] if isinstance(gpus, list) else []
+        # a GPU of the job the record does not mention (the epilog could not find it, a damaged
+        # record): closed without a reading, at its last sample
+        prefix = f"{job_id}/{float(start)}/"
+        named = {f"{prefix}{g.get('uuid')}" for g in readings}
+        readings += [
+            {"uuid": k[len(prefix) :]}
+            for d in (self.baselines, self.ended)
+            for k in d
+            if k.startswith(prefix) and k not in named
+        ]
+        for g in readings:
             u, p_raw, t_raw = g.get("uuid"), g.get("power_w"), g.get("ts")
             key = f"{job_id}/{float(start)}/{u}"
             b = self.baselines.get(key) or self.ended.get(key)

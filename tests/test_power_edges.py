@@ -275,3 +275,27 @@ def test_an_epilog_without_a_power_reading_finalises_the_integral_at_the_last_sa
     assert row[6] == running[0] and row[8] == running[1] and row[9] is True
     assert nvml.waiting_jobs() == set() and nvml.end_job(end) == []
     c.close()
+
+
+@pytest.mark.parametrize(
+    "gpus", [None, 7, "GPU-x", {"uuid": "GPU-x"}, [], [None, 3], [{"uuid": "GPU-other"}]]
+)
+def test_an_epilog_record_without_this_gpu_closes_it_at_the_last_sample(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch, gpus: object
+) -> None:
+    """A damaged end record, or one that does not name the GPU, ends the job all the same: no error,
+    no re-reading every cycle; the integral is final at its last sample."""
+    node = _node(tmp_path)
+    clock.now = T0 + 1
+    _hook(node, monkeypatch, "prolog", 409, gpus="0")
+    start = json.loads(next((node.spool / "events").glob("*-409-start.json")).read_bytes())
+    c = Collector(load_config(node.config, {}))
+    for t in (T0 + 10, T0 + 20):
+        clock.now = t
+        c.sample()
+    running = _final_rows(c, 409)[f"{UUID_BY_MINOR[0]}/nvml-power-integral"]
+    nvml = c.sources[0]
+    (row,) = nvml.end_job({"event": "end", "job_id": "409", "job_start": start["ts"], "gpus": gpus})
+    assert (row[3], row[6], row[8], row[9]) == (UUID_BY_MINOR[0], running[0], running[1], True)
+    assert nvml.waiting_jobs() == set()
+    c.close()
