@@ -151,6 +151,7 @@ def apply_measured(conn: Connection, cfg: Config, job_pks: Iterable[int]) -> int
     et = cast(Table, JobEnergy.__table__)
     ne = cast(Table, NodeEnergy.__table__).c
     pks = sorted(set(job_pks))
+    cal: list[Any] = []  # the calibration table, read when a partly measured job first needs it
     done = 0
     for i in range(0, len(pks), 500):
         jobs = conn.execute(select(jt).where(jt.c.id.in_(pks[i : i + 500]))).all()
@@ -176,7 +177,7 @@ def apply_measured(conn: Connection, cfg: Config, job_pks: Iterable[int]) -> int
                 continue
             try:  # one job's failure is logged and leaves the others' measurements applied
                 with conn.begin_nested():
-                    _rewrite(conn, cfg, job, rows, jt, et)
+                    _rewrite(conn, cfg, job, rows, jt, et, cal)
             except (SQLAlchemyError, ValueError, TypeError, OverflowError) as exc:
                 log.warning("job %s: measurements not applied: %s", job.id, str(exc).splitlines()[0][:300])
                 continue
@@ -203,7 +204,9 @@ def _plausible(cfg: Config, job: Any, rows: list[Any]) -> list[Any]:
     return out
 
 
-def _rewrite(conn: Connection, cfg: Config, job: Any, rows: list[Any], jt: Table, et: Table) -> None:
+def _rewrite(
+    conn: Connection, cfg: Config, job: Any, rows: list[Any], jt: Table, et: Table, cal: list[Any]
+) -> None:
     sums: dict[tuple[str, str, str], float] = defaultdict(float)
     gpus_covered = set()
     comps = set()
@@ -238,7 +241,7 @@ def _rewrite(conn: Connection, cfg: Config, job: Any, rows: list[Any], jt: Table
     if job.alloc_gpus and len(gpus_covered) < job.alloc_gpus:
         share = (job.alloc_gpus - len(gpus_covered)) / job.alloc_gpus
         gpu_s = job.alloc_gpus * max(job.elapsed_s or 0.0, 0.0) * share
-        power = calibrated_share(conn, cfg, job, hw)
+        power = calibrated_share(conn, cfg, job, hw, cal)
         if power is None:
             new.append(_est(job.id, "gpu", gpu_j * share))
         else:
@@ -270,18 +273,20 @@ def _rewrite(conn: Connection, cfg: Config, job: Any, rows: list[Any], jt: Table
     )
 
 
-def calibrated_share(conn: Connection, cfg: Config, job: Any, hw: Any) -> Any:
+def calibrated_share(conn: Connection, cfg: Config, job: Any, hw: Any, cal: list[Any]) -> Any:
     """The calibrated power of a partly measured job's other GPUs (cocaq.calibrate), at the utilisation
-    the aggregator found on its measured ones; None where the estimate stays TDP x utilisation."""
+    the aggregator found on its measured ones; None where the estimate stays TDP x utilisation. `cal`
+    holds the table once read (one read per `apply_measured`, not one per job)."""
     from cocaq import calibrate
     from cocaq.estimate import gpu_power
     from cocaq.models import JobMetrics
 
-    cal = calibrate.load(conn, cfg)
-    if cal is None:
+    if not cal:
+        cal.append(calibrate.load(conn, cfg))
+    if cal[0] is None:
         return None
     util = conn.execute(select(JobMetrics.gpu_util_pct).where(JobMetrics.job_pk == job.id)).scalar()
-    power = gpu_power(cal, cfg, job.gpu_type, job.partition, hw, util)
+    power = gpu_power(cal[0], cfg, job.gpu_type, job.partition, hw, util)
     return None if power.basis == calibrate.BASIS_TDP else power
 
 

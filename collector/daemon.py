@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import signal
 import sys
@@ -41,12 +40,7 @@ def _running(spool_dir: str, now: float) -> dict[str, sources_mod.RunningJob]:
                 if isinstance(g.get("energy_mj"), int):
                     start_mj[g["uuid"]] = g["energy_mj"]
                 p, ts = g.get("power_w"), g.get("ts")
-                if (
-                    isinstance(p, int | float)
-                    and isinstance(ts, int | float)
-                    and math.isfinite(p + ts)
-                    and p >= 0
-                ):
+                if sources_mod.finite_number(p) and sources_mod.finite_number(ts) and p >= 0:
                     start_power[g["uuid"]] = (float(ts), float(p))
         start = st.get("ts")
         uid = st.get("job", {}).get("uid") if isinstance(st.get("job"), dict) else None

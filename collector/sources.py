@@ -303,7 +303,7 @@ class NvmlSource(Source):
             if b is None or b[2] < 0 or key in self.closed:
                 continue  # never sampled, counted by the counter, or closed already
             e, t_last = b[2], b[3]
-            if not _finite(t_raw) or not _finite(p_raw) or p_raw < 0 or g.get("gone"):
+            if not finite_number(t_raw) or not finite_number(p_raw) or p_raw < 0 or g.get("gone"):
                 # no reading at the end (a GPU lost, an older hook): the integral stays at the last
                 # sample, final; the job is no longer waited for
                 t_end = t_row = t_last
@@ -355,7 +355,7 @@ class NvmlSource(Source):
         self.nvml.close()
 
 
-def _finite(v: object) -> TypeGuard[float]:
+def finite_number(v: object) -> TypeGuard[float]:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 

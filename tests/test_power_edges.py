@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cocaq.collector import fakenvml, spoolfiles
@@ -254,20 +255,27 @@ def test_an_epilog_record_that_is_not_json_is_skipped_not_fatal(
     c.close()
 
 
+def _sampled_job(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch, job_id: int
+) -> tuple[Collector, dict[str, Any], tuple[float, float, int]]:
+    """A job on GPU 0 sampled twice: the collector, the prolog's record and the running integral row."""
+    node = _node(tmp_path)
+    clock.now = T0 + 1
+    _hook(node, monkeypatch, "prolog", job_id, gpus="0")
+    start = json.loads(next((node.spool / "events").glob(f"*-{job_id}-start.json")).read_bytes())
+    c = Collector(load_config(node.config, {}))
+    for t in (T0 + 10, T0 + 20):
+        clock.now = t
+        c.sample()
+    return c, start, _final_rows(c, job_id)[f"{UUID_BY_MINOR[0]}/nvml-power-integral"]
+
+
 def test_an_epilog_without_a_power_reading_finalises_the_integral_at_the_last_sample(
     tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A GPU lost by the end (or an older hook) gives no reading to close on: the integral stays at the
     last sample, becomes final, and the job is no longer waited for (its record is not re-read)."""
-    node = _node(tmp_path)
-    clock.now = T0 + 1
-    _hook(node, monkeypatch, "prolog", 408, gpus="0")
-    start = json.loads(next((node.spool / "events").glob("*-408-start.json")).read_bytes())
-    c = Collector(load_config(node.config, {}))
-    for t in (T0 + 10, T0 + 20):
-        clock.now = t
-        c.sample()
-    running = _final_rows(c, 408)[f"{UUID_BY_MINOR[0]}/nvml-power-integral"]
+    c, start, running = _sampled_job(tmp_path, clock, monkeypatch, 408)
     nvml = c.sources[0]
     end = {"event": "end", "job_id": "408", "job_start": start["ts"]}
     end["gpus"] = [{"uuid": UUID_BY_MINOR[0], "ts": T0 + 25, "power_w": None, "gone": True}]
@@ -285,15 +293,7 @@ def test_an_epilog_record_without_this_gpu_closes_it_at_the_last_sample(
 ) -> None:
     """A damaged end record, or one that does not name the GPU, ends the job all the same: no error,
     no re-reading every cycle; the integral is final at its last sample."""
-    node = _node(tmp_path)
-    clock.now = T0 + 1
-    _hook(node, monkeypatch, "prolog", 409, gpus="0")
-    start = json.loads(next((node.spool / "events").glob("*-409-start.json")).read_bytes())
-    c = Collector(load_config(node.config, {}))
-    for t in (T0 + 10, T0 + 20):
-        clock.now = t
-        c.sample()
-    running = _final_rows(c, 409)[f"{UUID_BY_MINOR[0]}/nvml-power-integral"]
+    c, start, running = _sampled_job(tmp_path, clock, monkeypatch, 409)
     nvml = c.sources[0]
     (row,) = nvml.end_job({"event": "end", "job_id": "409", "job_start": start["ts"], "gpus": gpus})
     assert (row[3], row[6], row[8], row[9]) == (UUID_BY_MINOR[0], running[0], running[1], True)
