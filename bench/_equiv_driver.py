@@ -15,10 +15,10 @@ from dataclasses import replace
 from datetime import UTC
 from pathlib import Path
 
-from cocaq import migrate
+from cocaq.accounting.importer import import_records
 from cocaq.config import Hardware, NodeGroup, load_config
-from cocaq.db import make_engine
-from cocaq.importer import import_records
+from cocaq.db import migrate
+from cocaq.db.engine import make_engine
 from cocaq.slurm.sacct import ParseStats, iter_parsable
 
 CONFIG = Path(__file__).resolve().parent / "bench.toml"

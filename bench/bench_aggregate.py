@@ -10,7 +10,7 @@ The database (`cocaq_bench_agg`, kept with --reuse) is a year of a site:
     would.  The generated file is kept next to the database (--cache-dir) for the incremental runs.
   * an hourly carbon-intensity series for the year for both of the cluster's zones (DEU; FRA for
     gpu_h100), written as a plain `zone,datetime,gco2_per_kwh` CSV and imported with `cocaq carbon import`.
-  * 20,000,000 GPU samples: monthly partitions for the whole year (cocaq.migrate.ensure_sample_partitions),
+  * 20,000,000 GPU samples: monthly partitions for the whole year (cocaq.db.migrate.ensure_sample_partitions),
     then, for the GPU jobs taken in a fixed pseudo-random order until the 20 M rows are reached, nvml
     power_w and util_pct per GPU every 10-60 s (per job) over the whole run, job_id = the raw job id
     as the collector writes it, ~10% of the sample times idle (util < 5%).  Generated in PostgreSQL
@@ -158,8 +158,8 @@ def build(dbname: str, jobs: int, seed: int, cache: Path) -> dict[str, float]:
     print(f"carbon intensity: {2 * hours:,} hourly rows in {out['intensity_s']:.1f} s", flush=True)
 
     # sample partitions for every month of the data, then the samples
-    from cocaq.db import make_engine
-    from cocaq.migrate import ensure_sample_partitions
+    from cocaq.db.engine import make_engine
+    from cocaq.db.migrate import ensure_sample_partitions
 
     engine = make_engine(c.pg_url(dbname))
     with _pg(dbname) as conn:

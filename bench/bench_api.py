@@ -15,9 +15,9 @@ and reads other users' footprints as an admin).  Measured:
       --runs sequential requests per user after --warmup, on one keep-alive connection (httpx.Client),
       for the heavy user (most jobs in the window), a median user and a user without jobs, round-robin.
       Server side: the response's `Server-Timing: app;dur=MS` (credential decode, permission check,
-      query, serialisation).  Client side: a fresh credential (cocaq.munge.encode) + the request + the
+      query, serialisation).  Client side: a fresh credential (cocaq.api.munge.encode) + the request + the
       JSON parse.  Interleaved with each, the floor: the same query in this process without HTTP
-      (cocaq.footprint.user_footprint(...).as_dict() on a warm cocaq.dbapi connection, then a
+      (cocaq.footprint.totals.user_footprint(...).as_dict() on a warm cocaq.db.dbapi connection, then a
       rollback, as the server's pool does).  Target: heavy user's server-side median < 50 ms.
   (b) --clients concurrent clients (asyncio, one httpx.AsyncClient and TCP connection each, all released
       at once), each making --per-client requests in a row for one of the users with jobs in the window,
@@ -28,7 +28,7 @@ and reads other users' footprints as an admin).  Measured:
       database URL or config (the login-node path: urllib, no driver), --cli-runs times, interleaved
       with the floor `python -m cocaq --version` and, for reference, the same command reading the
       database directly (COCAQ_DATABASE_URL, the pre-API path).  Target: median < 0.5 s.
-  Profile: one heavy request in this process, the app (cocaq.api.create_app, real MUNGE decode) called
+  Profile: one heavy request in this process, the app (cocaq.api.server.create_app, real MUNGE decode) called
       through httpx.ASGITransport with the thread pool replaced by inline calls so that cProfile sees
       the whole request in one thread (no uvicorn/h11: that part is client latency minus Server-Timing).
 """
@@ -201,10 +201,10 @@ def sequential(
 ) -> dict[str, Any]:
     import httpx
 
-    from cocaq import munge
-    from cocaq.apiclient import payload_for
-    from cocaq.dbapi import connect
-    from cocaq.footprint import user_footprint
+    from cocaq.api import munge
+    from cocaq.api.client import payload_for
+    from cocaq.db.dbapi import connect
+    from cocaq.footprint.totals import user_footprint
 
     out: dict[str, dict[str, list[float]]] = {k: {"server": [], "client": [], "floor": []} for k in users}
     jobs: dict[str, int] = {}
@@ -238,7 +238,7 @@ def sequential(
 
 def encode_decode_ms(n: int = 200) -> dict[str, float]:
     """munge.encode and munge.decode alone, in this process (what each request adds on either side)."""
-    from cocaq import munge
+    from cocaq.api import munge
 
     enc: list[float] = []
     dec: list[float] = []
@@ -261,8 +261,8 @@ async def _concurrent(
 ) -> dict[str, Any]:
     import httpx
 
-    from cocaq import munge
-    from cocaq.apiclient import payload_for
+    from cocaq.api import munge
+    from cocaq.api.client import payload_for
 
     go = asyncio.Event()
     lat: list[float] = []
@@ -329,9 +329,9 @@ def profile(cfg_path: Path, user: str, params: dict[str, str], n: int) -> dict[s
     import anyio.to_thread
     import httpx
 
-    from cocaq import munge
-    from cocaq.api import create_app
-    from cocaq.apiclient import payload_for
+    from cocaq.api import munge
+    from cocaq.api.client import payload_for
+    from cocaq.api.server import create_app
     from cocaq.config import load_config
 
     cfg = load_config(cfg_path, environ={})
@@ -369,10 +369,10 @@ def profile(cfg_path: Path, user: str, params: dict[str, str], n: int) -> dict[s
     cum: dict[str, float] = {}
     statements = 0.0
     wanted = {
-        "user_footprint": "cocaq.footprint.user_footprint (SQL + rows)",
-        "rows": "cocaq.dbapi.Db.rows (the statements)",
-        "decode": "cocaq.munge.decode",
-        "caller": "cocaq.api caller() (decode + pwd + checks)",
+        "user_footprint": "cocaq.footprint.totals.user_footprint (SQL + rows)",
+        "rows": "cocaq.db.dbapi.Db.rows (the statements)",
+        "decode": "cocaq.api.munge.decode",
+        "caller": "cocaq.api.server caller() (decode + pwd + checks)",
         "as_dict": "Footprint.as_dict",
         "serialize_response": "fastapi serialize_response",
         "jsonable_encoder": "fastapi jsonable_encoder",
@@ -468,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         f"median {median_u} ({median_n:,}), {nobody} (none)",
         flush=True,
     )
-    from cocaq.footprint import Window
+    from cocaq.footprint.totals import Window
 
     w = Window(since, now)
     params = {"since": since.isoformat(), "until": now.isoformat()}

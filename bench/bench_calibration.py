@@ -7,7 +7,8 @@ nothing had measured them, the calibrated estimate against TDP x utilisation.
 1. `cocaq demo` (seed 42, 30 days) into a fresh SQLite database: its A100 jobs are measured (Slurm's node
    energy, the GPUs' share from their power samples), and what their GPUs drew depends on what the job
    did (training, LLMs, debugging, notebooks) and varies from job to job;
-2. the measured GPU jobs that the table would learn from (cocaq.calibrate.measured_samples): W per GPU,
+2. the measured GPU jobs that the table would learn from (cocaq.accounting.calibrate.measured_samples): W per
+GPU,
    GPU-hours, energy-weighted GPU utilisation;
 3. --splits times (20), a seeded shuffle holds out --holdout (30 %) of them; the table is learnt from the
    rest (GPU-hour weighted, `[estimate] calibrate_min_jobs` as configured) and each held-out job's GPU
@@ -32,9 +33,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cocaq import calibrate  # noqa: E402
+from cocaq.accounting import calibrate  # noqa: E402
 from cocaq.config import load_config  # noqa: E402
-from cocaq.db import make_engine  # noqa: E402
+from cocaq.db.engine import make_engine  # noqa: E402
 
 LABELS = {
     "tdp_default": "TDP x 1.0 (the default `gpu_utilisation`)",

@@ -19,7 +19,8 @@ What it does, all in one run so the machine's noise hits every number alike:
 4. the same import again into the loaded database (every job unchanged: the idempotent path);
 5. reference C: the parser alone (iter_parsable over the file in this process, records dropped);
 6. the peer: the same import into a fresh database by the importer as it was before this work
-   (cocaq/importer.py and cocaq/estimate.py of --baseline-rev, everything else as in the tree).
+   (cocaq/accounting/importer.py and cocaq/accounting/estimate.py of --baseline-rev, everything else as in
+   the tree).
 
 Prints the machine, a results table and the ratios; --json writes them too.
 """

@@ -6,7 +6,8 @@
 
 The database (`cocaq_bench_reports`, PostgreSQL from $COCAQ_BENCH_PG_URL, bench/bench.toml's cluster):
   * --jobs jobs (100,000) in the month (--month, default 2026-10) and a third as many in the month before
-    (for the trend), generated here as JobRecords and written with cocaq.importer.import_records (COPY on
+    (for the trend), generated here as JobRecords and written with cocaq.accounting.importer.import_records
+    (COPY on
     PostgreSQL), as `cocaq import sacct` writes them: 1,000 users in 50 labs with a Zipf-like skew (user
     rank r gets weight 1/r), partitions gpu_a100 / gpu_h100 / gpu_v100 / cpu, 1-8 GPUs, log-normal run
     times (median 1 h, up to 3 days, so some cross days and the month's edges), states COMPLETED / FAILED /
@@ -130,12 +131,12 @@ def build(dbname: str, jobs: int, month: str, sampled: int, seed: int) -> dict[s
     import psycopg
     from sqlalchemy import insert, text
 
-    from cocaq import migrate
-    from cocaq.aggregate import _gpu_params_key, _set_state, run_aggregate
+    from cocaq.accounting.aggregate import _gpu_params_key, _set_state, run_aggregate
+    from cocaq.accounting.importer import import_records
     from cocaq.config import load_config
-    from cocaq.db import make_engine
-    from cocaq.importer import import_records
-    from cocaq.models import ModelMetadata
+    from cocaq.db import migrate
+    from cocaq.db.engine import make_engine
+    from cocaq.db.schema import ModelMetadata
 
     prev, lo, hi = month_bounds(month)
     out: dict[str, float] = {}
@@ -228,12 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reuse", action="store_true", help="use the database if it is already loaded")
     a = p.parse_args(argv)
 
-    from cocaq.reports import data
-    from cocaq.reports.suggest import suggest_for_user
     from sqlalchemy import text
 
     from cocaq.config import load_config
-    from cocaq.db import make_engine
+    from cocaq.db.engine import make_engine
+    from cocaq.reports import data
+    from cocaq.reports.suggest import suggest_for_user
 
     m = c.machine()
     c.print_machine(m)

@@ -119,13 +119,12 @@ def clear_ledger(dbname: str, month_start: Any) -> int:
 
 def profile(cfg: Any, month: Any, port: int) -> list[tuple[str, float]]:
     """The parts of a send, in this process (the ledger cleared first)."""
+    from cocaq.db.engine import make_engine
     from cocaq.reports.data import users_month
     from cocaq.reports.deliver import Outgoing, deliver
     from cocaq.reports.message import build_message, new_message_id, parse_sender
     from cocaq.reports.render import render_user_month
     from cocaq.reports.suggest import suggest_for_user
-
-    from cocaq.db import make_engine
 
     engine = make_engine(cfg.database_url)
     out: list[tuple[str, float]] = []
@@ -182,9 +181,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import bench_report_data as brd
 
-    from cocaq import migrate
     from cocaq.config import load_config
-    from cocaq.db import make_engine
+    from cocaq.db import migrate
+    from cocaq.db.engine import make_engine
 
     m = c.machine()
     c.print_machine(m)

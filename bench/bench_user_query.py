@@ -18,7 +18,7 @@ Then, interleaved round-robin so the machine's noise hits every command alike, 1
   * the heavy user again with `--from-jobs`          no rollups: what reading them saves
   * `python -m cocaq --version`                      the floor: interpreter start and cocaq's CLI import
   * `python -c 'import <what cocaq user imports>'`  the floor of the command's imports alone
-and, in this process on a warm connection, the SQL alone (cocaq.footprint.user_footprint, 15 runs
+and, in this process on a warm connection, the SQL alone (cocaq.footprint.totals.user_footprint, 15 runs
 each, and the heavy user with --from-jobs).  Prints EXPLAIN (ANALYZE, BUFFERS) of the heavy user's
 statement.
 """
@@ -40,7 +40,7 @@ import _common as c
 import gen_sacct
 
 # What `cocaq user --format json` imports beyond `cocaq --version` (no SQLAlchemy, no rich).
-USER_IMPORTS = "import cocaq.cli, cocaq.footprint, cocaq.dbapi, cocaq.render, psycopg"
+USER_IMPORTS = "import cocaq.cli.app, cocaq.footprint.totals, cocaq.db.dbapi, cocaq.cli.terminal, psycopg"
 FLOOR = "floor: python -m cocaq --version"
 IMPORTS = "floor: python -c 'import <the modules the user command loads>'"
 # About 0.55% of generated job lines never start (pending at the end, cancelled while pending) and are
@@ -121,8 +121,8 @@ def pick_users(dbname: str, since: datetime) -> tuple[str, int, str, int, str]:
 def sql_only(dbname: str, users: list[str], runs: int) -> tuple[dict[str, list[float]], str]:
     """user_footprint() in this process on a warm connection (key "U" with the rollups, "U --from-jobs"
     without); and EXPLAIN ANALYZE of the heavy user's statement."""
-    from cocaq import footprint as fp
-    from cocaq.dbapi import connect
+    from cocaq.db.dbapi import connect
+    from cocaq.footprint import totals as fp
 
     times: dict[str, list[float]] = {}
     with connect(c.pg_url(dbname)) as db:
@@ -164,8 +164,9 @@ def import_breakdown(env: dict[str, str]) -> list[tuple[str, float]]:
 
 
 PIECES = (
-    "sqlalchemy", "sqlalchemy.orm", "cocaq.models", "psycopg", "click", "cocaq.config", "rich.console",
-    "cocaq.footprint", "cocaq.cli", "cocaq.render", "cocaq.db", "cocaq.dbapi", "platformdirs",
+    "sqlalchemy", "sqlalchemy.orm", "cocaq.db.schema", "psycopg", "click", "cocaq.config", "rich.console",
+    "cocaq.footprint.totals", "cocaq.cli.app", "cocaq.cli.terminal", "cocaq.db.engine", "cocaq.db.dbapi",
+    "platformdirs",
 )  # fmt: skip
 
 

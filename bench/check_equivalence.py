@@ -4,7 +4,8 @@
     .venv/bin/python bench/check_equivalence.py                 # ~2 minutes
     .venv/bin/python bench/check_equivalence.py --baseline-rev 79c38bc --lines 60000
 
-The peer is cocaq/importer.py and cocaq/estimate.py of --baseline-rev, everything else as in the tree.
+The peer is cocaq/accounting/importer.py and cocaq/accounting/estimate.py of --baseline-rev, everything else
+as in the tree.
 Both import, each into its own fresh database, the same three dumps one after the other:
   1. bench/gen_sacct.py lines (fixed seed and end), plus a job that is RUNNING and then COMPLETED in
      the same batch, a reused job id (another submit time) and a second cluster;

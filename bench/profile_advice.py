@@ -5,7 +5,7 @@
     .venv/bin/python bench/profile_advice.py --user u395 --runs 5
 
 In-process and warm (the first run is shown too): the parts of `cocaq user U --since 30d` that
-cocaq.footprint.add_advice adds, timed one by one.
+cocaq.footprint.totals.add_advice adds, timed one by one.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     a = p.parse_args(argv)
 
-    from cocaq import advice, dbapi, jobfacts
     from cocaq.config import load_config
+    from cocaq.db import dbapi
+    from cocaq.footprint import advice, jobfacts
 
     cfg = load_config(c.CONFIG)
     db = dbapi.connect(c.pg_url(a.db, sqlalchemy=False))

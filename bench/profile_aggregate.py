@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from sqlalchemy import event
 
-    from cocaq.aggregate import run_aggregate
+    from cocaq.accounting.aggregate import run_aggregate
     from cocaq.config import load_config
-    from cocaq.db import make_engine
+    from cocaq.db.engine import make_engine
 
     cfg = load_config(c.CONFIG, {"COCAQ_DATABASE_URL": c.pg_url(a.db)})
     engine = make_engine(c.pg_url(a.db))

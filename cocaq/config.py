@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cocaq.annotation import DEFAULT_DIR as ANNOTATE_DIR
 from cocaq.errors import CocaqError, ConfigError
+from cocaq.ml.annotation import DEFAULT_DIR as ANNOTATE_DIR
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG_PATH = Path("/etc/cocaq/cocaq.toml")
 # COCAQ_* variables that are not settings.
 # Variables of other parts that are not settings of this file: the job side's annotation directory
-# (cocaq.annotation), the collector's /proc for tests, the MUNGE backend (cocaq.munge).
+# (cocaq.ml.annotation), the collector's /proc for tests, the MUNGE backend (cocaq.api.munge).
 _NON_SETTING_ENV = {"COCAQ_CONFIG", "COCAQ_ANNOTATE_DIR", "COCAQ_PROC_ROOT", "COCAQ_MUNGE_BACKEND"}
 _NON_SETTING_PREFIXES = ("COCAQ_TEST_", "COCAQ_BENCH_")
 
@@ -77,7 +77,8 @@ class Estimate:
     cpu_usage: str = "totalcpu"  # "totalcpu": CPU time used; "allocated": cores x elapsed
     # Slurm's ConsumedEnergy above nodes x elapsed x this is implausible: dropped at import, estimated
     max_node_power_w: float = 20_000.0
-    # GPUs that nothing measured: W per GPU from the site's measured jobs of the same model (cocaq.calibrate)
+    # GPUs that nothing measured: W per GPU from the site's measured jobs of the same model
+    # (cocaq.accounting.calibrate)
     calibrate: bool = True
     calibrate_min_jobs: int = 5  # jobs a cell of the learnt table needs before an estimate uses it
     calibrate_buckets: tuple[float, ...] = (25.0, 50.0, 75.0)  # utilisation bucket edges, %
@@ -193,7 +194,7 @@ class Reports:
     archive_dir: str | None = None  # where the batch keeps the admins' interactive HTML, one file a month
     job_digest_minutes: int = 30  # job e-mails: a user's ended jobs wait this long to go as one digest
     # job e-mails also go, unasked, for a job whose energy that did no work (idle GPUs, failed, out of
-    # memory, timed out: cocaq.ledger) reached this many kWh; 0: only to those who asked
+    # memory, timed out: cocaq.accounting.ledger) reached this many kWh; 0: only to those who asked
     job_email_waste_kwh: float = 5.0
 
 
@@ -475,7 +476,7 @@ def _mail(t: Any) -> Mail:
         return Mail()
     import re
 
-    from cocaq.reports.addresses import (
+    from cocaq.addresses import (
         check_address_template,
         check_list_unsubscribe,
         looks_like_address,
@@ -569,7 +570,7 @@ def _mail(t: Any) -> Mail:
 
 def _addresses(key: str, value: Any) -> tuple[str, ...]:
     """A list of e-mail addresses (from the environment: comma-separated)."""
-    from cocaq.reports.addresses import looks_like_address, normalise_address
+    from cocaq.addresses import looks_like_address, normalise_address
 
     if isinstance(value, str):
         value = [a.strip() for a in value.split(",") if a.strip()]

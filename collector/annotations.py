@@ -5,7 +5,7 @@
 0600, in a directory root owns (0711: users reach their file by name but cannot list, create, rename or
 unlink anything there). So a user can change only the contents of their own job's file, never swap it
 for a symlink; the readers still refuse anything that is not a regular file of the job's user, read at
-most 64 KiB, and treat the contents as hostile (cocaq.modelmeta validates them). Stdlib only.
+most 64 KiB, and treat the contents as hostile (cocaq.ml.meta validates them). Stdlib only.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import json
 import os
 import stat
 
-from cocaq.annotation import DEFAULT_DIR
-from cocaq.modelmeta import MAX_FILE, validate
+from cocaq.ml.annotation import DEFAULT_DIR
+from cocaq.ml.meta import MAX_FILE, validate
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

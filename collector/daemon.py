@@ -20,7 +20,6 @@ from typing import Any
 from cocaq.collector import sources as sources_mod
 from cocaq.collector.ship import ShipError, Target, connect, ship_once
 from cocaq.collector.spool import CollectorDB, running_jobs
-
 from cocaq.config import Config
 
 log = logging.getLogger("cocaq.collector")

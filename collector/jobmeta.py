@@ -17,7 +17,6 @@ from typing import Any
 
 from cocaq.collector import annotations as annotation_files
 from cocaq.collector.sources import Cycle, Source, register
-
 from cocaq.config import Collector
 
 log = logging.getLogger("cocaq.collector")

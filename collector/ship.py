@@ -96,7 +96,7 @@ def connect(url: str, timeout_s: float = 5.0) -> Target:
     if url.startswith("sqlite:///"):
         return SqliteTarget(url[len("sqlite:///") :])
     if url.startswith(("postgresql://", "postgresql+psycopg://", "postgres://")):
-        from cocaq.pgurl import conninfo
+        from cocaq.db.pgurl import conninfo
 
         return PgTarget(conninfo(url), timeout_s)
     raise ShipError(f"ship: unsupported database URL scheme in {url.split('://', 1)[0]!r}")

@@ -7,7 +7,7 @@ from typing import Any
 from alembic import context
 from sqlalchemy import Connection, pool
 
-from cocaq.models import Base
+from cocaq.db.schema import Base
 
 config = context.config
 target_metadata = Base.metadata
@@ -57,7 +57,7 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    from cocaq.db import make_engine
+    from cocaq.db.engine import make_engine
 
     engine = make_engine(_url())
     engine.pool = pool.NullPool(engine.pool._creator)  # type: ignore[attr-defined,unused-ignore]

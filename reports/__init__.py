@@ -12,7 +12,7 @@ where used so that `import cocaq.reports` stays cheap:
 - `batch`: a month's user, lab and admin e-mails (`cocaq report send`);
 - `jobmail`: job e-mails at job end, grouped into digests.
 
-`trigger` is what `cocaq scheduler` calls (cocaq/scheduler.py finds it by name).
+`trigger` is what `cocaq scheduler` calls (cocaq/cli/scheduler_daemon.py finds it by name).
 """
 
 from __future__ import annotations

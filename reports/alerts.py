@@ -74,12 +74,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
+from cocaq.accounting.ledger import J_PER_KWH
 from cocaq.config import Config
-from cocaq.dbtypes import as_utc
+from cocaq.db.coltypes import as_utc
+from cocaq.db.schema import Cluster, Job, JobAlert, Sample, SentReport
+from cocaq.db.sqlfuncs import epoch_exact
 from cocaq.errors import UsageError
-from cocaq.ledger import J_PER_KWH
-from cocaq.models import Cluster, Job, JobAlert, Sample, SentReport
-from cocaq.sqlfuncs import epoch_exact
 
 if TYPE_CHECKING:
     from cocaq.reports.deliver import DeliverySummary, Outgoing

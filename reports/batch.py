@@ -209,7 +209,7 @@ class _Sender:
 
 
 def _sent_recipients(engine: Engine, kind: str, period_start: datetime) -> set[str]:
-    from cocaq.models import SentReport as T
+    from cocaq.db.schema import SentReport as T
 
     with engine.connect() as conn:
         q = select(T.recipient).where(T.kind == kind, T.period_start == period_start, T.status == "sent")
@@ -272,7 +272,7 @@ def _month_users(engine: Engine, month: Month, cluster: str | None) -> list[str]
     send never computes the month."""
     from sqlalchemy import or_
 
-    from cocaq.models import Cluster, Job
+    from cocaq.db.schema import Cluster, Job
 
     q = (
         select(Job.user_name)
@@ -290,10 +290,9 @@ def _month_users(engine: Engine, month: Month, cluster: str | None) -> list[str]
 
 
 def _send_users(sender: _Sender, month: Month, cluster: str | None, section: Section) -> AddressBook:
+    from cocaq.db.schema import User
     from cocaq.reports.data import users_month
     from cocaq.reports.recipients import AddressBook
-
-    from cocaq.models import User
 
     engine, cfg = sender.engine, sender.cfg
     names = _month_users(engine, month, cluster)
@@ -407,7 +406,7 @@ def _rendered_users(
 
 def _lab_accounts(engine: Engine, month: Month, cluster: str | None) -> set[str]:
     """Accounts with jobs in the month (from the rollups: one row per day, user, account, partition)."""
-    from cocaq.models import Cluster, DailyRollup
+    from cocaq.db.schema import Cluster, DailyRollup
 
     R = DailyRollup
     q = select(R.account).where(R.day >= month.start, R.day < month.end).distinct()

@@ -7,7 +7,8 @@ Where each figure comes from, and why:
   hours), so a UTC month is exactly the sum of its days and two months compare like for like; a month is
   a few thousand rows to read whatever the number of jobs.
 * What a rollup cannot hold comes from `jobs` (+ `job_metrics`), each job weighted by the share of its
-  run inside the month, the rollups' own formula (`cocaq.aggregate`): distinct jobs and their states (a
+  run inside the month, the rollups' own formula (`cocaq.accounting.aggregate`): distinct jobs and their
+  states (a
   rollup counts a job once in every day it ran), the CO2 of idle-GPU and failed-job energy (a rollup
   keeps their energy, not the intensity and PUE it was emitted at), the zones, sources and PUE used, the
   GPU-utilisation histogram, and per-job lists (top jobs, idle jobs, GPU jobs for `reports.suggest`).
@@ -48,14 +49,10 @@ from sqlalchemy import (
     union_all,
 )
 
-from cocaq.advice import Advice, Context, advise
+from cocaq.accounting.ledger import J_PER_KWH, OUTCOME, OUTCOMES, outcome_of
 from cocaq.config import Config
-from cocaq.dbtypes import as_utc
-from cocaq.errors import UsageError
-from cocaq.footprint import equivalents
-from cocaq.jobfacts import DeviceUse, JobFacts
-from cocaq.ledger import J_PER_KWH, OUTCOME, OUTCOMES, outcome_of
-from cocaq.models import (
+from cocaq.db.coltypes import as_utc
+from cocaq.db.schema import (
     AggregatorState,
     Cluster,
     DailyRollup,
@@ -67,14 +64,18 @@ from cocaq.models import (
     NodeEnergy,
     Sample,
 )
-from cocaq.modelstats import UNNAMED, Comparison
-from cocaq.modelstats import Scope as ModelScope
-from cocaq.modelstats import comparisons as model_comparisons
+from cocaq.db.sqlfuncs import epoch_exact as _epoch_s
+from cocaq.db.sqlfuncs import first_word as _first_word
+from cocaq.db.sqlfuncs import floor_ as _floor
+from cocaq.db.sqlfuncs import greatest, least
+from cocaq.errors import UsageError
+from cocaq.footprint.advice import Advice, Context, advise
+from cocaq.footprint.by_model import UNNAMED, Comparison
+from cocaq.footprint.by_model import Scope as ModelScope
+from cocaq.footprint.by_model import comparisons as model_comparisons
+from cocaq.footprint.jobfacts import DeviceUse, JobFacts
+from cocaq.footprint.totals import equivalents
 from cocaq.slurm.record import FINAL_STATES
-from cocaq.sqlfuncs import epoch_exact as _epoch_s
-from cocaq.sqlfuncs import first_word as _first_word
-from cocaq.sqlfuncs import floor_ as _floor
-from cocaq.sqlfuncs import greatest, least
 
 J = cast(Table, Job.__table__).c
 M = cast(Table, JobMetrics.__table__).c
@@ -92,7 +93,7 @@ MODELS = cast(Table, ModelMetadata.__table__)
 
 WORK_MEM = "64MB"  # PostgreSQL, per sort or hash of these statements (SET LOCAL)
 DAY_S = 86400.0
-# What a daily_rollups row sums (cocaq.aggregate._FIELDS without the per-day job counts).
+# What a daily_rollups row sums (cocaq.accounting.aggregate._FIELDS without the per-day job counts).
 SUMS = (
     "cpu_hours", "gpu_hours", "energy_gpu_j", "energy_cpu_j", "energy_dram_j", "energy_other_j",
     "energy_measured_j", "energy_estimated_j", "energy_failed_j", "energy_oom_j", "energy_timeout_j",
@@ -116,7 +117,7 @@ PEER_SUMS = ("energy_measured_j", "energy_estimated_j", "gpu_util_energy_j", "gp
 Sums = dict[str, float]
 
 
-# --- SQL spellings that differ by dialect: cocaq.sqlfuncs ------------------------------------------------
+# --- SQL spellings that differ by dialect: cocaq.db.sqlfuncs ------------------------------------------------
 
 
 def _f(x: float) -> Any:
@@ -173,7 +174,8 @@ class MonthTotals:
     jobs_oom: int = 0
     gpu_util_pct: float | None = None  # energy-weighted, over the GPU energy that samples cover
     idle_gpu_hours: float = 0.0  # allocated GPU-hours under the idle threshold
-    # What did no work, in disjoint parts of energy_kwh (cocaq.ledger), each with its CO2 (at each job's
+    # What did no work, in disjoint parts of energy_kwh (cocaq.accounting.ledger), each with its CO2 (at each
+    # job's
     # own intensity x PUE, see `_job_groups`): idle GPUs, then the rest of the energy of the jobs that
     # failed, ran out of memory, timed out, were cancelled.
     idle_gpu_kwh: float = 0.0  # what idle allocated GPUs drew (their samples), at most the GPU energy
@@ -214,7 +216,7 @@ class MonthTotals:
 
 @dataclass(frozen=True)
 class Equivalents:
-    """Everyday equivalents of the operational CO2 (cocaq.footprint's US EPA factors)."""
+    """Everyday equivalents of the operational CO2 (cocaq.footprint.totals's US EPA factors)."""
 
     car_km: float
     smartphone_charges: float
@@ -396,12 +398,15 @@ class UserMonth:
     peers: PeerStanding
     top_jobs: tuple[JobLine, ...]
     idle_jobs: tuple[JobFacts, ...]  # jobs that held GPUs nearly idle, most idle energy first
-    jobs: tuple[JobFacts, ...]  # every job of the month (cocaq.jobfacts), most energy first: the advice's
+    jobs: tuple[
+        JobFacts, ...
+    ]  # every job of the month (cocaq.footprint.jobfacts), most energy first: the advice's
     time_limits: TimeLimitUse
     basis: Basis
     daily: tuple[DayPoint, ...]  # every day of the month
     models: tuple[ModelUse, ...] = ()  # the month's share of the user's jobs with model metadata
-    # the user's runs of one model side by side by precision and batch size (cocaq.modelstats): runs that
+    # the user's runs of one model side by side by precision and batch size (cocaq.footprint.by_model): runs
+    # that
     # ended in the month, whole; the largest possible saving first
     model_comparisons: tuple[Comparison, ...] = ()
     data_days: DataDays | None = None  # the days of the month the data covers
@@ -471,7 +476,7 @@ class MonthWaste:
 
 @dataclass(frozen=True)
 class MemberAdvice:
-    """A lab member's largest suggestion of the month (cocaq.advice), for the lab head."""
+    """A lab member's largest suggestion of the month (cocaq.footprint.advice), for the lab head."""
 
     user: str
     advice: Advice
@@ -539,7 +544,8 @@ class UtilHistogram:
 
 @dataclass(frozen=True)
 class WasteBreakdown:
-    """A lab's (or user's) energy that did no work, in the ledger's disjoint parts (cocaq.ledger)."""
+    """A lab's (or user's) energy that did no work, in the ledger's disjoint parts
+    (cocaq.accounting.ledger)."""
 
     key: str
     energy_kwh: float  # all of its energy: the parts never add up to more
@@ -572,7 +578,9 @@ class StateEnergy:
     jobs: int
     energy_kwh: float
     co2_kg: float
-    outcome: str | None  # where the ledger counts its energy beyond idle GPUs (cocaq.ledger), if anywhere
+    outcome: (
+        str | None
+    )  # where the ledger counts its energy beyond idle GPUs (cocaq.accounting.ledger), if anywhere
 
 
 @dataclass(frozen=True)
@@ -747,8 +755,10 @@ class JobReport:
     final_reasons: tuple[str, ...]  # why not, when not
     metrics_current: bool  # job_metrics derived after the job's last change
     models: tuple[str, ...]
-    facts: JobFacts | None = None  # the ledger's view of it (cocaq.jobfacts): waste parts, memory
-    notes: tuple[Advice, ...] = ()  # what to change next time (cocaq.advice.job_notes), largest first
+    facts: JobFacts | None = None  # the ledger's view of it (cocaq.footprint.jobfacts): waste parts, memory
+    notes: tuple[
+        Advice, ...
+    ] = ()  # what to change next time (cocaq.footprint.advice.job_notes), largest first
 
 
 @dataclass(frozen=True)
@@ -911,7 +921,7 @@ def _month_jobs(lo: datetime, hi: datetime, where: list[Any]) -> Any:
             M.gpu_util_pct.label("util"),
             func.coalesce(M.gpu_samples_s, 0.0).label("samples_s"),
             func.coalesce(M.idle_gpu_s, 0.0).label("idle_s"),
-            # the ledger's idle GPU energy: at most the job's energy (cocaq.ledger.waste)
+            # the ledger's idle GPU energy: at most the job's energy (cocaq.accounting.ledger.waste)
             greatest(
                 _f(0.0),
                 least(
@@ -938,7 +948,8 @@ def _month_jobs(lo: datetime, hi: datetime, where: list[Any]) -> Any:
 
 @dataclass
 class _JobStats:
-    """Distinct jobs by how they ended, and the CO2 of the ledger's parts (cocaq.ledger), per key."""
+    """Distinct jobs by how they ended, and the CO2 of the ledger's parts (cocaq.accounting.ledger), per
+    key."""
 
     jobs: int = 0
     counts: dict[str, int] = field(default_factory=dict)  # outcome -> jobs
@@ -1561,9 +1572,9 @@ def _job_facts(
     *,
     account: str | None = None,
 ) -> dict[str, list[JobFacts]]:
-    """Each user's jobs of the month (cocaq.jobfacts, the ledger's figures), most energy first."""
-    from cocaq import jobfacts
-    from cocaq.dbapi import wrap
+    """Each user's jobs of the month (cocaq.footprint.jobfacts, the ledger's figures), most energy first."""
+    from cocaq.db.dbapi import wrap
+    from cocaq.footprint import jobfacts
 
     db = wrap(conn)
     one = users[0] if users is not None and len(users) == 1 else None
@@ -1605,7 +1616,7 @@ def _waste_trend(
 
 
 def advice_context(month: Month, cfg: Config) -> Context:
-    """What cocaq.advice needs to know of a month and the site."""
+    """What cocaq.footprint.advice needs to know of a month and the site."""
     return Context(
         since=month.start,
         until=month.end,
@@ -1949,7 +1960,8 @@ def _model_uses(
     conn: Connection, y: Any, month: Month, *, by_user: bool = False
 ) -> dict[str, tuple[ModelUse, ...]]:
     """Energy, CO2 and GPU-hours per (model, framework) of the runs in `y` with model metadata that
-    ended in the month, whole, as `cocaq models` counts them (cocaq.modelstats: a run's epochs and tokens
+    ended in the month, whole, as `cocaq models` counts them (cocaq.footprint.by_model: a run's epochs and
+    tokens
     belong to all of it), most energy first: per user (`by_user`), else all under "". One grouped
     statement (model_metadata has one row per job, so a job counts once)."""
     keys = [y.c.user_name] if by_user else []
@@ -2335,9 +2347,9 @@ def job_footprint(conn: Connection, cfg: Config, job_pk: int) -> JobReport:
         if open_nodes:
             reasons.append(f"{open_nodes} measured node record(s) not final yet (no epilog record)")
     metrics_current = bool(m is not None and as_utc(m.computed_at) >= as_utc(j.updated_at))
-    from cocaq import jobfacts
-    from cocaq.dbapi import wrap
-    from cocaq.footprint import job_notes
+    from cocaq.db.dbapi import wrap
+    from cocaq.footprint import jobfacts
+    from cocaq.footprint.totals import job_notes
 
     db = wrap(conn)
     facts = jobfacts.one(db, cfg, job_pk)

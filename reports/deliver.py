@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import Engine
+
+from cocaq.config import Config
 from cocaq.reports.ledger import FAILED, SENDING, SENT, Entry, Ledger
 from cocaq.reports.message import build_message, new_message_id, parse_sender
 from cocaq.reports.recipients import AddressBook, Recipient, sent_today
 from cocaq.reports.transport import MailError, SendError, Transport, make_transport
-from sqlalchemy import Engine
-
-from cocaq.config import Config
 
 log = logging.getLogger("cocaq.reports")
 

@@ -5,7 +5,8 @@ Which jobs: those that asked, and those that wasted energy.
 * Asked: a user with `users.job_email` set, or a job whose Slurm comment holds `cocaq:notify`
   (`NOTIFY_TOKEN`, any case, anywhere in the comment: `#SBATCH --comment "cocaq:notify"`).
 * Wasted, asked or not: a finished job whose energy that did no useful work,
-  `cocaq.ledger.waste(state, jobs.energy_j, job_metrics.idle_gpu_energy_j).total` (its idle GPUs, and all
+  `cocaq.accounting.ledger.waste(state, jobs.energy_j, job_metrics.idle_gpu_energy_j).total` (its idle GPUs,
+  and all
   of the rest of a job that failed, ran out of memory, timed out or was cancelled), reached
   `[reports] job_email_waste_kwh` (0: off). Its e-mail says why it came (`render.waste_reason`) and how
   to stop these e-mails. A job's idle GPU energy is known once the aggregator has derived its metrics;
@@ -56,9 +57,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine, and_, exists, false, func, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 
+from cocaq.accounting.ledger import J_PER_KWH
 from cocaq.config import Config
-from cocaq.dbtypes import as_utc
-from cocaq.ledger import J_PER_KWH
+from cocaq.db.coltypes import as_utc
 
 if TYPE_CHECKING:
     from cocaq.reports.data import JobReport
@@ -154,7 +155,7 @@ class JobMailSummary:
 
 def _asked() -> Any:
     """SQL: the job (jobs, with its users row outer-joined) asked for its e-mail."""
-    from cocaq.models import Job, User
+    from cocaq.db.schema import Job, User
 
     return or_(
         User.job_email.is_(True),
@@ -163,14 +164,15 @@ def _asked() -> Any:
 
 
 def _wasted(cfg: Config) -> Any:
-    """SQL: `cocaq.ledger.waste(state, energy, idle).total >= [reports] job_email_waste_kwh` (false at 0).
+    """SQL: `cocaq.accounting.ledger.waste(state, energy, idle).total >= [reports] job_email_waste_kwh`
+    (false at 0).
 
     The total is the whole energy of a job that ended badly (its idle part plus the rest), else its idle
     GPU energy capped at its energy; so with a threshold t > 0 it reaches t exactly when the energy does
     and, for a job that did not end badly, its idle GPU energy does too."""
-    from cocaq.ledger import OUTCOME
-    from cocaq.models import Job, JobMetrics
-    from cocaq.sqlfuncs import first_word
+    from cocaq.accounting.ledger import OUTCOME
+    from cocaq.db.schema import Job, JobMetrics
+    from cocaq.db.sqlfuncs import first_word
 
     kwh = cfg.reports.job_email_waste_kwh
     if kwh <= 0:
@@ -183,7 +185,7 @@ def _wasted(cfg: Config) -> Any:
 def _wanted_jobs(engine: Engine, cfg: Config, now: datetime) -> list[tuple[int, str, datetime, bool]]:
     """(job pk, user, end, asked) of the jobs that asked for an e-mail or wasted energy, ended within
     LOOKBACK, in no digest yet."""
-    from cocaq.models import Job, JobMetrics, JobNotice, User
+    from cocaq.db.schema import Job, JobMetrics, JobNotice, User
 
     J, U, N, M = Job, User, JobNotice, JobMetrics
     asked = _asked()
@@ -210,7 +212,7 @@ def _wanted_jobs(engine: Engine, cfg: Config, now: datetime) -> list[tuple[int, 
 
 def unasked_jobs(engine: Engine, pks: list[int]) -> set[int]:
     """Of these jobs, those that did not ask for their e-mail (they go for their wasted energy)."""
-    from cocaq.models import Job, User
+    from cocaq.db.schema import Job, User
 
     q = (
         select(Job.id)
@@ -224,7 +226,7 @@ def unasked_jobs(engine: Engine, pks: list[int]) -> set[int]:
 
 def _open_digests(engine: Engine, now: datetime) -> list[tuple[str, datetime]]:
     """(user, digest_at) of the digests made within RETRY_FOR whose ledger row is not `sent`."""
-    from cocaq.models import JobNotice, SentReport
+    from cocaq.db.schema import JobNotice, SentReport
 
     N, S = JobNotice, SentReport
     sent = exists().where(
@@ -242,7 +244,7 @@ def _open_digests(engine: Engine, now: datetime) -> list[tuple[str, datetime]]:
 
 def _bind(engine: Engine, user: str, pks: list[int], now: datetime) -> datetime | None:
     """Bind the jobs to a new digest of `user` in one transaction; its key, or None if a run raced us."""
-    from cocaq.models import JobNotice as N
+    from cocaq.db.schema import JobNotice as N
 
     try:
         with engine.begin() as conn:
@@ -259,7 +261,7 @@ def _bind(engine: Engine, user: str, pks: list[int], now: datetime) -> datetime 
 
 def digest_jobs(engine: Engine, user: str, digest_at: datetime) -> list[int]:
     """The jobs bound to a digest, in the order they ended."""
-    from cocaq.models import Job, JobNotice
+    from cocaq.db.schema import Job, JobNotice
 
     q = (
         select(JobNotice.job_pk)

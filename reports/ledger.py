@@ -21,8 +21,8 @@ from datetime import datetime
 from sqlalchemy import Connection, Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from cocaq.dbtypes import as_utc
-from cocaq.models import SentReport
+from cocaq.db.coltypes import as_utc
+from cocaq.db.schema import SentReport
 
 SENDING, SENT, FAILED = "sending", "sent", "failed"
 _ERROR_MAX = 2000

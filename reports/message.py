@@ -17,7 +17,7 @@ from email.message import EmailMessage
 from email.utils import format_datetime, getaddresses, make_msgid
 from typing import TYPE_CHECKING
 
-from cocaq.reports.addresses import looks_like_address
+from cocaq.addresses import looks_like_address
 
 if TYPE_CHECKING:
     from cocaq.config import Mail
@@ -60,7 +60,7 @@ def unsubscribe_header(mail: Mail, user: str | None, contact: str | None = None)
     an "Unsubscribe" button for it)."""
     from urllib.parse import quote
 
-    from cocaq.reports.addresses import list_unsubscribe_header
+    from cocaq.addresses import list_unsubscribe_header
 
     if mail.list_unsubscribe:
         return list_unsubscribe_header(mail.list_unsubscribe, user)

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from cocaq.reports.addresses import apply_address_template, looks_like_address, normalise_address
-from cocaq.reports.transport import MailError
 from sqlalchemy import Connection, Engine, and_, func, not_, select
 
+from cocaq.addresses import apply_address_template, looks_like_address, normalise_address
 from cocaq.config import Mail
-from cocaq.models import SentReport, User
+from cocaq.db.schema import SentReport, User
+from cocaq.reports.transport import MailError
 
 log = logging.getLogger("cocaq.reports")
 

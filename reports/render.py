@@ -32,6 +32,9 @@ from typing import TYPE_CHECKING, Any
 from cocaq.config import Config
 
 if TYPE_CHECKING:
+    from jinja2 import Environment
+
+    from cocaq.footprint.by_model import Comparison
     from cocaq.reports.alerts import IdleAlert
     from cocaq.reports.data import (
         AdminMonth,
@@ -43,9 +46,6 @@ if TYPE_CHECKING:
         UserMonth,
     )
     from cocaq.reports.suggest import Suggestion
-    from jinja2 import Environment
-
-    from cocaq.modelstats import Comparison
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CHART_WIDTH = 560  # display px at most (charts are designed 420 px wide and drawn at twice that)
@@ -91,7 +91,8 @@ def kwh(x: float | None) -> str:
 def estimate(
     est: float | None, low: float | None = None, high: float | None = None, unit: bool = True
 ) -> str:
-    """The estimated part of an energy with its range: "310 kWh, 240-390 estimated" (cocaq.calibrate's
+    """The estimated part of an energy with its range: "310 kWh, 240-390 estimated"
+    (cocaq.accounting.calibrate's
     10th-90th percentile); "310 kWh estimated" where it has none (rated power). Without `unit`, plain
     kWh numbers ("310, 240-390 estimated"), for a column of kWh."""
     if est is None or not math.isfinite(est):
@@ -220,7 +221,8 @@ def rank_text(rank: int | None, of: int, most: str, least: str) -> str:
 
 @dataclass(frozen=True)
 class WastePart:
-    """One of the ledger's disjoint parts of energy that did no work (cocaq.ledger), as a report says it."""
+    """One of the ledger's disjoint parts of energy that did no work (cocaq.accounting.ledger), as a report
+    says it."""
 
     key: str  # idle, failed, oom, timeout, cancelled
     label: str
@@ -281,8 +283,9 @@ def opt_out_text(cfg: Config) -> str:
 
 
 def job_waste(f: Any) -> Any:
-    """A job's disjoint parts that did no work (cocaq.ledger.waste of a cocaq.jobfacts.JobFacts), in kWh."""
-    from cocaq.ledger import waste
+    """A job's disjoint parts that did no work (cocaq.accounting.ledger.waste of a
+    cocaq.footprint.jobfacts.JobFacts), in kWh."""
+    from cocaq.accounting.ledger import waste
 
     return waste(f.state, f.energy_kwh, f.idle_kwh)
 
@@ -302,8 +305,8 @@ def saving_text(a: Suggestion, brief: bool = False) -> str:
 
 
 def car_km(co2_kg: float) -> float:
-    """Kilometres in an average petrol car with the same CO2 (US EPA, as cocaq.footprint)."""
-    from cocaq.footprint import equivalents
+    """Kilometres in an average petrol car with the same CO2 (US EPA, as cocaq.footprint.totals)."""
+    from cocaq.footprint.totals import equivalents
 
     return equivalents(co2_kg)["car_km"]
 
@@ -319,7 +322,8 @@ def evidence(value: float, unit: str) -> str:
 def model_tip(comparisons: Sequence[Comparison]) -> str | None:
     """The user e-mail's one sentence about precision or batch size (`Your llama-3-8b runs in bf16 used
     0.42 kWh per epoch, 38% less than in fp32.`): the comparison with the largest possible saving that
-    has something to say (cocaq.modelstats.Comparison.sentence), None when none has. A plain string: the
+    has something to say (cocaq.footprint.by_model.Comparison.sentence), None when none has. A plain string:
+    the
     HTML template escapes the model name in it."""
     for c in comparisons:
         line = c.sentence("Your", kwh=kwh, name=lambda s: short(s, 40))
@@ -433,7 +437,7 @@ def _plain(value: Any) -> Any:
 
 
 def _words(kind: str) -> Callable[[str], str]:
-    from cocaq.render import component_words, source_words
+    from cocaq.cli.terminal import component_words, source_words
 
     return component_words if kind == "component" else source_words
 
@@ -868,10 +872,10 @@ _OUTCOME_WORDS = {
 
 
 def waste_reason(j: JobReport) -> str | None:
-    """Why a job's e-mail went unasked, in one sentence from its ledger parts (cocaq.ledger.waste):
+    """Why a job's e-mail went unasked, in one sentence from its ledger parts (cocaq.accounting.ledger.waste):
     `4.1 kWh of this job's energy did no useful work: its GPUs sat idle for 14 GPU-hours (4.1 kWh).`
     None when none of its energy counts as wasted."""
-    from cocaq.ledger import J_PER_KWH, outcome_of, waste
+    from cocaq.accounting.ledger import J_PER_KWH, outcome_of, waste
 
     w = waste(j.state, j.energy_kwh * J_PER_KWH, j.idle_kwh * J_PER_KWH)
     if w.total <= 0:

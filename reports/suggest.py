@@ -1,6 +1,7 @@
-"""The suggestions of a user's monthly report: cocaq.advice over the user's jobs of the month.
+"""The suggestions of a user's monthly report: cocaq.footprint.advice over the user's jobs of the month.
 
-The rules, their evidence and how each saving is sized live in cocaq.advice, shared with `cocaq user`
+The rules, their evidence and how each saving is sized live in cocaq.footprint.advice, shared with `cocaq
+user`
 and `cocaq job`, so that the e-mail, the CLI and the API say the same thing. Here: the month's context
 (its window, the site's idle threshold and interactive job names) and the threshold that keeps a
 suggestion out of an e-mail (`[advice] min_share` of the user's month and `min_kwh`).
@@ -8,10 +9,9 @@ suggestion out of an e-mail (`[advice] min_share` of the user's month and `min_k
 
 from __future__ import annotations
 
-from cocaq.reports.data import UserMonth
-
-from cocaq.advice import Advice, Context, Thresholds, advise
 from cocaq.config import Config
+from cocaq.footprint.advice import Advice, Context, Thresholds, advise
+from cocaq.reports.data import UserMonth
 
 Suggestion = Advice  # (the name the templates and senders have used)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
-from cocaq import migrate
-from cocaq.db import make_engine
+from cocaq.db import migrate
+from cocaq.db.engine import make_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"

@@ -1,4 +1,4 @@
-"""The advice engine (cocaq.advice): each suggestion fires on the user's own jobs when they support it, is
+"""The advice engine (cocaq.footprint.advice): each suggestion fires on the user's own jobs when they support it, is
 sized on the energy it would change, names the exact change, and is ranked by its saving.
 
 Two layers: the rules on hand-made JobFacts (every threshold and edge), and a real month (import, samples,
@@ -14,18 +14,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from cocaq.reports import data
-from cocaq.reports.suggest import suggest_for_user
 from sqlalchemy import Engine, insert, text
 
-from cocaq import advice, migrate
-from cocaq.advice import BALER_SAVING, Context, Thresholds, candidates, job_notes
-from cocaq.aggregate import run_aggregate
+from cocaq.accounting.aggregate import run_aggregate
+from cocaq.accounting.importer import import_records
 from cocaq.config import Config
-from cocaq.db import make_engine
-from cocaq.importer import import_records
-from cocaq.jobfacts import DeviceUse, JobFacts
-from cocaq.models import ModelMetadata
+from cocaq.db import migrate
+from cocaq.db.engine import make_engine
+from cocaq.db.schema import ModelMetadata
+from cocaq.footprint import advice
+from cocaq.footprint.advice import BALER_SAVING, Context, Thresholds, candidates, job_notes
+from cocaq.footprint.jobfacts import DeviceUse, JobFacts
+from cocaq.reports import data
+from cocaq.reports.suggest import suggest_for_user
 from tests.conftest import new_database
 from tests.test_report_data import config, gpu_samples, job
 
@@ -306,9 +307,9 @@ def test_a_real_month(month: tuple[dict[str, data.UserMonth], Config]) -> None:
 
 
 def test_jobfacts_rows_line_up_with_its_fields() -> None:
-    """cocaq.jobfacts builds JobFacts positionally from its query (a heavy user's 10,000 jobs on a login
+    """cocaq.footprint.jobfacts builds JobFacts positionally from its query (a heavy user's 10,000 jobs on a login
     node): a field added or moved must move the query's columns too."""
-    from cocaq import jobfacts
+    from cocaq.footprint import jobfacts
 
     names = [f.name for f in dataclasses.fields(JobFacts)]
     n = jobfacts._N_PLAIN

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, insert, select, text
 
-from cocaq.aggregate import run_aggregate
+from cocaq.accounting.aggregate import run_aggregate
+from cocaq.accounting.importer import import_records
 from cocaq.config import Config, load_config
-from cocaq.importer import import_records
-from cocaq.models import CarbonIntensity, Cluster, DailyRollup, Sample
+from cocaq.db.schema import CarbonIntensity, Cluster, DailyRollup, Sample
 from cocaq.slurm.record import JobRecord
 
 DAY0 = datetime(2026, 10, 5, tzinfo=UTC)
@@ -175,7 +175,7 @@ def test_days_add_up_to_the_jobs_and_states_are_counted(engine: Engine, tmp_path
 @pytest.fixture
 def no_margin(monkeypatch: pytest.MonkeyPatch) -> None:
     """Incremental runs re-derive what changed up to MARGIN before the last run; tests that count say 0."""
-    from cocaq import aggregate
+    from cocaq.accounting import aggregate
 
     monkeypatch.setattr(aggregate, "MARGIN", timedelta(0))
 
@@ -222,7 +222,7 @@ def test_cocaq_aggregate_command(engine: Engine, tmp_path: Path, cli_env: dict[s
 
 def test_rollups_in_sql_equal_the_python_ones(engine: Engine, tmp_path: Path) -> None:
     """PostgreSQL rebuilds days in one SQL statement; it must give what the Python loop gives."""
-    from cocaq import aggregate
+    from cocaq.accounting import aggregate
 
     if engine.dialect.name != "postgresql":
         pytest.skip("the SQL rollups are PostgreSQL's")
@@ -292,7 +292,7 @@ def test_unchanged_metrics_are_not_rewritten_but_stale_ones_are(
 def test_samples_in_one_pass_give_what_the_batches_give(
     engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cocaq import aggregate
+    from cocaq.accounting import aggregate
 
     url = engine.url.render_as_string(hide_password=False)
     cfg = _cfg(tmp_path, url)
@@ -399,7 +399,7 @@ def test_a_change_committed_after_a_run_started_is_not_missed(
 ) -> None:
     """An import whose transaction began before the last run (updated_at = its start) but committed
     after it: the next run looks MARGIN before the watermark and still derives it."""
-    from cocaq import aggregate
+    from cocaq.accounting import aggregate
 
     url = engine.url.render_as_string(hide_password=False)
     cfg = _cfg(tmp_path, url)
@@ -446,7 +446,7 @@ def test_many_jobs_derived_in_worker_processes_give_the_same(
     engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """PostgreSQL derives big runs in processes (spawned, each with its own connection): same rows."""
-    from cocaq import aggregate
+    from cocaq.accounting import aggregate
 
     if engine.dialect.name != "postgresql":
         pytest.skip("worker processes are for PostgreSQL")
@@ -514,7 +514,7 @@ def test_new_samples_of_a_running_job_redo_only_the_hours_from_the_one_before(
 def test_utilisation_of_a_node_measured_job_counts_in_the_days(engine: Engine, tmp_path: Path) -> None:
     """A job whose energy Slurm measured for the whole node still has GPU samples: the days average its
     utilisation, weighted by the GPU energy the samples saw, and its ledger takes the GPUs' share out of
-    the node's measurement (cocaq.ledger.split_node)."""
+    the node's measurement (cocaq.accounting.ledger.split_node)."""
     from dataclasses import replace as dc_replace
 
     url = engine.url.render_as_string(hide_password=False)

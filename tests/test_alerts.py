@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cocaq.reports import alerts
-from cocaq.reports.alerts import send_idle_alerts
 from sqlalchemy import Engine, insert, select
 
+from cocaq.accounting.importer import import_records
 from cocaq.config import Config, load_config
-from cocaq.importer import import_records
-from cocaq.models import Cluster, Job, JobAlert, Sample, SentReport, User
+from cocaq.db.schema import Cluster, Job, JobAlert, Sample, SentReport, User
+from cocaq.reports import alerts
+from cocaq.reports.alerts import send_idle_alerts
 from cocaq.slurm.record import JobRecord
 from tests.conftest import run_cocaq
 from tests.mailkit import SmtpServer, free_port, mail_toml

@@ -17,9 +17,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from cocaq.apiclient import payload_for
+from cocaq.accounting.importer import import_records
+from cocaq.api.client import payload_for
 from cocaq.config import load_config
-from cocaq.importer import import_records
 from cocaq.slurm.record import JobRecord
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -96,7 +96,7 @@ def client(engine: Engine, tmp_path: Path) -> Iterator[httpx.Client]:
         cfg,
         source="t",
     )
-    from cocaq.api import create_app
+    from cocaq.api.server import create_app
 
     app = create_app(cfg)
     with TestClient(app, base_url="http://api") as c:
@@ -254,8 +254,8 @@ def test_access_matrix(client: httpx.Client, engine: Engine, tmp_path: Path) -> 
     # `cocaq user bob` through the API, as the head reads it: the restriction is said
     from rich.console import Console
 
-    from cocaq.footprint import Footprint
-    from cocaq.render import print_footprint
+    from cocaq.cli.terminal import print_footprint
+    from cocaq.footprint.totals import Footprint
 
     con = Console(record=True, width=100)
     print_footprint(Footprint.from_dict(call(client, "daemon", "/v1/users/bob").json()), con)

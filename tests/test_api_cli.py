@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from cocaq.accounting.importer import import_records
 from cocaq.config import load_config
-from cocaq.db import make_engine
-from cocaq.importer import import_records
+from cocaq.db.engine import make_engine
 from tests.conftest import ROOT, new_database, run_cocaq
 from tests.test_api import _job, need_munge_and_users, server_config
 from tests.userkit import run_as

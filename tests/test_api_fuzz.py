@@ -15,11 +15,11 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 
-from cocaq import munge
-from cocaq.apiclient import payload_for
+from cocaq.accounting.importer import import_records
+from cocaq.api import munge
+from cocaq.api.client import payload_for
 from cocaq.config import load_config
-from cocaq.db import make_engine
-from cocaq.importer import import_records
+from cocaq.db.engine import make_engine
 from tests.conftest import new_database
 from tests.test_api import _job, need_munge_and_users, server_config
 
@@ -33,7 +33,7 @@ def app(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     url = new_database("postgresql", tmp, request)
     cfg_path = tmp / "c.toml"
     cfg_path.write_text(server_config(url))
-    from cocaq import migrate
+    from cocaq.db import migrate
 
     engine = make_engine(url)
     migrate.upgrade(engine)
@@ -42,7 +42,7 @@ def app(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         engine, [_job(1, "alice", "lab_vision", "a", 5), _job(3, "bob", "lab_nlp", "b", 10)], cfg, source="t"
     )
     engine.dispose()
-    from cocaq.api import create_app
+    from cocaq.api.server import create_app
 
     yield create_app(cfg)
 

@@ -7,6 +7,7 @@ import math
 import random
 
 import pytest
+
 from cocaq.collector.attribution import DEFAULT_POLICY, POLICIES, Baseline, split
 
 

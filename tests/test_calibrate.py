@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cocaq.collector.ship import connect
 from sqlalchemy import Engine, text
 
-from cocaq import calibrate, measured
+from cocaq.accounting import calibrate, measured
+from cocaq.accounting.importer import import_records
+from cocaq.collector.ship import connect
 from cocaq.config import load_config
-from cocaq.importer import import_records
 from cocaq.slurm.record import JobRecord
 from tests.conftest import run_cocaq
 
@@ -344,7 +344,7 @@ def test_held_out_measured_jobs_are_closer_with_the_calibrated_estimate(
     assert r.code == 0, r.err
     assert "estimated from what the measured ones drew" in " ".join(r.out.split())
     cfg = load_config(tmp_path / "demo" / "cocaq-demo.toml", {})
-    from cocaq.db import make_engine
+    from cocaq.db.engine import make_engine
 
     engine = make_engine(url)
     with engine.connect() as conn:
@@ -419,7 +419,7 @@ def test_every_surface_shows_the_estimate_with_its_range(
         assert t["energy_estimated_high_kwh"] == pytest.approx(high / 3.6e6, rel=1e-9)
     r = run_cocaq(["user", "alice", *window], env)
     assert r.code == 0, r.err
-    from cocaq.render import _kwh, estimate_text
+    from cocaq.cli.terminal import _kwh, estimate_text
 
     said = estimate_text(est / 3.6e6, low / 3.6e6, high / 3.6e6)
     assert f"{_kwh(meas / 3.6e6)} measured / {said}" in r.out, r.out

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cocaq import carbon
+from cocaq.carbon import zones as carbon
 from cocaq.errors import ConfigError
 
 _SPEC = importlib.util.find_spec("codecarbon")
@@ -213,7 +213,7 @@ def test_does_not_import_codecarbon() -> None:
     script = textwrap.dedent(
         """
         import sys
-        import cocaq.carbon as c
+        import cocaq.carbon.zones as c
         assert c.zone_intensity("FRA").flag is None
         assert c.zone_intensity("FR").zone == "FRA"
         c.known_zones(); c.zone_intensity("USA-CA"); c.zone_intensity("CAN-QC"); c.zone_intensity("SE3")

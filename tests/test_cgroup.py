@@ -8,9 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from sysfs_tree import make_cgroup_v1, make_cgroup_v2
+
 from cocaq.collector import cgroup as cgroup_mod
 from cocaq.collector.cgroup import Cgroups, CgroupUnavailable, CpuCounter, JobCgroup, count_cpus
-from sysfs_tree import make_cgroup_v1, make_cgroup_v2
 
 
 def test_v2_layout(tmp_path: Path) -> None:

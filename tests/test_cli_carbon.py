@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cocaq.carbon import zone_intensity
+from cocaq.carbon.zones import zone_intensity
 from tests.conftest import run_cocaq
 
 DATA = Path(__file__).resolve().parent / "data" / "carbon"

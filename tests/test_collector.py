@@ -6,9 +6,9 @@ import time
 from pathlib import Path
 
 import pytest
-from cocaq.collector.daemon import Collector
 from sqlalchemy import Engine, text
 
+from cocaq.collector.daemon import Collector
 from cocaq.config import load_config
 from tests.conftest import run_cocaq
 from tests.nodekit import UUID_BY_MINOR, cocaq_env, make_node

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+
 from cocaq.collector import detect as detect_mod
 from cocaq.collector.detect import MAPS_LIMIT, MAX_PROBLEMS, Detection, detect
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, insert, select, text, update
 
-from cocaq.aggregate import run_aggregate
+from cocaq.accounting.aggregate import run_aggregate
+from cocaq.accounting.importer import import_records
 from cocaq.config import Config, load_config
-from cocaq.dbapi import connect
-from cocaq.footprint import Footprint, Window, lab_footprint, plan_window, user_footprint
-from cocaq.importer import import_records
-from cocaq.models import AggregatorState, Cluster, DailyRollup, Sample
+from cocaq.db.dbapi import connect
+from cocaq.db.schema import AggregatorState, Cluster, DailyRollup, Sample
+from cocaq.footprint.totals import Footprint, Window, lab_footprint, plan_window, user_footprint
 from cocaq.slurm.record import JobRecord
 
 DAY0 = datetime(2026, 10, 5, tzinfo=UTC)
@@ -171,7 +171,7 @@ def test_rollups_plus_edges_equal_the_jobs_alone(engine: Engine, tmp_path: Path)
         # what the rollups add is there: outcomes, components, methods, GPU use, embodied apart
         t, b = alice.totals, bob.totals
         assert (t.jobs_failed, t.jobs_cancelled, t.jobs_timeout, b.jobs_failed, b.jobs_oom) == (1, 1, 1, 0, 1)
-        # the ledger's parts (cocaq.ledger): disjoint, so they add up to at most the energy
+        # the ledger's parts (cocaq.accounting.ledger): disjoint, so they add up to at most the energy
         parts = (t.idle_gpu_energy_kwh, t.failed_energy_kwh, t.oom_energy_kwh, t.timeout_energy_kwh,
                  t.cancelled_energy_kwh)  # fmt: skip
         assert t.wasted_energy_kwh == pytest.approx(sum(parts)) and t.wasted_energy_kwh <= t.energy_kwh

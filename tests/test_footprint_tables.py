@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from cocaq.footprint import READS
-from cocaq.models import Base
+from cocaq.db.schema import Base
+from cocaq.footprint.totals import READS
 
 
 def test_columns_the_footprint_sql_reads_are_in_the_models() -> None:
@@ -19,9 +19,9 @@ def test_columns_the_footprint_sql_reads_are_in_the_models() -> None:
 
 def test_user_query_path_does_not_import_sqlalchemy() -> None:
     code = (
-        "import sys, cocaq.cli, cocaq.footprint, cocaq.dbapi, cocaq.render; "
+        "import sys, cocaq.cli.app, cocaq.footprint.totals, cocaq.db.dbapi, cocaq.cli.terminal; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'alembic', 'rich')"
-        " or m in ('cocaq.models', 'cocaq.db')))"
+        " or m in ('cocaq.db.schema', 'cocaq.db.engine')))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]"

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
-from cocaq.carbon import zone_intensity
+from cocaq.accounting.importer import import_records
+from cocaq.accounting.recompute import recompute_jobs
+from cocaq.carbon.zones import zone_intensity
 from cocaq.config import Config, Estimate, Hardware, load_config
-from cocaq.importer import import_records
-from cocaq.models import Job, JobEnergy
-from cocaq.recompute import recompute_jobs
+from cocaq.db.schema import Job, JobEnergy
 from cocaq.slurm.sacct import ParseStats, iter_parsable
 
 HEADER = (

@@ -10,12 +10,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine, select
 
-from cocaq import importer
+from cocaq.accounting import importer
+from cocaq.accounting.estimate import Estimator
+from cocaq.accounting.importer import JOB_COLUMNS, ImportSummary, import_records
+from cocaq.accounting.recompute import recompute_jobs
 from cocaq.config import Config, load_config
-from cocaq.estimate import Estimator
-from cocaq.importer import JOB_COLUMNS, ImportSummary, import_records
-from cocaq.models import Job
-from cocaq.recompute import recompute_jobs
+from cocaq.db.schema import Job
 from cocaq.slurm.record import JobRecord
 from cocaq.slurm.sacct import SACCT_FIELDS, ParseStats, iter_parsable
 

@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
-from cocaq.carbon import zone_intensity
-from cocaq.errors import InputError, UsageError
-from cocaq.intensity import (
+from cocaq.carbon.intensity import (
     Choice,
     ImportResult,
     IntensityIndex,
@@ -23,7 +21,9 @@ from cocaq.intensity import (
     write_rows,
     zone_summaries,
 )
-from cocaq.models import CarbonIntensity
+from cocaq.carbon.zones import zone_intensity
+from cocaq.db.schema import CarbonIntensity
+from cocaq.errors import InputError, UsageError
 
 DATA = Path(__file__).resolve().parent / "data" / "carbon"
 ES = DATA / "ES_2023_hourly_slice.csv"  # 2023-06-30 00:00 .. 2023-07-04 00:00 UTC, hourly

@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import Engine, insert, select, update
+
+from cocaq.accounting.aggregate import run_aggregate
+from cocaq.accounting.importer import import_records
+from cocaq.config import Config, load_config
+from cocaq.db.schema import Cluster, Job, JobNotice, NodeEnergy, Sample, SentReport, User
 from cocaq.reports import jobmail, render
 from cocaq.reports.data import job_footprint
 from cocaq.reports.jobmail import send_job_mail
 from cocaq.reports.transport import make_transport
-from sqlalchemy import Engine, insert, select, update
-
-from cocaq.aggregate import run_aggregate
-from cocaq.config import Config, load_config
-from cocaq.importer import import_records
-from cocaq.models import Cluster, Job, JobNotice, NodeEnergy, Sample, SentReport, User
 from cocaq.slurm.record import JobRecord
 from tests.mailkit import SmtpServer, mail_toml
 

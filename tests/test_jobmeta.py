@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cocaq.collector.daemon import Collector
 from cocaq.collector.jobmeta import pids_by_job
-
-from cocaq.annotation import update
 from cocaq.config import load_config
+from cocaq.ml.annotation import update
 from tests.nodekit import Node, make_node
 
 SITE = "venv/lib/python3.11/site-packages"

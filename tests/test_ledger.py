@@ -1,4 +1,4 @@
-"""The energy ledger (cocaq.ledger): disjoint parts that never exceed the whole, the same in Python and in
+"""The energy ledger (cocaq.accounting.ledger): disjoint parts that never exceed the whole, the same in Python and in
 the SQL the queries embed, and the GPU share of a node-level measurement."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from cocaq import ledger
-from cocaq.db import make_engine
+from cocaq.accounting import ledger
+from cocaq.db.engine import make_engine
 
 STATES = [*ledger.OUTCOME, "COMPLETED", "RUNNING", "CANCELLED by 1234", "PREEMPTED", "", "weird state"]
 finite = st.floats(min_value=-1e3, max_value=1e12, allow_nan=False, allow_infinity=False)

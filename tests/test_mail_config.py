@@ -9,18 +9,18 @@ from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
-from cocaq.reports.addresses import (
+
+from cocaq.addresses import (
     apply_address_template,
     check_address_template,
     list_unsubscribe_header,
     looks_like_address,
 )
+from cocaq.config import Config, load_config
+from cocaq.errors import ConfigError
 from cocaq.reports.message import build_message, new_message_id, parse_sender
 from cocaq.reports.recipients import load_address_map, load_opt_out
 from cocaq.reports.transport import MailError, OutboxTransport, eml_name
-
-from cocaq.config import Config, load_config
-from cocaq.errors import ConfigError
 from tests.mailkit import PNG_1X1
 
 

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cocaq.reports.deliver import DeliverySummary, Outgoing, deliver
-from cocaq.reports.ledger import Ledger
-from cocaq.reports.transport import SmtpTransport, make_transport
 from sqlalchemy import Engine, insert, select, update
 
 from cocaq.config import Config, load_config
-from cocaq.models import SentReport, User
+from cocaq.db.schema import SentReport, User
+from cocaq.reports.deliver import DeliverySummary, Outgoing, deliver
+from cocaq.reports.ledger import Ledger
+from cocaq.reports.transport import SmtpTransport, make_transport
 from tests.mailkit import PNG_1X1, SmtpServer, free_port, mail_toml
 
 OCT = datetime(2026, 10, 1, tzinfo=UTC)

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cocaq.reports.message import build_message, new_message_id, parse_sender
-from cocaq.reports.transport import MailError, SendError, SmtpTransport, make_transport
 
 from cocaq.config import Config, load_config
+from cocaq.reports.message import build_message, new_message_id, parse_sender
+from cocaq.reports.transport import MailError, SendError, SmtpTransport, make_transport
 from tests.conftest import run_cocaq
 from tests.mailkit import PNG_1X1, Certs, SmtpServer, _certs_openssl, free_port, mail_toml, make_certs
 

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cocaq.collector.ship import connect
 from sqlalchemy import Engine, text
 
-from cocaq import measured
+from cocaq.accounting import measured
+from cocaq.accounting.importer import import_records
+from cocaq.collector.ship import connect
 from cocaq.config import load_config
-from cocaq.importer import import_records
 from cocaq.slurm.record import JobRecord
 
 T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
@@ -177,7 +177,7 @@ def test_after_a_counter_reset_the_value_covering_the_whole_job_wins(engine: Eng
 
 
 def test_cocaq_job_shows_the_gpus_the_node_saw_and_their_energy(engine: Engine, tmp_path: Path) -> None:
-    from cocaq.footprint import find_jobs
+    from cocaq.footprint.totals import find_jobs
 
     url = engine.url.render_as_string(hide_password=False)
     cfg = _cfg(tmp_path, url)

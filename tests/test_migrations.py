@@ -6,9 +6,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from cocaq import migrate
-from cocaq.db import make_engine
-from cocaq.models import Base
+from cocaq.db import migrate
+from cocaq.db.engine import make_engine
+from cocaq.db.schema import Base
 
 TABLES = {
     "clusters",

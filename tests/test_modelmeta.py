@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cocaq.collector.ship import connect
 from sqlalchemy import Engine, text
 
-from cocaq import modelmeta_store
+from cocaq.accounting.importer import import_records
+from cocaq.collector.ship import connect
 from cocaq.config import load_config
-from cocaq.importer import import_records
-from cocaq.modelmeta import merge, parse_comment, parse_number, to_row, validate
+from cocaq.ml import store as modelmeta_store
+from cocaq.ml.meta import merge, parse_comment, parse_number, to_row, validate
 from cocaq.slurm.record import JobRecord
 
 T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
@@ -188,7 +188,7 @@ def test_comment_api_and_detected_end_up_in_one_row_with_their_sources(
         )
     finally:
         target.close()
-    from cocaq import measured
+    from cocaq.accounting import measured
 
     res = measured.refresh(engine, cfg, since=T0 - timedelta(days=1))
     assert res.events_linked == 5 and res.models == 2
@@ -241,7 +241,7 @@ def test_one_jobs_bad_metadata_never_takes_the_others_with_it(
         )
     finally:
         target.close()
-    from cocaq import measured
+    from cocaq.accounting import measured
 
     real = modelmeta_store.to_row
 

@@ -1,4 +1,4 @@
-"""Energy per ML model, framework and run (cocaq/modelstats.py) on SQLite and PostgreSQL.
+"""Energy per ML model, framework and run (cocaq/footprint/by_model.py) on SQLite and PostgreSQL.
 
 Jobs are inserted with round energies (CO2 = 0.2 kg per kWh) so that every expected figure below is
 worked out by hand: kWh per epoch and per 1,000 tokens, the None cases (no epochs, zero tokens), the
@@ -16,10 +16,10 @@ import pytest
 from pytest import approx
 from sqlalchemy import Connection, Engine, insert, select
 
-from cocaq import migrate
-from cocaq.db import make_engine
-from cocaq.models import Cluster, Job, JobMetrics, ModelMetadata
-from cocaq.modelstats import Comparison, Scope, comparisons, model_stats, runs
+from cocaq.db import migrate
+from cocaq.db.engine import make_engine
+from cocaq.db.schema import Cluster, Job, JobMetrics, ModelMetadata
+from cocaq.footprint.by_model import Comparison, Scope, comparisons, model_stats, runs
 from tests.conftest import new_database
 
 SINCE = datetime(2026, 11, 1, tzinfo=UTC)
@@ -203,7 +203,7 @@ def test_window_edges(conn: Connection) -> None:
 
 
 def test_comparison_per_token_where_runs_count_tokens() -> None:
-    from cocaq.modelstats import Run, compare
+    from cocaq.footprint.by_model import Run, compare
 
     def run(pk: int, prec: str, kwh: float, tokens: int | None, epochs: float | None) -> Run:
         return Run(pk, str(pk), "c", "u", "a", "COMPLETED", None, "llm", "pytorch", None, prec, 8, epochs,
@@ -221,7 +221,7 @@ def test_comparison_per_token_where_runs_count_tokens() -> None:
 
 
 def test_comparison_edge_cases() -> None:
-    from cocaq.modelstats import SettingGroup
+    from cocaq.footprint.by_model import SettingGroup
 
     def g(p: str | None, bs: int | None, kpe: float, ratio: float | None) -> SettingGroup:
         return SettingGroup(p, bs, 1, 1.0, kpe, 0.0, kpe, ratio)

@@ -1,4 +1,4 @@
-"""cocaq.munge against the real munged on this machine: both backends, real users, real replay cache."""
+"""cocaq.api.munge against the real munged on this machine: both backends, real users, real replay cache."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from cocaq import munge
-from cocaq.munge import MungeError
+from cocaq.api import munge
+from cocaq.api.munge import MungeError
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_SH = ROOT / "tests" / "slurm" / "cluster.sh"

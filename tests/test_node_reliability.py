@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from cocaq.collector.spool import CollectorDB
 from sqlalchemy import Engine, create_engine, text
 
-from cocaq import migrate
+from cocaq.collector.spool import CollectorDB
+from cocaq.db import migrate
 from tests.conftest import ROOT, new_database, run_cocaq
 from tests.nodekit import cocaq_env, make_node
 

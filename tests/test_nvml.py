@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from cocaq.collector import fakenvml
 from cocaq.collector.nvml import GpuEnergyTracker, GpuId, GpuReading, Nvml, NvmlUnavailable
 

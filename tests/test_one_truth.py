@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cocaq.reports import data, render
-from cocaq.reports.suggest import suggest_for_user
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
-from cocaq.apiclient import payload_for
+from cocaq.api.client import payload_for
 from cocaq.config import Config, load_config
-from cocaq.db import make_engine
+from cocaq.db.engine import make_engine
+from cocaq.reports import data, render
+from cocaq.reports.suggest import suggest_for_user
 from tests.conftest import Result, run_cocaq
 
 REL = 1e-9
@@ -104,7 +104,7 @@ PAIRS = (
 
 
 def api_client(d: Demo) -> TestClient:
-    from cocaq.api import create_app
+    from cocaq.api.server import create_app
 
     cfg = replace(d.cfg, api=replace(d.cfg.api, admin_users=("root",)))
     # the credential names the request; uid 0 (root) is an admin here
@@ -153,7 +153,7 @@ def test_every_user_surface_says_the_same(demo: Demo) -> None:
 
 
 def render_cli_kwh(x: float) -> str:
-    from cocaq.render import _kwh
+    from cocaq.cli.terminal import _kwh
 
     return _kwh(x)
 
@@ -191,7 +191,7 @@ def test_every_lab_and_the_site_say_the_same(demo: Demo) -> None:
 
 
 def test_every_job_surface_says_the_same(demo: Demo) -> None:
-    from cocaq.ledger import waste
+    from cocaq.accounting.ledger import waste
 
     seen = 0
     for um in demo.users.values():

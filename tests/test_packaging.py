@@ -32,7 +32,7 @@ def test_wheel_has_a_single_top_level_package(wheel: Path) -> None:
     assert top == {"cocaq", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
     for path in (
         "cocaq/__init__.py",
-        "cocaq/cli.py",
+        "cocaq/cli/app.py",
         "cocaq/collector/__init__.py",
         "cocaq/prolog_epilog/__init__.py",
         "cocaq/reports/__init__.py",

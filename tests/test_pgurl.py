@@ -1,4 +1,4 @@
-"""cocaq.pgurl: the URL libpq is given names the same user, password, host and database as the URL
+"""cocaq.db.pgurl: the URL libpq is given names the same user, password, host and database as the URL
 SQLAlchemy reads, whatever the password holds (libpq's own parser decides)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy.engine import make_url
 
-from cocaq.pgurl import conninfo
+from cocaq.db.pgurl import conninfo
 
 PASSWORDS = [
     "plain",

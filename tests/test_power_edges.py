@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cocaq.collector import fakenvml, spoolfiles
-from cocaq.collector.daemon import Collector
-from cocaq.prolog_epilog import hook
 from sqlalchemy import Engine, text
 
+from cocaq.accounting.measured import _best_per_device
+from cocaq.collector import fakenvml, spoolfiles
+from cocaq.collector.daemon import Collector
 from cocaq.config import load_config
-from cocaq.measured import _best_per_device
+from cocaq.prolog_epilog import hook
 from tests.nodekit import UUID_BY_MINOR, Node, make_node
 
 T0 = 1_800_000_000.0

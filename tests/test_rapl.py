@@ -9,9 +9,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from sysfs_tree import DEFAULT_MAX_UJ, make_rapl
+
 from cocaq.collector import rapl as rapl_mod
 from cocaq.collector.rapl import Rapl, RaplCounter, RaplUnavailable
-from sysfs_tree import DEFAULT_MAX_UJ, make_rapl
 
 
 def test_discovery_ids_kinds_and_mmio_ignored(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, create_engine, select, text
 
-from cocaq import migrate
-from cocaq.models import DailyRollup
+from cocaq.db import migrate
+from cocaq.db.schema import DailyRollup
 from tests.conftest import new_database, run_cocaq
 
 DAY0 = datetime(2026, 10, 5, tzinfo=UTC)

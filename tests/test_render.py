@@ -19,16 +19,16 @@ from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine, text
+
+from cocaq.cli.report import parse_month, write_email
+from cocaq.config import Config, load_config
+from cocaq.db import migrate
+from cocaq.db.engine import make_engine
+from cocaq.errors import ConfigError
 from cocaq.reports import charts, data, render
 from cocaq.reports.message import PNG_MAGIC
 from cocaq.reports.suggest import suggest_for_user
-from sqlalchemy import Engine, text
-
-from cocaq import migrate
-from cocaq.cli_report import parse_month, write_email
-from cocaq.config import Config, load_config
-from cocaq.db import make_engine
-from cocaq.errors import ConfigError
 from tests.conftest import new_database, run_cocaq
 from tests.test_report_data import MONTH, at, build_month, config
 

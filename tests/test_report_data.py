@@ -17,18 +17,18 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from cocaq.reports import data
 from sqlalchemy import Engine, insert, select, text
 
-from cocaq import migrate
-from cocaq.aggregate import run_aggregate
+from cocaq.accounting.aggregate import run_aggregate
+from cocaq.accounting.importer import import_records
 from cocaq.config import Config, load_config
-from cocaq.db import make_engine
+from cocaq.db import migrate
+from cocaq.db.engine import make_engine
+from cocaq.db.schema import CarbonIntensity, Cluster, ModelMetadata, Sample
 from cocaq.errors import UsageError
-from cocaq.importer import import_records
-from cocaq.jobfacts import precision_of
-from cocaq.models import CarbonIntensity, Cluster, ModelMetadata, Sample
-from cocaq.modelstats import model_stats
+from cocaq.footprint.by_model import model_stats
+from cocaq.footprint.jobfacts import precision_of
+from cocaq.reports import data
 from cocaq.slurm.record import JobRecord
 from tests.conftest import new_database
 
@@ -238,7 +238,7 @@ def share(r: Row, lo: datetime, hi: datetime) -> tuple[float, float]:
     return (1.0 if a <= r.t0 < b else 0.0), 0.0
 
 
-OUTCOMES = {  # how a job ended -> where its energy beyond idle GPUs counts (an oracle for cocaq.ledger)
+OUTCOMES = {  # how a job ended -> where its energy beyond idle GPUs counts (an oracle for cocaq.accounting.ledger)
     "FAILED": "failed", "NODE_FAIL": "failed", "BOOT_FAIL": "failed", "OUT_OF_MEMORY": "oom",
     "TIMEOUT": "timeout", "DEADLINE": "timeout", "CANCELLED": "cancelled",
 }  # fmt: skip

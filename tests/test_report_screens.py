@@ -24,13 +24,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from cocaq.reports import data, render
-from cocaq.reports.suggest import suggest_for_user
 from sqlalchemy import text
 
-from cocaq import migrate
 from cocaq.config import Config
-from cocaq.db import make_engine
+from cocaq.db import migrate
+from cocaq.db.engine import make_engine
+from cocaq.reports import data, render
+from cocaq.reports.suggest import suggest_for_user
 from tests.test_report_data import MONTH, at, build_month, config
 
 CHROMIUM = os.environ.get("COCAQ_CHROMIUM", "/usr/bin/chromium")

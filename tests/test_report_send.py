@@ -15,17 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import Engine, delete, insert, select, update
+
+from cocaq.config import Config
+from cocaq.db import migrate
+from cocaq.db.engine import make_engine
+from cocaq.db.schema import JobNotice, SentReport, User
 from cocaq.reports import batch
 from cocaq.reports.batch import kind_for, send_month
 from cocaq.reports.data import users_month
 from cocaq.reports.ledger import first_reports
 from cocaq.reports.transport import make_transport
-from sqlalchemy import Engine, delete, insert, select, update
-
-from cocaq import migrate
-from cocaq.config import Config
-from cocaq.db import make_engine
-from cocaq.models import JobNotice, SentReport, User
 from tests.conftest import new_database, run_cocaq
 from tests.mailkit import SmtpServer, mail_toml
 from tests.test_report_data import MONTH, build_month, config

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
+from cocaq.accounting.importer import import_records
 from cocaq.config import load_config
-from cocaq.importer import import_records
-from cocaq.models import Job
+from cocaq.db.schema import Job
 from cocaq.slurm.record import JobRecord
 from cocaq.slurm.sacct import SACCT_FIELDS, ParseStats, iter_json, iter_parsable
 

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, delete, insert, select, text
 
-from cocaq import migrate
-from cocaq import scheduler as sch
+from cocaq.cli import scheduler_daemon as sch
 from cocaq.config import load_config
-from cocaq.db import make_engine
-from cocaq.models import SchedulerRun
+from cocaq.db import migrate
+from cocaq.db.engine import make_engine
+from cocaq.db.schema import SchedulerRun
 from tests.conftest import DATA, ROOT, new_database, run_cocaq
 
 FAKE_SACCT = """#!/bin/sh
@@ -219,7 +219,9 @@ def test_aggregate_and_reports_jobs_with_and_without_their_modules(
 
     now = datetime.now(UTC)
     # Not in this version: one clear line, status skipped, no error.
-    monkeypatch.setitem(sys.modules, "cocaq.aggregate", None)  # makes `import cocaq.aggregate` fail
+    monkeypatch.setitem(
+        sys.modules, "cocaq.accounting.aggregate", None
+    )  # makes `import cocaq.accounting.aggregate` fail
     monkeypatch.delattr(cocaq.reports, "trigger", raising=False)
     res = sch.run_once("aggregate", sch.Options())
     assert (res.status, res.summary) == (
@@ -239,7 +241,7 @@ def test_aggregate_and_reports_jobs_with_and_without_their_modules(
 
     # Present: called with the engine, the config and the right window or period.
     calls: list[tuple[Any, ...]] = []
-    fake_agg = types.ModuleType("cocaq.aggregate")
+    fake_agg = types.ModuleType("cocaq.accounting.aggregate")
 
     def run_aggregate(
         engine: Any, cfg: Any, *, since: Any = None, full: bool = False, progress: Any = None
@@ -248,7 +250,7 @@ def test_aggregate_and_reports_jobs_with_and_without_their_modules(
         return "12 jobs, 3 days"
 
     fake_agg.run_aggregate = run_aggregate  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "cocaq.aggregate", fake_agg)
+    monkeypatch.setitem(sys.modules, "cocaq.accounting.aggregate", fake_agg)
 
     def trigger(kind: str, period_start: datetime, engine: Any, cfg: Any) -> None:
         calls.append((kind, period_start))
@@ -563,8 +565,8 @@ def test_calibrate_job(job_env: Engine, tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("COCAQ_CONFIG", str(cfg_path))
     res = sch.run_once("calibrate", sch.Options())
     assert (res.status, res.summary) == ("skipped", "calibrate: no measured GPU jobs to learn from")
-    from cocaq import measured
-    from cocaq.importer import import_records
+    from cocaq.accounting import measured
+    from cocaq.accounting.importer import import_records
 
     cfg = load_config(cfg_path, {"COCAQ_DATABASE_URL": os.environ["COCAQ_DATABASE_URL"]})
     now = datetime.now(UTC)
@@ -590,7 +592,7 @@ def test_calibrate_job(job_env: Engine, tmp_path: Path, monkeypatch: pytest.Monk
     assert res.status == "skipped" and "calibrate: off ([estimate] calibrate = false)" in res.summary
     assert [r.status for r in _runs(job_env, "calibrate")] == ["skipped", "ok", "skipped"]
     # `cocaq scheduler --once calibrate` (the command line keeps its own list of the jobs)
-    from cocaq.cli_scheduler import JOB_IDS as CLI_JOB_IDS
+    from cocaq.cli.scheduler import JOB_IDS as CLI_JOB_IDS
 
     assert CLI_JOB_IDS == sch.JOB_IDS
     r = run_cocaq(["scheduler", "--once", "calibrate"], dict(os.environ))

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from cocaq.collector.ship import ShipError, connect, ship_once
-from cocaq.collector.spool import CollectorDB
 from sqlalchemy import Engine, text
 
+from cocaq.collector.ship import ShipError, connect, ship_once
+from cocaq.collector.spool import CollectorDB
 from tests.nodekit import make_node
 
 

@@ -27,7 +27,7 @@ import pytest
 from sqlalchemy import text
 
 from cocaq.config import load_config
-from cocaq.db import make_engine
+from cocaq.db.engine import make_engine
 from cocaq.slurm.backend import read_accounting
 from cocaq.slurm.record import JobRecord
 from tests.conftest import ROOT, run_cocaq

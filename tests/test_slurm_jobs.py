@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cocaq.collector import fakenvml
 from sqlalchemy import Engine, text
 
-from cocaq.db import make_engine
+from cocaq.collector import fakenvml
+from cocaq.db.engine import make_engine
 from tests.conftest import ROOT, Result, new_database, run_cocaq
 from tests.slurmkit import (
     CLUSTER,

@@ -1,7 +1,7 @@
 """`cocaq user`/`lab` as scripts call them (JSON, CSV) load no SQLAlchemy, ORM, Alembic or rich.
 
 The login-node commands must start fast; `python -X importtime` lists every module the real process
-imports, so a stray import anywhere on the path (cocaq.cli, config, footprint, dbapi, render) fails here.
+imports, so a stray import anywhere on the path (cocaq.cli.app, config, footprint, dbapi, render) fails here.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def test_json_and_csv_paths_import_no_sqlalchemy(
 ) -> None:
     from datetime import UTC, datetime, timedelta
 
+    from cocaq.accounting.importer import import_records
     from cocaq.config import Config
-    from cocaq.importer import import_records
     from cocaq.slurm.record import JobRecord
 
     url = engine.url.render_as_string(hide_password=False)
@@ -61,11 +61,11 @@ def test_json_and_csv_paths_import_no_sqlalchemy(
     import_records(engine, [rec], Config(database_url=url), source="sacct-json")
     env = dict(cli_env, COCAQ_DATABASE_URL=url)
     mods = _imported(args, env)
-    assert {"cocaq.cli", "cocaq.footprint", "cocaq.dbapi"} <= mods  # (the listing works)
-    heavy = sorted(m for m in mods if m.split(".")[0] in HEAVY or m in ("cocaq.models", "cocaq.db"))
+    assert {"cocaq.cli.app", "cocaq.footprint.totals", "cocaq.db.dbapi"} <= mods  # (the listing works)
+    heavy = sorted(m for m in mods if m.split(".")[0] in HEAVY or m in ("cocaq.db.schema", "cocaq.db.engine"))
     assert heavy == [], heavy
-    # the other commands' modules load when those commands are named (cocaq.cli.LazyGroup)
-    assert not {"cocaq.cli_report", "cocaq.cli_mail", "cocaq.cli_carbon", "cocaq.cli_scheduler"} & mods
+    # the other commands' modules load when those commands are named (cocaq.cli.app.LazyGroup)
+    assert not {"cocaq.cli.report", "cocaq.cli.mail", "cocaq.cli.carbon", "cocaq.cli.scheduler"} & mods
     # only the driver the URL names: for PostgreSQL psycopg2 (fast to import), not psycopg 3 as well
     if engine.dialect.name == "postgresql":
         assert "psycopg2" in mods and "psycopg" not in mods and "sqlite3" not in mods

@@ -1,7 +1,8 @@
 """Plausibility rules for a job record: one place, applied once to every record of every input path.
 
 sacct's parsable and JSON output, the demo and a recompute (and any reader to come, pyslurm's) all
-become `JobRecord`s, and every one passes `check` on its way into `cocaq.importer.import_records`. What
+become `JobRecord`s, and every one passes `check` on its way into `cocaq.accounting.importer.import_records`.
+What
 a user controls (job names, comments) or a broken accounting database produced (absurd counts, times,
 energies) is made safe here, so that one bad record can neither abort a batch (a value the column cannot
 hold) nor be stored as an absurd figure that every report then adds up.
@@ -45,7 +46,7 @@ FUTURE = timedelta(days=1)
 DEFAULT_MAX_NODE_POWER_W = 20_000.0  # a GPU node at full load draws 10-15 kW; a margin for what comes
 CPU_MARGIN = 1.05  # TotalCPU a little over cores x elapsed is accounting noise; far over is not
 
-# Identity fields: the column width (cocaq.models.Job, Cluster); never cut.
+# Identity fields: the column width (cocaq.db.schema.Job, Cluster); never cut.
 IDENTITY = (
     ("job_id", 64),
     ("user_name", 64),

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import cocaq.models
+import cocaq.db.schema
 
 
 revision: str = '0001'
@@ -23,8 +23,8 @@ def upgrade() -> None:
     op.create_table('carbon_intensity',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('zone', sa.String(length=64), nullable=False),
-    sa.Column('ts_start', cocaq.models.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('ts_end', cocaq.models.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('ts_start', cocaq.db.schema.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('ts_end', cocaq.db.schema.UTCDateTime(timezone=True), nullable=False),
     sa.Column('g_per_kwh', sa.Float(), nullable=False),
     sa.Column('kind', sa.String(length=16), nullable=False),
     sa.Column('source', sa.String(length=128), nullable=False),
@@ -35,12 +35,12 @@ def upgrade() -> None:
     op.create_table('clusters',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('name', sa.String(length=128), nullable=False),
-    sa.Column('created_at', cocaq.models.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
+    sa.Column('created_at', cocaq.db.schema.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_clusters')),
     sa.UniqueConstraint('name', name=op.f('uq_clusters_name'))
     )
     op.create_table('samples',
-    sa.Column('ts', cocaq.models.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('ts', cocaq.db.schema.UTCDateTime(timezone=True), nullable=False),
     sa.Column('cluster_id', sa.Integer(), nullable=False),
     sa.Column('node', sa.String(length=128), nullable=False),
     sa.Column('source', sa.String(length=32), nullable=False),
@@ -59,9 +59,9 @@ def upgrade() -> None:
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('kind', sa.String(length=32), nullable=False),
     sa.Column('recipient', sa.String(length=320), nullable=False),
-    sa.Column('period_start', cocaq.models.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('period_end', cocaq.models.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('sent_at', cocaq.models.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('period_start', cocaq.db.schema.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('period_end', cocaq.db.schema.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('sent_at', cocaq.db.schema.UTCDateTime(timezone=True), nullable=True),
     sa.Column('status', sa.String(length=16), nullable=False),
     sa.Column('message_id', sa.String(length=256), nullable=True),
     sa.Column('error', sa.Text(), nullable=True),
@@ -75,7 +75,7 @@ def upgrade() -> None:
     sa.Column('monthly_email', sa.Boolean(), nullable=False),
     sa.Column('job_email', sa.Boolean(), nullable=False),
     sa.Column('opted_out', sa.Boolean(), nullable=False),
-    sa.Column('updated_at', cocaq.models.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
+    sa.Column('updated_at', cocaq.db.schema.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
     sa.PrimaryKeyConstraint('name', name=op.f('pk_users'))
     )
     op.create_table('jobs',
@@ -98,9 +98,9 @@ def upgrade() -> None:
     sa.Column('alloc_gpus', sa.Integer(), nullable=False),
     sa.Column('gpu_type', sa.String(length=64), nullable=True),
     sa.Column('req_mem_mb', sa.Float(), nullable=True),
-    sa.Column('submit_time', cocaq.models.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('start_time', cocaq.models.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('end_time', cocaq.models.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('submit_time', cocaq.db.schema.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('start_time', cocaq.db.schema.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('end_time', cocaq.db.schema.UTCDateTime(timezone=True), nullable=True),
     sa.Column('elapsed_s', sa.Float(), nullable=False),
     sa.Column('time_limit_s', sa.Float(), nullable=True),
     sa.Column('state', sa.String(length=32), nullable=False),
@@ -125,7 +125,7 @@ def upgrade() -> None:
     sa.Column('assumptions', sa.JSON(), nullable=True),
     sa.Column('imported_from', sa.String(length=32), nullable=True),
     sa.Column('record_hash', sa.String(length=32), nullable=True),
-    sa.Column('updated_at', cocaq.models.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
+    sa.Column('updated_at', cocaq.db.schema.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
     sa.ForeignKeyConstraint(['cluster_id'], ['clusters.id'], name=op.f('fk_jobs_cluster_id_clusters'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_jobs')),
     sa.UniqueConstraint('cluster_id', 'job_id', 'submit_time', name=op.f('uq_jobs_cluster_id_job_id_submit_time'))
@@ -152,7 +152,7 @@ def upgrade() -> None:
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('cluster_id', sa.Integer(), nullable=False),
     sa.Column('period', sa.String(length=8), nullable=False),
-    sa.Column('period_start', cocaq.models.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('period_start', cocaq.db.schema.UTCDateTime(timezone=True), nullable=False),
     sa.Column('scope', sa.String(length=16), nullable=False),
     sa.Column('key', sa.String(length=128), nullable=False),
     sa.Column('jobs', sa.Integer(), nullable=False),
@@ -162,7 +162,7 @@ def upgrade() -> None:
     sa.Column('energy_measured_j', sa.Float(), nullable=False),
     sa.Column('co2_g', sa.Float(), nullable=False),
     sa.Column('idle_gpu_hours', sa.Float(), nullable=False),
-    sa.Column('computed_at', cocaq.models.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
+    sa.Column('computed_at', cocaq.db.schema.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
     sa.ForeignKeyConstraint(['cluster_id'], ['clusters.id'], name=op.f('fk_rollups_cluster_id_clusters'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_rollups')),
     sa.UniqueConstraint('cluster_id', 'period', 'period_start', 'scope', 'key', name=op.f('uq_rollups_cluster_id_period_period_start_scope_key'))
@@ -190,7 +190,7 @@ def upgrade() -> None:
     sa.Column('dataset', sa.String(length=256), nullable=True),
     sa.Column('tokens', sa.BigInteger(), nullable=True),
     sa.Column('extra', sa.JSON(), nullable=True),
-    sa.Column('recorded_at', cocaq.models.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
+    sa.Column('recorded_at', cocaq.db.schema.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
     sa.ForeignKeyConstraint(['job_pk'], ['jobs.id'], name=op.f('fk_model_metadata_job_pk_jobs'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_model_metadata')),
     sa.UniqueConstraint('job_pk', 'source', 'model_name', name=op.f('uq_model_metadata_job_pk_source_model_name'))

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import cocaq.dbtypes
+import cocaq.db.coltypes
 
 
 revision: str = '0002'
@@ -25,14 +25,14 @@ def upgrade() -> None:
     sa.Column('cluster_id', sa.Integer(), nullable=False),
     sa.Column('node', sa.String(length=128), nullable=False),
     sa.Column('job_id', sa.String(length=64), nullable=False),
-    sa.Column('job_start', cocaq.dbtypes.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('job_start', cocaq.db.coltypes.UTCDateTime(timezone=True), nullable=False),
     sa.Column('component', sa.String(length=16), nullable=False),
     sa.Column('device', sa.String(length=128), nullable=False),
     sa.Column('source', sa.String(length=64), nullable=False),
     sa.Column('method', sa.String(length=16), nullable=False),
     sa.Column('energy_j', sa.Float(), nullable=False),
-    sa.Column('t0', cocaq.dbtypes.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('t1', cocaq.dbtypes.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('t0', cocaq.db.coltypes.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('t1', cocaq.db.coltypes.UTCDateTime(timezone=True), nullable=False),
     sa.Column('final', sa.Boolean(), nullable=False),
     sa.ForeignKeyConstraint(['cluster_id'], ['clusters.id'], name=op.f('fk_node_energy_cluster_id_clusters'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_node_energy')),
@@ -45,7 +45,7 @@ def upgrade() -> None:
     sa.Column('node', sa.String(length=128), nullable=False),
     sa.Column('batch', sa.String(length=128), nullable=False),
     sa.Column('rows', sa.Integer(), nullable=False),
-    sa.Column('shipped_at', cocaq.dbtypes.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
+    sa.Column('shipped_at', cocaq.db.coltypes.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
     sa.ForeignKeyConstraint(['cluster_id'], ['clusters.id'], name=op.f('fk_node_shipments_cluster_id_clusters'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_node_shipments')),
     sa.UniqueConstraint('cluster_id', 'node', 'batch', name=op.f('uq_node_shipments_cluster_id_node_batch'))
@@ -56,10 +56,10 @@ def upgrade() -> None:
     sa.Column('node', sa.String(length=128), nullable=False),
     sa.Column('job_id', sa.String(length=64), nullable=False),
     sa.Column('event', sa.String(length=16), nullable=False),
-    sa.Column('ts', cocaq.dbtypes.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('ts', cocaq.db.coltypes.UTCDateTime(timezone=True), nullable=False),
     sa.Column('payload', sa.JSON(), nullable=False),
     sa.Column('job_pk', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
-    sa.Column('shipped_at', cocaq.dbtypes.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
+    sa.Column('shipped_at', cocaq.db.coltypes.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
     sa.ForeignKeyConstraint(['cluster_id'], ['clusters.id'], name=op.f('fk_node_events_cluster_id_clusters'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['job_pk'], ['jobs.id'], name=op.f('fk_node_events_job_pk_jobs'), ondelete='SET NULL'),
     sa.PrimaryKeyConstraint('uid', name=op.f('pk_node_events'))

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import cocaq.dbtypes
+import cocaq.db.coltypes
 
 revision: str = '0003'
 down_revision: str | None = '0002'
@@ -21,14 +21,14 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     op.create_table('aggregator_state',
     sa.Column('name', sa.String(length=64), nullable=False),
-    sa.Column('watermark', cocaq.dbtypes.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('updated_at', cocaq.dbtypes.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
+    sa.Column('watermark', cocaq.db.coltypes.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('updated_at', cocaq.db.coltypes.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
     sa.PrimaryKeyConstraint('name', name=op.f('pk_aggregator_state'))
     )
     op.create_table('daily_rollups',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('cluster_id', sa.Integer(), nullable=False),
-    sa.Column('day', cocaq.dbtypes.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('day', cocaq.db.coltypes.UTCDateTime(timezone=True), nullable=False),
     sa.Column('user_name', sa.String(length=64), nullable=False),
     sa.Column('account', sa.String(length=64), nullable=False),
     sa.Column('partition', sa.String(length=128), nullable=False),
@@ -51,7 +51,7 @@ def upgrade() -> None:
     sa.Column('gpu_util_weighted', sa.Float(), nullable=False),
     sa.Column('idle_gpu_hours', sa.Float(), nullable=False),
     sa.Column('idle_gpu_energy_j', sa.Float(), nullable=False),
-    sa.Column('computed_at', cocaq.dbtypes.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
+    sa.Column('computed_at', cocaq.db.coltypes.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
     sa.ForeignKeyConstraint(['cluster_id'], ['clusters.id'], name=op.f('fk_daily_rollups_cluster_id_clusters'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_daily_rollups')),
     sa.UniqueConstraint('cluster_id', 'day', 'user_name', 'account', 'partition', name=op.f('uq_daily_rollups_cluster_id_day_user_name_account_partition'))
@@ -67,9 +67,9 @@ def upgrade() -> None:
     sa.Column('idle_gpu_s', sa.Float(), nullable=False),
     sa.Column('idle_gpu_energy_j', sa.Float(), nullable=False),
     sa.Column('carbon_detail', sa.JSON(), nullable=True),
-    sa.Column('rolled_from', cocaq.dbtypes.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('rolled_to', cocaq.dbtypes.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('computed_at', cocaq.dbtypes.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
+    sa.Column('rolled_from', cocaq.db.coltypes.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('rolled_to', cocaq.db.coltypes.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('computed_at', cocaq.db.coltypes.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
     sa.ForeignKeyConstraint(['job_pk'], ['jobs.id'], name=op.f('fk_job_metrics_job_pk_jobs'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('job_pk', name=op.f('pk_job_metrics'))
     )
@@ -87,7 +87,7 @@ def downgrade() -> None:
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('cluster_id', sa.Integer(), nullable=False),
     sa.Column('period', sa.String(length=8), nullable=False),
-    sa.Column('period_start', cocaq.dbtypes.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('period_start', cocaq.db.coltypes.UTCDateTime(timezone=True), nullable=False),
     sa.Column('scope', sa.String(length=16), nullable=False),
     sa.Column('key', sa.String(length=128), nullable=False),
     sa.Column('jobs', sa.Integer(), nullable=False),
@@ -97,7 +97,7 @@ def downgrade() -> None:
     sa.Column('energy_measured_j', sa.Float(), nullable=False),
     sa.Column('co2_g', sa.Float(), nullable=False),
     sa.Column('idle_gpu_hours', sa.Float(), nullable=False),
-    sa.Column('computed_at', cocaq.dbtypes.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
+    sa.Column('computed_at', cocaq.db.coltypes.UTCDateTime(timezone=True), server_default=sa.text('CURRENT_TIMESTAMP'), nullable=False),
     sa.ForeignKeyConstraint(['cluster_id'], ['clusters.id'], name=op.f('fk_rollups_cluster_id_clusters'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_rollups')),
     sa.UniqueConstraint('cluster_id', 'period', 'period_start', 'scope', 'key', name=op.f('uq_rollups_cluster_id_period_period_start_scope_key'))

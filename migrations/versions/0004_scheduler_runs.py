@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import cocaq.dbtypes
+import cocaq.db.coltypes
 
 revision: str = '0004'
 down_revision: str | None = '0003'
@@ -25,8 +25,8 @@ def upgrade() -> None:
     op.create_table('scheduler_runs',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('job_id', sa.String(length=64), nullable=False),
-    sa.Column('started_at', cocaq.dbtypes.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('finished_at', cocaq.dbtypes.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('started_at', cocaq.db.coltypes.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('finished_at', cocaq.db.coltypes.UTCDateTime(timezone=True), nullable=True),
     sa.Column('status', sa.String(length=16), nullable=False),
     sa.Column('summary', sa.Text(), nullable=False),
     sa.Column('via', sa.String(length=16), nullable=False),

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import cocaq.dbtypes
+import cocaq.db.coltypes
 
 revision: str = "0007"
 down_revision: str | None = "0006"
@@ -31,7 +31,7 @@ def upgrade() -> None:
         "job_notices",
         sa.Column("job_pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("user_name", sa.String(length=64), nullable=False),
-        sa.Column("digest_at", cocaq.dbtypes.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("digest_at", cocaq.db.coltypes.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["job_pk"], ["jobs.id"], name=op.f("fk_job_notices_job_pk_jobs"), ondelete="CASCADE"
         ),

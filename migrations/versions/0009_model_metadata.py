@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-import cocaq.models
+import cocaq.db.schema
 
 revision: str = "0009"
 down_revision: str | None = "0008"
@@ -43,7 +43,7 @@ def _keys() -> list[Any]:
 def _timestamp(name: str) -> sa.Column[object]:
     return sa.Column(
         name,
-        cocaq.models.UTCDateTime(timezone=True),
+        cocaq.db.schema.UTCDateTime(timezone=True),
         server_default=sa.text("CURRENT_TIMESTAMP"),
         nullable=False,
     )

@@ -6,7 +6,7 @@ Create Date: 2026-11-26 02:00:00
 
 * daily_rollups: `energy_failed_j` now holds failed jobs only (FAILED, NODE_FAIL, BOOT_FAIL, beyond
   their idle GPU energy); out-of-memory, timed-out and cancelled jobs get their own columns, and
-  `jobs_oom` their count (they were in `jobs_failed`). See cocaq.ledger.
+  `jobs_oom` their count (they were in `jobs_failed`). See cocaq.accounting.ledger.
 * jobs: sacct's MaxRSS and the tasks per node of its step; job_gpu_hours and job_metrics: the GPU memory
   peak from the collector's samples.
 * job_alerts: the alerts sent about running jobs (GPUs held idle).
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import cocaq.dbtypes
+import cocaq.db.coltypes
 
 revision: str = "0010"
 down_revision: str | None = "0009"
@@ -48,7 +48,7 @@ def upgrade() -> None:
         sa.Column("job_pk", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("kind", sa.String(length=32), nullable=False),
         sa.Column("user_name", sa.String(length=64), nullable=False),
-        sa.Column("alerted_at", cocaq.dbtypes.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("alerted_at", cocaq.db.coltypes.UTCDateTime(timezone=True), nullable=False),
         sa.Column("detail", sa.JSON(), nullable=True),
         sa.ForeignKeyConstraint(
             ["job_pk"], ["jobs.id"], name=op.f("fk_job_alerts_job_pk_jobs"), ondelete="CASCADE"

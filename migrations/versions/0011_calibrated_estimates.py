@@ -5,7 +5,7 @@ Revises: 0010
 Create Date: 2026-11-26 18:40:00
 
 * gpu_power_calibration: W per GPU (median, 10th and 90th percentile, jobs and GPU-hours behind it) by
-  GPU model, partition and utilisation bucket (cocaq.calibrate).
+  GPU model, partition and utilisation bucket (cocaq.accounting.calibrate).
 * jobs: the range of the estimated part of a job's energy; daily_rollups: its sums. Both nullable: rows
   from before read as having no range (the estimate itself).
 """
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import cocaq.dbtypes
+import cocaq.db.coltypes
 
 revision: str = "0011"
 down_revision: str | None = "0010"
@@ -43,7 +43,7 @@ def upgrade() -> None:
         sa.Column("w_p90", sa.Float(), nullable=False),
         sa.Column("jobs", sa.Integer(), nullable=False),
         sa.Column("gpu_hours", sa.Float(), nullable=False),
-        sa.Column("computed_at", cocaq.dbtypes.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("computed_at", cocaq.db.coltypes.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_gpu_power_calibration")),
         sa.UniqueConstraint(
             "gpu_model", "partition", "bucket", name=op.f("uq_gpu_power_calibration_gpu_model_partition_bucket")

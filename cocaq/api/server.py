@@ -1,0 +1,331 @@
+"""`cocaq serve`: the read-only HTTP JSON API that login nodes' `cocaq user` talks to (docs/api.md).
+
+Who asks is proven with MUNGE, which every Slurm cluster runs: the client sends a credential made by its
+local munged (`Authorization: MUNGE <credential>`), whose payload names the request (`cocaq-api GET
+/v1/users/alice`), so a credential seen on the wire cannot be spent on another request; munged refuses
+it if it is expired or replayed. The uid it carries is the caller.
+
+What they may see: their own jobs and footprint, their labs' totals (not the other members' rows or
+jobs), everything of a lab they head (`[api] lab_heads`), everything if they are an admin (`[api]
+admin_users`, members of `[api] admin_groups`). Anything else is 403 with a one-line reason; a job that
+does not exist and a job of someone else get the same answer, from the same queries.
+
+The same queries as the CLI's (cocaq.footprint.totals, cocaq.footprint.by_model), so the output is the same
+either way.
+"""
+
+import grp
+import os
+import pwd
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from datetime import UTC
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.responses import JSONResponse
+
+from cocaq import __version__
+from cocaq.api.client import payload_for
+from cocaq.config import Config
+from cocaq.db.dbapi import Db, connect
+from cocaq.errors import CocaqError, DatabaseError
+from cocaq.slurm.record import JOB_ID_PATTERN
+
+NAME = r"^[A-Za-z0-9._@+-]{1,128}$"  # user and account names (as the hooks accept them)
+JOB = rf"^{JOB_ID_PATTERN}$"
+WHEN = r"^[0-9A-Za-z:.+ -]{1,40}$"
+
+
+@dataclass(frozen=True)
+class Caller:
+    user: str
+    uid: int
+    admin: bool
+    heads: frozenset[str]  # the labs (Slurm accounts) this user heads
+
+
+class Pool:
+    """Reused read-only connections (cocaq.db.dbapi), at most `size`: a connection costs more than a
+    footprint query on PostgreSQL, and the server's threads (40) must not open one each. A request
+    waits for a free one; each request starts a new snapshot."""
+
+    def __init__(self, url: str, size: int = 16) -> None:
+        self.url = url
+        self.free: queue.LifoQueue[Db] = queue.LifoQueue(maxsize=size)
+        self.slots = threading.BoundedSemaphore(size)
+
+    @contextmanager
+    def db(self) -> Iterator[Db]:
+        with self.slots:
+            try:
+                db = self.free.get_nowait()
+            except queue.Empty:
+                db = connect(self.url)
+            ok = False
+            try:
+                yield db
+                ok = True
+            finally:
+                try:
+                    db.raw.rollback()
+                except Exception:
+                    ok = False
+                if ok and db.dialect != "sqlite":  # (sqlite3 connections stay in their thread: not pooled)
+                    self.free.put_nowait(db)
+                else:
+                    db.close()
+
+    def close(self) -> None:
+        while True:
+            try:
+                self.free.get_nowait().close()
+            except queue.Empty:
+                return
+
+
+def _groups(user: str, gid: int) -> set[str]:
+    out = set()
+    for g in os.getgrouplist(user, gid):
+        try:
+            out.add(grp.getgrgid(g).gr_name)
+        except KeyError:
+            continue
+    return out
+
+
+def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
+    """The API over `cfg`'s database. `decode(credential) -> (uid, payload)` is cocaq.api.munge's by
+    default."""
+    from cocaq.api import munge
+
+    api = cfg.api
+
+    def default_decode(cred: str) -> tuple[int, bytes]:
+        c = munge.decode(cred, socket=api.munge_socket)
+        return c.uid, c.payload
+
+    decode_fn = decode or default_decode
+    pool = Pool(cfg.database_url)
+    engine_box: list[Any] = []
+
+    def engine() -> Any:
+        if not engine_box:
+            from cocaq.db.engine import make_engine
+
+            engine_box.append(make_engine(cfg.database_url))
+        return engine_box[0]
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        pool.close()
+        if engine_box:
+            engine_box[0].dispose()
+
+    app = FastAPI(
+        lifespan=lifespan,
+        title="cocaq read API",
+        version=__version__,
+        description="Energy and CO2 of Slurm jobs, per job, user and lab. Authenticate with MUNGE: "
+        "`Authorization: MUNGE <credential>`, the credential's payload `cocaq-api METHOD PATH`.",
+    )
+
+    @app.middleware("http")
+    async def server_timing(request: Request, call_next: Any) -> Any:
+        """What the server spent on a request (`Server-Timing: app;dur=MS`), for clients and benchmarks."""
+        t0 = time.perf_counter()
+        response = await call_next(request)
+        response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - t0) * 1000:.2f}"
+        return response
+
+    @app.exception_handler(CocaqError)
+    def _cocaq_error(request: Request, exc: CocaqError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503 if isinstance(exc, DatabaseError) else 400)
+
+    def caller(request: Request) -> Caller:
+        header = request.headers.get("authorization", "")
+        scheme, _, cred = header.partition(" ")
+        if scheme.upper() != "MUNGE" or not cred.strip():
+            raise HTTPException(401, "authenticate with MUNGE: send `Authorization: MUNGE <credential>`")
+        try:
+            uid, payload = decode_fn(cred.strip())
+        except munge.MungeError as exc:
+            raise HTTPException(401, f"MUNGE credential refused: {exc}") from None
+        if payload != payload_for(request.method, request.url.path):
+            raise HTTPException(401, "MUNGE credential refused: it was made for another request")
+        try:
+            pw = pwd.getpwuid(uid)
+        except KeyError:
+            raise HTTPException(401, f"uid {uid} is not a user here") from None
+        admin = pw.pw_name in api.admin_users or bool(
+            api.admin_groups and _groups(pw.pw_name, pw.pw_gid) & set(api.admin_groups)
+        )
+        heads = frozenset(a for a, users in api.lab_heads.items() if pw.pw_name in users)
+        return Caller(pw.pw_name, uid, admin, heads)
+
+    def get(path: str, summary: str) -> Any:
+        # The dicts go out as they are: validating them against `dict` cost a turn through the threadpool.
+        return app.get(path, summary=summary, response_model=None)
+
+    Who = Annotated[Caller, Depends(caller)]
+    Since = Annotated[str, Query(pattern=WHEN, description="30d, 12h, a date or an ISO time")]
+    Until = Annotated[str | None, Query(pattern=WHEN)]
+    ClusterQ = Annotated[str | None, Query(pattern=NAME)]
+    Top = Annotated[int, Query(ge=0, le=1000)]
+
+    def window(since: str, until: str | None) -> Any:
+        from cocaq.footprint.totals import Window, now_utc
+        from cocaq.timeparse import parse_when
+
+        now = now_utc()
+        try:
+            w = Window(parse_when(since, now, UTC), parse_when(until, now, UTC) if until else now)
+        except (ValueError, CocaqError) as exc:
+            raise HTTPException(400, f"bad time: {exc}") from None
+        if w.until <= w.since:
+            raise HTTPException(400, "empty window: until is not after since")
+        return w
+
+    def known(check: Any) -> None:
+        """A name the database has never seen is a 404 with the reason (the CLI exits 2 on it)."""
+        from cocaq.footprint.totals import UnknownName
+
+        try:
+            check()
+        except UnknownName as exc:
+            raise HTTPException(404, str(exc)) from None
+
+    def member_of(db: Db, user: str, account: str) -> bool:
+        return bool(
+            db.rows(
+                "SELECT 1 FROM jobs WHERE user_name = %(u)s AND account = %(a)s LIMIT 1",
+                {"u": user, "a": account},
+            )
+        )
+
+    def headed_labs(db: Db, who: Caller, user: str) -> tuple[str, ...]:
+        """The labs `who` heads that `user` ran jobs in: all a lab head may see of that user."""
+        return tuple(a for a in sorted(who.heads) if member_of(db, user, a))
+
+    @get("/v1/whoami", summary="Who the credential says you are, and what you may see")
+    def whoami(who: Who) -> dict[str, Any]:
+        return {"user": who.user, "uid": who.uid, "admin": who.admin, "lab_head_of": sorted(who.heads)}
+
+    @get("/v1/users/{user}", summary="A user's footprint over a window (as `cocaq user -o json`)")
+    def user_footprint(
+        who: Who,
+        user: Annotated[str, Path(pattern=NAME)],
+        since: Since = "30d",
+        until: Until = None,
+        cluster: ClusterQ = None,
+        top: Top = 5,
+        from_jobs: bool = False,
+    ) -> dict[str, Any]:
+        from cocaq.footprint.totals import add_advice, check_names
+        from cocaq.footprint.totals import user_footprint as fp_of
+
+        w = window(since, until)
+        with pool.db() as db:
+            within: tuple[str, ...] | None = None
+            if not (user == who.user or who.admin):
+                # a lab head sees a member's jobs in the labs they head, never those in other labs
+                within = headed_labs(db, who, user)
+                if not within:
+                    raise HTTPException(403, f"{who.user} may not see user {user}'s footprint")
+            known(lambda: check_names(db, user=user, cluster=cluster))
+            fp = fp_of(db, user, w, cluster=cluster, top=top, from_jobs=from_jobs, within=within)
+            return add_advice(db, cfg, fp, cluster=cluster).as_dict()
+
+    @get("/v1/labs/{account}", summary="A lab's totals; its users and jobs for its heads and admins")
+    def lab_footprint(
+        who: Who,
+        account: Annotated[str, Path(pattern=NAME)],
+        since: Since = "30d",
+        until: Until = None,
+        cluster: ClusterQ = None,
+        top: Top = 5,
+        from_jobs: bool = False,
+    ) -> dict[str, Any]:
+        from cocaq.footprint.totals import add_advice, check_names
+        from cocaq.footprint.totals import lab_footprint as fp_of
+
+        w = window(since, until)
+        with pool.db() as db:
+            full = who.admin or account in who.heads
+            if full:
+                known(lambda: check_names(db, account=account, cluster=cluster))
+            elif not member_of(db, who.user, account):
+                raise HTTPException(403, f"{who.user} is not a member of lab {account}")
+            fp = fp_of(db, account, w, cluster=cluster, top=top if full else 0, from_jobs=from_jobs)
+            d = add_advice(db, cfg, fp, cluster=cluster).as_dict()
+        if not full:  # a member sees the lab's totals, not the other members, their jobs or advice
+            d["users"] = [u for u in d.get("users", []) if u.get("user") == who.user]
+            d["top_jobs"] = []
+            d["advice"] = [a for a in d.get("advice", []) if a.get("user") == who.user]
+            d["restricted"] = True
+        return d
+
+    @get("/v1/jobs/{job_id}", summary="One job (as `cocaq job -o json`)")
+    def job(who: Who, job_id: Annotated[str, Path(pattern=JOB)], cluster: ClusterQ = None) -> dict[str, Any]:
+        from cocaq.footprint.totals import find_jobs
+
+        with engine().connect() as conn:
+            jobs = find_jobs(conn, job_id, cluster, cfg)
+        mine = [
+            j for j in jobs if who.admin or j.get("user_name") == who.user or j.get("account") in who.heads
+        ]
+        if not mine:  # not there and not yours read the same, from the same work
+            raise HTTPException(403, f"job {job_id}: not found, or not yours")
+        return {"jobs": mine}  # (FastAPI writes datetimes as ISO text, as cocaq.cli.terminal does)
+
+    @get("/v1/models", summary="Energy and CO2 by model and framework, runs, comparisons")
+    def models(
+        who: Who,
+        since: Since = "30d",
+        until: Until = None,
+        user: Annotated[str | None, Query(pattern=NAME)] = None,
+        account: Annotated[str | None, Query(pattern=NAME)] = None,
+        cluster: ClusterQ = None,
+    ) -> dict[str, Any]:
+        from cocaq.footprint.by_model import model_stats
+
+        if user is not None and account is not None:
+            raise HTTPException(400, "user and account exclude each other")
+        if not who.admin:
+            if account is not None and account not in who.heads:
+                raise HTTPException(403, f"{who.user} does not head lab {account}")
+            if account is None:
+                user = user or who.user
+                if user != who.user:  # a lab head asks for the lab (account=), which holds its members' runs
+                    raise HTTPException(
+                        403, f"{who.user} may not see user {user}'s models (lab heads: ask with account=LAB)"
+                    )
+        w = window(since, until)
+        with engine().connect() as conn:
+            stats = model_stats(conn, w.since, w.until, user=user, account=account, cluster=cluster)
+        return stats.as_dict()
+
+    @get("/v1/top", summary="Users or labs by energy over a window (admins)")
+    def top(
+        who: Who,
+        since: Since = "30d",
+        until: Until = None,
+        by: Annotated[str, Query(pattern="^(user|account|partition)$")] = "user",
+        limit: Annotated[int, Query(ge=1, le=1000)] = 20,
+        cluster: ClusterQ = None,
+    ) -> dict[str, Any]:
+        from cocaq.footprint.totals import group_totals
+
+        if not who.admin:
+            raise HTTPException(403, f"{who.user} is not an admin: top lists are for admins")
+        w = window(since, until)
+        with pool.db() as db:
+            rows = group_totals(db, w, by, cluster=cluster)[:limit]
+        return {"since": w.since.isoformat(), "until": w.until.isoformat(), "by": by, "rows": rows}
+
+    return app

@@ -1,0 +1,292 @@
+"""`cocaq report`: one month's report of a user, a lab or the site, written to files or e-mailed.
+
+The group is open: another module adds its commands to it (`from cocaq.cli.report import report`, then
+`@report.command("send")`), and cocaq/cli/app.py registers the group once. Errors are one line.
+
+Why both --out and --send: --out shows a report before anyone gets it (a browser opens the .html, a mail
+client the .eml); --send goes through `reports.deliver`, so a report is sent once per recipient and month
+unless --force.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from cocaq.errors import UsageError
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from cocaq.cli.app import Ctx
+    from cocaq.config import Config
+    from cocaq.reports.data import AdminMonth, Month
+    from cocaq.reports.deliver import Outgoing
+    from cocaq.reports.render import Rendered
+
+log = logging.getLogger("cocaq.reports")
+
+_MONTH_RE = re.compile(r"(\d{4})-(\d{2})")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def parse_month(text: str | None, now: datetime | None = None) -> datetime:
+    """The first instant (UTC) of `YYYY-MM`; without one, of last month (the month reports are about)."""
+    if text is None:
+        first = (
+            (now or datetime.now(UTC))
+            .astimezone(UTC)
+            .replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        )
+        last = first - timedelta(days=1)
+        return datetime(last.year, last.month, 1, tzinfo=UTC)
+    m = _MONTH_RE.fullmatch(text.strip())
+    if not m or not 1 <= int(m.group(2)) <= 12:
+        raise UsageError(f"--month {text!r}: expected a month like 2026-03")
+    return datetime(int(m.group(1)), int(m.group(2)), 1, tzinfo=UTC)
+
+
+def file_stem(*parts: str) -> str:
+    """A file name from report parts (user and account names may hold anything)."""
+    return "-".join(_UNSAFE.sub("_", p).strip("._") or "_" for p in parts)
+
+
+def write_email(
+    out_dir: Path,
+    stem: str,
+    r: Rendered,
+    cfg: Config,
+    to: str,
+    *,
+    date: datetime | None = None,
+    user: str | None = None,
+) -> list[Path]:
+    """`stem.html` (the e-mail's HTML with its charts inlined, for a browser) and `stem.eml` (the message as
+    it would be sent, from reports.message.build_message)."""
+    from cocaq.reports.message import build_message, new_message_id, parse_sender, unsubscribe_header
+    from cocaq.reports.render import inline_images
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sender = parse_sender(cfg.mail.from_address)
+    msg = build_message(
+        sender=sender,
+        to=to,
+        subject=r.subject,
+        text=r.text,
+        html=r.html,
+        images=r.images,
+        message_id=new_message_id(sender),
+        date=date,
+        list_unsubscribe=unsubscribe_header(cfg.mail, user or to, cfg.reports.contact),
+        reply_to=cfg.mail.reply_to,
+    )
+    html_path, eml_path = out_dir / f"{stem}.html", out_dir / f"{stem}.eml"
+    html_path.write_text(inline_images(r.html, r.images), encoding="utf-8")
+    eml_path.write_bytes(bytes(msg))
+    return [html_path, eml_path]
+
+
+def user_address(engine: Engine, cfg: Config, user: str) -> str:
+    """Where a user's report would go, or a placeholder for a file nobody sends (--out only)."""
+    from cocaq.reports.recipients import AddressBook
+    from cocaq.reports.transport import MailError
+
+    try:
+        found = AddressBook.load(engine, cfg.mail, [user]).for_user(user).address
+    except MailError as exc:
+        log.warning("%s", exc)
+        found = None
+    return found or f"{file_stem(user)}@example.invalid"
+
+
+def _kind(what: str, cluster: str | None, lab: str | None = None) -> str:
+    """The ledger kind `cocaq report send` uses for the same report (reports/batch.py)."""
+    from cocaq.reports import batch
+
+    base = {"user": batch.USER_KIND, "lab": batch.LAB_KIND, "admin": batch.ADMIN_KIND}[what]
+    return batch.kind_for(base, cluster, lab=lab)
+
+
+def first_reports(engine: Engine, cluster: str | None = None) -> dict[str, datetime]:
+    """user -> when their first user-monthly report was sent, for the admin report's before/after
+    comparison (the ledger records whom each user report was for)."""
+    from cocaq.reports import ledger
+    from cocaq.reports.batch import USER_KIND, kind_for
+
+    with engine.connect() as conn:
+        return ledger.first_reports(conn, kind_for(USER_KIND, cluster))
+
+
+def build_admin_month(engine: Engine, cfg: Config, month_start: datetime, cluster: str | None) -> AdminMonth:
+    """The admin report's month, with the before/after comparison when user reports have been sent."""
+    from cocaq.reports.data import admin_month
+
+    first = first_reports(engine, cluster)
+    with engine.connect() as conn:
+        return admin_month(
+            conn,
+            cfg,
+            month_start,
+            cluster,
+            first_report=first or None,
+            window_days=cfg.reports.before_after_days,
+        )
+
+
+def _send(obj: Ctx, items: Sequence[Outgoing], force: bool) -> None:
+    from cocaq.reports.deliver import deliver
+
+    summary = deliver(obj.engine(), obj.cfg, items, force=force)
+    for line in summary.lines():
+        click.echo(line, err=True)
+    if summary.failed or summary.stopped or summary.no_address:
+        sys.exit(5)
+
+
+def _outgoing(kind: str, month: Month, r: Rendered, **who: Any) -> Outgoing:
+    from cocaq.reports.deliver import Outgoing
+
+    return Outgoing.of(kind, month.start, month.end, r, **who)
+
+
+def _check_target(out_dir: str | None, send: bool) -> None:
+    if not out_dir and not send:
+        raise UsageError("say where the report goes: --out DIR (files) and/or --send (e-mail)")
+
+
+def _echo_paths(paths: Iterable[Path]) -> None:
+    for p in paths:
+        click.echo(str(p))
+
+
+month_opt = click.option("--month", default=None, help="The UTC month, YYYY-MM (default: last month).")
+cluster_opt = click.option("-M", "--cluster", default=None, help="Only this cluster (default: all).")
+out_opt = click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Write the report here: .html to open in a browser and .eml as it would be sent.",
+)
+send_opt = click.option("--send", is_flag=True, help="E-mail it (exactly once per recipient and month).")
+force_opt = click.option("--force", is_flag=True, help="With --send: send again what was already sent.")
+
+
+@click.group("report")
+def report() -> None:
+    """Monthly reports of a user, a lab or the site: to files (--out) or by e-mail (--send)."""
+
+
+@report.command("user")
+@click.argument("user")
+@month_opt
+@cluster_opt
+@out_opt
+@send_opt
+@force_opt
+@click.pass_obj
+def report_user(
+    obj: Ctx, user: str, month: str | None, cluster: str | None, out_dir: str | None, send: bool, force: bool
+) -> None:
+    """A user's monthly report: energy, CO2, idle GPUs, failed jobs, suggestions."""
+    from cocaq.reports.data import Month, user_month
+    from cocaq.reports.render import render_user_month
+    from cocaq.reports.suggest import suggest_for_user
+
+    _check_target(out_dir, send)
+    start = parse_month(month)
+    engine = obj.engine()
+    with engine.connect() as conn:
+        um = user_month(conn, obj.cfg, user, start, cluster=cluster)
+    r = render_user_month(um, suggest_for_user(um, obj.cfg), obj.cfg)
+    if out_dir:
+        to = user_address(engine, obj.cfg, user)
+        _echo_paths(
+            write_email(Path(out_dir), file_stem("user", user, um.month.label), r, obj.cfg, to, user=user)
+        )
+    if send:
+        kind = _kind("user", cluster)  # as `cocaq report send` records it: the same report goes once
+        _send(obj, [_outgoing(kind, Month.of(start), r, user=user)], force)
+
+
+@report.command("lab")
+@click.argument("account")
+@month_opt
+@cluster_opt
+@out_opt
+@send_opt
+@force_opt
+@click.pass_obj
+def report_lab(
+    obj: Ctx,
+    account: str,
+    month: str | None,
+    cluster: str | None,
+    out_dir: str | None,
+    send: bool,
+    force: bool,
+) -> None:
+    """A lab's (Slurm account's) monthly report, for its heads ([reports] lab_heads)."""
+    from cocaq.reports.data import lab_month
+    from cocaq.reports.render import render_lab_month
+
+    _check_target(out_dir, send)
+    heads = obj.cfg.reports.lab_heads.get(account, ())
+    if send and not heads:
+        raise UsageError(
+            f'no address for the heads of {account!r}: set [reports] lab_heads = {{ "{account}" = '
+            '["head@example.org"] }'
+        )
+    start = parse_month(month)
+    engine = obj.engine()
+    with engine.connect() as conn:
+        lm = lab_month(conn, obj.cfg, account, start, cluster=cluster)
+    r = render_lab_month(lm, obj.cfg)
+    if out_dir:
+        to = heads[0] if heads else f"{file_stem(account)}@example.invalid"
+        _echo_paths(write_email(Path(out_dir), file_stem("lab", account, lm.month.label), r, obj.cfg, to))
+    if send:
+        kind = _kind("lab", cluster, lab=account)
+        _send(obj, [_outgoing(kind, lm.month, r, address=a) for a in heads], force)
+
+
+@report.command("admin")
+@month_opt
+@cluster_opt
+@out_opt
+@send_opt
+@force_opt
+@click.pass_obj
+def report_admin(
+    obj: Ctx, month: str | None, cluster: str | None, out_dir: str | None, send: bool, force: bool
+) -> None:
+    """The site's monthly report for its admins ([reports] admins); --out also writes the interactive page."""
+    from cocaq.reports.render import render_admin_email, render_admin_html
+
+    _check_target(out_dir, send)
+    admins = obj.cfg.reports.admins
+    if send and not admins:
+        raise UsageError('no admin addresses: set [reports] admins = ["hpc-admins@example.org"]')
+    start = parse_month(month)
+    engine = obj.engine()
+    am = build_admin_month(engine, obj.cfg, start, cluster)
+    r = render_admin_email(am, obj.cfg)
+    if out_dir:
+        out = Path(out_dir)
+        parts = ["admin", am.month.label] + ([cluster] if cluster else [])
+        page = out / f"{file_stem(*parts)}.html"
+        paths = write_email(
+            out, file_stem(*parts, "email"), r, obj.cfg, admins[0] if admins else "admins@example.invalid"
+        )
+        page.write_text(render_admin_html(am, obj.cfg), encoding="utf-8")
+        _echo_paths([page, *paths])
+    if send:
+        kind = _kind("admin", cluster)
+        _send(obj, [_outgoing(kind, am.month, r, address=a) for a in admins], force)

@@ -1,0 +1,704 @@
+"""Terminal, JSON and CSV renderings of footprints (rich for people, JSON/CSV for scripts).
+
+Names, job names, comments and model metadata come from users, so whatever prints them goes through
+one of the escapes here:
+
+* `term` for rich: control characters and bidi overrides become `?` (an ANSI escape or a carriage
+  return cannot rewrite the terminal), and rich markup such as `[bold]` is shown, not obeyed;
+* `csv_cell` for CSV: the same characters as `?`, and a `'` before text that starts with `=`, `+`, `-`,
+  `@`, tab or CR, so that a spreadsheet does not run it as a formula;
+* `to_json`: the C1 controls, line/paragraph separators and bidi controls, which JSON would carry raw,
+  as \\u escapes (the same data).
+
+HTML reports rely on Jinja's autoescape.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from cocaq.footprint.totals import Footprint, equivalents
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+SUMMARY_FIELDS = [
+    "jobs",
+    "cpu_hours",
+    "gpu_hours",
+    "energy_kwh",
+    "energy_kwh_with_pue",
+    "measured_energy_fraction",
+    "co2_kg",
+    "failed_energy_kwh",
+    # what the daily rollups add (after the columns scripts already read)
+    "jobs_failed",
+    "jobs_cancelled",
+    "jobs_timeout",
+    "energy_gpu_kwh",
+    "energy_cpu_kwh",
+    "energy_dram_kwh",
+    "energy_other_kwh",
+    "energy_measured_kwh",
+    "energy_estimated_kwh",
+    "gpu_util_pct",
+    "idle_gpu_hours",
+    "idle_gpu_energy_kwh",
+    "co2_embodied_kg",
+    # the energy that did no work, in disjoint parts (cocaq.accounting.ledger; idle GPUs and failed above)
+    "jobs_oom",
+    "oom_energy_kwh",
+    "timeout_energy_kwh",
+    "cancelled_energy_kwh",
+    "wasted_energy_kwh",
+    # the range of the estimated part (calibrated GPU estimates, cocaq.accounting.calibrate)
+    "energy_estimated_low_kwh",
+    "energy_estimated_high_kwh",
+]
+
+
+# C0 and C1 controls, DEL, the line/paragraph separators and the bidirectional overrides and isolates
+# (which reorder what a terminal shows: "Trojan Source").
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# What json.dumps leaves raw with ensure_ascii=False (it escapes only \x00-\x1f itself).
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def plain(s: object) -> str:
+    """User-supplied text that a terminal shows as text: unsafe characters (see _UNSAFE) become `?`."""
+    return _UNSAFE.sub("?", "" if s is None else str(s))
+
+
+def term(s: object) -> str:
+    """`plain`, with rich markup escaped: for text that rich parses (table cells, console.print)."""
+    from rich.markup import escape
+
+    return escape(plain(s))
+
+
+def csv_cell(v: Any) -> str:
+    """A CSV value: numbers as `_fmt_csv`; text as `plain` (CSV is often read in a terminal too), and
+    with a `'` before it where a spreadsheet would run it as a formula."""
+    if not isinstance(v, str):
+        return _fmt_csv(v)
+    out = plain(v)
+    return "'" + out if v.startswith(_FORMULA) else out
+
+
+def _default(o: Any) -> Any:
+    if isinstance(o, datetime):
+        return o.isoformat()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def to_json(data: Any) -> str:
+    """Indented JSON, non-ASCII kept; the characters in _JSON_UNSAFE as \\u escapes (the same data: in
+    json.dumps's output they can only be inside strings)."""
+    text = json.dumps(data, indent=2, default=_default, ensure_ascii=False)
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+TOP_JOB_FIELDS = [
+    "job_id", "cluster", "name", "partition", "state", "start", "elapsed_h", "gpus", "energy_kwh", "co2_kg",
+    "measured", "share", "user",
+]  # fmt: skip
+ADVICE_FIELDS = [
+    "id",
+    "title",
+    "saving_kwh",
+    "saving_kg",
+    "upper_bound",
+    "change",
+    "job_ids",
+    "basis",
+    "body",
+]
+
+
+def footprint_csv(fp: Footprint) -> str:
+    """Every section of the table output as CSV, one after the other, each with its header and separated
+    by an empty line: the totals; a lab's users and their total; the top jobs; the advice."""
+    import csv  # (only CSV output needs it)
+    import io
+
+    d = fp.as_dict()
+    key = "user" if fp.scope == "user" else "lab"
+    cols = [key, "since", "until", *SUMMARY_FIELDS, "rollups_through"]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(cols)
+    w.writerow([csv_cell(d[c]) for c in cols])
+    if fp.scope == "account":
+        w.writerow([])
+        w.writerow(["user", *SUMMARY_FIELDS])
+        for m in fp.members:
+            w.writerow([csv_cell(m["user"]), *(csv_cell(m.get(c)) for c in SUMMARY_FIELDS)])
+        w.writerow(["(total)", *(csv_cell(d[c]) for c in SUMMARY_FIELDS)])
+    if d.get("top_jobs"):
+        w.writerow([])
+        w.writerow(["top_job_" + c if c == "share" else c for c in TOP_JOB_FIELDS])
+        for j in d["top_jobs"]:
+            w.writerow([csv_cell(j.get(c)) for c in TOP_JOB_FIELDS])
+    if d.get("advice"):
+        w.writerow([])
+        lead = ["user"] if fp.scope == "account" else []
+        w.writerow([*lead, *("advice_" + c if c == "id" else c for c in ADVICE_FIELDS)])
+        for a in d["advice"]:
+            row = [a.get(c) for c in ADVICE_FIELDS]
+            row = [" ; ".join(v) if isinstance(v, list | tuple) else v for v in row]
+            w.writerow([*(csv_cell(a.get("user")) for _ in lead), *(csv_cell(v) for v in row)])
+    return buf.getvalue()
+
+
+def _fmt_csv(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def _kwh(v: float) -> str:
+    """kWh as people read them: 1,044 kWh, 85.7 kWh, 3.94 kWh, 0.512 kWh (never a cut or a 1e-5)."""
+    a = abs(v)
+    return f"{_kwh_number(v, v)} {'kWh' if a >= 1 or a == 0 else 'Wh'}"
+
+
+def _kwh_number(v: float, like: float) -> str:
+    """v in the unit and precision _kwh(like) uses, without the unit."""
+    a = abs(like)
+    if a >= 100:
+        return f"{v:,.0f}"
+    if a >= 10:
+        return f"{v:,.1f}"
+    if a >= 1 or a == 0:
+        return f"{v:,.2f}"
+    return f"{v * 1000:,.3g}"
+
+
+def estimate_text(kwh: float, low: float | None, high: float | None) -> str:
+    """The estimated part of an energy with its range: "310 kWh, 240-390 estimated" (the 10th-90th
+    percentile of what the site's measured jobs drew, cocaq.accounting.calibrate); "310 kWh estimated" where
+    the
+    estimate has no range (rated power, or nothing estimated)."""
+    lo = kwh if low is None else low
+    hi = kwh if high is None else high
+    a, b = _kwh_number(lo, kwh), _kwh_number(hi, kwh)
+    if a == b == _kwh_number(kwh, kwh):
+        return f"{_kwh(kwh)} estimated"
+    return f"{_kwh(kwh)}, {a}-{b} estimated"
+
+
+def _kg(v: float) -> str:
+    a = abs(v)
+    if a >= 1000:
+        return f"{v / 1000:,.2f} t"
+    if a >= 10:
+        return f"{v:,.1f} kg"
+    if a >= 1 or a == 0:
+        return f"{v:,.2f} kg"
+    return f"{v * 1000:,.3g} g"
+
+
+def _share(part: float, whole: float) -> str:
+    return f" ({part / whole:.0%})" if whole > 0 else ""
+
+
+def _source_line(fp: Footprint) -> str:
+    """Where the numbers came from, in words."""
+    src = fp.source()
+    if src["from_jobs"]:
+        return "Computed job by job (--from-jobs)."
+    if src["rollups_through"] is None:
+        return "Computed job by job (the daily totals have not been made yet: `cocaq aggregate`)."
+    days = src["rollup_days"]
+    if days is None:
+        through = src["rollups_through"][:10]
+        return f"Computed job by job (the daily totals reach {through}, no whole day of this window)."
+    return (
+        f"Whole days {days['since'][:10]} to {days['until'][:10]} from the daily totals, the rest job by "
+        "job: "
+        "the same figures either way."
+    )
+
+
+OUTCOME_WORDS = (
+    ("jobs_failed", "failed"),
+    ("jobs_oom", "out of memory"),
+    ("jobs_timeout", "timed out"),
+    ("jobs_cancelled", "cancelled"),
+)
+# The ledger's disjoint parts of energy that did no work (cocaq.accounting.ledger), as the CLI names them.
+WASTE_ROWS = (
+    ("idle_gpu_energy_kwh", "idle GPUs"),
+    ("failed_energy_kwh", "failed jobs"),
+    ("oom_energy_kwh", "out of memory"),
+    ("timeout_energy_kwh", "hit time limit"),
+    ("cancelled_energy_kwh", "cancelled"),
+)
+
+
+def print_footprint(fp: Footprint, console: Console) -> None:
+    from rich.table import Table  # only tables need rich; json and csv output stay light
+
+    t = fp.totals
+    who = f"user [bold]{term(fp.key)}[/]" if fp.scope == "user" else f"lab [bold]{term(fp.key)}[/]"
+    console.print(f"Footprint of {who}, {fp.since:%Y-%m-%d %H:%M} to {fp.until:%Y-%m-%d %H:%M} UTC")
+    if fp.within is not None:  # a lab head's view of a member
+        console.print(f"Only their jobs in {', '.join(term(a) for a in fp.within)} (the labs you head).")
+    if t.jobs == 0:
+        console.print("No jobs ran in this window.")
+        return
+    tab = Table.grid(padding=(0, 2))
+    tab.add_column(style="dim", no_wrap=True)
+    tab.add_column(overflow="fold")
+    outcomes = [f"{getattr(t, k):,} {what}" for k, what in OUTCOME_WORDS if getattr(t, k)]
+    tab.add_row("jobs", f"{t.jobs:,}" + (f" ({', '.join(outcomes)})" if outcomes else ""))
+    tab.add_row("GPU-hours", f"{t.gpu_hours:,.1f}")
+    tab.add_row("CPU-hours", f"{t.cpu_hours:,.1f}")
+    measured = "" if t.measured_energy_fraction is None else f" ({t.measured_energy_fraction:.0%} measured)"
+    tab.add_row("energy", _kwh(t.energy_kwh) + measured)
+    for name, v in (
+        ("GPUs", t.energy_gpu_kwh),
+        ("CPUs", t.energy_cpu_kwh),
+        ("memory", t.energy_dram_kwh),
+        ("rest of node", t.energy_other_kwh),
+    ):
+        if v:
+            tab.add_row(f"  {name}", _kwh(v) + _share(v, t.energy_kwh))
+    estimated = estimate_text(t.energy_estimated_kwh, t.energy_estimated_low_kwh, t.energy_estimated_high_kwh)
+    tab.add_row("  measured / estimated", f"{_kwh(t.energy_measured_kwh)} measured / {estimated}")
+    tab.add_row("with cooling (PUE)", _kwh(t.energy_kwh_with_pue))
+    tab.add_row("CO2e", _kg(t.co2_kg))
+    if t.wasted_energy_kwh > 0:
+        tab.add_row("did no work", _kwh(t.wasted_energy_kwh) + _share(t.wasted_energy_kwh, t.energy_kwh))
+        for k, name in WASTE_ROWS:
+            v = getattr(t, k)
+            if v:
+                extra = f", {t.idle_gpu_hours:,.1f} GPU-hours" if k == "idle_gpu_energy_kwh" else ""
+                tab.add_row(f"  {name}", _kwh(v) + extra)
+    if t.gpu_util_pct is not None:
+        tab.add_row("GPU utilisation", f"{t.gpu_util_pct:.0f}% (energy-weighted)")
+    eq = equivalents(t.co2_kg)
+    tab.add_row("like driving", f"{eq['car_km']:,.0f} km by car")
+    if t.co2_embodied_kg:
+        tab.add_row("embodied CO2e", f"{_kg(t.co2_embodied_kg)} (making the hardware; not in CO2e above)")
+    console.print(tab)
+    if fp.members:
+        rows = []
+        for u in fp.members:
+            frac = u["measured_energy_fraction"]
+            util = u["gpu_util_pct"]
+            rows.append(
+                [
+                    term(u["user"]),
+                    f"{u['jobs']:,}",
+                    f"{u['gpu_hours']:,.1f}",
+                    _num_kwh(u["energy_kwh"]),
+                    f"{u['co2_kg']:,.1f}",
+                    _num_kwh(u.get("wasted_energy_kwh", 0.0)),
+                    "" if util is None else f"{util:.0f}%",
+                    "" if frac is None else f"{frac:.0%}",
+                ]
+            )
+        cols = [("user", 0), ("jobs", 3), ("GPU-h", 2), ("kWh", 0), ("kg CO2e", 1), ("no work", 2),
+                ("GPU use", 3), ("measured", 4)]  # fmt: skip
+        console.print(fit_table(console, "Users", cols, rows, left=("user",)))
+    if fp.top_jobs:
+        rows = []
+        for tj in fp.top_jobs:
+            rows.append(
+                [
+                    term(tj.job_id),
+                    term(tj.name or ""),
+                    term(tj.partition or ""),
+                    term(tj.state),
+                    f"{tj.elapsed_h:,.1f}",
+                    str(tj.gpus),
+                    _num_kwh(tj.energy_kwh),
+                    f"{tj.co2_kg:,.1f}",
+                    "" if tj.share >= 0.9995 else f"{tj.share:.0%}",
+                    "measured" if tj.measured else "estimated",
+                ]
+            )
+        cols = [
+            ("job", 0), ("name", 5), ("partition", 6), ("state", 4), ("hours", 3), ("GPUs", 2), ("kWh", 0),
+            ("kg CO2e", 1), ("in window", 3), ("how", 7),
+        ]  # fmt: skip
+        title = "Top jobs by energy (whole jobs; 'in window': the share this window counts)"
+        if all(tj.share >= 0.9995 for tj in fp.top_jobs):
+            cols = cols[:8] + cols[9:]
+            rows = [r[:8] + r[9:] for r in rows]
+            title = "Top jobs by energy"
+        if fp.scope == "account":  # whose job it is, after its id
+            cols.insert(1, ("user", 1))
+            for r, tj in zip(rows, fp.top_jobs, strict=True):
+                r.insert(1, term(tj.user or ""))
+        console.print(
+            fit_table(console, title, cols, rows, left=("job", "user", "name", "partition", "state", "how"))
+        )
+    if fp.advice:
+        print_advice(fp.advice, console, lab=fp.scope == "account")
+    console.print(f"[dim]{_source_line(fp)}[/]")
+
+
+def _num_kwh(v: float | None) -> str:
+    """A kWh figure in a table column (the header says kWh)."""
+    if v is None:
+        return ""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.1f}" if abs(v) >= 1 else f"{v:,.3f}"
+
+
+def fit_table(
+    console: Console,
+    title: str,
+    cols: list[tuple[str, int]],
+    rows: list[list[str]],
+    *,
+    left: tuple[str, ...] = (),
+    complete: str = "--format csv",
+) -> Any:
+    """A table that fits the terminal: columns are dropped, least important first (highest `priority`;
+    0 never), rather than numbers cut. Once only priority-0 columns are left, text may end in `…` and a
+    number that still does not fit folds onto a second line; no digit is ever lost."""
+    from rich.table import Table
+
+    keep = list(range(len(cols)))
+
+    def build() -> Table:
+        gone = [cols[i][0] for i in range(len(cols)) if i not in keep]
+        caption = (
+            f"(too narrow for: {', '.join(gone)}; {complete} {'has it' if len(gone) == 1 else 'has them'})"
+            if gone
+            else None
+        )
+        t = Table(
+            title=title,
+            title_justify="left",
+            caption=caption,
+            caption_justify="left",
+            pad_edge=False,
+            collapse_padding=True,
+        )
+        for i in keep:
+            name = cols[i][0]
+            t.add_column(
+                name,
+                justify="left" if name in left else "right",
+                no_wrap=name in left,
+                overflow="ellipsis" if name in left else "fold",  # a number folds, never loses digits
+                max_width=24 if name in ("name", "partition") else None,
+            )
+        for r in rows:
+            t.add_row(*(r[i] for i in keep))
+        return t
+
+    width = console.width
+    wide = console.options.update_width(100_000)  # the table's natural width, not clamped to the screen
+    while True:
+        table = build()
+        if console.measure(table, options=wide).maximum <= width:
+            return table
+        droppable = [i for i in keep if cols[i][1] > 0]
+        if not droppable:
+            return table
+        keep.remove(max(droppable, key=lambda i: (cols[i][1], i)))
+
+
+def print_advice(
+    items: list[dict[str, Any]], console: Console, *, lab: bool = False, heading: str | None = None
+) -> None:
+    """What the jobs suggest, largest saving first, each with the exact change (jobstats-style notes)."""
+    from rich.padding import Padding
+    from rich.table import Table
+
+    if heading is None:
+        heading = ("[bold]What you could change[/] (largest saving first)" if not lab else
+                   "[bold]What the lab's members could change[/] (each one's largest saving)")  # fmt: skip
+    console.print(heading)
+    for n, a in enumerate(items, 1):
+        who = f"{term(a['user'])}: " if lab and a.get("user") else ""
+        saving = ""
+        if a.get("saving_kwh") is not None:
+            up = "up to " if a.get("upper_bound") else "about "
+            saving = f": {up}{_kwh(a['saving_kwh'])}"
+            if a.get("saving_kg"):
+                saving += f", {_kg(a['saving_kg'])} CO2e"
+        # wrapped lines hang under the title's text, not at the screen's edge
+        head = Table.grid()
+        head.add_column(width=4, no_wrap=True)
+        head.add_column(overflow="fold")
+        head.add_row(f"{n:>2}.", f"{who}[bold]{term(a['title'])}[/]{saving}")
+        console.print(head)
+        for line in a.get("change") or ():
+            console.print(Padding(f"[cyan]{term(line)}[/]", (0, 0, 0, 4)), overflow="fold")
+        console.print(Padding(f"[dim]{term(a['body'])}[/]", (0, 0, 0, 4)), overflow="fold")
+
+
+# Where a job's energy came from, in words (job_energy.source).
+SOURCE_WORDS = {
+    "nvml": "GPU energy counter",
+    "nvml-power-integral": "GPU power samples",
+    "nvml-power-edges": "GPU power at start and end",
+    "nvml-samples": "GPU samples' share of node",
+    "slurm-consumed-energy": "Slurm's node energy",
+    "tdp-estimate": "estimate from rated power",
+    "calibrated-estimate": "estimate from the site's measured jobs",
+}
+COMPONENT_WORDS = {"gpu": "GPUs", "cpu": "CPUs", "dram": "memory", "node": "rest of node"}
+# carbon_detail keys (cocaq.carbon.intensity) in words
+INTENSITY_WORDS = {
+    "series": "hourly series",
+    "nearest": "nearest hour of the series",
+    "annual": "the zone's yearly average",
+    "world": "the world average",
+}
+BASIS_WORDS = {"lca": "life-cycle emissions", "direct": "direct emissions only"}
+
+
+def source_words(src: str) -> str:
+    """A job_energy source in words (nvml -> "GPU energy counter")."""
+    return _source(src)
+
+
+def component_words(component: str) -> str:
+    return COMPONENT_WORDS.get(component, component)
+
+
+def _source(src: str) -> str:
+    if src in SOURCE_WORDS:
+        return SOURCE_WORDS[src]
+    if src.startswith("rapl"):
+        return "RAPL energy counters"
+    return src
+
+
+def _gb(mb: float | None) -> str:
+    return "?" if mb is None else f"{mb / 1024:,.1f} GB"
+
+
+def print_job(job: dict[str, Any], console: Console) -> None:
+    console.print(
+        f"Job [bold]{term(job['job_id'])}[/] on cluster {term(job['cluster'])}: {term(job['name'] or '')}"
+    )
+    from rich.table import Table
+
+    tab = Table.grid(padding=(0, 2))
+    tab.add_column(style="dim", no_wrap=True)
+    tab.add_column(overflow="fold")
+    gpus = job["alloc_gpus"]
+    mem = job.get("memory") or {}
+    usage = job.get("cpu_usage")
+    limit = job.get("time_limit_s")
+    elapsed = job["elapsed_s"] / 3600
+    facts = [
+        ("user", job["user_name"]),
+        ("lab (account)", job["account"]),
+        ("partition", job["partition"]),
+        ("QOS", job["qos"]),
+        ("nodes", job["node_list"]),
+        ("CPUs", f"{job['alloc_cpus']}" + (f", {usage:.0%} busy" if usage is not None else "")),
+        ("GPUs", f"{gpus}" + (f" ({job['gpu_type']})" if job["gpu_type"] else "") if gpus else None),
+        ("submitted", job["submit_time"]),
+        ("started", job["start_time"]),
+        ("ended", job["end_time"]),
+        (
+            "run time",
+            f"{elapsed:,.2f} h"
+            + (f" of a {limit / 3600:,.2f} h limit ({elapsed * 3600 / limit:.0%})" if limit else ""),
+        ),
+        ("state", job["state_detail"] or job["state"] + (" (still running)" if job["is_open"] else "")),
+        ("exit code", None if job["exit_code"] is None else f"{job['exit_code']}:{job['exit_signal'] or 0}"),
+        ("CPU time", None if job["total_cpu_s"] is None else f"{job['total_cpu_s'] / 3600:,.2f} h"),
+    ]
+    if mem.get("requested_mb"):
+        used = mem.get("used_per_node_mb")
+        per_node = mem.get("requested_per_node_mb")
+        facts.append(
+            (
+                "memory",
+                f"{_gb(per_node)} per node asked"
+                + (f", at most {_gb(used)} used (MaxRSS)" if used is not None else ", use not recorded"),
+            )
+        )
+    if mem.get("gpu_peak_mb") is not None:
+        total = mem.get("gpu_total_mb")
+        facts.append(
+            (
+                "GPU memory",
+                f"at most {_gb(mem['gpu_peak_mb'])} on one GPU" + (f" of {_gb(total)}" if total else ""),
+            )
+        )
+    for k, v in facts:
+        if v not in (None, ""):
+            tab.add_row(k, term(v))
+    console.print(tab)
+    rows = [
+        [
+            term(COMPONENT_WORDS.get(row["component"], row["component"])),
+            term(row["node"] or "(all)"),
+            term(row["method"]),
+            term(_source(row["source"])),
+            f"{row['energy_kwh']:,.3f}",
+        ]
+        for row in job["energies"]
+    ]
+    # the source says the method too (a counter measures, a rated power estimates): method goes first
+    cols = [("part", 0), ("node", 2), ("method", 3), ("source", 1), ("kWh", 0)]
+    split = ""
+    if "energy_estimated_kwh" in job:
+        est = estimate_text(
+            job["energy_estimated_kwh"], job["energy_estimated_low_kwh"], job["energy_estimated_high_kwh"]
+        )
+        split = f" ({_kwh(job['energy_measured_kwh'])} measured, {est})"
+    console.print(
+        fit_table(
+            console,
+            f"Energy: {_kwh(job['energy_kwh'])}{split}",
+            cols,
+            rows,
+            left=("part", "node", "method", "source"),
+            complete="--format json",
+        )
+    )
+    w = job.get("waste")
+    if w and w.get("wasted_kwh"):
+        parts = [
+            f"{name} {_kwh(w[k])}"
+            for k, name in (
+                ("idle_gpu_kwh", "idle GPUs"),
+                ("failed_kwh", "failed"),
+                ("oom_kwh", "out of memory"),
+                ("timeout_kwh", "hit its time limit"),
+                ("cancelled_kwh", "cancelled"),
+            )
+            if w.get(k)
+        ]
+        console.print(f"Did no work: {_kwh(w['wasted_kwh'])} ({', '.join(parts)})")
+    if job.get("gpus"):
+        grows = [
+            [
+                term(row["node"]),
+                term(row["slurm_index"]),
+                term(row["uuid"]),
+                term(row["name"] or ""),
+                "-" if row["energy_kwh"] is None else f"{row['energy_kwh']:,.4f}",
+                term(_source(row["source"]) if row["source"] else "not measured"),
+            ]
+            for row in job["gpus"]
+        ]
+        gcols = [("node", 0), ("index", 0), ("UUID", 3), ("model", 2), ("kWh", 0), ("source", 1)]
+        console.print(
+            fit_table(
+                console,
+                "GPUs (as the node saw them)",
+                gcols,
+                grows,
+                left=("node", "UUID", "model", "source"),
+                complete="--format json",
+            )
+        )
+    flag = f" [yellow]({term(job['carbon_flag'])})[/]" if job["carbon_flag"] else ""
+    year = f", {job['carbon_year']}" if job["carbon_year"] else ""
+    g_kwh = job["carbon_g_per_kwh"]
+    console.print(
+        f"CO2e: [bold]{_kg(job['co2_kg'])}[/] = {_kwh(job['energy_kwh'])} x PUE {job['pue']:.2f} x "
+        f"{'?' if g_kwh is None else f'{g_kwh:.0f}'} g/kWh (zone {term(job['carbon_zone'])}{flag}; "
+        f"{term(job['carbon_source'])}{year})"
+    )
+    m = job.get("metrics")
+    if m:
+        d = m.get("carbon_detail") or {}
+        shares = ", ".join(
+            f"{INTENSITY_WORDS[k]} for {d[k]:.0%} of it"
+            for k in ("series", "nearest", "annual", "world")
+            if isinstance(d.get(k), float | int) and d[k]
+        )
+        if shares:
+            basis = BASIS_WORDS.get(str(d.get("basis")), str(d.get("basis", "?")))
+            console.print(f"[dim]Carbon intensity over the run: {shares} ({basis}).[/]")
+        if m["gpu_util_pct"] is not None:
+            console.print(
+                f"GPU utilisation: {m['gpu_util_pct']:.0f}% (energy-weighted); GPUs idle "
+                f"{m['idle_gpu_hours']:,.2f} GPU-hours, drawing "
+                f"{_kwh((w or {}).get('idle_gpu_kwh', m['idle_gpu_energy_kwh']))}"
+            )
+        if m["co2_embodied_kg"]:
+            embodied = _kg(m["co2_embodied_kg"])
+            console.print(f"Embodied CO2e (making the hardware; not in the CO2e above): {embodied}")
+    from cocaq.accounting.estimate import ESTIMATED_BASES
+
+    if job.get("assumptions") and job["assumptions"].get("basis") in ESTIMATED_BASES:
+        a = job["assumptions"]
+        console.print(
+            f"[dim]Estimated: CPU {a['cpu_core_seconds'] / 3600:,.2f} core-hours ({a['cpu_basis']}) x "
+            f"{a['cpu_tdp_w_per_core']} W per core; GPU {gpu_basis_text(a)}; memory "
+            f"{a['mem_gb']} GB x {a['mem_w_per_gb']} W/GB (profile {term(a['profile'])})[/]"
+        )
+    if job.get("model"):
+        print_model_metadata(job["model"], console)
+    notes = job.get("notes") or []
+    if notes:
+        print_advice(
+            notes, console, heading="[bold]Notes[/] (what to change next time, largest saving first)"
+        )
+
+
+def gpu_basis_text(a: dict[str, Any]) -> str:
+    """What a job's GPU estimate rests on, from its assumptions (cocaq.accounting.calibrate's basis
+    labels)."""
+    basis = a.get("gpu_basis")
+    if basis in ("calibrated-partition", "calibrated-model"):
+        lo, hi = (a.get("gpu_w_range") or [None, None])[:2]
+        rng = (
+            f" (10-90%: {lo:,.0f}-{hi:,.0f} W)"
+            if isinstance(lo, int | float) and isinstance(hi, int | float)
+            else ""
+        )
+        cell = term(a.get("gpu_cell"))
+        return f"{a.get('gpu_w', 0):,.0f} W per GPU{rng}, what the site's measured jobs drew: {cell}"
+    tdp = f"{a.get('gpu_tdp_w')} W x {a.get('gpu_utilisation', 1.0):.0%}"
+    return tdp + (f" (rated power; {term(a['gpu_cell'])})" if a.get("gpu_cell") else " (rated power)")
+
+
+# The keys of a job's model metadata as `find_jobs` gives them (those of its `sources`), in display order.
+MODEL_KEYS = (
+    ("model", "model"),
+    ("task", "task"),
+    ("framework", "framework"),
+    ("framework_version", "framework version"),
+    ("params", "parameters"),
+    ("precision", "precision"),
+    ("batch_size", "batch size"),
+    ("dataset", "dataset"),
+    ("epochs", "epochs"),
+    ("tokens", "tokens"),
+)
+
+
+def _meta_value(v: Any) -> str:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return term(v)
+    return f"{v:,}" if isinstance(v, int) else f"{v:,.6g}"
+
+
+def print_model_metadata(model: dict[str, Any], console: Console) -> None:
+    """What the job said it trained or served, each value with where it came from (the job's Slurm
+    comment, the in-job API, or what the collector detected)."""
+    from rich.table import Table
+
+    sources = model.get("sources") or {}
+    t = Table(title="Model metadata", title_justify="left")
+    for col in ("key", "value", "source"):
+        t.add_column(col)
+    for key, label in MODEL_KEYS:
+        if model.get(key) is not None:
+            t.add_row(label, _meta_value(model[key]), term(sources.get(key, "-")))
+    for key, v in sorted((model.get("extra") or {}).items()):
+        t.add_row(term(key), _meta_value(v), term(sources.get(key, "-")))
+    if t.row_count:
+        console.print(t)

@@ -1,0 +1,1045 @@
+"""What a user could change, from their own jobs: each piece of advice with its evidence and its saving.
+
+Every suggestion is computed from the user's own jobs in the window (cocaq.footprint.jobfacts: the ledger's
+figures), names the jobs, says exactly what to change (the `#SBATCH` line, the command, the code), and
+sizes its saving on the energy it would change - never on energy it would not:
+
+* ``precision``: jobs recorded as running in full precision (fp32/tf32). With the user's own runs of
+  the same model in reduced precision (bf16, fp16) that ended in the window, the saving is their own
+  measured difference in energy per 1M tokens (or per epoch, where they count no tokens) applied to the
+  full-precision jobs' energy; otherwise the literature's figure (the Baler study: 33% less with AMP)
+  applied to those jobs' GPU energy, and said so. Jobs of unknown precision get a conditional
+  suggestion only when none of the user's jobs is known to use reduced precision.
+* ``timeouts``: batch jobs that hit their time limit: their energy beyond idle GPUs is lost unless they
+  saved a checkpoint (an upper bound: `--signal` to get a warning, checkpoints, or a longer `--time`).
+* ``failures``: jobs that FAILED (not node failures): a short test on a small input first.
+* ``out-of-memory``: jobs killed for memory: the `--mem` that would have held them.
+* ``notebooks``: interactive sessions (notebooks, shells: `[advice] interactive_names`, or an
+  "interactive" partition) holding GPUs idle: release them; saving = what their idle GPUs drew.
+* ``fewer-gpus``: batch jobs whose GPUs sat idle: from per-GPU samples where the reports examined them
+  (one GPU idle while another worked), else jobs idle most of their sampled time; `--gres=gpu:N`.
+* ``dataloader``: low GPU utilisation with every allocated CPU busy: more cores and loader workers.
+* ``memory``: memory asked for and not used (sacct MaxRSS): a smaller `--mem`.
+* ``cpus``: CPU cores asked for and not used (TotalCPU): fewer cores.
+* ``time-limits``: completed jobs that used a small part of their limit: a shorter `--time`.
+
+The last three free resources for others rather than energy (a memory or core that idles draws little
+that cocaq counts), so their saving is what the estimate charged for them, often nothing: they rarely
+clear the e-mails' threshold (`[advice] min_share` of the user's energy and `min_kwh`), but `cocaq job`
+lists them as notes, as jobstats does. Suggestions are ranked by saving; an upper bound is said to be one.
+
+Pure functions over JobFacts: no database, no imports beyond the standard library (login nodes).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from cocaq.footprint.jobfacts import JobFacts
+from cocaq.timeparse import format_slurm_duration
+
+# The Baler energy study: the same training took 0.213 kWh without and 0.143 kWh with automatic mixed
+# precision (AMP): 33% less.
+BALER_FP32_KWH = 0.213
+BALER_AMP_KWH = 0.143
+BALER_SAVING = 1 - BALER_AMP_KWH / BALER_FP32_KWH
+MB_PER_GB = 1024.0
+
+AMP_HOW = (
+    "In PyTorch: torch.autocast(device_type='cuda', dtype=torch.bfloat16) around the forward pass (with a "
+    "GradScaler for float16); in Lightning: Trainer(precision='bf16-mixed'); in Hugging Face: "
+    "TrainingArguments(bf16=True). Record it with `cocaq tag precision=bf16` so that the next report "
+    "can compare."
+)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    label: str
+    value: float
+    unit: str
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One thing to change, why, and what it would save."""
+
+    id: str
+    title: str  # the action, imperative: "Train mistral-7b in bf16 mixed precision"
+    body: str  # why, with the user's own numbers and job ids
+    change: tuple[str, ...]  # exactly what to change: `#SBATCH --time=02:00:00`, `scancel 123`, a code line
+    evidence: tuple[Evidence, ...]
+    job_ids: tuple[str, ...]
+    saving_kwh: float | None  # in the window; None: no energy saving claimed
+    saving_kg: float | None  # its CO2, at the jobs' own intensity x PUE
+    upper_bound: bool  # "up to": the saving if every one of these jobs changed, or none was otherwise
+    basis: str  # how the saving was computed, or why there is none
+    test: str  # the threshold test that made it fire
+
+    def as_dict(self) -> dict[str, Any]:
+        """As dataclasses.asdict says it, without its deep copy of every job id (a heavy user's
+        suggestion can name 10,000 jobs)."""
+        d = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        d["evidence"] = tuple({"label": e.label, "value": e.value, "unit": e.unit} for e in self.evidence)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Advice:
+        ev = tuple(Evidence(**e) for e in d.get("evidence", ()))
+        return cls(
+            **{**d, "evidence": ev, "change": tuple(d.get("change", ())), "job_ids": tuple(d["job_ids"])}
+        )
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When each suggestion fires. Conservative: a wrong suggestion costs more trust than a missed one."""
+
+    amp_min_gpu_kwh: float = 5.0  # GPU energy of the full-precision jobs, in the window
+    amp_unknown_min_gpu_hours: float = 100.0  # unknown precision: only for GPU-heavy users
+    amp_busy_idle_share: float = 0.5  # jobs idle more than this are left out (AMP does not help idling)
+    own_min_saving: float = 0.05  # the user's own runs must show at least 5% less per unit
+    fail_min_jobs: int = 1
+    idle_min_share: float = 0.5  # a batch job's GPUs idle at least this share of their sampled time
+    gpu_idle_share: float = 0.8  # per GPU: idle in at least 80% of its samples...
+    gpu_busy_share: float = 0.5  # ...while another GPU of the job was idle less than half of the time
+    gpu_min_samples: int = 30
+    min_sampled_share: float = 0.5  # samples must cover half of a job's GPU time (all GPU tests)
+    loader_max_util_pct: float = 40.0
+    loader_min_cpu_usage: float = 0.9
+    loader_min_elapsed_h: float = 0.25
+    loader_target_util_pct: float = 70.0
+    mem_max_use: float = 0.5  # at most half of the requested memory used, on every such job
+    mem_min_req_gb: float = 8.0  # per node: smaller requests are not worth a note
+    cpu_max_usage: float = 0.5
+    cpu_min_cores: int = 4
+    limit_max_use: float = 0.25  # completed jobs that ran at most a quarter of their limit
+    limit_min_limit_h: float = 2.0
+    limit_min_jobs: int = 3
+
+
+@dataclass(frozen=True)
+class Context:
+    """The window the jobs are from, and the site's definitions."""
+
+    since: datetime
+    until: datetime
+    idle_threshold_pct: float = 5.0
+    interactive_names: tuple[str, ...] = ()
+    period: str = "in this period"  # "in November", for sentences
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+
+# --- numbers in words --------------------------------------------------------------------------------
+
+
+def num(x: float) -> str:
+    """About three significant digits, thousands separated, never scientific."""
+    a = abs(x)
+    if not math.isfinite(x):
+        return "n/a"
+    if a >= 100:
+        return f"{x:,.0f}"
+    if a >= 10:
+        s = f"{x:.1f}"
+    elif a >= 1:
+        s = f"{x:.2f}"
+    elif a == 0:
+        return "0"
+    else:
+        s = f"{x:.{max(2, 2 - math.floor(math.log10(a)))}f}"
+    return s.rstrip("0").rstrip(".") if "." in s else s
+
+
+def hours(h: float) -> str:
+    """A duration as people say it: `4 min`, `13.9 h`, `3 days`."""
+    if h < 1:
+        return f"{max(1, round(h * 60))} min"
+    if h < 72:
+        return f"{num(h)} h"
+    return f"{num(h / 24)} days"
+
+
+def _gpus(n: int) -> str:
+    return "1 GPU" if n == 1 else f"{n} GPUs"
+
+
+def pct(fraction: float) -> str:
+    return f"{fraction * 100:.0f}%"
+
+
+def _ids(jobs: Sequence[JobFacts], n: int = 4) -> str:
+    shown = ", ".join(j.job_id + (f" ({_short(j.name)})" if j.name else "") for j in jobs[:n])
+    return shown + (f" and {len(jobs) - n} more" if len(jobs) > n else "")
+
+
+def _short(s: str | None, n: int = 24) -> str:
+    text = " ".join((s or "").split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _jobs(n: int) -> str:
+    return f"{n} job" if n == 1 else f"{n} jobs"
+
+
+def _were(n: int) -> str:
+    return "was" if n == 1 else "were"
+
+
+def slurm_time(hours: float) -> str:
+    """A `--time` value, rounded up to the quarter hour below 2 h, else to the hour."""
+    step = 0.25 if hours < 2 else 1.0
+    h = max(step, math.ceil(hours / step - 1e-9) * step)
+    return format_slurm_duration(h * 3600)
+
+
+def slurm_mem(mb: float) -> str:
+    """A `--mem` value in whole GB (G), rounded up."""
+    return f"{max(1, math.ceil(mb / MB_PER_GB - 1e-9))}G"
+
+
+def _saving(jobs: Iterable[JobFacts], kwh: Callable[[JobFacts], float]) -> tuple[float, float]:
+    """(kWh, kg) of a per-job saving in the window, each job's kWh at its own CO2 per kWh."""
+    e = c = 0.0
+    for j in jobs:
+        x = kwh(j)
+        e += x
+        c += x * j.kg_per_kwh
+    return e, c
+
+
+# --- what a job is ---------------------------------------------------------------------------------------
+
+
+def is_interactive(j: JobFacts, names: Sequence[str]) -> bool:
+    """A notebook, shell or editor session: by its name, or an "interactive" partition."""
+    name = (j.name or "").strip().lower()
+    part = (j.partition or "").lower()
+    return name in names or "interactive" in part
+
+
+def _sampled(j: JobFacts, t: Thresholds) -> bool:
+    return j.gpu_util_pct is not None and j.sampled_share >= t.min_sampled_share
+
+
+def _idle_part(j: JobFacts) -> float:
+    """The ledger's idle GPU energy in the window."""
+    return j.idle_kwh * j.share
+
+
+def _outcome_part(j: JobFacts) -> float:
+    """The ledger's part of a job that ended badly, beyond its idle GPUs, in the window."""
+    return max(j.energy_kwh - j.idle_kwh, 0.0) * j.share
+
+
+def _scaled(fraction: float) -> Callable[[JobFacts], float]:
+    """A job's energy in the window times `fraction`."""
+    return lambda j: j.energy_kwh * j.share * fraction
+
+
+def _ended_in(j: JobFacts, ctx: Context) -> bool:
+    return not j.is_open and j.end is not None and ctx.since <= j.end < ctx.until
+
+
+# --- precision: from the user's own runs ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UnitCost:
+    """A user's runs of one model in one precision: energy per unit of work (BASIS of
+    cocaq.footprint.by_model:
+    the energy-weighted mean of the runs' kWh per unit)."""
+
+    precision: str  # as recorded: bf16, fp32
+    unit: str  # "1M tokens" or "epoch"
+    kwh_per_unit: float
+    runs: tuple[str, ...]
+    energy_kwh: float
+
+
+def unit_costs(runs: Iterable[JobFacts], unit: str) -> dict[tuple[str, str], UnitCost]:
+    """Per (model, precision label): kWh per unit ("1M tokens" or "epoch") of runs with that counter."""
+    acc: dict[tuple[str, str], list[tuple[float, float, str]]] = defaultdict(list)
+    for j in runs:
+        count = (j.tokens / 1e6 if j.tokens else 0.0) if unit == "1M tokens" else (j.epochs or 0.0)
+        if not j.model or not j.precision_label or count <= 0 or j.energy_kwh <= 0:
+            continue
+        acc[(j.model, j.precision_label)].append((j.energy_kwh, j.energy_kwh / count, j.job_id))
+    out = {}
+    for key, rs in acc.items():
+        e = sum(r[0] for r in rs)
+        out[key] = UnitCost(key[1], unit, sum(r[0] * r[1] for r in rs) / e, tuple(r[2] for r in rs), e)
+    return out
+
+
+@dataclass(frozen=True)
+class OwnComparison:
+    model: str
+    reduced: UnitCost
+    full: UnitCost
+
+    @property
+    def saving(self) -> float:
+        f = self.full.kwh_per_unit
+        return (f - self.reduced.kwh_per_unit) / f if f > 0 else 0.0
+
+    def sentence(self) -> str:
+        r, f = self.reduced, self.full
+        per = "per 1M tokens" if r.unit == "1M tokens" else "per epoch"
+        return (
+            f"your {_short(self.model, 40)} runs in {r.precision} used {_energy(r.kwh_per_unit)} {per}, "
+            f"{pct(self.saving)} less than in {f.precision} ({_energy(f.kwh_per_unit)}; runs "
+            f"{', '.join(r.runs[:3])} against {', '.join(f.runs[:3])})"
+        )
+
+
+def _energy(kwh: float) -> str:
+    """kWh, or Wh below 1 kWh: figures people read without a calculator."""
+    return f"{num(kwh)} kWh" if kwh >= 1 else f"{num(kwh * 1000)} Wh"
+
+
+def own_comparisons(runs: Sequence[JobFacts], min_saving: float = 0.0) -> dict[str, OwnComparison]:
+    """Per model: the user's own best reduced-precision group against their full-precision one, per 1M
+    tokens where both count tokens, else per epoch."""
+    out: dict[str, OwnComparison] = {}
+    for unit in ("1M tokens", "epoch"):
+        costs = unit_costs(runs, unit)
+        models = {m for m, _ in costs}
+        for model in models:
+            if model in out:
+                continue
+            groups = [c for (m, _), c in costs.items() if m == model]
+            from cocaq.footprint.jobfacts import precision_of
+
+            reduced = [c for c in groups if precision_of(c.precision)[0] == "reduced"]
+            full = [c for c in groups if precision_of(c.precision)[0] == "full"]
+            if not reduced or not full:
+                continue
+            best = min(reduced, key=lambda c: (c.kwh_per_unit, c.precision))
+            main = max(full, key=lambda c: (c.energy_kwh, c.precision))
+            cmp = OwnComparison(model, best, main)
+            if cmp.saving >= min_saving:
+                out[model] = cmp
+    return out
+
+
+# --- the suggestions ---------------------------------------------------------------------------------------
+
+
+def _precision(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
+    t = ctx.thresholds
+    gpu = [j for j in jobs if j.gpus > 0]
+    busy = [j for j in gpu if j.idle_share is None or j.idle_share < t.amp_busy_idle_share]
+    full = [j for j in busy if j.precision == "full"]
+    reduced_known = any(j.precision == "reduced" for j in gpu)
+    own = own_comparisons([j for j in gpu if _ended_in(j, ctx)], t.own_min_saving)
+    if full:
+        by_model: dict[str, list[JobFacts]] = defaultdict(list)
+        for j in full:
+            by_model[j.model or ""].append(j)
+        kwh = kg = 0.0
+        own_lines: list[str] = []
+        literature: list[str] = []
+        per_model: list[tuple[str, float]] = []
+        for model, js in sorted(by_model.items(), key=lambda kv: -sum(j.energy_kwh * j.share for j in kv[1])):
+            cmp = own.get(model) if model else None
+            if cmp is not None:
+                e, c = _saving(js, _scaled(cmp.saving))
+                r, f = cmp.reduced, cmp.full
+                own_lines.append(
+                    f"{pct(cmp.saving)} less energy per {r.unit} in {r.precision} than in {f.precision} for "
+                    f"{_short(model, 40)} (runs {', '.join(r.runs[:2])} against {', '.join(f.runs[:2])})"
+                )
+            else:
+                e, c = _saving(js, lambda j: j.gpu_kwh * j.share * BALER_SAVING)
+                literature.append(_short(model, 40) or "jobs that name no model")
+            per_model.append((model, e))
+            kwh += e
+            kg += c
+        gpu_energy = sum(j.gpu_kwh * j.share for j in full)
+        if gpu_energy < t.amp_min_gpu_kwh:
+            return None
+        top = max(per_model, key=lambda m: m[1])[0]
+        title = f"Train {_short(top, 40)} in bf16 mixed precision" if top else "Train in bf16 mixed precision"
+        said = []
+        if own_lines:
+            more = len(own_lines) - 3
+            shown = own_lines[:3] + ([f"{more} more model{'s' if more > 1 else ''}"] if more > 0 else [])
+            said.append("By your own runs: " + "; ".join(shown) + ".")
+        if literature:
+            names = ", ".join(literature[:3]) + (
+                f" and {len(literature) - 3} more" if len(literature) > 3 else ""
+            )
+            said.append(
+                f"For {names}, which you have not run in reduced precision, the Baler study's "
+                f"{pct(BALER_SAVING)} less GPU energy is counted."
+            )
+        measured = bool(own_lines)
+        largest = sorted(full, key=lambda j: -j.energy_kwh * j.share)
+        return Advice(
+            id="precision",
+            title=title,
+            body=(
+                f"{_jobs(len(full))} {ctx.period} ran in full precision (fp32), by their metadata: "
+                f"{_ids(largest, 3)}. " + " ".join(said) + f" Together about {_energy(kwh)} less. {AMP_HOW}"
+            ),
+            change=("torch.autocast(device_type='cuda', dtype=torch.bfloat16)", "cocaq tag precision=bf16"),
+            evidence=(
+                Evidence("jobs in full precision", len(full), "jobs"),
+                Evidence("their GPU energy", gpu_energy, "kWh"),
+                *(
+                    Evidence(
+                        f"{m}: less energy per {c.reduced.unit} in {c.reduced.precision}", c.saving * 100, "%"
+                    )
+                    for m, c in own.items()
+                    if m in by_model
+                ),
+            ),
+            job_ids=tuple(j.job_id for j in largest),
+            saving_kwh=kwh,
+            saving_kg=kg,
+            upper_bound=False,
+            basis=(
+                "your own runs' difference in energy per unit of work, on these jobs' energy"
+                if measured and not literature
+                else "your own runs' difference where you have one, else the Baler study's "
+                f"{pct(BALER_SAVING)} of the GPU energy"
+                if measured
+                else f"the Baler study's {pct(BALER_SAVING)} of these jobs' GPU energy"
+            ),
+            test=(
+                f"jobs recorded as fp32 with {_energy(gpu_energy)} of GPU energy >= "
+                f"{_energy(t.amp_min_gpu_kwh)}"
+            ),
+        )
+    unknown = [j for j in busy if j.precision is None]
+    gpu_hours = sum(j.gpu_hours * j.share for j in gpu)
+    if reduced_known or not unknown or gpu_hours < t.amp_unknown_min_gpu_hours:
+        return None
+    gpu_energy = sum(j.gpu_kwh * j.share for j in unknown)
+    if gpu_energy < t.amp_min_gpu_kwh:
+        return None
+    unknown.sort(key=lambda j: -j.gpu_kwh * j.share)
+    kwh, kg = _saving(unknown, lambda j: j.gpu_kwh * j.share * BALER_SAVING)
+    return Advice(
+        id="precision",
+        title="Mixed precision, if you do not use it yet",
+        body=(
+            f"You used {num(gpu_hours)} GPU-hours {ctx.period}; your GPU jobs ({_ids(unknown)}) drew "
+            f"{_energy(gpu_energy)} and none of them records its precision. If they train in full precision, "
+            f"bf16 mixed precision is the change most likely to pay: the Baler study measured "
+            f"{pct(BALER_SAVING)} less energy for the same training. {AMP_HOW}"
+        ),
+        change=("torch.autocast(device_type='cuda', dtype=torch.bfloat16)", "cocaq tag precision=bf16"),
+        evidence=(
+            Evidence("GPU-hours", gpu_hours, "h"),
+            Evidence("GPU energy of jobs of unknown precision", gpu_energy, "kWh"),
+        ),
+        job_ids=tuple(j.job_id for j in unknown),
+        saving_kwh=kwh,
+        saving_kg=kg,
+        upper_bound=True,
+        basis=f"upper bound: the Baler study's {pct(BALER_SAVING)} of the GPU energy, if none used it yet",
+        test=(
+            f"{num(gpu_hours)} GPU-hours >= {num(t.amp_unknown_min_gpu_hours)}, no job recorded in reduced "
+            "precision"
+        ),
+    )
+
+
+def _limits(limits: Sequence[float]) -> str:
+    """`the 24 h limit`, `limits of 1 h and 24 h`, `limits of 1 h, 12 h, 24 h and more`."""
+    if len(limits) == 1:
+        return f"the {hours(limits[0])} limit"
+    shown = [hours(x) for x in limits[:3]]
+    tail = " and more" if len(limits) > 3 else ""
+    return "limits of " + (", ".join(shown) + tail if tail else ", ".join(shown[:-1]) + " and " + shown[-1])
+
+
+def _timeouts(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
+    hit = [j for j in jobs if j.outcome == "timeout" and not is_interactive(j, ctx.interactive_names)]
+    if not hit:
+        return None
+    hit.sort(key=lambda j: -_outcome_part(j))
+    kwh, kg = _saving(hit, _outcome_part)
+    limits = sorted({round(j.time_limit_h or j.elapsed_h, 2) for j in hit})
+    longest = max(j.time_limit_h or j.elapsed_h for j in hit)
+    warn = "#SBATCH --signal=B:USR1@600"
+    return Advice(
+        id="timeouts",
+        title="Save checkpoints in jobs that hit their time limit",
+        body=(
+            f"{_jobs(len(hit))} {ctx.period} ran until Slurm stopped {'it' if len(hit) == 1 else 'them'} at "
+            f"{_limits(limits)}: {_ids(hit)}. "
+            f"{'Its' if len(hit) == 1 else 'Their'} {_energy(kwh)} is lost unless "
+            f"{'it' if len(hit) == 1 else 'they'} saved a checkpoint. "
+            f"Ask Slurm for a warning 10 minutes before the end ({warn}, and trap "
+            "SIGUSR1 in the batch script to write a checkpoint), save checkpoints regularly and resume from "
+            f"the last one (#SBATCH --requeue); if a run really needs longer, ask for it "
+            f"(#SBATCH --time={slurm_time(longest * 1.5)})."
+        ),
+        change=(warn, "#SBATCH --requeue", f"#SBATCH --time={slurm_time(longest * 1.5)}"),
+        evidence=(
+            Evidence("jobs that hit the time limit", len(hit), "jobs"),
+            Evidence("their energy beyond idle GPUs", kwh, "kWh"),
+        ),
+        job_ids=tuple(j.job_id for j in hit),
+        saving_kwh=kwh,
+        saving_kg=kg,
+        upper_bound=True,
+        basis="up to: their energy beyond idle GPUs, all of it lost if they saved no checkpoint",
+        test="batch jobs in state TIMEOUT or DEADLINE",
+    )
+
+
+def _failures(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
+    # An interactive session that ends in an error is no run to rehearse: its cost is the idle time
+    # (`notebooks`).
+    failed = [
+        j for j in jobs if j.state.split(" ")[0] == "FAILED" and not is_interactive(j, ctx.interactive_names)
+    ]
+    if len(failed) < ctx.thresholds.fail_min_jobs:
+        return None
+    failed.sort(key=lambda j: -_outcome_part(j))
+    kwh, kg = _saving(failed, _outcome_part)
+    runs = sorted(j.elapsed_h for j in failed)
+    codes = sorted({j.exit_code for j in failed if j.exit_code is not None})
+    return Advice(
+        id="failures",
+        title="Test on a small input before the long run",
+        body=(
+            f"{_jobs(len(failed))} {ctx.period} failed (exit code "
+            f"{', '.join(str(c) for c in codes[:5]) or 'not recorded'}) after a median of "
+            f"{hours(statistics.median(runs))}: {_ids(failed)}. They used {_energy(kwh)} beyond idle GPUs. "
+            "A run of a few minutes on a tiny input (a few steps, one evaluation, one checkpoint write) "
+            "catches most bugs, paths and environment problems before they cost a full run; read the job's "
+            "error output (slurm-JOBID.out) first."
+        ),
+        change=("#SBATCH --time=00:15:00  (for the test run, on a small input)",),
+        evidence=(
+            Evidence("failed jobs", len(failed), "jobs"),
+            Evidence("their energy beyond idle GPUs", kwh, "kWh"),
+            Evidence("median run time before failing", statistics.median(runs), "h"),
+        ),
+        job_ids=tuple(j.job_id for j in failed),
+        saving_kwh=kwh,
+        saving_kg=kg,
+        upper_bound=True,
+        basis="up to: the failed jobs' energy beyond idle GPUs, if a test had caught every failure",
+        test="jobs in state FAILED (node failures are not the user's)",
+    )
+
+
+def _oom(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
+    hit = [j for j in jobs if j.outcome == "oom"]
+    if not hit:
+        return None
+    hit.sort(key=lambda j: -_outcome_part(j))
+    kwh, kg = _saving(hit, _outcome_part)
+    asked = max((j.mem_req_per_node_mb or 0.0) for j in hit)
+    change = (f"#SBATCH --mem={slurm_mem(asked * 1.5)}",) if asked else ("#SBATCH --mem=...",)
+    return Advice(
+        id="out-of-memory",
+        title="Ask for the memory your jobs need",
+        body=(
+            f"{_jobs(len(hit))} {ctx.period} {_were(len(hit))} killed for running out of memory: {_ids(hit)}"
+            + (f", with up to {num(asked / MB_PER_GB)} GB per node" if asked else "")
+            + f". They used {_energy(kwh)} for nothing. Ask for more ({change[0]}), or load the data in "
+            "smaller pieces; `cocaq job JOBID` shows what a finished job used."
+        ),
+        change=change,
+        evidence=(Evidence("jobs out of memory", len(hit), "jobs"), Evidence("their energy", kwh, "kWh")),
+        job_ids=tuple(j.job_id for j in hit),
+        saving_kwh=kwh,
+        saving_kg=kg,
+        upper_bound=True,
+        basis="up to: their energy beyond idle GPUs, spent on runs that could not finish",
+        test="jobs in state OUT_OF_MEMORY",
+    )
+
+
+def _notebooks(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
+    hit = [j for j in jobs if j.gpus > 0 and is_interactive(j, ctx.interactive_names) and j.idle_kwh > 0]
+    if not hit:
+        return None
+    hit.sort(key=lambda j: -_idle_part(j))
+    kwh, kg = _saving(hit, _idle_part)
+    idle_h = sum(j.idle_gpu_hours * j.share for j in hit)
+    return Advice(
+        id="notebooks",
+        title="Release GPUs your notebooks are not using",
+        body=(
+            f"{_jobs(len(hit))} {ctx.period} "
+            f"{'was an interactive session' if len(hit) == 1 else 'were interactive sessions'} ({_ids(hit)}) "
+            "whose GPUs sat under "
+            f"{ctx.idle_threshold_pct:g}% utilisation for {num(idle_h)} GPU-hours, drawing {_energy(kwh)} "
+            "while "
+            "nobody else could use them. Ask for GPUs only while you compute: edit and explore on a CPU "
+            "session, end the session when you stop (scancel JOBID, or File > Shut Down), and give "
+            "notebooks a short limit (#SBATCH --time=02:00:00)."
+        ),
+        change=("#SBATCH --time=02:00:00", "scancel JOBID"),
+        evidence=(
+            Evidence("idle GPU-hours", idle_h, "GPU-h"),
+            Evidence("what the idle GPUs drew", kwh, "kWh"),
+        ),
+        job_ids=tuple(j.job_id for j in hit),
+        saving_kwh=kwh,
+        saving_kg=kg,
+        upper_bound=False,
+        basis="what the allocated GPUs drew while idle (their power samples)",
+        test=f"interactive sessions holding GPUs under {ctx.idle_threshold_pct:g}% utilisation",
+    )
+
+
+def _fewer_gpus(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
+    """Batch jobs whose GPUs were idle most of their sampled time. It fires, and is sized, on job-level
+    figures that every surface has (the ledger's idle energy), so that the e-mail, `cocaq user` and the API
+    say the same; per-GPU samples, where the reports examined them, only say which GPUs idled."""
+    t = ctx.thresholds
+    hits: list[tuple[JobFacts, int, float, float, str]] = []  # job, GPUs to ask for, kWh, kg, detail
+    for j in jobs:
+        if j.gpus <= 0 or is_interactive(j, ctx.interactive_names) or not _sampled(j, t):
+            continue
+        idle = j.idle_share
+        kwh = _idle_part(j)
+        if idle is None or idle < t.idle_min_share or kwh <= 0:
+            continue
+        keep = max(1, math.ceil(j.gpus * (1 - idle) - 1e-9))
+        devs = [d for d in j.devices if d.samples >= t.gpu_min_samples]
+        idle_devs = [d for d in devs if d.idle_share >= t.gpu_idle_share]
+        if len(devs) >= 2 and idle_devs and len(idle_devs) < len(devs):
+            keep = len(devs) - len(idle_devs)
+            least = pct(min(d.idle_share for d in idle_devs))
+            detail = (
+                f"{j.job_id}: {len(idle_devs)} of its {len(devs)} GPUs idle in {least}+ of their samples "
+                "while the others worked"
+            )
+        else:
+            detail = f"{j.job_id}: its {_gpus(j.gpus)} idle {pct(idle)} of the sampled time"
+        hits.append((j, keep, kwh, kwh * j.kg_per_kwh, detail))
+    if not hits:
+        return None
+    hits.sort(key=lambda h: -h[2])
+    kwh = sum(h[2] for h in hits)
+    kg = sum(h[3] for h in hits)
+    j0, keep0 = hits[0][0], hits[0][1]
+    single = all(h[0].gpus == 1 for h in hits)
+    change = (
+        ("check that the code uses the GPU (nvidia-smi on the node; torch.cuda.is_available())",)
+        if single
+        else (f"#SBATCH --gres=gpu:{keep0}  (job {j0.job_id} had {j0.gpus})",)
+    )
+    return Advice(
+        id="fewer-gpus",
+        title="Ask for the GPUs your jobs use" if not single else "Make sure your GPU jobs use their GPU",
+        body=(
+            f"In {_jobs(len(hits))} {ctx.period} GPUs sat idle "
+            f"(under {ctx.idle_threshold_pct:g}% utilisation) "
+            f"while the job held them: {'; '.join(h[4] for h in hits[:4])}. They drew {_energy(kwh)} for no "
+            "work. If the code uses one GPU, ask for one; if it should use them all, check that it is "
+            "launched on all of them (torchrun --nproc_per_node, DistributedDataParallel)."
+        ),
+        change=change,
+        evidence=(
+            Evidence("jobs with idle GPUs", len(hits), "jobs"),
+            Evidence("what the idle GPUs drew", kwh, "kWh"),
+        ),
+        job_ids=tuple(h[0].job_id for h in hits),
+        saving_kwh=kwh,
+        saving_kg=kg,
+        upper_bound=False,
+        basis="what the idle GPUs drew while the jobs held them (their power samples)",
+        test=(
+            f"per GPU: idle in >= {pct(t.gpu_idle_share)} of its samples while another worked; or the job's "
+            f"GPUs idle >= {pct(t.idle_min_share)} of the sampled time"
+        ),
+    )
+
+
+def _dataloader(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
+    t = ctx.thresholds
+    hit = [
+        j
+        for j in jobs
+        if j.gpus > 0
+        and _sampled(j, t)
+        and (j.gpu_util_pct or 0.0) < t.loader_max_util_pct
+        and (j.cpu_usage or 0.0) > t.loader_min_cpu_usage
+        and j.elapsed_h >= t.loader_min_elapsed_h
+        and (j.idle_share or 0.0) < t.idle_min_share
+    ]
+    if not hit:
+        return None
+    hit.sort(key=lambda j: -j.gpu_kwh * j.share)
+
+    def part(j: JobFacts) -> float:
+        # at the target utilisation the same work needs util/target of the GPU time
+        return j.gpu_kwh * j.share * max(0.0, 1 - (j.gpu_util_pct or 0.0) / t.loader_target_util_pct)
+
+    kwh, kg = _saving(hit, part)
+    util = sum((j.gpu_util_pct or 0.0) * j.gpu_kwh for j in hit) / max(sum(j.gpu_kwh for j in hit), 1e-9)
+    per_gpu = max(j.cpus // max(j.gpus, 1) for j in hit)
+    return Advice(
+        id="dataloader",
+        title="Feed your GPUs: more CPU cores and data-loader workers",
+        body=(
+            f"In {_jobs(len(hit))} {ctx.period} ({_ids(hit)}) the GPUs averaged {util:.0f}% utilisation "
+            "while "
+            "every allocated CPU core was busy: the GPUs were waiting for data. Ask for more cores "
+            f"(#SBATCH --cpus-per-task={per_gpu * 2} per GPU) and give the data loader as many workers "
+            "(PyTorch: DataLoader(num_workers=..., pin_memory=True, persistent_workers=True)), or move "
+            "decoding and augmentation to the GPU."
+        ),
+        change=(f"#SBATCH --cpus-per-task={per_gpu * 2}", "DataLoader(num_workers=N, pin_memory=True)"),
+        evidence=(
+            Evidence("their GPU utilisation", util, "%"),
+            Evidence("their GPU energy", sum(j.gpu_kwh * j.share for j in hit), "kWh"),
+        ),
+        job_ids=tuple(j.job_id for j in hit),
+        saving_kwh=kwh,
+        saving_kg=kg,
+        upper_bound=True,
+        basis=(
+            f"up to: the GPU energy the same work would not need at {t.loader_target_util_pct:.0f}% "
+            "utilisation"
+        ),
+        test=(
+            f"GPU utilisation < {t.loader_max_util_pct:.0f}% with CPU usage > {pct(t.loader_min_cpu_usage)}, "
+            f"runs of >= {num(t.loader_min_elapsed_h)} h"
+        ),
+    )
+
+
+def _memory(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
+    t = ctx.thresholds
+    hit = []
+    for j in jobs:
+        used, asked = j.mem_used_per_node_mb, j.mem_req_per_node_mb
+        if used is None or not asked or asked < t.mem_min_req_gb * MB_PER_GB or j.outcome == "oom":
+            continue
+        if used <= t.mem_max_use * asked:
+            hit.append(j)
+    if not hit:
+        return None
+    hit.sort(key=lambda j: -(j.mem_req_per_node_mb or 0))
+    most = max(j.mem_used_per_node_mb or 0.0 for j in hit)
+    asked = max(j.mem_req_per_node_mb or 0.0 for j in hit)
+    proposal = max(most * 1.25, MB_PER_GB)
+
+    def part(j: JobFacts) -> float:
+        req = j.mem_req_per_node_mb or 0.0
+        return j.dram_kwh * j.share * max(0.0, 1 - proposal / req) if req else 0.0
+
+    kwh, kg = _saving(hit, part)
+    return Advice(
+        id="memory",
+        title="Ask for less memory",
+        body=(
+            f"{_jobs(len(hit))} {ctx.period} used at most {num(most / MB_PER_GB)} GB per node (sacct MaxRSS) "
+            "of up "
+            f"to {num(asked / MB_PER_GB)} GB requested: {_ids(hit)}. Asking for what they use "
+            f"(#SBATCH --mem={slurm_mem(proposal)}) leaves the rest to others and lets your jobs start "
+            "sooner."
+        ),
+        change=(f"#SBATCH --mem={slurm_mem(proposal)}",),
+        evidence=(
+            Evidence("most memory used per node", most / MB_PER_GB, "GB"),
+            Evidence("memory requested per node", asked / MB_PER_GB, "GB"),
+        ),
+        job_ids=tuple(j.job_id for j in hit),
+        saving_kwh=kwh or None,
+        saving_kg=kg or None,
+        upper_bound=False,
+        basis="the memory energy estimated for the unused part (unused memory draws little)",
+        test=f"used <= {pct(t.mem_max_use)} of a request of >= {num(t.mem_min_req_gb)} GB per node",
+    )
+
+
+def _cpus(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
+    t = ctx.thresholds
+    hit = [
+        j
+        for j in jobs
+        if j.cpus >= t.cpu_min_cores
+        and j.cpu_usage is not None
+        and j.cpu_usage < t.cpu_max_usage
+        and j.elapsed_h >= 0.25
+        and not is_interactive(j, ctx.interactive_names)
+    ]
+    if not hit:
+        return None
+    hit.sort(key=lambda j: -j.cpus * j.elapsed_h)
+    j0 = hit[0]
+    per_node = max(1, math.ceil(j0.cpus / max(j0.nodes, 1) * (j0.cpu_usage or 0.0) * 1.25))
+    return Advice(
+        id="cpus",
+        title="Ask for the CPU cores your jobs use",
+        body=(
+            f"{_jobs(len(hit))} {ctx.period} kept less than {pct(t.cpu_max_usage)} of their CPU cores busy: "
+            + "; ".join(f"{j.job_id}: {pct(j.cpu_usage or 0.0)} of {j.cpus}" for j in hit[:4])
+            + f". Asking for about {per_node} cores per node for a job like {j0.job_id} leaves the rest to "
+            "others."
+        ),
+        change=(f"#SBATCH --cpus-per-task={per_node}  (with one task per node)",),
+        evidence=(
+            Evidence("jobs", len(hit), "jobs"),
+            Evidence("CPU usage of the largest", (j0.cpu_usage or 0) * 100, "%"),
+        ),
+        job_ids=tuple(j.job_id for j in hit),
+        saving_kwh=None,
+        saving_kg=None,
+        upper_bound=False,
+        basis="none claimed: idle cores draw little that cocaq counts; they are freed for others",
+        test=f"TotalCPU < {pct(t.cpu_max_usage)} of allocated cores x elapsed, >= {t.cpu_min_cores} cores",
+    )
+
+
+def _time_limits(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
+    t = ctx.thresholds
+    done = [
+        j
+        for j in jobs
+        if j.state == "COMPLETED"
+        and j.time_limit_h
+        and j.time_limit_h >= t.limit_min_limit_h
+        and _ended_in(j, ctx)
+        and not is_interactive(j, ctx.interactive_names)
+    ]
+    short = [j for j in done if j.elapsed_h <= t.limit_max_use * (j.time_limit_h or 0)]
+    if len(short) < t.limit_min_jobs or any(j.outcome == "timeout" for j in jobs):
+        return None
+    runs = sorted(j.elapsed_h for j in short)
+    p95 = runs[max(0, math.ceil(0.95 * len(runs)) - 1)]
+    proposal = slurm_time(p95 * 1.5)
+    return Advice(
+        id="time-limits",
+        title="Shorter time limits",
+        body=(
+            f"{_jobs(len(short))} that completed {ctx.period} used at most a quarter of their time limit "
+            f"(median limit {hours(statistics.median(j.time_limit_h or 0 for j in short))}, median run "
+            f"{hours(statistics.median(runs))}; 95% within {hours(p95)}). "
+            f"A limit of #SBATCH --time={proposal} "
+            "would still leave them half as much again, and Slurm's backfill starts jobs with accurate "
+            "limits sooner."
+        ),
+        change=(f"#SBATCH --time={proposal}",),
+        evidence=(Evidence("completed jobs far under their limit", len(short), "jobs"),),
+        job_ids=tuple(j.job_id for j in short),
+        saving_kwh=None,
+        saving_kg=None,
+        upper_bound=False,
+        basis="none claimed: a time limit does not change what a job draws",
+        test=f">= {t.limit_min_jobs} completed jobs that ran <= {pct(t.limit_max_use)} of a limit >= "
+        f"{num(t.limit_min_limit_h)} h",
+    )
+
+
+RULES: tuple[Callable[[Sequence[JobFacts], Context], Advice | None], ...] = (
+    _precision, _timeouts, _failures, _oom, _notebooks, _fewer_gpus, _dataloader, _memory, _cpus,
+    _time_limits,
+)  # fmt: skip
+
+
+def candidates(jobs: Sequence[JobFacts], ctx: Context) -> list[Advice]:
+    """Every suggestion the jobs support, largest saving first (those without one last)."""
+    out = [a for rule in RULES if (a := rule(jobs, ctx)) is not None]
+    out.sort(key=lambda a: (a.saving_kwh is None, -(a.saving_kwh or 0.0), a.id))
+    return out
+
+
+def advise(
+    jobs: Sequence[JobFacts], ctx: Context, *, total_kwh: float, min_share: float, min_kwh: float
+) -> list[Advice]:
+    """The suggestions worth a user's attention: a saving of at least `min_share` of their energy in the
+    window (`total_kwh`) and `min_kwh`, largest first."""
+    floor = max(min_share * total_kwh, min_kwh)
+    return [a for a in candidates(jobs, ctx) if a.saving_kwh is not None and a.saving_kwh >= floor]
+
+
+def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> list[Advice]:
+    """jobstats-style notes on one job, whole: what it used of what it asked for, and the exact line to
+    change. `runs`: the user's runs that ended in `ctx`'s window, for the precision comparison."""
+    t = ctx.thresholds
+    j = job if job.share == 1.0 else _replace(job, share=1.0)
+    out: list[Advice] = []
+    interactive = is_interactive(j, ctx.interactive_names)
+
+    def note(
+        id_: str,
+        title: str,
+        body: str,
+        change: tuple[str, ...] = (),
+        kwh: float | None = None,
+        upper: bool = False,
+        basis: str = "none claimed",
+    ) -> None:
+        saved = None if kwh is None else kwh * j.kg_per_kwh
+        out.append(Advice(id_, title, body, change, (), (j.job_id,), kwh, saved, upper, basis, "this job"))
+
+    o = j.outcome
+    first = j.state.split(" ")[0]
+    if o == "timeout" and not interactive:
+        limit = j.time_limit_h or j.elapsed_h
+        note(
+            "timeouts",
+            "Save checkpoints, or ask for the time it needs",
+            f"Slurm stopped it at its {hours(limit)} limit: its {_energy(_outcome_part(j))} beyond idle GPUs "
+            "is "
+            "lost unless it saved a checkpoint. Ask for a warning before the end and save a checkpoint "
+            "then (trap SIGUSR1), resume from it (#SBATCH --requeue), or ask for the time it needs.",
+            ("#SBATCH --signal=B:USR1@600", f"#SBATCH --time={slurm_time(limit * 1.5)}"),
+            _outcome_part(j),
+            True,
+            "up to: its energy beyond idle GPUs",
+        )
+    elif o == "oom":
+        asked = j.mem_req_per_node_mb
+        note(
+            "out-of-memory",
+            "Ask for the memory it needs",
+            "Slurm killed it for using more memory than it asked for"
+            + (f" ({num(asked / MB_PER_GB)} GB per node)" if asked else "")
+            + f": its {_energy(_outcome_part(j))} was spent for nothing. Ask for more.",
+            (f"#SBATCH --mem={slurm_mem(asked * 1.5)}",) if asked else (),
+            _outcome_part(j),
+            True,
+            "up to: its energy beyond idle GPUs",
+        )
+    elif first == "FAILED" and not interactive:
+        note(
+            "failures",
+            "Test on a small input before the long run",
+            f"It failed (exit code {j.exit_code if j.exit_code is not None else '?'}) after "
+            f"{hours(j.elapsed_h)}, using {_energy(_outcome_part(j))} beyond idle GPUs. "
+            "Read its error output "
+            "(slurm-JOBID.out); test changes on a small input with a short run before the long one.",
+            ("#SBATCH --time=00:15:00  (for the test run)",),
+            _outcome_part(j),
+            True,
+            "up to: its energy beyond idle GPUs",
+        )
+    if j.gpus > 0 and j.gpu_util_pct is not None:
+        idle = j.idle_share
+        if interactive and j.idle_kwh > 0:
+            note(
+                "notebooks",
+                "End interactive sessions when you stop computing",
+                f"This interactive session held {_gpus(j.gpus)} that sat idle "
+                f"{pct(idle or 0.0)} of the sampled time ({num(j.idle_gpu_hours)} GPU-hours, "
+                f"{_energy(j.idle_kwh)}). End sessions when you stop computing and give them a short limit.",
+                ("#SBATCH --time=02:00:00", f"scancel {j.job_id}" if j.is_open else "scancel JOBID"),
+                j.idle_kwh,
+                False,
+                "what its idle GPUs drew",
+            )
+        elif idle is not None and idle >= t.idle_min_share and j.sampled_share >= t.min_sampled_share:
+            keep = max(1, math.ceil(j.gpus * (1 - idle)))
+            note(
+                "fewer-gpus",
+                "Ask for the GPUs it uses",
+                f"Its {_gpus(j.gpus)} sat under {ctx.idle_threshold_pct:g}% utilisation {pct(idle)} "
+                "of the sampled "
+                f"time ({num(j.idle_gpu_hours)} GPU-hours, {_energy(j.idle_kwh)}). Check that the code uses "
+                "them all, or ask for fewer.",
+                (f"#SBATCH --gres=gpu:{keep}",) if keep < j.gpus else (),
+                j.idle_kwh,
+                False,
+                "what its idle GPUs drew",
+            )
+        elif (
+            j.gpu_util_pct < t.loader_max_util_pct
+            and (j.cpu_usage or 0.0) > t.loader_min_cpu_usage
+            and j.elapsed_h >= t.loader_min_elapsed_h
+        ):
+            per_gpu = max(j.cpus // max(j.gpus, 1), 1)
+            note(
+                "dataloader",
+                "Feed the GPUs: more CPU cores and data-loader workers",
+                f"Its GPUs averaged {j.gpu_util_pct:.0f}% utilisation while its CPU cores were "
+                f"{pct(j.cpu_usage or 0.0)} busy: more cores and data-loader workers would feed them.",
+                (f"#SBATCH --cpus-per-task={per_gpu * 2}", "DataLoader(num_workers=N, pin_memory=True)"),
+            )
+    if j.gpus > 0 and j.gpu_mem_peak_mb is not None and j.gpu_mem_gb > 0:
+        used = j.gpu_mem_peak_mb / MB_PER_GB
+        if used < 0.25 * j.gpu_mem_gb:
+            note(
+                "gpu-memory",
+                "Use its GPUs' memory, or smaller GPUs",
+                f"Its GPUs held at most {num(used)} GB of their {num(j.gpu_mem_gb)} GB: a larger batch would "
+                "use them better, or a GPU with less memory would do.",
+            )
+    if j.precision == "full" and j.gpus > 0:
+        mine = [r for r in runs if r.pk != j.pk]
+        cmp = own_comparisons([j, *mine], t.own_min_saving).get(j.model or "") if j.model else None
+        if cmp is not None:
+            kwh = j.energy_kwh * cmp.saving
+            body = (
+                f"It ran in {j.precision_label}; {cmp.sentence()}. At that rate bf16 would have saved "
+                f"about {_energy(kwh)} here."
+            )
+            basis = "your own runs' difference in energy per unit of work"
+        else:
+            kwh = j.gpu_kwh * BALER_SAVING
+            body = (
+                f"It ran in {j.precision_label}. The Baler study measured {pct(BALER_SAVING)} less energy "
+                "with "
+                f"mixed precision: about {_energy(kwh)} of its GPU energy."
+            )
+            basis = f"the Baler study's {pct(BALER_SAVING)} of its GPU energy"
+        note("precision", "Train in bf16 mixed precision", body + " " + AMP_HOW,
+             ("torch.autocast(device_type='cuda', dtype=torch.bfloat16)",), kwh, False, basis)  # fmt: skip
+    usage = j.cpu_usage
+    if usage is not None and j.cpus >= t.cpu_min_cores and usage < t.cpu_max_usage and j.elapsed_h >= 0.25:
+        per_node = max(1, math.ceil(j.cpus / max(j.nodes, 1) * usage * 1.25))
+        note(
+            "cpus",
+            "Ask for fewer CPU cores",
+            f"It kept {pct(usage)} of its {j.cpus} CPU cores busy ({num((j.total_cpu_s or 0) / 3600)} of "
+            f"{num(j.cpus * j.elapsed_h)} core-hours). About {per_node} cores per node would do.",
+            (f"#SBATCH --cpus-per-task={per_node}  (with one task per node)",),
+        )
+    used_mb, asked_mb = j.mem_used_per_node_mb, j.mem_req_per_node_mb
+    if (
+        used_mb is not None
+        and asked_mb
+        and o != "oom"
+        and asked_mb >= t.mem_min_req_gb * MB_PER_GB
+        and used_mb <= t.mem_max_use * asked_mb
+    ):
+        note(
+            "memory",
+            "Ask for less memory",
+            f"It used at most {num(used_mb / MB_PER_GB)} GB per node (sacct MaxRSS) of the "
+            f"{num(asked_mb / MB_PER_GB)} GB it asked for.",
+            (f"#SBATCH --mem={slurm_mem(max(used_mb * 1.25, MB_PER_GB))}",),
+        )
+    if (
+        first == "COMPLETED"
+        and j.time_limit_h
+        and j.time_limit_h >= t.limit_min_limit_h
+        and j.elapsed_h <= 0.5 * j.time_limit_h
+        and not interactive
+    ):
+        note(
+            "time-limits",
+            "Ask for a shorter time limit",
+            f"It ran {hours(j.elapsed_h)} of its {hours(j.time_limit_h)} limit "
+            f"({pct(j.elapsed_h / j.time_limit_h)}). "
+            "An accurate limit lets Slurm's backfill start your jobs sooner.",
+            (f"#SBATCH --time={slurm_time(j.elapsed_h * 1.5)}",),
+        )
+    out.sort(key=lambda a: (a.saving_kwh is None, -(a.saving_kwh or 0.0), a.id))
+    return out
+
+
+def _replace(j: JobFacts, **kw: Any) -> JobFacts:
+    from dataclasses import replace
+
+    return replace(j, **kw)
