@@ -25,11 +25,35 @@ from cocaq.ml.annotation import DEFAULT_DIR as ANNOTATE_DIR
 log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG_PATH = Path("/etc/cocaq/cocaq.toml")
-# COCAQ_* variables that are not settings.
-# Variables of other parts that are not settings of this file: the job side's annotation directory
+# COCAQ_* variables that are not settings of this file, each with what it does (for
+# docs/configuration.md): the config file itself, the job side's annotation directory
 # (cocaq.ml.annotation), the collector's /proc for tests, the MUNGE backend (cocaq.api.munge).
-_NON_SETTING_ENV = {"COCAQ_CONFIG", "COCAQ_ANNOTATE_DIR", "COCAQ_PROC_ROOT", "COCAQ_MUNGE_BACKEND"}
+_NON_SETTING_ENV = {
+    "COCAQ_CONFIG": "the config file to read (as `--config FILE`; default /etc/cocaq/cocaq.toml)",
+    "COCAQ_ANNOTATE_DIR": "where `cocaq.annotate` and `cocaq tag` write a job's file (wins over "
+    "`[collector] annotate_dir`)",
+    "COCAQ_PROC_ROOT": "the collector's /proc (tests point it at a fixture tree)",
+    "COCAQ_MUNGE_BACKEND": "`library` or `binary`: force how the API reads MUNGE credentials",
+}
 _NON_SETTING_PREFIXES = ("COCAQ_TEST_", "COCAQ_BENCH_")
+# The sections that `COCAQ_SECTION__KEY` may set (partitions and node groups only in the file).
+ENV_SECTIONS = (
+    "cluster", "estimate", "defaults", "collector", "carbon", "embodied", "aggregate",
+    "mail", "reports", "api", "advice", "alerts", "slurm",
+)  # fmt: skip
+# Short variables for the keys set most often, and the key each one sets (`_apply_env`); a short one
+# wins over its `COCAQ_SECTION__KEY` form where both are set, except COCAQ_CLUSTER and COCAQ_API_URL.
+ENV_SHORTHANDS = {
+    "COCAQ_DATABASE_URL": "database_url",
+    "COCAQ_SPOOL_DIR": "spool_dir",
+    "COCAQ_CLUSTER": "cluster.name",
+    "COCAQ_API_URL": "api.url",
+    "COCAQ_SMTP_HOST": "mail.smtp_host",
+    "COCAQ_SMTP_PORT": "mail.smtp_port",
+}
+# Every setting below carries a one-line description in its field's metadata ("doc"), from which
+# `python -m cocaq.config_reference` writes docs/configuration.md; "default_doc" replaces a default that
+# depends on the machine, "toml" names a setting whose place in the file differs from the model's.
 
 
 def default_database_url() -> str:
@@ -42,20 +66,33 @@ def default_database_url() -> str:
 class Hardware:
     """What a partition's or node group's nodes are made of; drives estimates when nothing is measured."""
 
-    cpu_model: str = "unknown CPU"
-    cpu_tdp_w_per_core: float = 12.0  # Green Algorithms' figure for an unknown server CPU core
-    gpu_model: str = "unknown GPU"
-    gpu_tdp_w: float = 300.0
-    mem_gb: float = 0.0  # memory per node, for the report only; estimates use what the job requested
-    gpu_mem_gb: float = 0.0  # memory of one GPU (0: unknown), to tell a job how much of it it used
-    carbon_zone: str | None = None  # overrides the cluster's zone
-    pue: float | None = None  # overrides the cluster's PUE
+    cpu_model: str = field(default="unknown CPU", metadata={"doc": "the CPU's name, as reported"})
+    cpu_tdp_w_per_core: float = field(
+        default=12.0,
+        metadata={"doc": "rated power per core, W (Green Algorithms' figure for an unknown core)"},
+    )
+    gpu_model: str = field(
+        default="unknown GPU", metadata={"doc": "the GPU's name; also a fallback for calibrated estimates"}
+    )
+    gpu_tdp_w: float = field(default=300.0, metadata={"doc": "rated power of one GPU, W"})
+    mem_gb: float = field(
+        default=0.0, metadata={"doc": "memory per node, GB, for the report only (estimates use the request)"}
+    )
+    gpu_mem_gb: float = field(
+        default=0.0, metadata={"doc": "memory of one GPU, GB (0: unknown), to tell a job how much it used"}
+    )
+    carbon_zone: str | None = field(default=None, metadata={"doc": "overrides the cluster's carbon zone"})
+    pue: float | None = field(default=None, metadata={"doc": "overrides the cluster's PUE (1 to 5)"})
 
 
 @dataclass(frozen=True)
 class NodeGroup:
+    """Nodes that differ from their partition's hardware: `[node_groups.NAME]`, a Hardware plus `nodes`."""
+
     name: str
-    nodes: tuple[str, ...]  # glob patterns or Slurm host lists (`gpu[01-08]`)
+    nodes: tuple[str, ...] = field(
+        metadata={"doc": "the group's nodes: glob patterns or Slurm host lists (`gpu[01-08]`)"}
+    )
     hardware: Hardware
 
     def matches(self, node: str) -> bool:
@@ -72,24 +109,60 @@ class NodeGroup:
 
 @dataclass(frozen=True)
 class Estimate:
-    gpu_utilisation: float = 1.0  # share of GPU TDP drawn when nothing was measured (Green Algorithms: 1)
-    mem_w_per_gb: float = 0.3725  # Green Algorithms' figure per GB of requested memory
-    cpu_usage: str = "totalcpu"  # "totalcpu": CPU time used; "allocated": cores x elapsed
-    # Slurm's ConsumedEnergy above nodes x elapsed x this is implausible: dropped at import, estimated
-    max_node_power_w: float = 20_000.0
-    # GPUs that nothing measured: W per GPU from the site's measured jobs of the same model
-    # (cocaq.accounting.calibrate)
-    calibrate: bool = True
-    calibrate_min_jobs: int = 5  # jobs a cell of the learnt table needs before an estimate uses it
-    calibrate_buckets: tuple[float, ...] = (25.0, 50.0, 75.0)  # utilisation bucket edges, %
+    """How a job's energy is estimated where nothing measured it."""
+
+    gpu_utilisation: float = field(
+        default=1.0,
+        metadata={"doc": "share of GPU TDP drawn when nothing was measured, 0 to 1 (Green Algorithms: 1)"},
+    )
+    mem_w_per_gb: float = field(
+        default=0.3725, metadata={"doc": "W per GB of requested memory (Green Algorithms' figure)"}
+    )
+    cpu_usage: str = field(
+        default="totalcpu",
+        metadata={"doc": '"totalcpu": the CPU time used; "allocated": allocated cores x elapsed'},
+    )
+    max_node_power_w: float = field(
+        default=20_000.0,
+        metadata={
+            "doc": "Slurm's ConsumedEnergy above nodes x elapsed x this is implausible: dropped at import, "
+            "estimated instead"
+        },
+    )
+    calibrate: bool = field(
+        default=True,
+        metadata={
+            "doc": "GPUs that nothing measured: W per GPU from the site's measured jobs of the same model "
+            "(cocaq calibrate); false: always TDP x gpu_utilisation"
+        },
+    )
+    calibrate_min_jobs: int = field(
+        default=5, metadata={"doc": "jobs a cell of the learnt table needs before an estimate uses it"}
+    )
+    calibrate_buckets: tuple[float, ...] = field(
+        default=(25.0, 50.0, 75.0),
+        metadata={"doc": "GPU utilisation bucket edges, %: increasing, between 0 and 100 (exclusive)"},
+    )
 
 
 @dataclass(frozen=True)
 class Cluster:
-    name: str = "cluster"
-    timezone: str | None = None  # of the times in sacct's text output; None: this machine's
-    carbon_zone: str = "WORLD"
-    pue: float = 1.0
+    """The cluster as a whole: its name, clock, carbon zone and PUE."""
+
+    name: str = field(default="cluster", metadata={"doc": "the cluster's name (sacct's cluster, reports)"})
+    timezone: str | None = field(
+        default=None,
+        metadata={
+            "doc": "time zone of the times in sacct's text output and of the schedule; unset: this machine's"
+        },
+    )
+    carbon_zone: str = field(
+        default="WORLD",
+        metadata={
+            "doc": "ISO3 country, USA-CA, CAN-QC, SE3, an Electricity Maps zone of imported series, or WORLD"
+        },
+    )
+    pue: float = field(default=1.0, metadata={"doc": "power usage effectiveness, 1 to 5"})
 
 
 COLLECTOR_SOURCES = ("nvml", "rapl", "cgroup", "pm_counters", "jobmeta")
@@ -100,42 +173,78 @@ IDLE_POLICIES = ("allocated", "cputime", "none")
 class Collector:
     """The node side: hooks and the collector daemon (see docs/node-side.md)."""
 
-    interval_s: float = 10.0
-    ship_interval_s: float = 60.0
-    sources: tuple[str, ...] = ("nvml", "rapl", "cgroup", "jobmeta")
-    nvml: str = "pynvml"  # or "fake:N" / "fake:/path/spec.toml" (tests, demo, benchmarks)
-    sysfs_root: str = "/sys"
-    idle_policy: str = "allocated"
-    idle_baseline_w: float | None = None  # per RAPL domain; None: learnt (lowest power seen)
-    spool_max_mb: float = 512.0
-    ship_batch: int = 5000
-    hook_log: str = "/var/log/cocaq/hook.log"
-    # Where jobs' `cocaq.annotate`/`cocaq tag` files live (root's 0711 dir; see collector/annotations.py).
-    annotate_dir: str = ANNOTATE_DIR
-    # Look at a running job's processes for its ML framework this often (0: never).
-    detect_interval_s: float = 300.0
+    interval_s: float = field(default=10.0, metadata={"doc": "seconds between samples, 1 to 3600"})
+    ship_interval_s: float = field(
+        default=60.0, metadata={"doc": "seconds between shipments of the spool to the database"}
+    )
+    sources: tuple[str, ...] = field(
+        default=("nvml", "rapl", "cgroup", "jobmeta"),
+        metadata={"doc": "what to sample: nvml, rapl, cgroup, pm_counters (HPE Cray), jobmeta"},
+    )
+    nvml: str = field(
+        default="pynvml",
+        metadata={"doc": '"pynvml", or "fake:N" / "fake:/path/spec.toml" (tests, demo, benchmarks)'},
+    )
+    sysfs_root: str = field(default="/sys", metadata={"doc": "where sysfs is (RAPL, cgroups)"})
+    idle_policy: str = field(
+        default="allocated",
+        metadata={
+            "doc": "who pays a node's idle RAPL energy: allocated, cputime or none (docs/node-side.md)"
+        },
+    )
+    idle_baseline_w: float | None = field(
+        default=None, metadata={"doc": "idle power per RAPL domain, W; unset: learnt (lowest power seen)"}
+    )
+    spool_max_mb: float = field(
+        default=512.0, metadata={"doc": "the most the spool may hold while the database is away, MB"}
+    )
+    ship_batch: int = field(default=5000, metadata={"doc": "rows per shipment"})
+    hook_log: str = field(default="/var/log/cocaq/hook.log", metadata={"doc": "the Prolog/Epilog hooks' log"})
+    annotate_dir: str = field(
+        default=ANNOTATE_DIR,
+        metadata={"doc": "where jobs' `cocaq.annotate`/`cocaq tag` files live (root's 0711 directory)"},
+    )
+    detect_interval_s: float = field(
+        default=300.0,
+        metadata={"doc": "look at a running job's processes for its ML framework this often, s (0: never)"},
+    )
 
 
 @dataclass(frozen=True)
 class Carbon:
     """How a job's carbon intensity is chosen from imported series (`cocaq carbon import`)."""
 
-    basis: str = "lca"  # "lca" (life cycle, Electricity Maps' default) or "direct" (combustion only)
-    gap_tolerance_s: float = 7200.0  # a gap in the series is filled by the nearest value within this
+    basis: str = field(
+        default="lca",
+        metadata={"doc": '"lca" (life cycle, Electricity Maps\' default) or "direct" (combustion only)'},
+    )
+    gap_tolerance_s: float = field(
+        default=7200.0,
+        metadata={"doc": "a gap in the series is filled by the nearest value within this (seconds or 2h)"},
+    )
 
 
 @dataclass(frozen=True)
 class Embodied:
     """Scope 3 (manufacturing) emissions, reported apart from operational CO2; 0 means not counted."""
 
-    g_per_gpu_hour: float = 0.0
-    g_per_node_hour: float = 0.0
+    g_per_gpu_hour: float = field(default=0.0, metadata={"doc": "g CO2e per GPU-hour"})
+    g_per_node_hour: float = field(default=0.0, metadata={"doc": "g CO2e per node-hour"})
 
 
 @dataclass(frozen=True)
 class Aggregate:
-    idle_gpu_util_pct: float = 5.0  # an allocated GPU below this utilisation counts as idle
-    workers: int = 0  # processes for deriving many jobs (PostgreSQL): 0 = one per CPU, 1 = none
+    """The aggregator (`cocaq aggregate`): per-job metrics and the daily rollups."""
+
+    idle_gpu_util_pct: float = field(
+        default=5.0, metadata={"doc": "an allocated GPU below this utilisation, %, counts as idle"}
+    )
+    workers: int = field(
+        default=0,
+        metadata={
+            "doc": "processes for deriving many jobs (PostgreSQL): 0 = one per CPU, 1 = none; up to 64"
+        },
+    )
 
 
 MAIL_TRANSPORTS = ("smtp", "outbox")
@@ -152,28 +261,68 @@ class Mail:
     SMTP connection is opened, so a printed or logged Config never shows one.
     """
 
-    transport: str = "smtp"
-    smtp_host: str = "localhost"  # COCAQ_SMTP_HOST
-    smtp_port: int | None = None  # COCAQ_SMTP_PORT; None: 25, 587 or 465 by smtp_security
-    smtp_security: str = "none"  # "starttls", "tls" (implicit, SMTPS) or "none" (a local relay)
-    smtp_user: str | None = None
-    smtp_password_env: str | None = None  # name of the environment variable holding the password
-    smtp_password_file: str | None = None
-    smtp_ca_file: str | None = None  # CA bundle to trust for the server (default: the system's)
-    smtp_timeout_s: float = 30.0
-    from_address: str | None = None  # "cocaq@example.org" or "HPC <hpc@example.org>"; None: cocaq@FQDN
-    outbox_dir: str | None = None  # None: <spool_dir>/outbox
-    address_template: str | None = None  # "{user}@example.org"
-    address_map: str | None = None  # CSV (user,address) or TOML (user = "address"), one per line
-    opt_out_file: str | None = None  # user names or addresses, one per line
-    max_per_user_per_day: int = 10  # messages to one address in 24 h; 0: no limit
-    retry_attempts: int = 4  # tries per message on transient errors (4xx, connection, timeout)
-    retry_base_delay_s: float = 2.0  # then 2x, 4x... (capped at 5 minutes)
-    in_doubt: str = "resend"  # a message left 'sending' by a crash: resend (same Message-ID) or skip
-    # "<mailto:hpc@example.org?subject=unsubscribe%20{user}>"; None: a mailto: to reply_to (else the
-    # sender) asking to unsubscribe, so that every report carries one
-    list_unsubscribe: str | None = None
-    reply_to: str | None = None  # where replies go (the support team, say); None: no Reply-To header
+    transport: str = field(default="smtp", metadata={"doc": '"smtp" or "outbox" (a directory of .eml files)'})
+    smtp_host: str = field(default="localhost", metadata={"doc": "the SMTP server"})
+    smtp_port: int | None = field(
+        default=None, metadata={"doc": "the SMTP port; unset: 25, 587 or 465 by smtp_security"}
+    )
+    smtp_security: str = field(
+        default="none",
+        metadata={"doc": '"starttls", "tls" (implicit, SMTPS) or "none" (a local relay)'},
+    )
+    smtp_user: str | None = field(
+        default=None, metadata={"doc": "log in as this user (needs a password and, off localhost, TLS)"}
+    )
+    smtp_password_env: str | None = field(
+        default=None, metadata={"doc": "name of the environment variable holding the password"}
+    )
+    smtp_password_file: str | None = field(
+        default=None, metadata={"doc": "file holding the password (chmod 600); not with smtp_password_env"}
+    )
+    smtp_ca_file: str | None = field(
+        default=None, metadata={"doc": "CA bundle to trust for the server (default: the system's)"}
+    )
+    smtp_timeout_s: float = field(default=30.0, metadata={"doc": "seconds to wait for the server"})
+    from_address: str | None = field(
+        default=None,
+        metadata={
+            "doc": '"cocaq@example.org" or "HPC <hpc@example.org>", also the Message-ID domain; '
+            "unset: cocaq@FQDN"
+        },
+    )
+    outbox_dir: str | None = field(default=None, metadata={"doc": "the outbox; unset: <spool_dir>/outbox"})
+    address_template: str | None = field(
+        default=None, metadata={"doc": 'a user\'s address, "{user}@example.org" (only {user})'}
+    )
+    address_map: str | None = field(
+        default=None, metadata={"doc": 'CSV (user,address) or TOML (user = "address"), one per line'}
+    )
+    opt_out_file: str | None = field(
+        default=None, metadata={"doc": "user names or addresses that get nothing, one per line"}
+    )
+    max_per_user_per_day: int = field(
+        default=10, metadata={"doc": "messages to one address in 24 h; 0: no limit"}
+    )
+    retry_attempts: int = field(
+        default=4, metadata={"doc": "tries per message on transient errors (4xx, connection, timeout)"}
+    )
+    retry_base_delay_s: float = field(
+        default=2.0, metadata={"doc": "first delay between tries, s; then 2x, 4x... (capped at 5 minutes)"}
+    )
+    in_doubt: str = field(
+        default="resend",
+        metadata={"doc": 'a message left "sending" by a crash: "resend" (same Message-ID) or "skip"'},
+    )
+    list_unsubscribe: str | None = field(
+        default=None,
+        metadata={
+            "doc": 'the List-Unsubscribe target, "mailto:hpc@example.org?subject=unsubscribe%20{user}"; '
+            "unset: a mailto: to reply_to (else the sender), so that every report carries one"
+        },
+    )
+    reply_to: str | None = field(
+        default=None, metadata={"doc": "where replies go (the support team, say); unset: no Reply-To header"}
+    )
 
     @property
     def port(self) -> int:
@@ -185,58 +334,103 @@ class Reports:
     """What the rendered reports say about the site, where admins' templates are, and who gets the lab and
     admin reports (users' own addresses come from [mail])."""
 
-    template_dir: str | None = None  # files here override reports/templates/ files of the same name
-    site_name: str | None = None  # in subjects and headers; None: the cluster's name
-    contact: str | None = None  # who to ask (an address or a few words), in every report's footer
-    lab_heads: dict[str, tuple[str, ...]] = field(default_factory=dict)  # Slurm account -> addresses
-    admins: tuple[str, ...] = ()  # addresses of the admin report
-    before_after_days: int = 30  # window on each side of a user's first report (admin report)
-    archive_dir: str | None = None  # where the batch keeps the admins' interactive HTML, one file a month
-    job_digest_minutes: int = 30  # job e-mails: a user's ended jobs wait this long to go as one digest
-    # job e-mails also go, unasked, for a job whose energy that did no work (idle GPUs, failed, out of
-    # memory, timed out: cocaq.accounting.ledger) reached this many kWh; 0: only to those who asked
-    job_email_waste_kwh: float = 5.0
+    template_dir: str | None = field(
+        default=None, metadata={"doc": "files here override reports/templates/ files of the same name"}
+    )
+    site_name: str | None = field(
+        default=None, metadata={"doc": "in subjects and headers; unset: the cluster's name"}
+    )
+    contact: str | None = field(
+        default=None, metadata={"doc": "who to ask (an address or a few words), in every report's footer"}
+    )
+    lab_heads: dict[str, tuple[str, ...]] = field(
+        default_factory=dict,
+        metadata={"doc": 'Slurm account -> addresses of its lab report, { lab_nlp = ["head@example.org"] }'},
+    )
+    admins: tuple[str, ...] = field(default=(), metadata={"doc": "addresses of the admin report"})
+    before_after_days: int = field(
+        default=30, metadata={"doc": "window on each side of a user's first report (admin report), days"}
+    )
+    archive_dir: str | None = field(
+        default=None, metadata={"doc": "where the batch keeps the admins' interactive HTML, one file a month"}
+    )
+    job_digest_minutes: int = field(
+        default=30, metadata={"doc": "job e-mails: a user's ended jobs wait this long to go as one digest"}
+    )
+    job_email_waste_kwh: float = field(
+        default=5.0,
+        metadata={
+            "doc": "job e-mails also go, unasked, for a job whose energy that did no work (idle GPUs, "
+            "failed, out of memory, timed out) reached this many kWh; 0: only to those who asked"
+        },
+    )
+
+
+INTERACTIVE_NAMES = (
+    "jupyter", "jupyterlab", "jupyter-notebook", "notebook", "interactive", "bash", "sh", "zsh",
+    "vscode", "code-server", "rstudio", "sys/dashboard", "ondemand", "desktop", "spawner-jupyterhub",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Advice:
-    """What the suggestions to users (reports.advice) may say, and when."""
+    """What the suggestions to users (cocaq.footprint.advice) may say, and when."""
 
-    min_share: float = 0.02  # a suggestion must save at least this share of the user's energy...
-    min_kwh: float = 0.5  # ...and at least this many kWh in the period
-    # job names that mean an interactive session (notebooks, shells, editors), besides partitions whose
-    # name holds "interactive": their idle GPUs are released, not checkpointed
-    interactive_names: tuple[str, ...] = (
-        "jupyter", "jupyterlab", "jupyter-notebook", "notebook", "interactive", "bash", "sh", "zsh",
-        "vscode", "code-server", "rstudio", "sys/dashboard", "ondemand", "desktop", "spawner-jupyterhub",
-    )  # fmt: skip
+    min_share: float = field(
+        default=0.02, metadata={"doc": "a suggestion must save at least this share of the user's energy..."}
+    )
+    min_kwh: float = field(default=0.5, metadata={"doc": "...and at least this many kWh in the period"})
+    interactive_names: tuple[str, ...] = field(
+        default=INTERACTIVE_NAMES,
+        metadata={
+            "doc": "job names of interactive sessions (notebooks, shells, editors), besides partitions "
+            'named "interactive": their idle GPUs are released, not checkpointed'
+        },
+    )
 
 
 @dataclass(frozen=True)
 class Alerts:
     """Alerts while a job runs: its GPUs allocated and unused (`cocaq scheduler`, reports.alerts)."""
 
-    idle_gpu: bool = True  # switch them off here
-    idle_minutes: float = 60.0  # all of a job's GPUs under the idle threshold this long, to the last sample
-    throttle_hours: float = 24.0  # at most one alert per user in this many hours
-    min_gpus: int = 1  # jobs holding fewer GPUs are left alone
+    idle_gpu: bool = field(default=True, metadata={"doc": "false: no alerts"})
+    idle_minutes: float = field(
+        default=60.0,
+        metadata={"doc": "all of a job's GPUs under the idle threshold this long, to the last sample"},
+    )
+    throttle_hours: float = field(
+        default=24.0, metadata={"doc": "at most one alert per user in this many hours (0: no limit)"}
+    )
+    min_gpus: int = field(default=1, metadata={"doc": "jobs holding fewer GPUs are left alone"})
 
 
 @dataclass(frozen=True)
 class Api:
     """The read API (`cocaq serve`) and its clients (`cocaq user` on login nodes); see docs/api.md."""
 
-    url: str | None = None  # clients: use the API there instead of the database (COCAQ_API_URL)
-    host: str = "127.0.0.1"
-    port: int = 8470
-    tls_cert: str | None = None  # the server terminates TLS itself when both are set
-    tls_key: str | None = None
-    ca_file: str | None = None  # clients: the CA that signed the server's certificate (default: system's)
-    munge_socket: str | None = None  # None: munged's default socket
-    admin_groups: tuple[str, ...] = ()  # Unix groups whose members see everything
-    admin_users: tuple[str, ...] = ()
-    lab_heads: dict[str, tuple[str, ...]] = field(default_factory=dict)  # Slurm account -> user names
-    timeout_s: float = 10.0  # clients: how long to wait for the API
+    url: str | None = field(
+        default=None, metadata={"doc": "clients: use the API there instead of the database"}
+    )
+    host: str = field(default="127.0.0.1", metadata={"doc": "the server listens on this address"})
+    port: int = field(default=8470, metadata={"doc": "the server listens on this port"})
+    tls_cert: str | None = field(
+        default=None, metadata={"doc": "the server's certificate; it terminates TLS itself when both are set"}
+    )
+    tls_key: str | None = field(default=None, metadata={"doc": "the server's private key (with tls_cert)"})
+    ca_file: str | None = field(
+        default=None,
+        metadata={"doc": "clients: the CA that signed the server's certificate (default: the system's)"},
+    )
+    munge_socket: str | None = field(default=None, metadata={"doc": "munged's socket; unset: its default"})
+    admin_groups: tuple[str, ...] = field(
+        default=(), metadata={"doc": "Unix groups whose members see everything"}
+    )
+    admin_users: tuple[str, ...] = field(default=(), metadata={"doc": "users who see everything"})
+    lab_heads: dict[str, tuple[str, ...]] = field(
+        default_factory=dict,
+        metadata={"doc": 'Slurm account -> user names who see the lab, { lab_nlp = ["carol"] }'},
+    )
+    timeout_s: float = field(default=10.0, metadata={"doc": "clients: how long to wait for the API, s"})
 
 
 SLURM_BACKENDS = ("auto", "cli", "pyslurm")
@@ -246,14 +440,29 @@ SLURM_BACKENDS = ("auto", "cli", "pyslurm")
 class Slurm:
     """How cocaq reads Slurm's accounting (import, reconcile, the scheduler): cocaq.slurm.backend."""
 
-    backend: str = "auto"  # "cli": sacct; "pyslurm": slurmdbd through pyslurm; "auto": pyslurm where it fits
-    sacct: str | None = None  # path of sacct (None: PATH, then /usr/bin/sacct)
+    backend: str = field(
+        default="auto",
+        metadata={"doc": '"cli": sacct; "pyslurm": slurmdbd through pyslurm; "auto": pyslurm where it fits'},
+    )
+    sacct: str | None = field(
+        default=None, metadata={"doc": "path of sacct (unset: PATH, then /usr/bin/sacct)"}
+    )
 
 
 @dataclass(frozen=True)
 class Config:
-    database_url: str = field(default_factory=default_database_url)
-    spool_dir: str = "/var/spool/cocaq"
+    """The whole configuration: top-level keys and one section (a frozen dataclass) per TOML table."""
+
+    database_url: str = field(
+        default_factory=default_database_url,
+        metadata={
+            "doc": "SQLAlchemy URL of the database (postgresql+psycopg://... or sqlite:///...)",
+            "default_doc": "SQLite in the user's data directory (~/.local/share/cocaq/cocaq.sqlite)",
+        },
+    )
+    spool_dir: str = field(
+        default="/var/spool/cocaq", metadata={"doc": "the node-side spool (hooks' records, collector state)"}
+    )
     cluster: Cluster = field(default_factory=Cluster)
     collector: Collector = field(default_factory=Collector)
     carbon: Carbon = field(default_factory=Carbon)
@@ -265,12 +474,18 @@ class Config:
     advice: Advice = field(default_factory=Advice)
     alerts: Alerts = field(default_factory=Alerts)
     slurm: Slurm = field(default_factory=Slurm)
-    pue_monthly: dict[str, float] = field(default_factory=dict)  # "2026-01" -> PUE; [cluster.pue_monthly]
+    pue_monthly: dict[str, float] = field(
+        default_factory=dict,
+        metadata={
+            "doc": 'PUE by month, overriding cluster.pue: { "2026-07" = 1.45 } (YYYY-MM, 1 to 5)',
+            "toml": "cluster.pue_monthly",
+        },
+    )
     estimate: Estimate = field(default_factory=Estimate)
-    default_hardware: Hardware = field(default_factory=Hardware)
-    partitions: dict[str, Hardware] = field(default_factory=dict)
-    node_groups: tuple[NodeGroup, ...] = ()
-    source: str = "built-in defaults"
+    default_hardware: Hardware = field(default_factory=Hardware, metadata={"toml": "defaults"})
+    partitions: dict[str, Hardware] = field(default_factory=dict, metadata={"toml": "partitions.NAME"})
+    node_groups: tuple[NodeGroup, ...] = field(default=(), metadata={"toml": "node_groups.NAME"})
+    source: str = field(default="built-in defaults", metadata={"toml": None})
 
     def tz(self) -> Any:
         if self.cluster.timezone is None:
@@ -859,8 +1074,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
 
 def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
     """Fold COCAQ_* variables into the raw TOML dict, so one validator checks both."""
-    known_sections = {"cluster", "estimate", "defaults", "collector", "carbon", "embodied", "aggregate"}
-    known_sections |= {"mail", "reports", "api", "advice", "alerts", "slurm"}
+    known_sections = set(ENV_SECTIONS)
     # The variable that holds the SMTP password is not a setting, whatever its name.
     mail = data.get("mail")
     secret_vars = {
