@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -11,39 +12,16 @@ from sqlalchemy import Engine, insert, select, text
 
 from cocaq.accounting.aggregate import run_aggregate
 from cocaq.accounting.importer import import_records
-from cocaq.config import Config, load_config
+from cocaq.config import Config
 from cocaq.db.schema import CarbonIntensity, Cluster, DailyRollup, Sample
-from cocaq.slurm.record import JobRecord
+from tests.builders import config
+from tests.builders import job as _job
 
 DAY0 = datetime(2026, 10, 5, tzinfo=UTC)
 
 
-def _cfg(tmp_path: Path, url: str, extra: str = "") -> Config:
-    p = tmp_path / "c.toml"
-    p.write_text(
-        f'database_url = "{url}"\n[cluster]\nname = "c"\ncarbon_zone = "FR"\npue = 1.2\n'
-        "[defaults]\ngpu_tdp_w = 400\ncpu_tdp_w_per_core = 10\n" + extra
-    )
-    return load_config(p, {})
-
-
-def _job(
-    raw: int,
-    start: datetime,
-    hours: float,
-    *,
-    user: str = "alice",
-    account: str = "lab",
-    gpus: int = 1,
-    state: str = "COMPLETED",
-    cpu_s: float | None = None,
-) -> JobRecord:
-    return JobRecord(
-        job_id=str(raw), job_id_raw=raw, user_name=user, account=account, partition="gpu",
-        submit_time=start - timedelta(minutes=5), start_time=start, end_time=start + timedelta(hours=hours),
-        elapsed_s=hours * 3600, state=state, node_list="n1", n_nodes=1, alloc_cpus=4, alloc_gpus=gpus,
-        total_cpu_s=cpu_s if cpu_s is not None else hours * 3600 * 2, req_mem_mb=0, cluster="c",
-    )  # fmt: skip
+# this file's cluster: France's grid, PUE 1.2 (its jobs: tests.builders.job's alice, in lab "lab", on n1)
+_cfg = partial(config, cluster={"carbon_zone": "FR", "pue": 1.2})
 
 
 def _series(engine: Engine, zone: str, start: datetime, values: list[float]) -> None:

@@ -21,6 +21,7 @@ from cocaq.accounting.importer import import_records
 from cocaq.api.client import payload_for
 from cocaq.config import load_config
 from cocaq.slurm.record import JobRecord
+from tests.builders import config_toml, job
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 # alice and bob: tests/slurm/cluster.sh's users. daemon (uid 1) heads lab_nlp; bin (uid 2) is an admin by
@@ -29,21 +30,17 @@ USERS = ("alice", "bob")
 
 
 def _job(raw: int, user: str, account: str, name: str, hours_ago: float) -> JobRecord:
+    """`user`'s one-hour job `name` in `account`, on node "vm", started `hours_ago` hours before NOW."""
     start = NOW - timedelta(hours=hours_ago)
-    return JobRecord(
-        job_id=str(raw), job_id_raw=raw, user_name=user, account=account, partition="gpu",
-        submit_time=start - timedelta(minutes=1), start_time=start, end_time=start + timedelta(hours=1),
-        elapsed_s=3600, state="COMPLETED", node_list="vm", n_nodes=1, alloc_cpus=4, alloc_gpus=1,
-        total_cpu_s=7200, req_mem_mb=0, cluster="c", name=name, comment=None,
-    )  # fmt: skip
+    return job(raw, start, user=user, account=account, node_list="vm", queued=timedelta(minutes=1), name=name)
 
 
 def server_config(url: str) -> str:
     """The API tests' cocaq.toml: root an admin by name, bin by its group; daemon heads lab_nlp."""
-    return (
-        f'database_url = "{url}"\n[cluster]\nname = "c"\n[defaults]\ngpu_tdp_w = 300\n'
-        '[api]\nadmin_users = ["root"]\nadmin_groups = ["bin"]\nlab_heads = { lab_nlp = ["daemon"] }\n'
-    )
+    return config_toml(
+        url, defaults={"gpu_tdp_w": 300, "cpu_tdp_w_per_core": None},
+        api={"admin_users": ["root"], "admin_groups": ["bin"], "lab_heads": {"lab_nlp": ["daemon"]}},
+    )  # fmt: skip
 
 
 def need_munge_and_users() -> None:

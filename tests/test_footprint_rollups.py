@@ -13,11 +13,12 @@ from sqlalchemy import Engine, func, insert, select, text, update
 
 from cocaq.accounting.aggregate import run_aggregate
 from cocaq.accounting.importer import import_records
-from cocaq.config import Config, load_config
+from cocaq.config import Config
 from cocaq.db.dbapi import connect
 from cocaq.db.schema import AggregatorState, Cluster, DailyRollup, Sample
 from cocaq.footprint.totals import Footprint, Window, lab_footprint, plan_window, user_footprint
 from cocaq.slurm.record import JobRecord
+from tests.builders import config, job
 
 DAY0 = datetime(2026, 10, 5, tzinfo=UTC)
 H = timedelta(hours=1)
@@ -25,34 +26,16 @@ D = timedelta(days=1)
 
 
 def _cfg(tmp_path: Path, url: str) -> Config:
-    p = tmp_path / "c.toml"
-    p.write_text(
-        f'database_url = "{url}"\n[cluster]\nname = "c"\ncarbon_zone = "FRA"\npue = 1.3\n'
-        "[estimate]\ngpu_utilisation = 0.8\n[defaults]\ngpu_tdp_w = 400\ncpu_tdp_w_per_core = 10\n"
-        "[embodied]\ng_per_gpu_hour = 25\ng_per_node_hour = 10\n"
-    )
-    return load_config(p, {})
-
-
-def _job(
-    raw: int,
-    start: datetime,
-    hours: float,
-    *,
-    user: str = "alice",
-    account: str = "lab_a",
-    gpus: int = 1,
-    state: str = "COMPLETED",
-    consumed_j: float | None = None,
-    running: bool = False,
-) -> JobRecord:
-    return JobRecord(
-        job_id=str(raw), job_id_raw=raw, user_name=user, account=account, partition="gpu",
-        submit_time=start - timedelta(minutes=5), start_time=start,
-        end_time=None if running else start + hours * H, elapsed_s=hours * 3600, state=state,
-        is_open=running, node_list="n1", n_nodes=1, alloc_cpus=4, alloc_gpus=gpus,
-        total_cpu_s=hours * 3600 * 2, req_mem_mb=16_000 + raw, consumed_energy_j=consumed_j, cluster="c",
+    return config(
+        tmp_path, url, cluster={"carbon_zone": "FRA", "pue": 1.3}, estimate={"gpu_utilisation": 0.8},
+        embodied={"g_per_gpu_hour": 25, "g_per_node_hour": 10},
     )  # fmt: skip
+
+
+def _job(raw: int, start: datetime, hours: float, *, consumed_j: float | None = None, **kw: Any) -> JobRecord:
+    """A job of lab_a's (alice's unless `user`) asking for 16,000 + `raw` MB, measured at `consumed_j`."""
+    kw.setdefault("account", "lab_a")
+    return job(raw, start, hours, mem_mb=16_000 + raw, consumed_energy_j=consumed_j, **kw)
 
 
 JOBS = [

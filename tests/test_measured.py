@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -12,28 +13,14 @@ from sqlalchemy import Engine, text
 from cocaq.accounting import measured
 from cocaq.accounting.importer import import_records
 from cocaq.collector.ship import connect
-from cocaq.config import load_config
-from cocaq.slurm.record import JobRecord
+from tests.builders import config, job
 
 T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
 
 
-def _cfg(tmp_path: Path, url: str):  # type: ignore[no-untyped-def]
-    p = tmp_path / "c.toml"
-    p.write_text(
-        f'database_url = "{url}"\n[cluster]\nname = "c"\ncarbon_zone = "FRA"\n'
-        "[defaults]\ngpu_tdp_w = 400\ncpu_tdp_w_per_core = 10\n"
-    )
-    return load_config(p, {})
-
-
-def _job(raw: int, start: datetime, hours: float = 1.0, gpus: int = 2, state: str = "COMPLETED") -> JobRecord:
-    return JobRecord(
-        job_id=str(raw), job_id_raw=raw, user_name="alice", account="lab", partition="gpu",
-        submit_time=start - timedelta(minutes=1), start_time=start, end_time=start + timedelta(hours=hours),
-        elapsed_s=hours * 3600, state=state, node_list="vm", n_nodes=1, alloc_cpus=4, alloc_gpus=gpus,
-        total_cpu_s=hours * 3600 * 2, req_mem_mb=0, cluster="c",
-    )  # fmt: skip
+# this file's cluster is on France's grid; its jobs (alice's, in lab "lab") ran on two GPUs of node "vm"
+_cfg = partial(config, cluster={"carbon_zone": "FRA"})
+_job = partial(job, gpus=2, node_list="vm", queued=timedelta(minutes=1))
 
 
 def _event(raw: int, start: datetime, gpu_j: dict[str, float], end_after_h: float = 1.0) -> list[dict]:

@@ -13,10 +13,11 @@ from sqlalchemy import Engine, text
 
 from cocaq.accounting.importer import import_records
 from cocaq.collector.ship import connect
-from cocaq.config import load_config
+from cocaq.config import Config
 from cocaq.ml import store as modelmeta_store
 from cocaq.ml.meta import merge, parse_comment, parse_number, to_row, validate
 from cocaq.slurm.record import JobRecord
+from tests.builders import config, job
 
 T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
 ISSUE_COMMENT = "cocaq: model=llama-3-8b task=finetune params=8e9 framework=pytorch precision=bf16 batch_size=32 dataset=alpaca"
@@ -127,19 +128,13 @@ def test_declared_values_win_over_detected_and_the_api_over_the_comment() -> Non
 # --- stored -------------------------------------------------------------------------------------------
 
 
-def _cfg(tmp_path: Path, url: str):  # type: ignore[no-untyped-def]
-    p = tmp_path / "c.toml"
-    p.write_text(f'database_url = "{url}"\n[cluster]\nname = "c"\n[defaults]\ngpu_tdp_w = 400\n')
-    return load_config(p, {})
+def _cfg(tmp_path: Path, url: str) -> Config:
+    return config(tmp_path, url, defaults={"cpu_tdp_w_per_core": None})
 
 
 def _job(raw: int, comment: str | None = None) -> JobRecord:
-    return JobRecord(
-        job_id=str(raw), job_id_raw=raw, user_name="alice", account="lab", partition="gpu",
-        submit_time=T0 - timedelta(minutes=1), start_time=T0, end_time=T0 + timedelta(hours=1),
-        elapsed_s=3600, state="COMPLETED", node_list="vm", n_nodes=1, alloc_cpus=4, alloc_gpus=1,
-        total_cpu_s=3600, req_mem_mb=0, cluster="c", comment=comment,
-    )  # fmt: skip
+    """Alice's one-hour job on node "vm" from T0, with its Slurm comment."""
+    return job(raw, T0, node_list="vm", queued=timedelta(minutes=1), cpu_s=3600, comment=comment)
 
 
 def _meta_event(raw: int, ts: float, meta: dict[str, object]) -> dict[str, object]:

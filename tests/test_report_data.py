@@ -21,7 +21,7 @@ from sqlalchemy import Engine, insert, select, text
 
 from cocaq.accounting.aggregate import run_aggregate
 from cocaq.accounting.importer import import_records
-from cocaq.config import Config, load_config
+from cocaq.config import Config
 from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.db.schema import CarbonIntensity, Cluster, ModelMetadata, Sample
@@ -30,6 +30,7 @@ from cocaq.footprint.by_model import model_stats
 from cocaq.footprint.jobfacts import precision_of
 from cocaq.reports import data
 from cocaq.slurm.record import JobRecord
+from tests import builders
 from tests.conftest import new_database
 
 MONTH = datetime(2025, 3, 1, tzinfo=UTC)
@@ -39,14 +40,10 @@ H = 3600.0
 
 
 def config(tmp: Path, url: str, extra: str = "") -> Config:
-    p = tmp / "c.toml"
-    p.write_text(
-        f'database_url = "{url}"\n[cluster]\nname = "c"\ncarbon_zone = "FR"\npue = 1.2\n'
-        "[cluster.pue_monthly]\n'2025-02' = 1.5\n"
-        "[defaults]\ngpu_tdp_w = 400\ncpu_tdp_w_per_core = 10\n"
-        "[embodied]\ng_per_gpu_hour = 10\n[collector]\ninterval_s = 60\n" + extra
-    )
-    return load_config(p, {})
+    return builders.config(
+        tmp, url, extra, cluster={"carbon_zone": "FR", "pue": 1.2, "pue_monthly": {"2025-02": 1.5}},
+        embodied={"g_per_gpu_hour": 10}, collector={"interval_s": 60},
+    )  # fmt: skip
 
 
 def job(
@@ -57,21 +54,14 @@ def job(
     user: str,
     account: str,
     gpus: int = 1,
-    cpus: int = 4,
-    state: str = "COMPLETED",
-    cluster: str = "c",
-    cpu_s: float | None = None,
     limit_h: float | None = None,
     name: str | None = None,
-    running: bool = False,
+    **kw: Any,
 ) -> JobRecord:
-    return JobRecord(
-        job_id=str(raw), job_id_raw=raw, user_name=user, account=account, partition="gpu" if gpus else "cpu",
-        submit_time=start - timedelta(minutes=5), start_time=start,
-        end_time=None if running else start + timedelta(hours=hours), elapsed_s=hours * H,
-        state="RUNNING" if running else state, is_open=running, node_list="n1", n_nodes=1, alloc_cpus=cpus,
-        alloc_gpus=gpus, total_cpu_s=cpu_s if cpu_s is not None else hours * H * cpus * 0.5, req_mem_mb=0,
-        cluster=cluster, time_limit_s=limit_h * H if limit_h else None, name=name or f"job{raw}",
+    """A job on n1: a CPU-partition one without GPUs, named job<raw> unless `name`; `limit_h`: its limit."""
+    return builders.job(
+        raw, start, hours, user=user, account=account, partition="gpu" if gpus else "cpu", gpus=gpus,
+        time_limit_s=limit_h * H if limit_h else None, name=name or f"job{raw}", **kw,
     )  # fmt: skip
 
 
