@@ -61,7 +61,7 @@ list_unsubscribe = "mailto:hpc@example.org?subject=unsubscribe%20{user}"
 
 
 def test_the_readme_example_is_a_valid_config(tmp_path: Path) -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parent.parent / "docs" / "admin-guide.md").read_text()
     block = readme.split("```toml\n[mail]\n", 1)[1].split("```", 1)[0]
     m = cfg_from(tmp_path, "[mail]\n" + block, {"SMTP_PASSWORD": "x"}).mail
     assert (m.smtp_host, m.port, m.smtp_security, m.smtp_user) == (
