@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from cocaq.collector import sources as sources_mod
+from cocaq.collector.records import EnergyRow, stamp
 from cocaq.collector.ship import ShipError, Target, connect, ship_once
 from cocaq.collector.spool import CollectorDB, running_jobs
 from cocaq.config import Config
@@ -133,9 +134,9 @@ class Collector:
                 out.append(rec)
         return out
 
-    def _end_jobs(self, records: list[dict[str, Any]]) -> list[sources_mod.Energy]:
+    def _end_jobs(self, records: list[dict[str, Any]]) -> list[EnergyRow]:
         """Final energy rows from the sources for the epilog records among `records`."""
-        rows: list[sources_mod.Energy] = []
+        rows: list[EnergyRow] = []
         for rec in records:
             if rec.get("event") != "end":
                 continue
@@ -164,8 +165,7 @@ class Collector:
         from cocaq.collector import spoolfiles
 
         for ev in cycle.events:
-            ev.update(v=1, cluster=self.cfg.cluster.name, node=self.node)
-            ev["uid"] = f"{ev['cluster']}/{self.node}/{ev['job_id']}/{ev['event']}/{ev['ts_ns']}"
+            stamp(ev, self.cfg.cluster.name, self.node, ev["job_id"])
             try:
                 spoolfiles.write_event(self.cfg.spool_dir, ev)
             except (OSError, spoolfiles.SpoolError) as exc:

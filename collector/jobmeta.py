@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from cocaq.collector import annotations as annotation_files
+from cocaq.collector.records import meta_event
 from cocaq.collector.sources import Cycle, Source, register
 from cocaq.config import Collector
 
@@ -92,10 +93,7 @@ class JobMetaSource(Source):
         if problems:
             log.info("job %s: %s", jid, "; ".join(problems)[:500])
         if meta:
-            ts_ns = time.time_ns()
-            cycle.events.append(
-                {"event": "meta", "job_id": jid, "ts": ts_ns / 1e9, "ts_ns": ts_ns, "meta": meta}
-            )
+            cycle.events.append(meta_event(meta, time.time_ns(), jid))
 
     def _detect(self, rj: Any, job_pids: list[int], problems: list[str]) -> dict[str, str]:
         from cocaq.collector.detect import detect

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from cocaq.collector.records import EnergyRow
 from cocaq.collector.spool import CollectorDB, is_finite, iter_events
 
 log = logging.getLogger("cocaq.collector.ship")
@@ -31,7 +32,6 @@ log = logging.getLogger("cocaq.collector.ship")
 SampleRow = tuple[
     int, float, str, str, str, "str | None", float
 ]  # id, ts, source, device, metric, job, value
-EnergyRow = tuple[str, float, str, str, str, str, float, float, float, int]
 
 
 class ShipError(Exception):
@@ -46,20 +46,7 @@ def _energy_from_event(rec: dict[str, Any]) -> list[EnergyRow]:
     rows: list[EnergyRow] = []
     for e in rec.get("energy") or []:
         try:
-            rows.append(
-                (
-                    str(rec["job_id"]),
-                    float(e["job_start"]),
-                    str(e["component"])[:16],
-                    str(e["device"])[:128],
-                    str(e["source"])[:64],
-                    str(e.get("method", "measured"))[:16],
-                    float(e["energy_j"]),
-                    float(e["t0"]),
-                    float(e["t1"]),
-                    1 if e.get("final") else 0,
-                )
-            )
+            rows.append(EnergyRow.from_entry(rec["job_id"], e))
         except (KeyError, TypeError, ValueError) as exc:
             log.warning("event %s: energy entry skipped: %s", rec.get("uid"), exc)
     return rows
@@ -388,7 +375,7 @@ def ship_once(
             energy = db.pending_energy()
             if energy:
                 target.ship_energy(cid, node, energy)
-                db.mark_energy_shipped([(r[0], r[1], r[2], r[3], r[4], r[8]) for r in energy])
+                db.mark_energy_shipped(energy)
                 res.energy_rows += len(energy)
             inc = db.incarnation
             while max_batches is None or res.batches < max_batches:

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeGuard
 
+from cocaq.collector.records import EnergyRow
 from cocaq.config import Collector
 
 log = logging.getLogger("cocaq.collector")
 
 Sample = tuple[float, str, str, str, "str | None", float]  # ts, source, device, metric, job_id, value
-Energy = tuple[str, float, str, str, str, str, float, float, float, bool]  # spool.CollectorDB.energy row
 
 
 class SourceUnavailable(Exception):
@@ -45,7 +45,7 @@ class Cycle:
     dt: float | None  # seconds since the previous cycle; None on the first
     jobs: dict[str, RunningJob]
     samples: list[Sample] = field(default_factory=list)
-    energy: list[Energy] = field(default_factory=list)
+    energy: list[EnergyRow] = field(default_factory=list)
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds per job this interval (cgroup)
     node_cores: int = 0
     events: list[dict[str, Any]] = field(default_factory=list)  # records for the spool (`meta`)
@@ -71,7 +71,7 @@ class Source(ABC):
     def collect(self, cycle: Cycle) -> None:
         """Add this cycle's samples and per-job energy to `cycle`."""
 
-    def end_job(self, rec: dict[str, Any]) -> list[Energy]:
+    def end_job(self, rec: dict[str, Any]) -> list[EnergyRow]:
         """Final energy of the job an epilog record (`event` "end") ends, where this source closes it."""
         return []
 
@@ -253,7 +253,7 @@ class NvmlSource(Source):
                 e = (r.energy_mj - start_mj) / 1000.0
                 if e <= (r.ts - rj.start + 1.0) * 3000.0:  # exact: the counter since the prolog's snapshot
                     cycle.energy.append(
-                        (rj.job_id, rj.start, "gpu", u, "nvml", "measured", e, rj.start, r.ts, False)
+                        EnergyRow(rj.job_id, rj.start, "gpu", u, "nvml", "measured", e, rj.start, r.ts, False)
                     )
                     base[2], base[3], base[4] = -1.0, r.ts, -1.0
                     continue
@@ -261,7 +261,9 @@ class NvmlSource(Source):
             e = max(self.tracker.energy_j(u) - base[0] + base[1], 0.0)
             base[2], base[3], base[4] = e, r.ts, r.power_w if r.power_w is not None else -1.0
             src = "nvml-power-integral"
-            cycle.energy.append((rj.job_id, rj.start, "gpu", u, src, "measured", e, rj.start, r.ts, False))
+            cycle.energy.append(
+                EnergyRow(rj.job_id, rj.start, "gpu", u, src, "measured", e, rj.start, r.ts, False)
+            )
         for k in list(self.baselines):
             if k not in live:
                 b = self.baselines.pop(k)
@@ -277,13 +279,13 @@ class NvmlSource(Source):
             while len(store) > self.ENDED_MAX:
                 store.pop(next(iter(store)))
 
-    def end_job(self, rec: dict[str, Any]) -> list[Energy]:
+    def end_job(self, rec: dict[str, Any]) -> list[EnergyRow]:
         """Final integrals of the job an epilog record ends: the last sample's trapezoid to the epilog's
         power reading. Idempotent: a key is closed once (a repeat finds nothing to close)."""
         job_id, start = rec.get("job_id"), rec.get("job_start")
         if not isinstance(job_id, str) or not isinstance(start, int | float) or isinstance(start, bool):
             return []
-        out: list[Energy] = []
+        out: list[EnergyRow] = []
         gpus = rec.get("gpus")
         readings = [g for g in gpus if isinstance(g, dict)] if isinstance(gpus, list) else []
         # a GPU of the job the record does not mention (the epilog could not find it, a damaged
@@ -317,7 +319,9 @@ class NvmlSource(Source):
                 # the running ones (it holds the job's energy to its end, and so to any later time)
                 t_row = max(t_end, t_last)
             src = "nvml-power-integral"
-            out.append((job_id, float(start), "gpu", str(u), src, "measured", e, float(start), t_row, True))
+            out.append(
+                EnergyRow(job_id, float(start), "gpu", str(u), src, "measured", e, float(start), t_row, True)
+            )
             self.closed[key] = t_end
             self.baselines.pop(key, None)
             self.ended.pop(key, None)
@@ -426,7 +430,9 @@ class RaplSource(Source):
                 continue
             jid, start, comp = key.split("/")
             cycle.energy.append(
-                (jid, float(start), comp, "", "rapl", "measured", total, float(start), cycle.ts, False)
+                EnergyRow(
+                    jid, float(start), comp, "", "rapl", "measured", total, float(start), cycle.ts, False
+                )
             )
         cycle.sample("rapl", "node", "unattributed_j", self.unattributed_j)
 

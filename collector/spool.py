@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from cocaq.collector.records import EnergyRow, validate_event
 from cocaq.collector.spoolfiles import (
     EVENTS,
     JOBS,
@@ -56,23 +57,6 @@ SCHEMA_VERSION = 1
 class SpooledEvent:
     path: str
     record: dict[str, Any]
-
-
-REQUIRED = {"uid": str, "event": str, "job_id": str, "ts": (int, float), "node": str, "cluster": str}
-
-
-def validate_event(record: Any) -> str | None:
-    """Why a spooled record cannot be shipped, or None."""
-    if not isinstance(record, dict):
-        return "not a JSON object"
-    for key, typ in REQUIRED.items():
-        if not isinstance(record.get(key), typ):  # type: ignore[arg-type]
-            return f"missing or bad {key!r}"
-    if record["event"] not in ("start", "end", "ctld-start", "ctld-end", "meta"):
-        return f"unknown event {record['event']!r}"
-    if not record["job_id"].isdigit():
-        return f"bad job id {record['job_id']!r}"
-    return None
 
 
 def quarantine(spool_dir: str, path: str, reason: str) -> str:
@@ -225,7 +209,7 @@ class CollectorDB:
     def record_cycle(
         self,
         samples: list[tuple[float, str, str, str, str | None, float]],
-        energy: list[tuple[str, float, str, str, str, str, float, float, float, bool]],
+        energy: list[EnergyRow],
         state: dict[str, Any],
     ) -> None:
         """One collection cycle, all or nothing: new samples, per-job energy so far, tracker state.
@@ -295,21 +279,24 @@ class CollectorDB:
     def delete_samples_upto(self, last_id: int) -> None:
         self.conn.execute("DELETE FROM samples WHERE id <= ?", (last_id,))
 
-    def pending_energy(self) -> list[tuple[str, float, str, str, str, str, float, float, float, int]]:
-        return self.conn.execute(
-            "SELECT job_id, job_start, component, device, source, method, energy_j, t0, t1, final FROM energy"
-            " WHERE shipped_t1 IS NULL OR shipped_t1 < t1"
-        ).fetchall()
+    def pending_energy(self) -> list[EnergyRow]:
+        return [
+            EnergyRow(*r)
+            for r in self.conn.execute(
+                "SELECT job_id, job_start, component, device, source, method, energy_j, t0, t1, final"
+                " FROM energy WHERE shipped_t1 IS NULL OR shipped_t1 < t1"
+            )
+        ]
 
-    def mark_energy_shipped(self, rows: list[tuple[str, float, str, str, str, float]]) -> None:
-        """Rows (job_id, job_start, component, device, source, t1) now in the database; finals are dropped."""
+    def mark_energy_shipped(self, rows: list[EnergyRow]) -> None:
+        """Rows now in the database (up to their `t1`); finals are dropped."""
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
         try:
             c.executemany(
                 "UPDATE energy SET shipped_t1=? WHERE job_id=? AND job_start=? AND component=? AND device=?"
                 " AND source=?",
-                [(t1, j, s, comp, dev, src) for j, s, comp, dev, src, t1 in rows],
+                [(r.t1, *r.key()) for r in rows],
             )
             c.execute("DELETE FROM energy WHERE final=1 AND shipped_t1 >= t1")
             c.execute("COMMIT")

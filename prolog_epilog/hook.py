@@ -20,7 +20,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-VERSION = 1
+    from cocaq.collector.records import EnergyRow
+
 DEFAULT_TIMEOUT_S = 10.0
 MAX_RAPL_ZONES = 64
 EDGES_MAX_S = 60.0  # a GPU without an energy counter: the prolog/epilog readings alone, up to this long
@@ -177,8 +178,12 @@ def _rapl_snapshot(sysfs_root: str, errors: list[str]) -> dict[str, int]:
     return out
 
 
-def _gpu_energy(start: dict[str, Any], end: list[dict[str, Any]], errors: list[str]) -> list[dict[str, Any]]:
+def _gpu_energy(
+    job_id: str, start: dict[str, Any], end: list[dict[str, Any]], errors: list[str]
+) -> list[dict[str, Any]]:
     """Exact per-GPU energy from the counters at start and end; nothing where that is not possible."""
+    from cocaq.collector.records import EnergyRow
+
     t0 = float(start["ts"])
     before = {g["uuid"]: g for g in start.get("gpus", []) if isinstance(g, dict) and "uuid" in g}
     out = []
@@ -191,9 +196,9 @@ def _gpu_energy(start: dict[str, Any], end: list[dict[str, Any]], errors: list[s
             # No counter (or lost): the collector integrates the sampled power, from the prolog's
             # reading to this one. A job too short to be sure of a sample gets the trapezoid of the
             # two readings too, which is used only where the collector has nothing for this GPU.
-            edges = _edges_energy(t0, b, g)
+            edges = _edges_energy(job_id, t0, b, g)
             if edges is not None:
-                out.append(edges)
+                out.append(edges.entry())
             continue
         if e1 < e0:
             errors.append(f"nvml: {g['uuid']}: energy counter went back ({e0} -> {e1} mJ): driver reset?")
@@ -203,19 +208,19 @@ def _gpu_energy(start: dict[str, Any], end: list[dict[str, Any]], errors: list[s
         if joules / dt > 3000.0:
             errors.append(f"nvml: {g['uuid']}: implausible {joules / dt:.0f} W average; energy dropped")
             continue
-        out.append(
-            {
-                "component": "gpu",
-                "device": g["uuid"],
-                "source": "nvml",
-                "method": "measured",
-                "energy_j": joules,
-                "t0": float(b.get("ts", t0)),
-                "t1": float(g["ts"]),
-                "job_start": t0,
-                "final": True,
-            }
+        row = EnergyRow(
+            job_id,
+            t0,
+            "gpu",
+            g["uuid"],
+            "nvml",
+            "measured",
+            joules,
+            float(b.get("ts", t0)),
+            float(g["ts"]),
+            True,
         )
+        out.append(row.entry())
     return out
 
 
@@ -226,7 +231,7 @@ def _num(v: object) -> float | None:
     return None
 
 
-def _edges_energy(job_start: float, b: dict[str, Any], g: dict[str, Any]) -> dict[str, Any] | None:
+def _edges_energy(job_id: str, job_start: float, b: dict[str, Any], g: dict[str, Any]) -> EnergyRow | None:
     """The trapezoid between the prolog's and the epilog's power readings of one GPU, for a job of at
     most EDGES_MAX_S (longer, two readings say little of what happened in between)."""
     p0, p1, t0, t1 = _num(b.get("power_w")), _num(g.get("power_w")), _num(b.get("ts")), _num(g.get("ts"))
@@ -234,17 +239,12 @@ def _edges_energy(job_start: float, b: dict[str, Any], g: dict[str, Any]) -> dic
         return None
     if not 0.0 < t1 - t0 <= EDGES_MAX_S or not 0.0 <= p0 <= 3000.0 or not 0.0 <= p1 <= 3000.0:
         return None
-    return {
-        "component": "gpu",
-        "device": g["uuid"],
-        "source": "nvml-power-edges",
-        "method": "measured",
-        "energy_j": (p0 + p1) * 0.5 * (t1 - t0),
-        "t0": t0,
-        "t1": t1,
-        "job_start": job_start,
-        "final": True,
-    }
+    from cocaq.collector.records import EnergyRow
+
+    energy_j = (p0 + p1) * 0.5 * (t1 - t0)
+    return EnergyRow(
+        job_id, job_start, "gpu", g["uuid"], "nvml-power-edges", "measured", energy_j, t0, t1, True
+    )
 
 
 def _prepare_annotations(cfg: dict[str, Any], job: Any, errors: list[str]) -> None:
@@ -286,8 +286,9 @@ def _read_annotations(cfg: dict[str, Any], job: Any, errors: list[str]) -> dict[
             errors.append(f"annotations: {exc}")
     if not values:
         return None
-    ts_ns = time.time_ns()
-    return {"event": "meta", "ts": ts_ns / 1e9, "ts_ns": ts_ns, "meta": {"api": values, "api_ts": mtime}}
+    from cocaq.collector.records import meta_event
+
+    return meta_event({"api": values, "api_ts": mtime}, time.time_ns())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     old = _signal.signal(_signal.SIGALRM, _on_alarm)
     _signal.setitimer(_signal.ITIMER_REAL, DEFAULT_TIMEOUT_S)
     try:
+        from cocaq.collector import records
         from cocaq.collector import spoolfiles as spool
         from cocaq.prolog_epilog.hookconfig import load
         from cocaq.prolog_epilog.slurmenv import read_env
@@ -318,19 +320,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster = cfg["cluster"]
         if cluster == "cluster" and job.get("cluster"):
             cluster = job.get("cluster")
-        ts_ns = time.time_ns()
-        event = {"prolog": "start", "epilog": "end", "prologslurmctld": "ctld-start"}.get(kind, "ctld-end")
-        record: dict[str, Any] = {
-            "v": VERSION,
-            "uid": f"{cluster}/{node}/{job_id}/{event}/{ts_ns}",
-            "event": event,
-            "cluster": cluster,
-            "node": node,
-            "job_id": job_id,
-            "ts": ts_ns / 1e9,
-            "ts_ns": ts_ns,
-            "job": job.fields,
-        }
+        event = records.hook_event_kind(kind)
+        record = records.hook_event(event, cluster, node, job_id, time.time_ns(), job.fields)
         src = cfg["sources"]
         if kind == "prolog":
             gpus = _gpu_snapshot(cfg["nvml"], job, None, errors) if "nvml" in src else []
@@ -361,11 +352,11 @@ def main(argv: list[str] | None = None) -> int:
                 record["rapl_uj"] = _rapl_snapshot(cfg["sysfs_root"], errors)
             if start is not None:
                 record["job_start"] = float(start["ts"])
-                record["energy"] = _gpu_energy(start, gpus, errors)
+                record["energy"] = _gpu_energy(job_id, start, gpus, errors)
         record["errors"] = errors[:50]
         record["hook"] = {
             "kind": kind,
-            "version": VERSION,
+            "version": records.VERSION,
             "ms": round((time.monotonic() - t_start) * 1000, 2),
         }
         # The energy record first: nothing optional (what the user declared from inside the job) may
@@ -375,9 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 meta = _read_annotations(cfg, job, errors)
                 if meta is not None:
-                    meta.update(v=VERSION, cluster=cluster, node=node, job_id=job_id)
-                    meta["uid"] = f"{cluster}/{node}/{job_id}/meta/{meta['ts_ns']}"
-                    spool.write_event(spool_dir, meta)
+                    spool.write_event(spool_dir, records.stamp(meta, cluster, node, job_id))
             except Exception as exc:  # a user's file: its failure is logged, no more
                 errors.append(f"annotations: {type(exc).__name__}: {str(exc)[:200]}")
             spool.remove_job_state(spool_dir, job_id)
