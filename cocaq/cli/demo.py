@@ -20,9 +20,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import click
 from sqlalchemy import delete, func, select
 from sqlalchemy.engine import make_url
 
+from cocaq.cli.app import Ctx
 from cocaq.config import load_config
 from cocaq.errors import UsageError
 from cocaq.slurm.sacct import SACCT_FIELDS
@@ -866,3 +868,13 @@ def _write_reports(engine: Any, cfg: Any, out: Path, end: datetime, days: int) -
         "labs": list(labs),
         "job": job.job_id if job is not None else "none",
     }
+
+
+@click.command()
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="cocaq-demo", show_default=True)
+@click.option("--seed", default=42, show_default=True, type=int)
+@click.option("--days", default=30, show_default=True, type=click.IntRange(1, 366))
+@click.pass_obj
+def demo(obj: Ctx, out_dir: str, seed: int, days: int) -> None:
+    """Fill a database with a realistic month of a small GPU cluster and show what cocaq makes of it."""
+    run_demo(obj, out_dir, seed=seed, days=days)

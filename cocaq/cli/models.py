@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cocaq.cli import terminal as render
-from cocaq.cli.app import FORMAT, Ctx, _api_or_db, _console, _window, cluster_opt, since_opt, until_opt
+from cocaq.cli.app import FORMAT, Ctx, _console, _window, cluster_opt, since_opt, until_opt
+from cocaq.cli.footprint import _api_or_db
 from cocaq.errors import UsageError
 
 if TYPE_CHECKING:

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cocaq.footprint.totals import Footprint, equivalents
+from cocaq.footprint.words import BASIS_WORDS, COMPONENT_WORDS, INTENSITY_WORDS, source_words
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -439,44 +440,6 @@ def print_advice(
         console.print(Padding(f"[dim]{term(a['body'])}[/]", (0, 0, 0, 4)), overflow="fold")
 
 
-# Where a job's energy came from, in words (job_energy.source).
-SOURCE_WORDS = {
-    "nvml": "GPU energy counter",
-    "nvml-power-integral": "GPU power samples",
-    "nvml-power-edges": "GPU power at start and end",
-    "nvml-samples": "GPU samples' share of node",
-    "slurm-consumed-energy": "Slurm's node energy",
-    "tdp-estimate": "estimate from rated power",
-    "calibrated-estimate": "estimate from the site's measured jobs",
-}
-COMPONENT_WORDS = {"gpu": "GPUs", "cpu": "CPUs", "dram": "memory", "node": "rest of node"}
-# carbon_detail keys (cocaq.carbon.intensity) in words
-INTENSITY_WORDS = {
-    "series": "hourly series",
-    "nearest": "nearest hour of the series",
-    "annual": "the zone's yearly average",
-    "world": "the world average",
-}
-BASIS_WORDS = {"lca": "life-cycle emissions", "direct": "direct emissions only"}
-
-
-def source_words(src: str) -> str:
-    """A job_energy source in words (nvml -> "GPU energy counter")."""
-    return _source(src)
-
-
-def component_words(component: str) -> str:
-    return COMPONENT_WORDS.get(component, component)
-
-
-def _source(src: str) -> str:
-    if src in SOURCE_WORDS:
-        return SOURCE_WORDS[src]
-    if src.startswith("rapl"):
-        return "RAPL energy counters"
-    return src
-
-
 def _gb(mb: float | None) -> str:
     return "?" if mb is None else f"{mb / 1024:,.1f} GB"
 
@@ -542,7 +505,7 @@ def print_job(job: dict[str, Any], console: Console) -> None:
             term(COMPONENT_WORDS.get(row["component"], row["component"])),
             term(row["node"] or "(all)"),
             term(row["method"]),
-            term(_source(row["source"])),
+            term(source_words(row["source"])),
             f"{row['energy_kwh']:,.3f}",
         ]
         for row in job["energies"]
@@ -587,7 +550,7 @@ def print_job(job: dict[str, Any], console: Console) -> None:
                 term(row["uuid"]),
                 term(row["name"] or ""),
                 "-" if row["energy_kwh"] is None else f"{row['energy_kwh']:,.4f}",
-                term(_source(row["source"]) if row["source"] else "not measured"),
+                term(source_words(row["source"]) if row["source"] else "not measured"),
             ]
             for row in job["gpus"]
         ]

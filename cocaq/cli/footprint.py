@@ -1,0 +1,185 @@
+"""`cocaq user`, `cocaq lab` and `cocaq job`: footprints from the read API (login nodes) or the database.
+
+JSON and CSV stay light (no SQLAlchemy, no rich): these commands run on every login node, and
+tests/test_user_imports.py holds them to it."""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+from datetime import datetime
+from typing import Any
+
+import click
+
+from cocaq.cli.app import FORMAT, Ctx, _console, _window, cluster_opt, since_opt, until_opt
+from cocaq.errors import CocaqError, InputError, UsageError
+
+from_jobs_opt = click.option(
+    "--from-jobs", is_flag=True, help="Ignore the daily rollups and compute everything from jobs (slower)."
+)
+
+
+@click.command()
+@click.argument("user", required=False)
+@since_opt
+@until_opt
+@cluster_opt
+@click.option("-o", "--format", "fmt", type=FORMAT, default="table", show_default=True)
+@click.option("--top", default=5, show_default=True, type=click.IntRange(0, 1000), help="How many top jobs.")
+@from_jobs_opt
+@click.pass_obj
+def user(
+    obj: Ctx,
+    user: str | None,
+    since: str,
+    until: str | None,
+    cluster: str | None,
+    fmt: str,
+    top: int,
+    from_jobs: bool,
+) -> None:
+    """A user's footprint over a window (default: you, the last 30 days)."""
+    from cocaq.db.dbapi import connect
+    from cocaq.footprint.totals import add_advice, check_names, user_footprint
+
+    name = user or getpass.getuser()
+    w = _window(since, until)
+
+    def from_db() -> Any:
+        with connect(obj.cfg.database_url) as db:
+            check_names(db, user=name, cluster=cluster)
+            fp = user_footprint(db, name, w, cluster=cluster, top=top, from_jobs=from_jobs)
+            return add_advice(db, obj.cfg, fp, cluster=cluster).as_dict()
+
+    _emit(_api_or_db(obj, ("users", name), _fp_params(w, cluster, top, from_jobs), from_db), fmt)
+
+
+@click.command()
+@click.argument("account")
+@since_opt
+@until_opt
+@cluster_opt
+@click.option("-o", "--format", "fmt", type=FORMAT, default="table", show_default=True)
+@click.option("--top", default=5, show_default=True, type=click.IntRange(0, 1000))
+@from_jobs_opt
+@click.pass_obj
+def lab(
+    obj: Ctx,
+    account: str,
+    since: str,
+    until: str | None,
+    cluster: str | None,
+    fmt: str,
+    top: int,
+    from_jobs: bool,
+) -> None:
+    """A lab's (Slurm account's) totals and its users over a window."""
+    from cocaq.db.dbapi import connect
+    from cocaq.footprint.totals import add_advice, check_names, lab_footprint
+
+    w = _window(since, until)
+
+    def from_db() -> Any:
+        with connect(obj.cfg.database_url) as db:
+            check_names(db, account=account, cluster=cluster)
+            fp = lab_footprint(db, account, w, cluster=cluster, top=top, from_jobs=from_jobs)
+            return add_advice(db, obj.cfg, fp, cluster=cluster).as_dict()
+
+    _emit(_api_or_db(obj, ("labs", account), _fp_params(w, cluster, top, from_jobs), from_db), fmt)
+
+
+def _fp_params(w: Any, cluster: str | None, top: int, from_jobs: bool) -> dict[str, Any]:
+    """The window as absolute times: the server reads them as the client meant them, whatever its zone."""
+    p = {"since": w.since.isoformat(), "until": w.until.isoformat(), "cluster": cluster, "top": top}
+    return {**p, "from_jobs": "true"} if from_jobs else p
+
+
+def _api_or_db(obj: Ctx, parts: tuple[str, ...], params: dict[str, Any], from_db: Any) -> Any:
+    """The answer from the read API when `[api] url` is set (login nodes: no database credentials), else
+    from the database. An API that cannot be reached is skipped for the database only by those who can
+    read it (admins); everyone else gets the API's one-line error."""
+    if not obj.cfg.api.url:
+        return from_db()
+    from cocaq.api.client import ApiUnreachable, get
+
+    try:
+        return get(obj.cfg.api, parts, params)
+    except ApiUnreachable as exc:
+        try:
+            got = from_db()
+        except CocaqError:
+            raise exc from None
+        click.echo(f"cocaq: warning: {exc}; read the database directly", err=True)
+        return got
+
+
+def _emit(d: dict[str, Any], fmt: str) -> None:
+    """JSON and CSV stay light (no rich: `cocaq user` runs on every login node); tables use rich."""
+    from cocaq.cli import terminal as render
+    from cocaq.footprint.totals import Footprint
+
+    if fmt == "json":
+        click.echo(render.to_json(d))
+        return
+    fp = Footprint.from_dict(d)
+    if fmt == "csv":
+        click.echo(render.footprint_csv(fp), nl=False)
+    else:
+        render.print_footprint(fp, _console())
+
+
+@click.command()
+@click.argument("jobid")
+@cluster_opt
+@click.option(
+    "-o", "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+@click.pass_obj
+def job(obj: Ctx, jobid: str, cluster: str | None, fmt: str) -> None:
+    """One job: its facts, energy by component and method, and CO2 with zone, intensity, source and PUE."""
+    import re
+
+    from cocaq.cli import terminal as render
+    from cocaq.slurm.record import JOB_ID_PATTERN
+
+    if not re.fullmatch(JOB_ID_PATTERN, jobid.strip()):
+        raise UsageError(
+            f"{jobid.strip()!r} is not a Slurm job id (like 12345, an array task 12345_7 or a het job "
+            "part 12345+1)"
+        )
+
+    def from_db() -> Any:
+        from cocaq.footprint.totals import find_jobs
+
+        with obj.engine().connect() as conn:
+            return {"jobs": find_jobs(conn, jobid.strip(), cluster, obj.cfg)}
+
+    got = _api_or_db(obj, ("jobs", jobid.strip()), {"cluster": cluster}, from_db)
+    jobs = [_revive(j) for j in got["jobs"]]
+    if not jobs:
+        raise InputError(
+            f"no job {jobid.strip()} in cocaq's records{f' on cluster {cluster}' if cluster else ''}: jobs "
+            "appear within the hour after Slurm accounts them; `cocaq user` lists your recent jobs"
+        )
+    if fmt == "json":
+        click.echo(render.to_json(jobs[0] if len(jobs) == 1 else jobs))
+        return
+    con = _console()
+    for j in jobs:
+        render.print_job(j, con)
+
+
+def _revive(d: Any) -> Any:
+    """Times as datetimes again in a job the API sent (its JSON has them as ISO text)."""
+    if isinstance(d, dict):
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, str) and (k.endswith(("_time", "_at", "ts")) or k in ("start", "end")):
+                with contextlib.suppress(ValueError):
+                    v = datetime.fromisoformat(v)
+            out[k] = _revive(v)
+        return out
+    if isinstance(d, list):
+        return [_revive(x) for x in d]
+    return d
