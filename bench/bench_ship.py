@@ -57,7 +57,7 @@ PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 def fill_spool(spool: Path, rows: int, start: float, interval: float = 10.0) -> tuple[int, float]:
-    from cocaq.collector.spool import CollectorDB
+    from cocaq.collector.localdb import CollectorDB
 
     rng = random.Random(20261121)
     db = CollectorDB(str(spool), max_mb=8192)
@@ -179,9 +179,9 @@ def fingerprint(dbname: str) -> tuple[int, str, str, str, int]:
 
 
 def run_ours(master: Path, work: Path, dbname: str, batch: int) -> tuple[float, int, int]:
+    from cocaq.collector.localdb import CollectorDB
     from cocaq.collector.ship import connect as ship_connect
     from cocaq.collector.ship import ship_once
-    from cocaq.collector.spool import CollectorDB
 
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(mode=0o755)
@@ -230,9 +230,9 @@ def profile_ship(master: Path, work: Path, dbname: str, batch: int, rows: int) -
     import pstats
     import sqlite3
 
+    from cocaq.collector.localdb import CollectorDB
     from cocaq.collector.ship import connect as ship_connect
     from cocaq.collector.ship import ship_once
-    from cocaq.collector.spool import CollectorDB
 
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(mode=0o755)

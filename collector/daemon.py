@@ -18,9 +18,10 @@ import time
 from typing import Any
 
 from cocaq.collector import sources as sources_mod
+from cocaq.collector.localdb import CollectorDB
 from cocaq.collector.records import EnergyRow, stamp
 from cocaq.collector.ship import ShipError, Target, connect, ship_once
-from cocaq.collector.spool import CollectorDB, running_jobs
+from cocaq.collector.spool import running_jobs
 from cocaq.config import Config
 
 log = logging.getLogger("cocaq.collector")
@@ -110,12 +111,12 @@ class Collector:
 
     def _end_records(self) -> list[dict[str, Any]]:
         """The epilog records in the spool of the jobs a source waits on (to close an integral)."""
-        from cocaq.collector import spoolfiles
+        from cocaq.collector import spool
 
         waiting = set().union(*(s.waiting_jobs() for s in self.sources)) if self.sources else set()
         if not waiting:
             return []
-        directory = os.path.join(self.cfg.spool_dir, spoolfiles.EVENTS)
+        directory = os.path.join(self.cfg.spool_dir, spool.EVENTS)
         try:
             names = os.listdir(directory)
         except OSError:
@@ -126,7 +127,7 @@ class Collector:
             if len(parts) != 3 or parts[2] != "end.json" or parts[1] not in waiting:
                 continue
             try:
-                rec = json.loads(spoolfiles.read_bounded(os.path.join(directory, name)))
+                rec = json.loads(spool.read_bounded(os.path.join(directory, name)))
             except (OSError, ValueError) as exc:
                 log.warning("spool: %s unreadable (%s); the ship will say more", name, exc)
                 continue
@@ -162,20 +163,20 @@ class Collector:
 
     def _spool_events(self, cycle: sources_mod.Cycle) -> None:
         """The sources' records (`meta`) go to the spool beside the hooks', and ship the same way."""
-        from cocaq.collector import spoolfiles
+        from cocaq.collector import spool
 
         for ev in cycle.events:
             stamp(ev, self.cfg.cluster.name, self.node, ev["job_id"])
             try:
-                spoolfiles.write_event(self.cfg.spool_dir, ev)
-            except (OSError, spoolfiles.SpoolError) as exc:
+                spool.write_event(self.cfg.spool_dir, ev)
+            except (OSError, spool.SpoolError) as exc:
                 log.error("spool: a %s record of job %s not written: %s", ev["event"], ev["job_id"], exc)
 
     def _hook_failures(self, cycle: sources_mod.Cycle) -> None:
         """The hooks count what they could not even log to the spool; report it as node samples."""
         import marshal
 
-        from cocaq.collector.spoolfiles import read_bounded
+        from cocaq.collector.spool import read_bounded
 
         try:
             counts = marshal.loads(

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from cocaq.collector.localdb import CollectorDB, is_finite
 from cocaq.collector.records import EnergyRow
-from cocaq.collector.spool import CollectorDB, is_finite, iter_events
+from cocaq.collector.spool import iter_events
 
 log = logging.getLogger("cocaq.collector.ship")
 

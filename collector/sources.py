@@ -513,4 +513,4 @@ def build(cfg: Collector, on_off: Callable[[str, str | None], None]) -> list[Sou
     return sorted(out, key=lambda s: s.order)
 
 
-MODULES = {"jobmeta": "cocaq.collector.jobmeta"}  # sources in their own module
+MODULES = {"jobmeta": "cocaq.collector.ml_meta_source"}  # sources in their own module

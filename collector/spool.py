@@ -1,66 +1,243 @@
-"""The node's durable spool: what hooks and the collector recorded, until the database has it.
+"""The node's spool: the files hooks and the collector write, until the shipper has them in the database.
 
 Hooks write one JSON file per event (atomically: temp file, fsync, rename, fsync of the directory), so
-a hook never takes a lock another process holds and a torn write is impossible. The collector keeps its
-samples, running per-job energy and state in `collector.db` (SQLite in WAL mode). Both survive kill -9
-and power loss; both are read back with bounded reads, and neither follows a symlink a user could plant.
+a hook never takes a lock another process holds and a torn write is impossible; the collector reads
+them back (bounded, never through a symlink a user could plant) and moves aside what cannot be shipped.
+The prolog's state for its epilog (and for the collector: which GPUs the job owns) is marshal, in a
+root-only directory written only by us. What the records hold is `cocaq.collector.records`; the
+collector's own samples and energy are in `collector.db` (`cocaq.collector.localdb`).
+
+A Slurm prolog/epilog has a budget of tens of milliseconds for the whole process, so this module
+imports only what the interpreter has loaded anyway (os, marshal, the C half of json): no `json`
+package, no `typing`, no `dataclasses`; the collector's reading side imports json when it runs.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import math
+import marshal
 import os
-import sqlite3
-import time
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+import stat
+from _json import encode_basestring as _quote
 
-from cocaq.collector.records import EnergyRow, validate_event
-from cocaq.collector.spoolfiles import (
-    EVENTS,
-    JOBS,
-    QUARANTINE,
-    SpoolError,
-    ensure_dir,
-    read_bounded,
-    read_job_state,
-    remove_job_state,
-    running_jobs,
-    write_event,
-    write_job_state,
-)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
 
-__all__ = [
-    "JOBS",
-    "CollectorDB",
-    "SpoolError",
-    "SpooledEvent",
-    "iter_events",
-    "quarantine",
-    "read_job_state",
-    "remove_job_state",
-    "running_jobs",
-    "validate_event",
-    "write_event",
-    "write_job_state",
-]
-
-COLLECTOR_DB = "collector.db"
-SCHEMA_VERSION = 1
+EVENTS = "events"
+JOBS = "jobs"
+QUARANTINE = "quarantine"
+MAX_EVENT_BYTES = 256 * 1024
+MAX_STATE_BYTES = 256 * 1024
 
 
-@dataclass(slots=True)
+class SpoolError(Exception):
+    """The spool cannot be used (unsafe ownership, a symlink, not writable); the message says why."""
+
+
+def check_dir(path: str) -> None:
+    """Refuse a spool directory that someone other than us could swap or write into."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise SpoolError(f"spool: {path} is a symlink; refusing to use it")
+    if not stat.S_ISDIR(st.st_mode):
+        raise SpoolError(f"spool: {path} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise SpoolError(f"spool: {path} is owned by uid {st.st_uid}, not {os.geteuid()}; refusing to use it")
+    if st.st_mode & 0o022:
+        raise SpoolError(f"spool: {path} is group- or world-writable (mode {st.st_mode & 0o777:o})")
+
+
+def ensure_dir(path: str, mode: int = 0o700) -> str:
+    """Create `path` (and parents) if missing, then check it is ours and private."""
+    if not os.path.isdir(path):
+        os.makedirs(path, mode=mode, exist_ok=True)
+    check_dir(path)
+    return path
+
+
+def subdir(spool_dir: str, name: str) -> str:
+    ensure_dir(spool_dir, 0o755)
+    return ensure_dir(os.path.join(spool_dir, name))
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(directory: str, name: str, data: bytes) -> str:
+    """Write `directory/name` so that it either exists complete or not at all, even after a crash."""
+    if "/" in name or name.startswith("."):
+        raise SpoolError(f"spool: bad file name {name!r}")
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    os.close(fd)
+    final = os.path.join(directory, name)
+    os.rename(tmp, final)
+    _fsync_dir(directory)
+    return final
+
+
+def read_bounded(path: str, limit: int = MAX_EVENT_BYTES) -> bytes:
+    """Read a regular file we own, without following a symlink and without reading more than `limit`."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SpoolError(f"spool: {path} is not a regular file")
+        if st.st_uid != os.geteuid():
+            raise SpoolError(f"spool: {path} is owned by uid {st.st_uid}, not {os.geteuid()}")
+        if st.st_size > limit:
+            raise SpoolError(f"spool: {path} is {st.st_size} bytes, over the {limit}-byte limit")
+        chunks = []
+        left = limit + 1
+        while left > 0:
+            b = os.read(fd, min(left, 65536))
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+        data = b"".join(chunks)
+        if len(data) > limit:
+            raise SpoolError(f"spool: {path} grew over the {limit}-byte limit while being read")
+        return data
+    finally:
+        os.close(fd)
+
+
+def _enc(v: Any, out: list[str]) -> None:
+    if v is None or v is True or v is False:
+        out.append("null" if v is None else ("true" if v else "false"))
+    elif isinstance(v, str):
+        out.append(_quote(v))
+    elif isinstance(v, int):
+        out.append(int.__repr__(v))
+    elif isinstance(v, float):
+        out.append(float.__repr__(v) if v - v == 0.0 else "null")  # NaN and infinities are not JSON
+    elif isinstance(v, dict):
+        out.append("{")
+        first = True
+        for k, x in v.items():
+            if not first:
+                out.append(",")
+            first = False
+            out.append(_quote(str(k)))
+            out.append(":")
+            _enc(x, out)
+        out.append("}")
+    elif isinstance(v, list | tuple):
+        out.append("[")
+        for i, x in enumerate(v):
+            if i:
+                out.append(",")
+            _enc(x, out)
+        out.append("]")
+    else:
+        out.append(_quote(str(v)))
+
+
+def dumps(record: dict[str, Any]) -> bytes:
+    """JSON text of plain data (what json.dumps(ensure_ascii=False) gives), without importing json."""
+    out: list[str] = []
+    _enc(record, out)
+    return "".join(out).encode("utf-8", "surrogatepass")
+
+
+def event_name(ts_ns: int, job_id: str, event: str) -> str:
+    return f"{ts_ns:020d}-{job_id}-{event}.json"
+
+
+def write_event(spool_dir: str, record: dict[str, Any]) -> str:
+    """Spool one hook record; `record` must carry `ts_ns`, `job_id` and `event`."""
+    name = event_name(record["ts_ns"], record["job_id"], record["event"])
+    return write_atomic(subdir(spool_dir, EVENTS), name, dumps(record))
+
+
+def write_job_state(spool_dir: str, job_id: str, state: dict[str, Any]) -> str:
+    """What the prolog saw at job start, for the epilog and the collector (which GPUs the job owns)."""
+    if not job_id.isdigit():
+        raise SpoolError(f"spool: bad job id {job_id!r}")
+    return write_atomic(subdir(spool_dir, JOBS), f"{job_id}.state", marshal.dumps(state))
+
+
+def read_job_state(spool_dir: str, job_id: str) -> dict[str, Any] | None:
+    if not job_id.isdigit():
+        raise SpoolError(f"spool: bad job id {job_id!r}")
+    path = os.path.join(spool_dir, JOBS, f"{job_id}.state")
+    try:
+        check_dir(os.path.join(spool_dir, JOBS))
+        data = read_bounded(path, MAX_STATE_BYTES)
+    except FileNotFoundError:
+        return None
+    try:
+        state = marshal.loads(data)
+    except (EOFError, ValueError, TypeError) as exc:
+        raise SpoolError(f"spool: {path}: unreadable job state ({exc})") from None
+    if not isinstance(state, dict):
+        raise SpoolError(f"spool: {path}: not a job state")
+    return state
+
+
+def remove_job_state(spool_dir: str, job_id: str) -> None:
+    try:
+        os.unlink(os.path.join(spool_dir, JOBS, f"{job_id}.state"))
+    except FileNotFoundError:
+        pass
+
+
+def running_jobs(spool_dir: str) -> dict[str, dict[str, Any]]:
+    """Job states the prologs left and no epilog removed yet: the jobs running on this node."""
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        entries = os.listdir(os.path.join(spool_dir, JOBS))
+    except FileNotFoundError:
+        return out
+    for name in entries:
+        if not name.endswith(".state") or not name[:-6].isdigit():
+            continue
+        try:
+            st = read_job_state(spool_dir, name[:-6])
+        except (OSError, SpoolError):
+            continue
+        if st is not None:
+            out[name[:-6]] = st
+    return out
+
+
+# --- reading the spool back (the collector) -------------------------------------------------------------
+
+
 class SpooledEvent:
-    path: str
-    record: dict[str, Any]
+    """One spooled event: its file (removed once shipped) and its record."""
+
+    __slots__ = ("path", "record")
+
+    def __init__(self, path: str, record: dict[str, Any]) -> None:
+        self.path = path
+        self.record = record
 
 
 def quarantine(spool_dir: str, path: str, reason: str) -> str:
     """Move a file that cannot be shipped out of the way, with its reason beside it."""
+    import time
+
     qdir = ensure_dir(os.path.join(spool_dir, QUARANTINE))
     base = os.path.basename(path)
     dest = os.path.join(qdir, f"{base}.{int(time.time())}")
@@ -72,6 +249,10 @@ def quarantine(spool_dir: str, path: str, reason: str) -> str:
 
 def iter_events(spool_dir: str, limit: int, bad: list[tuple[str, str]]) -> Iterator[SpooledEvent]:
     """Spooled hook events, oldest first; unreadable ones are quarantined and listed in `bad`."""
+    import json
+
+    from cocaq.collector.records import validate_event
+
     events = os.path.join(spool_dir, EVENTS)
     try:
         names = sorted(n for n in os.listdir(events) if n.endswith(".json") and not n.startswith("."))
@@ -106,212 +287,3 @@ def count_events(spool_dir: str) -> int:
         return sum(1 for n in os.listdir(os.path.join(spool_dir, EVENTS)) if n.endswith(".json"))
     except FileNotFoundError:
         return 0
-
-
-# --- the collector's database ---------------------------------------------------------------------------
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS samples (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, source TEXT NOT NULL, device TEXT NOT NULL,
-    metric TEXT NOT NULL, job_id TEXT, value REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS energy (
-    job_id TEXT NOT NULL, job_start REAL NOT NULL, component TEXT NOT NULL, device TEXT NOT NULL,
-    source TEXT NOT NULL, method TEXT NOT NULL, energy_j REAL NOT NULL, t0 REAL NOT NULL, t1 REAL NOT NULL,
-    final INTEGER NOT NULL DEFAULT 0, shipped_t1 REAL,
-    PRIMARY KEY (job_id, job_start, component, device, source));
-"""
-
-
-def is_finite(v: Any) -> bool:
-    """A finite number (what a float column holds on both databases); False for anything else."""
-    try:
-        return math.isfinite(v)
-    except (TypeError, OverflowError):
-        return False
-
-
-class CollectorDB:
-    """`collector.db`: samples waiting to ship, per-job energy so far, and the collector's state.
-
-    A file that SQLite cannot read is renamed aside (`collector.db.corrupt-<ts>`) and a fresh one started,
-    so one bad disk block costs the unshipped samples in it, never the collection that follows.
-    """
-
-    def __init__(self, spool_dir: str, max_mb: float = 512.0) -> None:
-        self.spool_dir = spool_dir
-        self.path = os.path.join(ensure_dir(spool_dir, 0o755), COLLECTOR_DB)
-        self.max_bytes = int(max_mb * 1024 * 1024)
-        self.dropped = 0
-        self.dropped_values = 0  # samples and energies that were not finite numbers
-        self.recovered_from: str | None = None
-        try:
-            self.conn = self._open()
-        except sqlite3.DatabaseError as exc:
-            self.recovered_from = self._move_aside(str(exc))
-            self.conn = self._open()
-
-    def _open(self) -> sqlite3.Connection:
-        if os.path.islink(self.path):
-            raise SpoolError(f"spool: {self.path} is a symlink; refusing to use it")
-        # The database and its -wal/-shm files hold every job's samples: readable by root only, whatever
-        # the umask (SQLite creates the -wal and -shm files with the database's mode, or 0644 first).
-        old_umask = os.umask(0o077)
-        try:
-            conn = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
-        finally:
-            os.umask(old_umask)
-        try:
-            for suffix in ("", "-wal", "-shm"):
-                with contextlib.suppress(FileNotFoundError):
-                    fd = os.open(self.path + suffix, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-                    try:
-                        os.fchmod(fd, 0o600)
-                    finally:
-                        os.close(fd)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("PRAGMA foreign_keys=OFF")
-            ok = conn.execute("PRAGMA quick_check").fetchone()
-            if not ok or ok[0] != "ok":
-                raise sqlite3.DatabaseError(f"quick_check: {ok[0] if ok else 'no answer'}")
-            conn.executescript(_DDL)
-            if conn.execute("SELECT value FROM meta WHERE key='incarnation'").fetchone() is None:
-                conn.execute(
-                    "INSERT INTO meta VALUES ('incarnation', ?), ('schema', ?)",
-                    (uuid.uuid4().hex[:12], str(SCHEMA_VERSION)),
-                )
-            os.chmod(self.path, 0o600)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _move_aside(self, why: str) -> str:
-        dest = f"{self.path}.corrupt-{int(time.time())}"
-        for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(self.path + suffix, dest + suffix)
-        with open(dest + ".why", "w") as fh:
-            fh.write(why + "\n")
-        return dest
-
-    @property
-    def incarnation(self) -> str:
-        row = self.conn.execute("SELECT value FROM meta WHERE key='incarnation'").fetchone()
-        return str(row[0])
-
-    # state: small JSON documents (trackers, counters) kept across restarts
-    def get_state(self, key: str) -> Any:
-        row = self.conn.execute("SELECT value FROM meta WHERE key=?", ("state:" + key,)).fetchone()
-        return None if row is None else json.loads(row[0])
-
-    def record_cycle(
-        self,
-        samples: list[tuple[float, str, str, str, str | None, float]],
-        energy: list[EnergyRow],
-        state: dict[str, Any],
-    ) -> None:
-        """One collection cycle, all or nothing: new samples, per-job energy so far, tracker state.
-
-        A value that is not a finite number (a share divided by zero, a driver gone wrong) is no
-        measurement: it is left out (and counted in `dropped_values`), never the cause of a cycle lost."""
-        n = len(samples) + len(energy)
-        samples = [x for x in samples if is_finite(x[5])]
-        energy = [x for x in energy if is_finite(x[6]) and x[6] >= 0]
-        self.dropped_values += n - len(samples) - len(energy)
-        c = self.conn
-        c.execute("BEGIN IMMEDIATE")
-        try:
-            c.executemany(
-                "INSERT INTO samples (ts, source, device, metric, job_id, value) VALUES (?,?,?,?,?,?)",
-                samples,
-            )
-            c.executemany(
-                "INSERT INTO energy (job_id, job_start, component, device, source, method, energy_j, t0, t1,"
-                " final) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT (job_id, job_start, component, device,"
-                " source) DO UPDATE SET energy_j=excluded.energy_j, t1=excluded.t1, method=excluded.method,"
-                " final=max(final, excluded.final) WHERE excluded.t1 >= energy.t1",
-                energy,
-            )
-            c.executemany(
-                "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value=excluded.value",
-                [("state:" + k, json.dumps(v, separators=(",", ":"))) for k, v in state.items()],
-            )
-            c.execute("COMMIT")
-        except BaseException:
-            c.execute("ROLLBACK")
-            raise
-        self.enforce_cap()
-
-    def finish_jobs(self, running: set[str]) -> int:
-        """Jobs no longer running: their energy so far is final from the collector's side."""
-        ids = [r[0] for r in self.conn.execute("SELECT DISTINCT job_id FROM energy WHERE final = 0")]
-        ended = [(j,) for j in ids if j not in running]
-        if ended:
-            self.conn.executemany(  # shipped again: the database learns it is final too
-                "UPDATE energy SET final = 1, shipped_t1 = NULL WHERE job_id = ? AND final = 0", ended
-            )
-        return len(ended)
-
-    def enforce_cap(self) -> int:
-        """Drop the oldest samples beyond the size cap; energy and state are small and always kept."""
-        pages, size = (
-            self.conn.execute("PRAGMA page_count").fetchone()[0],
-            self.conn.execute("PRAGMA page_size").fetchone()[0],
-        )
-        free = self.conn.execute("PRAGMA freelist_count").fetchone()[0]
-        if (pages - free) * size <= self.max_bytes:
-            return 0
-        total = self.conn.execute("SELECT count(*) FROM samples").fetchone()[0]
-        drop = max(total // 10, 1)
-        self.conn.execute(
-            "DELETE FROM samples WHERE id IN (SELECT id FROM samples ORDER BY id LIMIT ?)", (drop,)
-        )
-        self.dropped += drop
-        return drop
-
-    def pending_samples(self, limit: int) -> list[tuple[int, float, str, str, str, str | None, float]]:
-        return self.conn.execute(
-            "SELECT id, ts, source, device, metric, job_id, value FROM samples ORDER BY id LIMIT ?", (limit,)
-        ).fetchall()
-
-    def delete_samples_upto(self, last_id: int) -> None:
-        self.conn.execute("DELETE FROM samples WHERE id <= ?", (last_id,))
-
-    def pending_energy(self) -> list[EnergyRow]:
-        return [
-            EnergyRow(*r)
-            for r in self.conn.execute(
-                "SELECT job_id, job_start, component, device, source, method, energy_j, t0, t1, final"
-                " FROM energy WHERE shipped_t1 IS NULL OR shipped_t1 < t1"
-            )
-        ]
-
-    def mark_energy_shipped(self, rows: list[EnergyRow]) -> None:
-        """Rows now in the database (up to their `t1`); finals are dropped."""
-        c = self.conn
-        c.execute("BEGIN IMMEDIATE")
-        try:
-            c.executemany(
-                "UPDATE energy SET shipped_t1=? WHERE job_id=? AND job_start=? AND component=? AND device=?"
-                " AND source=?",
-                [(r.t1, *r.key()) for r in rows],
-            )
-            c.execute("DELETE FROM energy WHERE final=1 AND shipped_t1 >= t1")
-            c.execute("COMMIT")
-        except BaseException:
-            c.execute("ROLLBACK")
-            raise
-
-    def counts(self) -> dict[str, int]:
-        return {
-            "samples": self.conn.execute("SELECT count(*) FROM samples").fetchone()[0],
-            "energy_unshipped": self.conn.execute(
-                "SELECT count(*) FROM energy WHERE shipped_t1 IS NULL OR shipped_t1 < t1"
-            ).fetchone()[0],
-            "dropped": self.dropped,
-        }
-
-    def close(self) -> None:
-        self.conn.close()

@@ -64,7 +64,7 @@ def _count_failure(spool_dir: str, what: str) -> None:
     import marshal
 
     try:
-        from cocaq.collector.spoolfiles import ensure_dir, read_bounded, write_atomic
+        from cocaq.collector.spool import ensure_dir, read_bounded, write_atomic
 
         # The failure may be this spool (a symlink, not ours): ensure_dir refuses to write through it.
         ensure_dir(spool_dir, 0o755)
@@ -254,7 +254,7 @@ def _prepare_annotations(cfg: dict[str, Any], job: Any, errors: list[str]) -> No
         errors.append("annotations: no SLURM_JOB_UID/GID: no annotation file for this job")
         return
     try:
-        from cocaq.collector.annotations import prepare
+        from cocaq.collector.annotation_files import prepare
 
         prepare(cfg["annotate_dir"], job.job_id, uid, gid)
     except (OSError, ValueError) as exc:
@@ -273,15 +273,15 @@ def _read_annotations(cfg: dict[str, Any], job: Any, errors: list[str]) -> dict[
     except FileNotFoundError:
         return None
     except OSError:
-        pass  # annotations.read says why
-    from cocaq.collector import annotations
+        pass  # annotation_files.read says why
+    from cocaq.collector import annotation_files
 
     try:
-        values, mtime, problems = annotations.read(directory, job.job_id, job.get("uid"))
+        values, mtime, problems = annotation_files.read(directory, job.job_id, job.get("uid"))
         errors.extend(problems)
     finally:
         try:
-            annotations.remove(directory, job.job_id)
+            annotation_files.remove(directory, job.job_id)
         except (OSError, ValueError) as exc:
             errors.append(f"annotations: {exc}")
     if not values:
@@ -302,8 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     old = _signal.signal(_signal.SIGALRM, _on_alarm)
     _signal.setitimer(_signal.ITIMER_REAL, DEFAULT_TIMEOUT_S)
     try:
-        from cocaq.collector import records
-        from cocaq.collector import spoolfiles as spool
+        from cocaq.collector import records, spool
         from cocaq.prolog_epilog.hookconfig import load
         from cocaq.prolog_epilog.slurmenv import read_env
 

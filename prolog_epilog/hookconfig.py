@@ -83,7 +83,7 @@ def load(
         pass
     settings, problems = _compute(explicit, env)
     try:
-        from cocaq.collector.spoolfiles import ensure_dir, write_atomic
+        from cocaq.collector.spool import ensure_dir, write_atomic
 
         ensure_dir(cache_dir, 0o700)
         write_atomic(cache_dir, "hook-settings.marshal", marshal.dumps((key, settings, problems)))

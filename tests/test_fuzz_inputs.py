@@ -160,11 +160,11 @@ def test_tag_and_comment_text(text: str) -> None:
 @example(b"[" * 5000)
 @example(b'{"values": {"model": "\\ud800"}}')
 def test_annotation_file(tmp_path_factory: pytest.TempPathFactory, data: bytes) -> None:
-    from cocaq.collector import annotations
+    from cocaq.collector import annotation_files
 
     d = tmp_path_factory.mktemp("ann")
     (d / "42.json").write_bytes(data)
-    values, _mtime, problems = annotations.read(str(d), "42", None)
+    values, _mtime, problems = annotation_files.read(str(d), "42", None)
     if values is not None:
         json.dumps(values).encode("utf-8")
     assert all(isinstance(p, str) for p in problems)

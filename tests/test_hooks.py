@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cocaq.collector import fakenvml
-from cocaq.collector.spoolfiles import read_job_state
+from cocaq.collector.spool import read_job_state
 from cocaq.prolog_epilog.shims import render
 from cocaq.prolog_epilog.slurmenv import read_env
 from tests.nodekit import UUID_BY_MINOR, make_node

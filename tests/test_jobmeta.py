@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cocaq.collector.daemon import Collector
-from cocaq.collector.jobmeta import pids_by_job
+from cocaq.collector.ml_meta_source import pids_by_job
 from cocaq.config import load_config
 from cocaq.ml.annotation import update
 from tests.nodekit import Node, make_node
@@ -116,10 +116,10 @@ def test_one_jobs_hostile_file_does_not_stop_the_others(
         got = {e["job_id"]: e["meta"] for e in _meta_events(node)}
         assert got["401"]["api"] == {"model": "gpt-\ufffd"} and got["402"]["api"] == {"model": "resnet-50"}
         # a failure this module does not foresee, in the first job read: the next still gets its metadata
-        from cocaq.collector import jobmeta
+        from cocaq.collector import ml_meta_source
 
         calls: list[str] = []
-        real = jobmeta.annotation_files.read
+        real = ml_meta_source.annotation_files.read
 
         def boom(*a: Any, **k: Any) -> Any:
             calls.append(a[1])
@@ -127,7 +127,7 @@ def test_one_jobs_hostile_file_does_not_stop_the_others(
                 raise RuntimeError("unforeseen")
             return real(*a, **k)
 
-        monkeypatch.setattr(jobmeta.annotation_files, "read", boom)
+        monkeypatch.setattr(ml_meta_source.annotation_files, "read", boom)
         for jid in ("401", "402"):
             assert update({"model": f"resnet-{jid}"}, {"SLURM_JOB_ID": jid, "COCAQ_ANNOTATE_DIR": str(ann)})
             os.utime(ann / f"{jid}.json", (time.time() + 5, time.time() + 5))

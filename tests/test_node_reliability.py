@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
-from cocaq.collector.spool import CollectorDB
+from cocaq.collector.localdb import CollectorDB
 from cocaq.db import migrate
 from tests.conftest import ROOT, new_database, run_cocaq
 from tests.nodekit import cocaq_env, make_node

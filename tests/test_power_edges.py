@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from cocaq.accounting.measured import _best_per_device
-from cocaq.collector import fakenvml, spoolfiles
+from cocaq.collector import fakenvml, spool
 from cocaq.collector.daemon import Collector
 from cocaq.config import load_config
 from cocaq.prolog_epilog import hook
@@ -166,7 +166,7 @@ def test_a_sample_taken_after_the_epilog_read_the_gpus_is_taken_back(
     (node.spool / "jobs" / "404.state").write_bytes(state)  # not removed yet
     clock.now = T0 + 27
     c.sample()
-    spoolfiles.remove_job_state(str(node.spool), "404")
+    spool.remove_job_state(str(node.spool), "404")
     clock.now = T0 + 30
     c.sample()
     truth, _t0, _t1 = _truth(node, 404, 0)

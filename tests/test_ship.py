@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, text
 
+from cocaq.collector.localdb import CollectorDB
 from cocaq.collector.ship import ShipError, connect, ship_once
-from cocaq.collector.spool import CollectorDB
 from tests.nodekit import make_node
 
 

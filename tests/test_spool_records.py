@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
+from cocaq.collector.localdb import CollectorDB
 from cocaq.collector.records import EnergyRow, hook_event, meta_event, stamp, validate_event
 from cocaq.collector.ship import connect, ship_once
-from cocaq.collector.spool import CollectorDB, iter_events
-from cocaq.collector.spoolfiles import dumps, read_job_state
+from cocaq.collector.spool import dumps, iter_events, read_job_state
 from tests.nodekit import make_node
 
 V1 = Path(__file__).parent / "data" / "spool_v1"

@@ -1,6 +1,6 @@
 """`cocaq.annotate()` and `cocaq tag`: a job declares what it trains, from inside, any number of times.
 
-Values go into the job's annotation file on this node (see cocaq.collector.annotations), which the
+Values go into the job's annotation file on this node (see cocaq.collector.annotation_files), which the
 collector reads while the job runs and the epilog reads at its end. Later values win, so counters such
 as `epochs` and `tokens` can be updated as training goes; `None` (or `key=` with `cocaq tag`) removes a
 key. Writers on the same node are serialised with flock.

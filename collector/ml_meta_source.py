@@ -15,7 +15,7 @@ import re
 import time
 from typing import Any
 
-from cocaq.collector import annotations as annotation_files
+from cocaq.collector import annotation_files
 from cocaq.collector.records import meta_event
 from cocaq.collector.sources import Cycle, Source, register
 from cocaq.config import Collector
