@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from cocaq.reports.data import AdminMonth
 
 from cocaq.reports.charts import COLOURS, CYCLE
+from cocaq.reports.wording import before_after_tone, hours, pct, short
 
 # No mode bar: on a phone it sits over the bars, and the e-mail carries each chart as an image anyway;
 # hovering and the legends are what a reader uses here.
@@ -31,8 +32,6 @@ def _rgb(c: tuple[int, int, int]) -> str:
 def _name(s: str | None, fallback: str) -> str:
     """A label for Plotly: short, and with <, > and & escaped (Plotly reads a few tags in labels and shows
     entities as their characters; a quote needs no escaping there)."""
-    from cocaq.reports.render import short
-
     return escape(short(s or fallback, 28), quote=False)
 
 
@@ -125,8 +124,6 @@ def plotly_charts(m: AdminMonth) -> dict[str, str]:
     The names are those of the e-mail's static charts, so one template (`_admin_body.html`) places both.
     Horizontal bars are listed bottom-up by Plotly: the lists are reversed to put the largest on top.
     """
-    from cocaq.reports.render import hours, pct
-
     out: dict[str, str] = {}
     month_name = f"{m.month.start:%B %Y}"
     kwh_x = {"xaxis": {"title": {"text": "kWh"}}}
@@ -367,8 +364,6 @@ def plotly_charts(m: AdminMonth) -> dict[str, str]:
         sub = (
             f"{len(ba.users)} users, {ba.window_days} days each side; observational, not a controlled effect"
         )
-        from cocaq.reports.render import before_after_tone
-
         tones = [
             before_after_tone(before[0], after[0], "less"),
             before_after_tone(before[1], after[1], "more"),

@@ -1,4 +1,5 @@
-"""Idle-GPU alerts while a job runs (reports/alerts.py), on SQLite and PostgreSQL, through a real SMTP server.
+"""Idle-GPU alerts while a job runs (reports/idle_jobs.py, reports/alerts.py), on SQLite and PostgreSQL,
+through a real SMTP server.
 
 Running jobs are imported as `cocaq import sacct` writes them and the collector's samples are written as
 it ships them (every 60 s here, `[collector] interval_s = 60`); the pass's "now" is passed in. Messages
@@ -21,7 +22,7 @@ from sqlalchemy import Engine, insert, select
 from cocaq.accounting.importer import import_records
 from cocaq.config import Config, load_config
 from cocaq.db.schema import Cluster, Job, JobAlert, Sample, SentReport, User
-from cocaq.reports import alerts
+from cocaq.reports import alerts, idle_jobs
 from cocaq.reports.alerts import send_idle_alerts
 from cocaq.slurm.record import JobRecord
 from tests.conftest import run_cocaq
@@ -493,7 +494,7 @@ def test_names_from_users_are_text_and_the_html_is_mail_safe(tmp_path: Path) -> 
 
     cfg = make_cfg(tmp_path, f"sqlite:///{tmp_path / 'x.sqlite'}", None)
     evil = "<script>alert(1)</script>\x1b[31m\r\nBcc: x@example.org"
-    a = alerts.IdleAlert(
+    a = idle_jobs.IdleAlert(
         pk=1, job_id="410466_7", name=evil, user='"><img src=x onerror=alert(1)>', cluster="c",
         partition="interactive-gpu", account=None, gpus=2,
         devices=(("gpu-01", "<b>GPU-1</b>"), ("gpu-02", "GPU-2")), start=NOW - timedelta(days=3),

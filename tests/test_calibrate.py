@@ -431,7 +431,7 @@ def test_every_surface_shows_the_estimate_with_its_range(
     out = tmp_path / "reports"
     r = run_cocaq(["report", "admin", "--month", "2026-11", "--out", str(out)], env)
     assert r.code == 0, r.err
-    from cocaq.reports.render import estimate, kwh
+    from cocaq.reports.wording import estimate, kwh
 
     text_ = " ".join(" ".join(p.read_text(errors="replace") for p in out.iterdir()).split())
     assert f"{kwh(meas / 3.6e6)} measured, {estimate(est / 3.6e6, low / 3.6e6, high / 3.6e6)}" in text_

@@ -22,7 +22,7 @@ from cocaq.accounting.aggregate import run_aggregate
 from cocaq.accounting.importer import import_records
 from cocaq.config import Config, load_config
 from cocaq.db.schema import Cluster, Job, JobNotice, NodeEnergy, Sample, SentReport, User
-from cocaq.reports import jobmail, render
+from cocaq.reports import jobmail, wording
 from cocaq.reports.data import job_footprint
 from cocaq.reports.jobmail import send_job_mail
 from cocaq.reports.transport import make_transport
@@ -145,7 +145,7 @@ def test_by_preference_once_parsed_back(setup: tuple[Engine, Config], server: Sm
     with engine.connect() as c:
         rep = job_footprint(c, cfg, pk_of(engine, 7001))
     assert rep.final and rep.metrics_current
-    assert render.kwh(rep.energy_kwh) in text, text[:800]
+    assert wording.kwh(rep.energy_kwh) in text, text[:800]
     html = msg.get_body(("html",)).get_content()  # type: ignore[union-attr]
     for cid in re.findall(r'src="cid:([^"]+)"', html):
         (img,) = [p for p in msg.walk() if p["Content-ID"] == f"<{cid}>"]

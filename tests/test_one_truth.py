@@ -27,7 +27,7 @@ from sqlalchemy import Engine, text
 from cocaq.api.client import payload_for
 from cocaq.config import Config, load_config
 from cocaq.db.engine import make_engine
-from cocaq.reports import data, render
+from cocaq.reports import data, render, wording
 from cocaq.reports.suggest import suggest_for_user
 from tests.conftest import Result, run_cocaq
 
@@ -139,13 +139,13 @@ def test_every_user_surface_says_the_same(demo: Demo) -> None:
         # the e-mail says those figures, as the CLI's table does
         r = render.render_user_month(um, mine, demo.cfg)
         for part in (r.text, re.sub(r"<[^>]+>", " ", r.html)):
-            assert render.kwh(t.energy_kwh) in part and render.co2(t.co2_kg) in part, user
-            for w in render.waste_parts(t):
-                assert render.kwh(w.kwh) in part, (user, w.key)
+            assert wording.kwh(t.energy_kwh) in part and wording.co2(t.co2_kg) in part, user
+            for w in wording.waste_parts(t):
+                assert wording.kwh(w.kwh) in part, (user, w.key)
             for a in mine:
-                assert render.saving_text(a) in part.replace("\n", " "), (user, a.id)
+                assert wording.saving_text(a) in part.replace("\n", " "), (user, a.id)
         if mine:
-            assert render.kwh(mine[0].saving_kwh) in r.subject
+            assert wording.kwh(mine[0].saving_kwh) in r.subject
         table = demo.cocaq("user", user, *demo.window).out
         assert (
             render_cli_kwh(cli["energy_kwh"]) in table and render_cli_kwh(cli["wasted_energy_kwh"]) in table
@@ -177,7 +177,7 @@ def test_every_lab_and_the_site_say_the_same(demo: Demo) -> None:
         # each member's largest suggestion, as the lab head's e-mail and the CLI give it
         assert [(a["user"], a["id"]) for a in cli["advice"]] == [(a.user, a.advice.id) for a in lm.advice]
         r = render.render_lab_month(lm, demo.cfg)
-        assert render.kwh(lm.totals.energy_kwh) in r.text and render.kwh(lm.totals.wasted_kwh) in r.text
+        assert wording.kwh(lm.totals.energy_kwh) in r.text and wording.kwh(lm.totals.wasted_kwh) in r.text
         for k in total:
             total[k] += cli[k]
     t = adm.totals
@@ -186,7 +186,7 @@ def test_every_lab_and_the_site_say_the_same(demo: Demo) -> None:
     mail = render.render_admin_email(adm, demo.cfg)
     page = render.render_admin_html(adm, demo.cfg)
     for part in (mail.text, page):
-        assert render.kwh(t.energy_kwh) in part and render.kwh(t.wasted_kwh) in part
+        assert wording.kwh(t.energy_kwh) in part and wording.kwh(t.wasted_kwh) in part
     assert sum(w.wasted_kwh for w in adm.waste_by_lab) == pytest.approx(t.wasted_kwh, rel=1e-9)
 
 
@@ -213,9 +213,9 @@ def test_every_job_surface_says_the_same(demo: Demo) -> None:
                 rep = data.job_footprint(conn, demo.cfg, line.pk)
             assert [n.id for n in rep.notes] == [n["id"] for n in cli["notes"]]
             r = render.render_jobs([rep], demo.cfg)
-            assert render.kwh(f.energy_kwh) in r.text
+            assert wording.kwh(f.energy_kwh) in r.text
             if w.total > 0:
-                assert render.kwh(w.total) in r.text
+                assert wording.kwh(w.total) in r.text
             seen += 1
     assert seen >= 10
 
@@ -304,9 +304,9 @@ def test_comparisons_are_honest(demo: Demo) -> None:
         r = render.render_user_month(um, [], demo.cfg)
         assert "higher than 0%" not in r.text and "more energy than 100%" not in r.text
     small = data.Change.of(12.0, 11.1)
-    assert render.trend(small, "more-is-better", "October").tone == "neutral"
-    assert render.before_after_tone(10.0, 12.0, "less") == "bad"
-    assert render.before_after_tone(12.0, 10.0, "less") == "good"
+    assert wording.trend(small, "more-is-better", "October").tone == "neutral"
+    assert wording.before_after_tone(10.0, 12.0, "less") == "bad"
+    assert wording.before_after_tone(12.0, 10.0, "less") == "good"
     with demo.engine.connect() as conn:
         adm = data.admin_month(conn, demo.cfg, demo.month.start, "demo")
     assert any(w.partial for w in adm.by_week)  # the month's last week, cut short by the data, says so

@@ -23,12 +23,13 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from cocaq.cli.report import parse_month, write_email
+from cocaq.cli.report import parse_month
 from cocaq.config import Config, load_config
 from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.errors import ConfigError
-from cocaq.reports import charts, data, render
+from cocaq.reports import charts, data, render, wording
+from cocaq.reports.files import write_email
 from cocaq.reports.message import PNG_MAGIC
 from cocaq.reports.suggest import suggest_for_user
 from tests.conftest import new_database, run_cocaq
@@ -95,27 +96,27 @@ def test_user_email_says_the_months_figures_and_their_basis(month: Month) -> Non
     # the subject and the e-mail open with the largest saving, computed from her own jobs
     first = suggestions[0]
     assert r.subject.startswith(
-        f"[HAL] Save {'up to' if first.upper_bound else 'about'} {render.kwh(first.saving_kwh)}: "
+        f"[HAL] Save {'up to' if first.upper_bound else 'about'} {wording.kwh(first.saving_kwh)}: "
     )
-    assert r.subject.endswith(f"(your March 2025: {render.kwh(t.energy_kwh)})")
+    assert r.subject.endswith(f"(your March 2025: {wording.kwh(t.energy_kwh)})")
     assert r.text.split("\n\n")[1].startswith(f"Hello alice, the one change worth making: {first.title}.")
     tr = m.trend
     for part in (r.text, plain(r.html)):
         for figure in (
-            render.kwh(t.energy_kwh),  # energy
-            render.co2(t.co2_kg),  # CO2
-            f"{render.num(m.equivalents.car_km)} km",  # an everyday equivalent
-            render.num(t.gpu_hours),  # GPU-hours
-            render.pct(t.gpu_util_pct),  # energy-weighted utilisation
-            render.trend(tr.gpu_hours, "neutral", "February").text,  # per day: 17/31 GPU-hours against 9/24
+            wording.kwh(t.energy_kwh),  # energy
+            wording.co2(t.co2_kg),  # CO2
+            f"{wording.num(m.equivalents.car_km)} km",  # an everyday equivalent
+            wording.num(t.gpu_hours),  # GPU-hours
+            wording.pct(t.gpu_util_pct),  # energy-weighted utilisation
+            wording.trend(tr.gpu_hours, "neutral", "February").text,  # per day: 17/31 GPU-hours against 9/24
             "up 46% per day on February",
-            render.peer_text(m.peers),  # peers, as people say ranks
-            f"{render.num(t.idle_gpu_hours)} GPU-hours",  # idle allocated GPUs: GPU-hours, kWh, CO2
-            render.kwh(t.idle_gpu_kwh),
-            render.co2(t.idle_co2_kg),
-            render.kwh(t.failed_kwh),  # failed jobs: kWh and CO2
-            render.co2(t.failed_co2_kg),
-            render.co2(t.co2_embodied_kg),  # embodied, apart
+            wording.peer_text(m.peers),  # peers, as people say ranks
+            f"{wording.num(t.idle_gpu_hours)} GPU-hours",  # idle allocated GPUs: GPU-hours, kWh, CO2
+            wording.kwh(t.idle_gpu_kwh),
+            wording.co2(t.idle_co2_kg),
+            wording.kwh(t.failed_kwh),  # failed jobs: kWh and CO2
+            wording.co2(t.failed_co2_kg),
+            wording.co2(t.co2_embodied_kg),  # embodied, apart
             "not included",
         ):
             assert figure in part, figure
@@ -128,20 +129,20 @@ def test_user_email_says_the_months_figures_and_their_basis(month: Month) -> Non
         # the suggestion with its evidence and saving
         (s,) = [x for x in suggestions if x.id == "fewer-gpus"]
         flat = " ".join(part.split())
-        assert s.title in flat and render.saving_text(s) in flat and " ".join(s.change[0].split()) in flat
+        assert s.title in flat and wording.saving_text(s) in flat and " ".join(s.change[0].split()) in flat
         assert "101: 1 of its 2 GPUs idle" in part  # which GPU, from the per-GPU samples
     assert "Questions or corrections: hpc-help@example.org" in r.text
     # her models, and what bf16 did to the energy per epoch of her llama-7b runs (one sentence)
     (c,) = m.model_comparisons
-    tip = render.model_tip(m.model_comparisons)
+    tip = wording.model_tip(m.model_comparisons)
     assert tip == (
-        f"Your llama-7b runs in bf16 used {render.kwh(c.best.kwh_per_unit)} per epoch, "
+        f"Your llama-7b runs in bf16 used {wording.kwh(c.best.kwh_per_unit)} per epoch, "
         f"{(1 - c.best.kwh_per_unit / c.worst.kwh_per_unit) * 100:.0f}% less than in fp32."
     )
     for part in (r.text, plain(r.html)):
         assert "Your models" in part or "YOUR MODELS" in part
         assert tip in part and "bert-base" in part and "pytorch" in part
-        assert render.kwh(m.models[0].energy_kwh) in part or render.num(m.models[0].energy_kwh) in part
+        assert wording.kwh(m.models[0].energy_kwh) in part or wording.num(m.models[0].energy_kwh) in part
     # without a comparison, the models but no sentence; without metadata, no section
     r2 = render.render_user_month(replace(m, model_comparisons=()), [], month.cfg)
     assert "llama-7b" in r2.text and "Precision and batch size" not in r2.text + r2.html
@@ -160,10 +161,10 @@ def test_lab_email_has_its_users_models_idle_waste_and_weeks(month: Month) -> No
     page = plain(r.html)
     for part in (r.text, page):
         assert f"The largest saving in your lab: {a.user} could" in part
-        assert render.kwh(m.totals.energy_kwh) in part and render.co2(m.totals.co2_kg) in part
-        assert render.trend(m.trend.gpu_hours, "neutral", "February").text in part  # trend, per day
+        assert wording.kwh(m.totals.energy_kwh) in part and wording.co2(m.totals.co2_kg) in part
+        assert wording.trend(m.trend.gpu_hours, "neutral", "February").text in part  # trend, per day
         for u in m.users:
-            assert u.user in part and render.num(u.energy_kwh) in part
+            assert u.user in part and wording.num(u.energy_kwh) in part
         assert "llama-7b" in part and "bert-base" in part and "pytorch" in part  # models
         assert "35%" in part  # alice's idle share of her GPU-hours (6 of 17)
         assert "PUE 1.20-1.50" in part and "test series" in part
@@ -182,27 +183,27 @@ def test_admin_email_covers_the_site(month: Month) -> None:
     ]  # fmt: skip
     assert all(f'src="cid:{cid}"' in r.html and png.startswith(PNG_MAGIC) for cid, png in r.images)
     for part in (r.text, plain(r.html)):
-        assert render.kwh(m.totals.energy_kwh) in part
+        assert wording.kwh(m.totals.energy_kwh) in part
         for g in m.by_lab:  # energy and CO2 by lab
-            assert g.key in part and render.num(g.energy_kwh) in part
-            assert render.num(g.co2_kg) in part or render.co2(g.co2_kg) in part
+            assert g.key in part and wording.num(g.energy_kwh) in part
+            assert wording.num(g.co2_kg) in part or wording.co2(g.co2_kg) in part
         for c in m.coverage:  # measured vs estimated by partition
-            assert render.num(c.estimated_kwh) in part
+            assert wording.num(c.estimated_kwh) in part
         for g in m.by_partition:  # the cost of a GPU-hour, by partition
             if g.gpu_hours > 0:
-                assert render.num(1000 * g.co2_kg / g.gpu_hours) in part, g.key
+                assert wording.num(1000 * g.co2_kg / g.gpu_hours) in part, g.key
         assert "carol" in part  # top user
         assert "90-100%" in part  # utilisation distribution
         assert "alice" in part and "lab_a" in part  # idle waste ranking, failed energy by lab
         assert "TIMEOUT" in part and "time limit" in part  # how jobs ended: time-outs apart from failures
         assert "The largest lever this month" in part and m.advice[0].label in part
-        assert "FR" in part and render.num(m.intensity[0].g_per_kwh) in part  # intensity used
+        assert "FR" in part and wording.num(m.intensity[0].g_per_kwh) in part  # intensity used
         assert "not a controlled effect" in part  # before/after, and what it is not
         for x in m.models:  # energy and CO2 by model
-            assert x.model_name in part and render.num(x.energy_kwh) in part
+            assert x.model_name in part and wording.num(x.energy_kwh) in part
         assert "ML models" in part or "ML MODELS" in part
     ba = m.before_after
-    assert ba is not None and render.share(ba.idle_share_before) in r.text
+    assert ba is not None and wording.share(ba.idle_share_before) in r.text
     assert "80%" in r.text and "idle 80% -> 0%" in r.text  # alice: idle share before -> after
 
 
@@ -231,21 +232,21 @@ def test_job_footprint_one_and_digest(month: Month) -> None:
     n = j101.notes[0]
     assert n.saving_kwh and "GPU" in n.title
     assert one.subject == (
-        f"[HAL] Job 101 (two-gpus): {render.kwh(j101.energy_kwh)}; next time {n.title[0].lower()}{n.title[1:]}"
-        f" ({'up to' if n.upper_bound else 'about'} {render.kwh(n.saving_kwh)} less)"
+        f"[HAL] Job 101 (two-gpus): {wording.kwh(j101.energy_kwh)}; next time {n.title[0].lower()}{n.title[1:]}"
+        f" ({'up to' if n.upper_bound else 'about'} {wording.kwh(n.saving_kwh)} less)"
     )
     plain_job = render.render_jobs([replace(j101, notes=())], month.cfg)  # nothing to change: the footprint
     assert plain_job.subject == (
-        f"[HAL] Job 101 (two-gpus): {render.kwh(j101.energy_kwh)}, {render.co2(j101.co2_kg)}"
+        f"[HAL] Job 101 (two-gpus): {wording.kwh(j101.energy_kwh)}, {wording.co2(j101.co2_kg)}"
     )
     for part in (one.text, plain(one.html)):
         assert re.search(r"GPUs:? 1\.6\b", part) and re.search(r"CPUs:? (40 Wh|0\.04)\b", part)  # components
         assert "estimated" in part  # and the method
         assert "x PUE 1.20 x 23 g CO2e/kWh (FR, test series" in part  # CO2 and its basis
-        assert render.co2(j101.co2_embodied_kg) in part and "apart" in part  # embodied apart
-        assert "75%" in part and render.kwh(j101.idle_kwh) in part  # GPU use and idle
+        assert wording.co2(j101.co2_embodied_kg) in part and "apart" in part  # embodied apart
+        assert "75%" in part and wording.kwh(j101.idle_kwh) in part  # GPU use and idle
         # idle time of several GPUs is GPU-hours, and says so (it read "idle 14 h" for 14 GPU-hours of 32 GPUs)
-        assert re.search(rf"idle\b[^.]*? {re.escape(render.num(j101.idle_gpu_hours))} GPU-hours", part), part
+        assert re.search(rf"idle\b[^.]*? {re.escape(wording.num(j101.idle_gpu_hours))} GPU-hours", part), part
         assert "estimate from rated power" in part  # the source, in words
         assert (
             "#SBATCH --gres=gpu:1" in part and "#SBATCH --time=03:00:00" in part
@@ -377,7 +378,7 @@ def test_site_templates_override_the_packaged_ones(month: Month, tmp_path: Path)
     assert cfg.reports.template_dir == str(site)
     m = month.user
     r = render.render_user_month(m, suggest_for_user(m, month.cfg), cfg)
-    assert r.text == f"Hi alice: {render.kwh(m.totals.energy_kwh)} at cluster.\n"  # the default site name
+    assert r.text == f"Hi alice: {wording.kwh(m.totals.energy_kwh)} at cluster.\n"  # the default site name
     assert "background-color:#123456" in r.html  # the site's theme, in the packaged user_month.html
     assert r.subject == "cluster says: user_month"
     # the packaged templates are unchanged for everyone else
@@ -551,8 +552,8 @@ def test_month_argument() -> None:
 
     assert parse_month("2025-03") == datetime(2025, 3, 1, tzinfo=UTC)
     assert parse_month(None, now=datetime(2026, 1, 15, tzinfo=UTC)) == datetime(2025, 12, 1, tzinfo=UTC)
-    assert [render.num(x) for x in (0, 0.012345, 0.5, 3.14159, 12.34, 99.96, 1234.5)] == [
+    assert [wording.num(x) for x in (0, 0.012345, 0.5, 3.14159, 12.34, 99.96, 1234.5)] == [
         "0", "0.0123", "0.5", "3.14", "12.3", "100", "1,234",
     ]  # fmt: skip
-    assert [render.co2(x) for x in (0.0453, 1.5, 2500)] == ["45.3 g CO2e", "1.5 kg CO2e", "2.5 t CO2e"]
-    assert render.pct(0.4) == "0.4%" and render.share(0.25) == "25%" and render.pct(None) == "n/a"
+    assert [wording.co2(x) for x in (0.0453, 1.5, 2500)] == ["45.3 g CO2e", "1.5 kg CO2e", "2.5 t CO2e"]
+    assert wording.pct(0.4) == "0.4%" and wording.share(0.25) == "25%" and wording.pct(None) == "n/a"
