@@ -50,6 +50,7 @@ from sqlalchemy import (
 )
 
 from cocaq.accounting.ledger import J_PER_KWH, OUTCOME, OUTCOMES, outcome_of
+from cocaq.accounting.window import overlap_expr, share_expr
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import (
@@ -884,9 +885,9 @@ def _kwh(s: Mapping[str, float]) -> float:
 def _month_jobs(lo: datetime, hi: datetime, where: list[Any]) -> Any:
     """The jobs that ran in [lo, hi) with job_metrics, and `f`: the share of each inside it.
 
-    The rollups' formula: a job with run time counts by the share of its hours inside; one without, in
-    the window its start is in. Only rows with f > 0 ran in the window (a job ending exactly at `lo`
-    did not).
+    The rollups' formula (cocaq.accounting.window): a job with run time counts by the share of its hours
+    inside; one without, in the window its start is in. Only rows with f > 0 ran in the window (a job
+    ending exactly at `lo` did not).
     """
     lo_s, hi_s = lo.timestamp(), hi.timestamp()
     w = (
@@ -938,11 +939,9 @@ def _month_jobs(lo: datetime, hi: datetime, where: list[Any]) -> Any:
         )
         .subquery("w")
     )
-    ov = greatest(_f(0.0), least(w.c.t0 + w.c.el, _f(hi_s)) - greatest(w.c.t0, _f(lo_s)))
+    ov = overlap_expr(w.c.t0, w.c.el, lo_s, hi_s)
     x = select(w, ov.label("ov")).subquery("x")
-    frac = case(
-        (x.c.el > 0, x.c.ov / x.c.el), (and_(x.c.t0 >= _f(lo_s), x.c.t0 < _f(hi_s)), _f(1.0)), else_=_f(0.0)
-    )
+    frac = share_expr(x.c.t0, x.c.el, x.c.ov, lo_s, hi_s)
     return select(x, frac.label("f")).subquery("y")
 
 

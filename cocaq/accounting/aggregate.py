@@ -50,6 +50,7 @@ from cocaq.accounting.ledger import (
     split_node,
     waste,
 )
+from cocaq.accounting.window import overlap, overlap_sql, share, share_sql
 from cocaq.carbon.zones import co2_grams
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
@@ -773,10 +774,9 @@ def _rebuild_days(
             d = _day_floor(t0)
             while d <= t1 and d <= last:
                 if d >= first:
-                    ov = max(0.0, min(t1, d + DAY) - max(t0, d))
-                    if ov > 0 or (el == 0 and d <= t0 < d + DAY):
-                        frac = ov / el if el > 0 else 1.0
-                        _add(acc, j, d, frac, ov, comp.get(j.id, {}))
+                    frac = share(t0, el, d, d + DAY)
+                    if frac > 0:
+                        _add(acc, j, d, frac, overlap(t0, el, d, d + DAY), comp.get(j.id, {}))
                 d += DAY
         conn.execute(delete(R).where(R.c.day >= lo, R.c.day < hi))
         if acc:
@@ -863,11 +863,11 @@ WITH j AS (
     {energy}
     WHERE j.start_time < :hi AND (j.end_time >= :lo OR j.end_time IS NULL) AND j.start_time IS NOT NULL
 ), x AS (
-    SELECT j.*, k.day, greatest(0.0, least(j.t0 + j.el, k.day + 86400.0) - greatest(j.t0, k.day)) AS ov
+    SELECT j.*, k.day, {ov} AS ov
     FROM j CROSS JOIN LATERAL (SELECT floor(j.t0 / 86400.0) * 86400.0 AS day) k
     WHERE floor(j.t0 / 86400.0) = floor(least(j.t0 + j.el, CAST(:last AS float8)) / 86400.0)
     UNION ALL
-    SELECT j.*, k.day, greatest(0.0, least(j.t0 + j.el, k.day + 86400.0) - greatest(j.t0, k.day)) AS ov
+    SELECT j.*, k.day, {ov} AS ov
     FROM j CROSS JOIN LATERAL (
         SELECT n * 86400.0::float8 AS day
         FROM generate_series(
@@ -876,7 +876,7 @@ WITH j AS (
     ) k
     WHERE floor(j.t0 / 86400.0) <> floor(least(j.t0 + j.el, CAST(:last AS float8)) / 86400.0)
 ), d AS (
-    SELECT x.*, CASE WHEN x.el > 0 THEN x.ov / x.el ELSE 1.0 END AS frac
+    SELECT x.*, {frac} AS frac
     FROM x WHERE x.day >= CAST(:first AS float8)
 )
 SELECT cluster_id, to_timestamp(day) AS day, user_name, account, partition, count(*)::int AS jobs,
@@ -892,7 +892,7 @@ SELECT cluster_id, to_timestamp(day) AS day, user_name, account, partition, coun
        sum(CASE WHEN util IS NOT NULL THEN util * (util_j * frac) ELSE 0.0 END) AS gpu_util_weighted,
        sum(idle_s * frac / 3600.0) AS idle_gpu_hours
 FROM d
-WHERE ov > 0 OR (el = 0 AND day <= t0 AND t0 < day + 86400.0)
+WHERE frac > 0
 GROUP BY cluster_id, day, user_name, account, partition
 """
 _ENERGY_SUMS = """
@@ -908,16 +908,23 @@ _PARTS_PG = ",\n       ".join(
     for o, col in (("idle", "idle_gpu_energy_j"), *((o, f"energy_{o}_j") for o in OUTCOMES))
 )
 _COUNTS_PG = ",\n       ".join(f"sum({count_sql(o, 'st')})::int AS jobs_{o}" for o in OUTCOMES)
+# Each job's share of a day (cocaq.accounting.window): ov seconds of it in [day, day + 1 day).
+_OV_PG = overlap_sql("j.t0", "j.el", "k.day", "k.day + 86400.0", "postgresql")
+_FRAC_PG = share_sql("x.t0", "x.el", "x.ov", [("x.day", "x.day + 86400.0")])
 _ROLLUP_PG_NARROW = _ROLLUP_JOBS.format(
     energy=f"LEFT JOIN LATERAL (SELECT {_ENERGY_SUMS} FROM job_energy e WHERE e.job_pk = j.id) c ON true",
     parts=_PARTS_PG,
     counts=_COUNTS_PG,
+    ov=_OV_PG,
+    frac=_FRAC_PG,
 )
 _ROLLUP_PG_WIDE = _ROLLUP_JOBS.format(
     energy=f"LEFT JOIN (SELECT e.job_pk, {_ENERGY_SUMS} FROM job_energy e GROUP BY e.job_pk) c"
     " ON c.job_pk = j.id",
     parts=_PARTS_PG,
     counts=_COUNTS_PG,
+    ov=_OV_PG,
+    frac=_FRAC_PG,
 )
 WIDE_DAYS = 31  # ranges of more days than this take the one-pass variant
 

@@ -40,6 +40,7 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, Float, Select, Table, case, func, literal, select
 
+from cocaq.accounting.ledger import J_PER_KWH
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import Cluster, Job, JobMetrics, ModelMetadata
 
@@ -52,7 +53,6 @@ METRICS = cast(Table, JobMetrics.__table__)
 MODELS = cast(Table, ModelMetadata.__table__)
 CLUSTERS = cast(Table, Cluster.__table__)
 
-J_PER_KWH = 3.6e6
 UNNAMED = "(unnamed)"
 UNKNOWN = "(unknown)"
 BASIS = "energy-weighted mean of the runs' energy per unit of work"

@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from cocaq.accounting.ledger import J_PER_KWH, OUTCOMES, count_sql, outcome_sql
+from cocaq.accounting.window import overlap_sql, share_sql
 from cocaq.errors import UsageError
 from cocaq.ml.meta import KNOWN
 
@@ -177,11 +178,11 @@ class Totals:
             jobs=round(g["jobs"]),
             cpu_hours=g["cpu_hours"],
             gpu_hours=g["gpu_hours"],
-            energy_kwh=e / 3.6e6,
-            energy_kwh_with_pue=g["facility_j"] / 3.6e6,
+            energy_kwh=e / J_PER_KWH,
+            energy_kwh_with_pue=g["facility_j"] / J_PER_KWH,
             measured_energy_fraction=(g["energy_measured_j"] / e) if e > 0 else None,
             co2_kg=g["co2_g"] / 1000,
-            failed_energy_kwh=g["energy_failed_j"] / 3.6e6,
+            failed_energy_kwh=g["energy_failed_j"] / J_PER_KWH,
             jobs_failed=round(g["jobs_failed"]),
             jobs_cancelled=round(g["jobs_cancelled"]),
             jobs_timeout=round(g["jobs_timeout"]),
@@ -190,17 +191,17 @@ class Totals:
             timeout_energy_kwh=g["energy_timeout_j"] / J_PER_KWH,
             cancelled_energy_kwh=g["energy_cancelled_j"] / J_PER_KWH,
             wasted_energy_kwh=wasted / J_PER_KWH,
-            energy_gpu_kwh=g["energy_gpu_j"] / 3.6e6,
-            energy_cpu_kwh=g["energy_cpu_j"] / 3.6e6,
-            energy_dram_kwh=g["energy_dram_j"] / 3.6e6,
-            energy_other_kwh=g["energy_other_j"] / 3.6e6,
-            energy_measured_kwh=g["energy_measured_j"] / 3.6e6,
-            energy_estimated_kwh=g["energy_estimated_j"] / 3.6e6,
-            energy_estimated_low_kwh=g["energy_est_low_j"] / 3.6e6,
-            energy_estimated_high_kwh=g["energy_est_high_j"] / 3.6e6,
+            energy_gpu_kwh=g["energy_gpu_j"] / J_PER_KWH,
+            energy_cpu_kwh=g["energy_cpu_j"] / J_PER_KWH,
+            energy_dram_kwh=g["energy_dram_j"] / J_PER_KWH,
+            energy_other_kwh=g["energy_other_j"] / J_PER_KWH,
+            energy_measured_kwh=g["energy_measured_j"] / J_PER_KWH,
+            energy_estimated_kwh=g["energy_estimated_j"] / J_PER_KWH,
+            energy_estimated_low_kwh=g["energy_est_low_j"] / J_PER_KWH,
+            energy_estimated_high_kwh=g["energy_est_high_j"] / J_PER_KWH,
             gpu_util_pct=(g["gpu_util_weighted"] / util_e) if util_e > 0 else None,
             idle_gpu_hours=g["idle_gpu_hours"],
-            idle_gpu_energy_kwh=g["idle_gpu_energy_j"] / 3.6e6,
+            idle_gpu_energy_kwh=g["idle_gpu_energy_j"] / J_PER_KWH,
             co2_embodied_kg=g["co2_embodied_g"] / 1000,
         )
 
@@ -406,12 +407,13 @@ def footprint_sql(
     `y` holds each job once with f (its share of run time in the window) and fe (in the edges); the
     OFFSET 0 fences keep PostgreSQL from inlining t0 and el into every expression that uses them.
     """
-    gt, lt = (lambda *a: _greatest(db, *a)), (lambda *a: _least(db, *a))
-    ov = gt("0.0", f"{lt('t0 + el', '%(until)s')} - {gt('t0', '%(since)s')}")
-    ov_e = " + ".join(
-        gt("0.0", f"{lt('t0 + el', f'%(eb{i})s')} - {gt('t0', f'%(ea{i})s')}") for i in range(edges)
-    )
-    in_edges = " OR ".join(f"(t0 >= %(ea{i})s AND t0 < %(eb{i})s)" for i in range(edges))
+    # each job's share of the window and of its edge intervals (cocaq.accounting.window)
+    ov = overlap_sql("t0", "el", "%(since)s", "%(until)s", db.dialect)
+    edge_windows = [(f"%(ea{i})s", f"%(eb{i})s") for i in range(edges)]
+    ov_e = " + ".join(overlap_sql("t0", "el", a, b, db.dialect) for a, b in edge_windows)
+    f = share_sql("t0", "el", "ov", [("%(since)s", "%(until)s")])
+    fe = share_sql("t0", "el", "ov_e", edge_windows)
+    el = _greatest(db, "coalesce(j.elapsed_s, 0.0)", "0.0")
     n_sums = len(JOB_SUMS) + len(ROLLUP_SUMS)
     # the ledger's disjoint parts (cocaq.accounting.ledger), each job's idle energy from job_metrics
     idle = "coalesce(m.idle_gpu_energy_j, 0.0)"
@@ -429,14 +431,12 @@ def footprint_sql(
 )"""
     sql = f"""
 WITH y AS (
-    SELECT x.*,
-           CASE WHEN el > 0 THEN ov / el WHEN t0 >= %(since)s AND t0 < %(until)s THEN 1.0 ELSE 0.0 END AS f,
-           CASE WHEN el > 0 THEN ov_e / el WHEN {in_edges or "1 = 0"} THEN 1.0 ELSE 0.0 END AS fe
+    SELECT x.*, {f} AS f, {fe} AS fe
     FROM (
         SELECT w.*, {ov} AS ov, {ov_e or "0.0"} AS ov_e
         FROM (
             SELECT {_KEYS[group][0]} AS k, j.id, {_first_word(db, "j.state")} AS st,
-                   {_epoch(db, "j.start_time")} AS t0, {gt("coalesce(j.elapsed_s, 0.0)", "0.0")} AS el,
+                   {_epoch(db, "j.start_time")} AS t0, {el} AS el,
                    coalesce(j.alloc_cpus, 0) AS cpus, coalesce(j.alloc_gpus, 0) AS gpus,
                    coalesce(j.energy_j, 0.0) AS energy, coalesce(j.energy_measured_j, 0.0) AS measured,
                    coalesce(j.co2_g, 0.0) AS co2,
@@ -772,7 +772,7 @@ def find_jobs(
         ).all()
         d = {c.name: getattr(job, c.name) for c in Job.__table__.columns if c.name not in ("record_hash",)}
         d["cluster"] = cname
-        d["energy_kwh"] = job.energy_j / 3.6e6
+        d["energy_kwh"] = job.energy_j / J_PER_KWH
         d.update(
             _energy_split(job.energy_j, job.energy_measured_j, job.energy_est_low_j, job.energy_est_high_j)
         )
@@ -784,7 +784,7 @@ def find_jobs(
                 "method": e[2],
                 "source": e[3],
                 "energy_j": e[4],
-                "energy_kwh": e[4] / 3.6e6,
+                "energy_kwh": e[4] / J_PER_KWH,
             }
             for e in energies
         ]
@@ -804,10 +804,10 @@ def _energy_split(
     has none): what `cocaq job` and the job e-mail show."""
     est = float(energy_j or 0.0) - float(measured_j or 0.0)
     return {
-        "energy_measured_kwh": float(measured_j or 0.0) / 3.6e6,
-        "energy_estimated_kwh": est / 3.6e6,
-        "energy_estimated_low_kwh": (est if low_j is None else low_j) / 3.6e6,
-        "energy_estimated_high_kwh": (est if high_j is None else high_j) / 3.6e6,
+        "energy_measured_kwh": float(measured_j or 0.0) / J_PER_KWH,
+        "energy_estimated_kwh": est / J_PER_KWH,
+        "energy_estimated_low_kwh": (est if low_j is None else low_j) / J_PER_KWH,
+        "energy_estimated_high_kwh": (est if high_j is None else high_j) / J_PER_KWH,
     }
 
 
@@ -905,7 +905,7 @@ def _job_metrics(conn: Connection, job_pk: int) -> dict[str, Any] | None:
         "co2_embodied_kg": (m["co2_embodied_g"] or 0.0) / 1000,
         "gpu_util_pct": m["gpu_util_pct"],
         "idle_gpu_hours": (m["idle_gpu_s"] or 0.0) / 3600,
-        "idle_gpu_energy_kwh": (m["idle_gpu_energy_j"] or 0.0) / 3.6e6,
+        "idle_gpu_energy_kwh": (m["idle_gpu_energy_j"] or 0.0) / J_PER_KWH,
         "carbon_detail": m["carbon_detail"],
     }
 
@@ -947,7 +947,7 @@ def _measured_gpus(conn: Connection, job_pk: int) -> list[dict[str, Any]]:
                     "uuid": g.get("uuid"),
                     "pci_bus_id": g.get("pci_bus_id"),
                     "name": g.get("name"),
-                    "energy_kwh": None if e_src is None else e_src[0] / 3.6e6,
+                    "energy_kwh": None if e_src is None else e_src[0] / J_PER_KWH,
                     "source": None if e_src is None else e_src[1],
                 }
             )
