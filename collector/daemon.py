@@ -26,6 +26,10 @@ from cocaq.config import Config
 
 log = logging.getLogger("cocaq.collector")
 
+# Sources in their own module (heavier imports): imported only when enabled, and they register themselves.
+# They import `sources`, so `sources` cannot import them: the daemon does, before it builds the sources.
+SOURCE_MODULES = {"jobmeta": "cocaq.collector.ml_meta_source"}
+
 
 def node_name() -> str:
     return os.uname().nodename.split(".")[0]
@@ -68,6 +72,11 @@ class Collector:
                 self.db.recovered_from,
             )
         self.status: dict[str, str | None] = {}
+        for name in cfg.collector.sources:
+            if name not in sources_mod.REGISTRY and name in SOURCE_MODULES:
+                import importlib
+
+                importlib.import_module(SOURCE_MODULES[name])  # registers itself
         self.sources = sources_mod.build(cfg.collector, self._on_off)
         saved = self.db.get_state("sources") or {}
         for s in self.sources:

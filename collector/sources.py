@@ -492,13 +492,11 @@ class PmCountersSource(Source):
 
 
 def build(cfg: Collector, on_off: Callable[[str, str | None], None]) -> list[Source]:
-    """The enabled sources that can run here, in collection order; `on_off(name, why_off)` for each."""
+    """The enabled sources that can run here, in collection order; `on_off(name, why_off)` for each.
+
+    A source in its own module (`daemon.SOURCE_MODULES`) must have been imported, so registered, first."""
     out = []
     for name in cfg.sources:
-        if name not in REGISTRY and name in MODULES:
-            import importlib
-
-            importlib.import_module(MODULES[name])  # registers itself
         cls = REGISTRY.get(name)
         if cls is None:
             on_off(name, "unknown source")
@@ -511,6 +509,3 @@ def build(cfg: Collector, on_off: Callable[[str, str | None], None]) -> list[Sou
     for s in out:
         s.peers = {p.name: p for p in out if p is not s}
     return sorted(out, key=lambda s: s.order)
-
-
-MODULES = {"jobmeta": "cocaq.collector.ml_meta_source"}  # sources in their own module
