@@ -7,6 +7,7 @@ real `cocaq.reports.trigger`.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -23,6 +24,8 @@ import pytest
 from sqlalchemy import Engine, delete, insert, select, text
 
 from cocaq.cli import scheduler_daemon as sch
+from cocaq.cli import scheduler_jobs as sch_jobs
+from cocaq.cli import scheduler_lock as sch_lock
 from cocaq.config import load_config
 from cocaq.db import migrate
 from cocaq.db.engine import make_engine
@@ -140,13 +143,13 @@ def job_env(engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Eng
 def test_reconcile_job_records_runs_and_picks_its_window(job_env: Engine, tmp_path: Path) -> None:
     engine = job_env
     # No sacct on this host: the run is skipped in one line, node records are still linked, nothing raises.
-    res = sch.run_once("reconcile", sch.Options(sacct=str(tmp_path / "no-sacct")))
+    res = sch_jobs.run_once("reconcile", sch_jobs.Options(sacct=str(tmp_path / "no-sacct")))
     assert res.status == "skipped" and res.summary.startswith("sacct is not installed on this host")
     assert "linked 0 node records" in res.summary and "\n" not in res.summary
 
     fake, argv_log = _fake_sacct(tmp_path)
     before = datetime.now(UTC)
-    res = sch.run_once("reconcile", sch.Options(sacct=str(fake)))
+    res = sch_jobs.run_once("reconcile", sch_jobs.Options(sacct=str(fake)))
     assert res.status == "ok", res.summary
     assert "sacct (parsable): 27 new jobs" in res.summary
     argv = argv_log.read_text().split("\n")
@@ -196,7 +199,7 @@ def test_reconcile_job_records_runs_and_picks_its_window(job_env: Engine, tmp_pa
                 ),
             ],
         )
-    assert sch.reconcile_since(engine, now) == now - timedelta(days=5)
+    assert sch_jobs.reconcile_since(engine, now) == now - timedelta(days=5)
     with engine.begin() as conn:
         conn.execute(
             insert(SchedulerRun).values(
@@ -209,7 +212,7 @@ def test_reconcile_job_records_runs_and_picks_its_window(job_env: Engine, tmp_pa
                 pid=1,
             )
         )
-    assert sch.reconcile_since(engine, now) == now - timedelta(days=2)
+    assert sch_jobs.reconcile_since(engine, now) == now - timedelta(days=2)
 
 
 def test_aggregate_and_reports_jobs_with_and_without_their_modules(
@@ -223,18 +226,18 @@ def test_aggregate_and_reports_jobs_with_and_without_their_modules(
         sys.modules, "cocaq.accounting.aggregate", None
     )  # makes `import cocaq.accounting.aggregate` fail
     monkeypatch.delattr(cocaq.reports, "trigger", raising=False)
-    res = sch.run_once("aggregate", sch.Options())
+    res = sch_jobs.run_once("aggregate", sch_jobs.Options())
     assert (res.status, res.summary) == (
         "skipped",
         "aggregate: not available in this version; per-job metrics and rollups not updated",
     )
     month = (now.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
-    res = sch.run_once("reports-monthly", sch.Options())
+    res = sch_jobs.run_once("reports-monthly", sch_jobs.Options())
     assert (res.status, res.summary) == (
         "skipped",
         f"reports: not available in this version; monthly user reports for {month} not sent",
     )
-    res = sch.run_once("reports-weekly", sch.Options())
+    res = sch_jobs.run_once("reports-weekly", sch_jobs.Options())
     assert res.status == "skipped" and res.summary.startswith(
         "reports: not available in this version; weekly"
     )
@@ -256,12 +259,12 @@ def test_aggregate_and_reports_jobs_with_and_without_their_modules(
         calls.append((kind, period_start))
 
     monkeypatch.setattr(cocaq.reports, "trigger", trigger, raising=False)
-    res = sch.run_once("aggregate", sch.Options())
+    res = sch_jobs.run_once("aggregate", sch_jobs.Options())
     assert (res.status, res.summary) == ("ok", "aggregate (since the watermark): 12 jobs, 3 days")
-    res = sch.run_once("catchup", sch.Options(sacct=str(tmp_path / "no-sacct")))
+    res = sch_jobs.run_once("catchup", sch_jobs.Options(sacct=str(tmp_path / "no-sacct")))
     assert res.status == "ok" and res.summary.startswith("a week back: sacct is not installed"), res.summary
-    assert sch.run_once("reports-monthly", sch.Options()).status == "ok"
-    assert sch.run_once("reports-weekly", sch.Options()).status == "ok"
+    assert sch_jobs.run_once("reports-monthly", sch_jobs.Options()).status == "ok"
+    assert sch_jobs.run_once("reports-weekly", sch_jobs.Options()).status == "ok"
     assert calls[0][:3] == ("aggregate", None, False)
     assert calls[1][0] == "aggregate" and abs(calls[1][1] - (now - timedelta(days=7))) < timedelta(minutes=1)
     assert calls[2] == ("monthly", datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC))
@@ -270,7 +273,7 @@ def test_aggregate_and_reports_jobs_with_and_without_their_modules(
     assert timedelta(days=7) <= now - week < timedelta(days=14)
     # A failing aggregator is an error run with its message, and the daemon would go on.
     fake_agg.run_aggregate = lambda *a, **k: 1 / 0  # type: ignore[attr-defined]
-    res = sch.run_once("aggregate", sch.Options())
+    res = sch_jobs.run_once("aggregate", sch_jobs.Options())
     assert (res.status, res.summary) == ("error", "ZeroDivisionError: division by zero")
     assert _runs(job_env, "aggregate")[-1].status == "error"
 
@@ -284,22 +287,22 @@ def test_reports_jobs_with_the_real_trigger(
     monkeypatch.setenv("COCAQ_MAIL__OUTBOX_DIR", str(tmp_path / "outbox"))
     now = datetime.now(UTC)
     month = (now.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
-    res = sch.run_once("reports-monthly", sch.Options())
+    res = sch_jobs.run_once("reports-monthly", sch_jobs.Options())
     assert res.status == "ok", res.summary
     assert res.summary.startswith(
         f"reports: monthly user reports for {month}: report send {month}: users: 0 sent, 0 already sent"
     ), res.summary
     assert "admin: 0 sent" in res.summary and "no [reports] admins configured" in res.summary
 
-    res = sch.run_once("reports-jobs", sch.Options())
+    res = sch_jobs.run_once("reports-jobs", sch_jobs.Options())
     assert (res.status, res.summary) == (
         "ok",
         "reports: ended jobs: job e-mails: 0 new digest(s) of 0 job(s), 0 digest(s) to send",
     )
 
     # Weekly: last month's batch again in a month's first two weeks, else nothing, said so (skipped).
-    res = sch.run_once("reports-weekly", sch.Options())
-    monday = sch.previous_week_start(now, UTC) + timedelta(days=7)
+    res = sch_jobs.run_once("reports-weekly", sch_jobs.Options())
+    monday = sch_jobs.previous_week_start(now, UTC) + timedelta(days=7)
     last = (monday.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
     if monday.day <= 14:
         assert res.status == "ok" and f"report send {last}: users: 0 sent" in res.summary, res.summary
@@ -314,15 +317,15 @@ def test_alerts_job(job_env: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyP
     ok with nothing to do, skipped when [alerts] idle_gpu is off or the module is not there."""
     monkeypatch.setenv("COCAQ_MAIL__TRANSPORT", "outbox")
     monkeypatch.setenv("COCAQ_MAIL__OUTBOX_DIR", str(tmp_path / "outbox"))
-    spec = {s.id: s for s in sch.job_specs(sch.Options(), UTC)}["alerts"]
-    assert spec.trigger.interval == timedelta(minutes=5) and "alerts" in sch.JOB_IDS
-    res = sch.run_once("alerts", sch.Options())
+    spec = {s.id: s for s in sch_jobs.job_specs(sch_jobs.Options(), UTC)}["alerts"]
+    assert spec.trigger.interval == timedelta(minutes=5) and "alerts" in sch_jobs.JOB_IDS
+    res = sch_jobs.run_once("alerts", sch_jobs.Options())
     assert (res.status, res.summary) == (
         "ok",
         "alerts: idle-GPU alerts: 0 new, 0 to send; 0 idle job(s) found",
     )
     monkeypatch.setenv("COCAQ_ALERTS__IDLE_GPU", "false")
-    res = sch.run_once("alerts", sch.Options())
+    res = sch_jobs.run_once("alerts", sch_jobs.Options())
     assert (res.status, res.summary) == (
         "skipped",
         "alerts: idle-GPU alerts are off ([alerts] idle_gpu = false)",
@@ -339,11 +342,11 @@ def test_alerts_job(job_env: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(cocaq.reports.alerts, "send_idle_alerts", fake)
     before = datetime.now(UTC)
-    res = sch.run_once("alerts", sch.Options())
+    res = sch_jobs.run_once("alerts", sch_jobs.Options())
     assert (res.status, res.summary) == ("error", "alerts: mail: stopped")
     assert len(seen) == 1 and abs(seen[0] - before) < timedelta(minutes=1)
     monkeypatch.setitem(sys.modules, "cocaq.reports.alerts", None)
-    res = sch.run_once("alerts", sch.Options())
+    res = sch_jobs.run_once("alerts", sch_jobs.Options())
     assert (res.status, res.summary) == (
         "skipped",
         "alerts: not available in this version; no idle-GPU alerts sent",
@@ -357,13 +360,13 @@ def test_report_periods() -> None:
 
     paris = ZoneInfo("Europe/Paris")
     jan = datetime(2027, 1, 1, 5, 0, tzinfo=UTC)  # 06:00 in Paris on the 1st
-    assert sch.previous_month_start(jan, paris) == datetime(2026, 12, 1, tzinfo=paris)
+    assert sch_jobs.previous_month_start(jan, paris) == datetime(2026, 12, 1, tzinfo=paris)
     monday = datetime(2026, 11, 23, 5, 0, tzinfo=UTC)
-    assert sch.previous_week_start(monday, paris) == datetime(2026, 11, 16, tzinfo=paris)
+    assert sch_jobs.previous_week_start(monday, paris) == datetime(2026, 11, 16, tzinfo=paris)
 
 
 def test_lock_is_exclusive_and_freed(db_url: str, request: pytest.FixtureRequest) -> None:
-    a, b = sch.lock_for(db_url), sch.lock_for(db_url)
+    a, b = sch_lock.lock_for(db_url), sch_lock.lock_for(db_url)
     try:
         assert a.try_acquire() and a.healthy()
         assert not b.try_acquire()
@@ -421,7 +424,7 @@ def test_missed_runs_run_once_then_on_schedule(
     daemons.append(d1)
     _wait(lambda: "job reports-monthly:" in d1.text(), 20, "the first scheduler to store its jobs")
     assert d1.stop() == 0 and "scheduler: stopped" in d1.text()
-    assert sch.lock_for(url).holder() is None
+    assert sch_lock.lock_for(url).holder() is None
 
     # Downtime: hours of missed runs (rewound the way APScheduler stores them: column and pickled state).
     now = datetime.now(UTC)
@@ -442,7 +445,7 @@ def test_missed_runs_run_once_then_on_schedule(
     assert d2.stop() == 0
     elapsed = (datetime.now(UTC) - now).total_seconds()
     mine = [r for r in _runs(engine) if r.pid == d2.pid]
-    by_job = {j: [r for r in mine if r.job_id == j] for j in sch.JOB_IDS}
+    by_job = {j: [r for r in mine if r.job_id == j] for j in sch_jobs.JOB_IDS}
     # Each missed job ran exactly once on start-up: coalesced, neither lost nor run 10 (or 5400) times.
     assert len(by_job["aggregate"]) == 1 and len(by_job["catchup"]) == 1
     assert by_job["reports-monthly"] == [] and by_job["reports-weekly"] == []  # not due
@@ -479,7 +482,7 @@ def test_sigterm_lets_the_running_job_finish(
     assert row.status == "ok" and row.finished_at > signalled and "27 new jobs" in row.summary
     assert len(_runs(engine, "reconcile")) == 1  # nothing new started after SIGTERM
     assert "SIGTERM: finishing the running job, then exiting" in d.text() and "Traceback" not in d.text()
-    assert sch.lock_for(url).holder() is None
+    assert sch_lock.lock_for(url).holder() is None
 
 
 def test_a_signal_taken_by_another_thread_still_stops_the_daemon_promptly(
@@ -489,7 +492,7 @@ def test_a_signal_taken_by_another_thread_still_stops_the_daemon_promptly(
     main thread, waiting 30 s between lock checks, must still act on it within a slice, not 30 s later.
     pthread_kill sends it to a thread other than the main one, every time."""
     fake, _ = _fake_sacct(tmp_path, sleep=1)
-    opts = sch.Options(reconcile_every=timedelta(seconds=1), sacct=str(fake), retry_s=30)
+    opts = sch_jobs.Options(reconcile_every=timedelta(seconds=1), sacct=str(fake), retry_s=30)
     sent: list[float] = []
 
     def signal_from_another_thread() -> None:
@@ -546,7 +549,7 @@ def test_two_schedulers_one_acts_and_the_other_takes_over(
     with engine.connect() as conn:
         held = conn.execute(
             text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid::bigint = :lo"),
-            {"lo": sch.LOCK_KEY & 0xFFFFFFFF},
+            {"lo": sch_lock.LOCK_KEY & 0xFFFFFFFF},
         ).scalar()
     assert held == 0
     engine.dispose()
@@ -557,13 +560,13 @@ def test_calibrate_job(job_env: Engine, tmp_path: Path, monkeypatch: pytest.Monk
     skipped (with why) when nothing was measured or calibration is off."""
     from tests.test_calibrate import CONFIG, MEASURED_W, _job, _job_row, _measure
 
-    spec = {s.id: s for s in sch.job_specs(sch.Options(), UTC)}["calibrate"]
-    assert "calibrate" in sch.JOB_IDS and spec.grace_s == 7 * 86400
+    spec = {s.id: s for s in sch_jobs.job_specs(sch_jobs.Options(), UTC)}["calibrate"]
+    assert "calibrate" in sch_jobs.JOB_IDS and spec.grace_s == 7 * 86400
     assert str(spec.trigger) == "cron[day_of_week='sun', hour='4', minute='20']"
     cfg_path = tmp_path / "cocaq.toml"
     cfg_path.write_text(CONFIG.replace('name = "c"', 'name = "c"\ntimezone = "UTC"'))
     monkeypatch.setenv("COCAQ_CONFIG", str(cfg_path))
-    res = sch.run_once("calibrate", sch.Options())
+    res = sch_jobs.run_once("calibrate", sch_jobs.Options())
     assert (res.status, res.summary) == ("skipped", "calibrate: no measured GPU jobs to learn from")
     from cocaq.accounting import measured
     from cocaq.accounting.importer import import_records
@@ -581,20 +584,20 @@ def test_calibrate_job(job_env: Engine, tmp_path: Path, monkeypatch: pytest.Monk
     for rec, w in zip(recent, MEASURED_W, strict=True):
         _measure(url, rec, [w, w])
     measured.refresh(job_env, cfg)
-    res = sch.run_once("calibrate", sch.Options())
+    res = sch_jobs.run_once("calibrate", sch_jobs.Options())
     assert res.status == "ok", res.summary
     assert res.summary.startswith("calibrate: 2 cells (2 with at least 5 jobs) from 6 measured jobs of h100")
     assert "applied to jobs since" in res.summary and "changed" in res.summary
     assert _job_row(job_env, 900)[1]["gpu_basis"] == "calibrated-partition"
     assert _job_row(job_env, 901)[1]["gpu_basis"] == "tdp"
     monkeypatch.setenv("COCAQ_ESTIMATE__CALIBRATE", "false")
-    res = sch.run_once("calibrate", sch.Options())
+    res = sch_jobs.run_once("calibrate", sch_jobs.Options())
     assert res.status == "skipped" and "calibrate: off ([estimate] calibrate = false)" in res.summary
     assert [r.status for r in _runs(job_env, "calibrate")] == ["skipped", "ok", "skipped"]
     # `cocaq scheduler --once calibrate` (the command line keeps its own list of the jobs)
     from cocaq.cli.scheduler import JOB_IDS as CLI_JOB_IDS
 
-    assert CLI_JOB_IDS == sch.JOB_IDS
+    assert CLI_JOB_IDS == sch_jobs.JOB_IDS
     r = run_cocaq(["scheduler", "--once", "calibrate"], dict(os.environ))
     assert "calibrate: off ([estimate] calibrate = false)" in r.out + r.err, (r.out, r.err)
 
@@ -608,3 +611,42 @@ def replace_times(rec: Any, start: datetime) -> Any:
         start_time=start,
         end_time=start + timedelta(seconds=rec.elapsed_s),
     )
+
+
+def test_jobs_stored_by_an_earlier_version_keep_their_next_run(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Versions before the rooms kept the job functions in cocaq.scheduler, and APScheduler's store names
+    them so: after an upgrade those jobs must load, keep a run that fell due meanwhile, and be stored again
+    under the current names (without the alias, APScheduler drops them and the missed run is lost)."""
+    import pickle
+
+    engine = _migrated(db_url)
+    due = datetime.now(UTC) - timedelta(days=2)  # the monthly reports fell due while it was down
+    monkeypatch.setitem(sys.modules, "cocaq.scheduler", sch_jobs)  # the earlier version, as it was
+    old = sch.new_scheduler(engine, UTC)
+    old.start(paused=True)
+    old.add_job("cocaq.scheduler:job_reports_monthly", "interval", days=30, id="reports-monthly",
+                kwargs={"config_path": None}, next_run_time=due)  # fmt: skip
+    old.shutdown(wait=False)
+    with engine.connect() as conn:
+        (state,) = conn.execute(text("SELECT job_state FROM apscheduler_jobs")).one()
+    assert pickle.loads(state)["func"] == "cocaq.scheduler:job_reports_monthly"
+    monkeypatch.delitem(sys.modules, "cocaq.scheduler")  # the upgrade: that module is gone
+
+    store = sch.new_scheduler(engine, UTC)
+    store.start(paused=True)
+    try:
+        with caplog.at_level(logging.ERROR):
+            sch_jobs.install_jobs(store, sch_jobs.job_specs(sch_jobs.Options(), UTC))
+        job = store.get_job("reports-monthly")
+        assert job is not None and job.next_run_time == due  # still due: it runs on start-up
+        assert "Unable to restore" not in caplog.text
+    finally:
+        store.shutdown(wait=False)
+    with engine.connect() as conn:
+        funcs = {
+            pickle.loads(s)["func"] for (s,) in conn.execute(text("SELECT job_state FROM apscheduler_jobs"))
+        }
+    assert funcs and all(f.startswith("cocaq.cli.scheduler_jobs:") for f in funcs), funcs
+    engine.dispose()

@@ -55,6 +55,7 @@ def scheduler(
     over when it stops). SIGTERM or SIGINT: the running job finishes, then it exits.
     """
     from cocaq.cli import scheduler_daemon as sch
+    from cocaq.cli import scheduler_jobs as jobs
     from cocaq.timeparse import parse_duration
 
     if status and once:
@@ -65,7 +66,7 @@ def scheduler(
     every = parse_duration(text)
     if every.total_seconds() < 1:
         raise UsageError(f"--reconcile-every {text}: at least one second")
-    opts = sch.Options(config_path=obj.config_path, reconcile_every=every, sacct=sacct_bin, retry_s=retry_s)
+    opts = jobs.Options(config_path=obj.config_path, reconcile_every=every, sacct=sacct_bin, retry_s=retry_s)
     if status:
         engine = obj.engine()
         try:
@@ -75,8 +76,8 @@ def scheduler(
             engine.dispose()
         return
     if once:
-        sch.require_runs_table(obj.engine())  # a missing schema fails here, in one line
-        res = sch.run_once(once, opts)
+        jobs.require_runs_table(obj.engine())  # a missing schema fails here, in one line
+        res = jobs.run_once(once, opts)
         if res.status == "error":
             raise CocaqError(f"{once}: {res.summary}")
         click.echo(f"{once}: {res.status}: {res.summary}", err=True)
