@@ -179,24 +179,22 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
     Top = Annotated[int, Query(ge=0, le=1000)]
 
     def window(since: str, until: str | None) -> Any:
-        from cocaq.footprint.totals import Window, now_utc
-        from cocaq.timeparse import parse_when
+        from cocaq.footprint.lookup import parse_window
 
-        now = now_utc()
         try:
-            w = Window(parse_when(since, now, UTC), parse_when(until, now, UTC) if until else now)
+            w = parse_window(since, until, UTC)
         except (ValueError, CocaqError) as exc:
             raise HTTPException(400, f"bad time: {exc}") from None
         if w.until <= w.since:
             raise HTTPException(400, "empty window: until is not after since")
         return w
 
-    def known(check: Any) -> None:
+    def known(answer: Any) -> Any:
         """A name the database has never seen is a 404 with the reason (the CLI exits 2 on it)."""
         from cocaq.footprint.totals import UnknownName
 
         try:
-            check()
+            return answer()
         except UnknownName as exc:
             raise HTTPException(404, str(exc)) from None
 
@@ -226,8 +224,7 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
         top: Top = 5,
         from_jobs: bool = False,
     ) -> dict[str, Any]:
-        from cocaq.footprint.totals import add_advice, check_names
-        from cocaq.footprint.totals import user_footprint as fp_of
+        from cocaq.footprint.lookup import user_answer
 
         w = window(since, until)
         with pool.db() as db:
@@ -237,9 +234,11 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
                 within = headed_labs(db, who, user)
                 if not within:
                     raise HTTPException(403, f"{who.user} may not see user {user}'s footprint")
-            known(lambda: check_names(db, user=user, cluster=cluster))
-            fp = fp_of(db, user, w, cluster=cluster, top=top, from_jobs=from_jobs, within=within)
-            return add_advice(db, cfg, fp, cluster=cluster).as_dict()
+            return known(
+                lambda: user_answer(
+                    db, cfg, user, w, cluster=cluster, top=top, from_jobs=from_jobs, within=within
+                )
+            )
 
     @get("/v1/labs/{account}", summary="A lab's totals; its users and jobs for its heads and admins")
     def lab_footprint(
@@ -251,18 +250,25 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
         top: Top = 5,
         from_jobs: bool = False,
     ) -> dict[str, Any]:
-        from cocaq.footprint.totals import add_advice, check_names
-        from cocaq.footprint.totals import lab_footprint as fp_of
+        from cocaq.footprint.lookup import lab_answer
 
         w = window(since, until)
         with pool.db() as db:
             full = who.admin or account in who.heads
-            if full:
-                known(lambda: check_names(db, account=account, cluster=cluster))
-            elif not member_of(db, who.user, account):
+            if not full and not member_of(db, who.user, account):
                 raise HTTPException(403, f"{who.user} is not a member of lab {account}")
-            fp = fp_of(db, account, w, cluster=cluster, top=top if full else 0, from_jobs=from_jobs)
-            d = add_advice(db, cfg, fp, cluster=cluster).as_dict()
+            d = known(
+                lambda: lab_answer(
+                    db,
+                    cfg,
+                    account,
+                    w,
+                    cluster=cluster,
+                    top=top if full else 0,
+                    from_jobs=from_jobs,
+                    check=full,
+                )
+            )
         if not full:  # a member sees the lab's totals, not the other members, their jobs or advice
             d["users"] = [u for u in d.get("users", []) if u.get("user") == who.user]
             d["top_jobs"] = []
