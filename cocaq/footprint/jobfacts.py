@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from cocaq.accounting.ledger import J_PER_KWH, outcome_of
+from cocaq.accounting.window import overlap_sql, share_sql
+from cocaq.footprint.dbsql import epoch, greatest, labs_bound
 
 if TYPE_CHECKING:
     from cocaq.config import Config
@@ -186,8 +188,6 @@ def _sql(db: Db, scope: str | None, cluster: bool, pk: bool = False, within: int
     """The window's jobs, one row each, in JobFacts' field order up to `mean_gpu_power_w`, converted to
     its units here (SQL arithmetic is cheaper than Python's for the heavy users' 10,000 jobs a month),
     then the hardware key, the model metadata and the window's share of the job's energy for the sort."""
-    from cocaq.footprint.totals import _epoch, _greatest, _least
-
     where = ""
     if scope == "user":
         where += " AND j.user_name = %(key)s"
@@ -202,11 +202,11 @@ def _sql(db: Db, scope: str | None, cluster: bool, pk: bool = False, within: int
     pg = db.dialect == "postgresql"
     big = "greatest" if pg else "max"
     small = "least" if pg else "min"
-    el = _greatest(db, "coalesce(j.elapsed_s, 0.0)", "0.0")
-    t0 = _epoch(db, "j.start_time")
-    ov = _greatest(
-        db, "0.0", f"{_least(db, 'y.t0 + y.el', '%(until)s')} - {_greatest(db, 'y.t0', '%(since)s')}"
-    )
+    el = greatest(db, "coalesce(j.elapsed_s, 0.0)", "0.0")
+    t0 = epoch(db, "j.start_time")
+    # the job's share of the window (cocaq.accounting.window), at most 1 (float rounding)
+    ov = overlap_sql("y.t0", "y.el", "%(since)s", "%(until)s", db.dialect)
+    f = share_sql("y.t0", "y.el", ov, [("%(since)s", "%(until)s")])
     fence = "\n        OFFSET 0" if pg else ""
     sums = """
            sum(CASE WHEN q.component = 'gpu' THEN q.energy_j ELSE 0.0 END) AS gpu,
@@ -239,8 +239,7 @@ WITH y AS (
     WHERE j.start_time < %(until_ts)s AND (j.end_time >= %(since_ts)s OR j.end_time IS NULL)
           AND j.start_time IS NOT NULL{where}{fence}
 ), w AS (
-    SELECT y.*, {small}({big}(CASE WHEN y.el > 0 THEN {ov} / y.el
-                     WHEN y.t0 >= %(since)s AND y.t0 < %(until)s THEN 1.0 ELSE 0.0 END, 0.0), 1.0) AS f
+    SELECT y.*, {small}({big}({f}, 0.0), 1.0) AS f
     FROM y
 ){c_cte}
 SELECT w.id, w.job_id, w.job_id_raw, w.cluster_id, w.cluster, w.name, w.user_name, w.account, w.partition,
@@ -293,8 +292,6 @@ def load(
         params["cluster"] = cluster
     if pk is not None:
         params["pk"] = pk
-    from cocaq.footprint.totals import labs_bound
-
     inside = labs_bound(within)
     for i, a in enumerate(inside):
         params[f"in{i}"] = a

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from cocaq.accounting.ledger import J_PER_KWH, OUTCOMES, count_sql, outcome_sql
 from cocaq.accounting.window import overlap_sql, share_sql
 from cocaq.errors import UsageError
+from cocaq.footprint.dbsql import epoch, first_word, greatest, labs_bound
 from cocaq.ml.meta import KNOWN
 
 if TYPE_CHECKING:
@@ -309,38 +310,6 @@ class Footprint:
 # One text per statement, in cocaq.db.dbapi's psycopg style; the few spellings that differ by dialect here.
 
 
-def _greatest(db: Db, *xs: str) -> str:
-    return f"{'greatest' if db.dialect == 'postgresql' else 'max'}({', '.join(xs)})"
-
-
-def _least(db: Db, *xs: str) -> str:
-    return f"{'least' if db.dialect == 'postgresql' else 'min'}({', '.join(xs)})"
-
-
-def _epoch(db: Db, col: str) -> str:
-    """Seconds since 1970 of a timestamp column, to the microsecond (as the aggregator computes it)."""
-    if db.dialect == "postgresql":
-        # date_part is float8 arithmetic on the microseconds, extract(...)::float8 (the rollups') goes
-        # through numeric: both round the same exact value to the nearest double; date_part is cheaper.
-        return f"date_part('epoch', {col})"
-    # SQLite keeps naive UTC text: whole seconds by strftime, the fraction from the text (julianday
-    # would round to the millisecond and land a job starting at midnight a hair into the day before).
-    return (
-        f"(CAST(strftime('%%s', {col}) AS INTEGER)"
-        f" + CASE WHEN length({col}) > 19 THEN CAST(substr({col}, 20) AS REAL) ELSE 0.0 END)"
-    )
-
-
-def _first_word(db: Db, col: str) -> str:
-    """`CANCELLED by 5` -> `CANCELLED`, as the rollups read a state."""
-    if db.dialect == "postgresql":
-        return f"split_part(coalesce({col}, ''), ' ', 1)"
-    return (
-        f"CASE WHEN instr(coalesce({col}, ''), ' ') > 0 THEN substr({col}, 1, instr({col}, ' ') - 1)"
-        f" ELSE coalesce({col}, '') END"
-    )
-
-
 _KEYS = {  # group key -> (jobs column, rollups column)
     None: ("''", "''"),
     "user": ("j.user_name", "r.user_name"),
@@ -413,7 +382,7 @@ def footprint_sql(
     ov_e = " + ".join(overlap_sql("t0", "el", a, b, db.dialect) for a, b in edge_windows)
     f = share_sql("t0", "el", "ov", [("%(since)s", "%(until)s")])
     fe = share_sql("t0", "el", "ov_e", edge_windows)
-    el = _greatest(db, "coalesce(j.elapsed_s, 0.0)", "0.0")
+    el = greatest(db, "coalesce(j.elapsed_s, 0.0)", "0.0")
     n_sums = len(JOB_SUMS) + len(ROLLUP_SUMS)
     # the ledger's disjoint parts (cocaq.accounting.ledger), each job's idle energy from job_metrics
     idle = "coalesce(m.idle_gpu_energy_j, 0.0)"
@@ -435,8 +404,8 @@ WITH y AS (
     FROM (
         SELECT w.*, {ov} AS ov, {ov_e or "0.0"} AS ov_e
         FROM (
-            SELECT {_KEYS[group][0]} AS k, j.id, {_first_word(db, "j.state")} AS st,
-                   {_epoch(db, "j.start_time")} AS t0, {el} AS el,
+            SELECT {_KEYS[group][0]} AS k, j.id, {first_word(db, "j.state")} AS st,
+                   {epoch(db, "j.start_time")} AS t0, {el} AS el,
                    coalesce(j.alloc_cpus, 0) AS cpus, coalesce(j.alloc_gpus, 0) AS gpus,
                    coalesce(j.energy_j, 0.0) AS energy, coalesce(j.energy_measured_j, 0.0) AS measured,
                    coalesce(j.co2_g, 0.0) AS co2,
@@ -522,12 +491,6 @@ def _params(
     if top > 0:
         p["top"] = top
     return p
-
-
-def labs_bound(within: tuple[str, ...] | None) -> tuple[str, ...]:
-    """The labs (`%(in0)s`...) a query's jobs must belong to: () for no limit; a limit of no lab
-    matches nothing (its one value, '', is no lab's name)."""
-    return () if within is None else tuple(within) or ("",)
 
 
 def read_watermark(db: Db) -> datetime | None:
