@@ -217,7 +217,7 @@ def test_address_and_opt_out_files(tmp_path_factory: pytest.TempPathFactory, dat
 # (a `"` opens a quoted field that may run to the end of the file: CSV's syntax, not a bad record)
 @given(st.lists(st.lists(HOSTILE_TEXT.filter(lambda x: '"' not in x), min_size=1, max_size=4), max_size=8))
 def test_carbon_csv(rows: list[list[str]]) -> None:
-    from cocaq.carbon.intensity import parse_csv
+    from cocaq.carbon.series_import import parse_csv
 
     text = (
         "zone,datetime,gco2_per_kwh\n"
@@ -246,7 +246,7 @@ def test_found_examples(tmp_path: Path) -> None:
     assert check(rec, NOW).skip is None and rec.exit_code is None
     problems: list[str] = []
     assert validate({"params": 10**400, "tokens": "1e400"}, problems) == {} and len(problems) == 2
-    from cocaq.carbon.intensity import parse_csv
+    from cocaq.carbon.series_import import parse_csv
 
     p = parse_csv(
         b"zone,datetime,gco2_per_kwh\nFRA,2026-11-10T10:00:00Z,99999999999999999999\n", "absurd.csv"

@@ -10,17 +10,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
-from cocaq.carbon.intensity import (
-    Choice,
-    ImportResult,
-    IntensityIndex,
-    _resolve_overlaps,
-    fallback_zone,
-    import_csv,
-    parse_csv,
-    write_rows,
-    zone_summaries,
-)
+from cocaq.carbon.intensity import Choice, IntensityIndex, _resolve_overlaps, fallback_zone
+from cocaq.carbon.series import zone_summaries
+from cocaq.carbon.series_import import ImportResult, import_csv, parse_csv, write_rows
 from cocaq.carbon.zones import zone_intensity
 from cocaq.db.schema import CarbonIntensity
 from cocaq.errors import InputError, UsageError

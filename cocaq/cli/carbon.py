@@ -48,7 +48,7 @@ def carbon_import(obj: Ctx, file: str, zone: str | None, basis: str | None) -> N
     overlapping file replaces the values it has for the same zone, basis and start time. Bad rows are
     skipped and reported with their line numbers.
     """
-    from cocaq.carbon.intensity import parse_csv, read_file, write_rows
+    from cocaq.carbon.series_import import parse_csv, read_file, write_rows
 
     if zone is not None and not zone.strip():
         raise UsageError("--zone: expected a zone id (FR, ES, US-CAL-CISO, ...), got an empty string")
@@ -69,7 +69,7 @@ def carbon_import(obj: Ctx, file: str, zone: str | None, basis: str | None) -> N
 @click.pass_obj
 def carbon_zones(obj: Ctx, fmt: str) -> None:
     """Each imported zone and basis: first and last time, points, resolution, gaps, sources."""
-    from cocaq.carbon.intensity import resolution_name, zone_summaries
+    from cocaq.carbon.series import resolution_name, zone_summaries
 
     with obj.engine().connect() as conn:
         zones = zone_summaries(conn)
