@@ -10,7 +10,6 @@ unless --force.
 
 from __future__ import annotations
 
-import logging
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cocaq.errors import UsageError
+from cocaq.reports.files import file_stem, user_address, write_email
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -31,10 +31,7 @@ if TYPE_CHECKING:
     from cocaq.reports.deliver import Outgoing
     from cocaq.reports.render import Rendered
 
-log = logging.getLogger("cocaq.reports")
-
 _MONTH_RE = re.compile(r"(\d{4})-(\d{2})")
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def parse_month(text: str | None, now: datetime | None = None) -> datetime:
@@ -51,59 +48,6 @@ def parse_month(text: str | None, now: datetime | None = None) -> datetime:
     if not m or not 1 <= int(m.group(2)) <= 12:
         raise UsageError(f"--month {text!r}: expected a month like 2026-03")
     return datetime(int(m.group(1)), int(m.group(2)), 1, tzinfo=UTC)
-
-
-def file_stem(*parts: str) -> str:
-    """A file name from report parts (user and account names may hold anything)."""
-    return "-".join(_UNSAFE.sub("_", p).strip("._") or "_" for p in parts)
-
-
-def write_email(
-    out_dir: Path,
-    stem: str,
-    r: Rendered,
-    cfg: Config,
-    to: str,
-    *,
-    date: datetime | None = None,
-    user: str | None = None,
-) -> list[Path]:
-    """`stem.html` (the e-mail's HTML with its charts inlined, for a browser) and `stem.eml` (the message as
-    it would be sent, from reports.message.build_message)."""
-    from cocaq.reports.message import build_message, new_message_id, parse_sender, unsubscribe_header
-    from cocaq.reports.render import inline_images
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    sender = parse_sender(cfg.mail.from_address)
-    msg = build_message(
-        sender=sender,
-        to=to,
-        subject=r.subject,
-        text=r.text,
-        html=r.html,
-        images=r.images,
-        message_id=new_message_id(sender),
-        date=date,
-        list_unsubscribe=unsubscribe_header(cfg.mail, user or to, cfg.reports.contact),
-        reply_to=cfg.mail.reply_to,
-    )
-    html_path, eml_path = out_dir / f"{stem}.html", out_dir / f"{stem}.eml"
-    html_path.write_text(inline_images(r.html, r.images), encoding="utf-8")
-    eml_path.write_bytes(bytes(msg))
-    return [html_path, eml_path]
-
-
-def user_address(engine: Engine, cfg: Config, user: str) -> str:
-    """Where a user's report would go, or a placeholder for a file nobody sends (--out only)."""
-    from cocaq.reports.recipients import AddressBook
-    from cocaq.reports.transport import MailError
-
-    try:
-        found = AddressBook.load(engine, cfg.mail, [user]).for_user(user).address
-    except MailError as exc:
-        log.warning("%s", exc)
-        found = None
-    return found or f"{file_stem(user)}@example.invalid"
 
 
 def _kind(what: str, cluster: str | None, lab: str | None = None) -> str:

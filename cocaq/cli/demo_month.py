@@ -1,0 +1,536 @@
+"""The demo's synthetic month: a small GPU cluster's users and their habits, their jobs as `sacct
+--parsable2` prints them (with .batch/.extern steps), the ML metadata some jobs declare, and the GPU
+samples the collector of the metered nodes would have written.
+
+Fixed seeds: the same end time gives the same month, so the demo's numbers can be compared run to run
+(scripts/demo-snapshot.sh). cocaq.cli.demo runs this month through the real import path and reports.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, select
+
+from cocaq.slurm.sacct import SACCT_FIELDS
+from cocaq.timeparse import format_slurm_duration
+
+DEMO_CLUSTER = "demo"
+
+# partition -> (node prefix, nodes, GPUs per node, cores per node)
+PARTITIONS = {
+    "gpu_a100": ("a100-", 4, 8, 128),
+    "gpu_v100": ("v100-", 6, 4, 40),
+    "cpu": ("cpu-", 12, 0, 192),
+    "interactive": ("a100-", 4, 8, 128),  # not in the config: shows the default-profile warning
+}
+
+# The V100 nodes with IPMI energy accounting and the collector (the newer half): their jobs are measured,
+# and the GPU energy of the jobs on the other V100 nodes is estimated from what these drew
+# (cocaq.accounting.calibrate) rather than from the V100's rated power.
+METERED_V100 = {"v100-01", "v100-02", "v100-03"}
+
+
+def metered_v100(nodes: list[str]) -> bool:
+    return bool(nodes) and all(n in METERED_V100 for n in nodes)
+
+
+# user -> (lab, uid, habits: kind -> jobs per day)
+USERS: dict[str, tuple[str, int, dict[str, float]]] = {
+    "alice": ("lab_vision", 2001, {"train": 1.2, "debug": 2.0}),
+    "bob": ("lab_vision", 2002, {"train": 0.4, "debug": 1.0, "preprocess": 0.2}),
+    "carol": ("lab_vision", 2003, {"debug": 3.0, "train": 0.1}),
+    "dave": ("lab_nlp", 2004, {"llm": 0.35, "train": 0.8, "debug": 1.5}),
+    "erin": ("lab_nlp", 2005, {"notebook": 1.0, "debug": 0.5}),
+    "frank": ("lab_nlp", 2006, {"train": 0.5, "debug": 0.8}),
+    "grace": ("lab_genomics", 2007, {"preprocess": 1.2, "cpu_sim": 0.4}),
+    "heidi": ("lab_genomics", 2008, {"preprocess": 0.3, "cpu_sim": 0.1}),
+    "ivan": ("lab_climate", 2009, {"cpu_sim": 0.8, "train": 0.2}),
+    "judy": ("lab_climate", 2010, {"notebook": 0.3, "debug": 0.4}),
+}
+
+
+@dataclass
+class DemoJob:
+    job_id: str
+    raw_id: int
+    name: str
+    user: str
+    uid: int
+    account: str
+    partition: str
+    nodes: list[str]
+    cpus: int
+    gpus: int
+    mem_gb: float
+    submit: datetime
+    start: datetime
+    elapsed: int
+    state: str
+    exit_code: str
+    total_cpu: float
+    energy_j: float | None
+    limit_min: int
+    running: bool = False
+    kind: str = ""  # what the user was doing (the GPU samples follow it)
+    gpu_load: float = 0.0  # share of the GPUs' TDP they drew
+    comment: str = ""  # `cocaq: model=...` when the user declared the model at submission
+    declared: dict[str, Any] | None = None  # what `cocaq.annotate`/`cocaq tag` wrote from inside
+    detected: dict[str, str] | None = None  # what the collector saw in the job's processes
+
+
+def _ts(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+class Generator:
+    def __init__(self, seed: int, end: datetime, days: int) -> None:
+        self.rng = random.Random(seed)
+        self.end = end
+        self.begin = end - timedelta(days=days)
+        self.days = days
+        self.next_id = 410_000
+        self.jobs: list[DemoJob] = []
+        # How hard each GPU job drives its GPUs around its kind's typical share of TDP (model size, batch
+        # size, input pipeline): a stream of its own, so that everything else the demo draws stays as it was.
+        self.power_rng = random.Random(seed + 5)
+
+    def _nodes(self, partition: str, n: int) -> list[str]:
+        prefix, count, _, _ = PARTITIONS[partition]
+        first = self.rng.randrange(1, count - n + 2)
+        return [f"{prefix}{i:02d}" for i in range(first, first + n)]
+
+    def _outcome(self, fail: float, timeout: float, cancel: float, oom: float) -> str:
+        x = self.rng.random()
+        for state, p in (
+            ("FAILED", fail),
+            ("TIMEOUT", timeout),
+            ("CANCELLED", cancel),
+            ("OUT_OF_MEMORY", oom),
+        ):
+            if x < p:
+                return state
+            x -= p
+        return "COMPLETED"
+
+    def add(self, user: str, kind: str, when: datetime) -> None:
+        lab, uid, _ = USERS[user]
+        r = self.rng
+        array: list[int | None] = []
+        hours: float
+        limit_h: int
+        gpu_w: float  # GPU power as a share of its TDP
+        cpu_use: float
+        if kind == "llm":
+            part, gpus_per, nnodes = "gpu_a100", 8, r.choice([1, 2, 2, 4])
+            hours, limit_h, gpu_w, cpu_use = r.lognormvariate(math.log(14), 0.5), 48, 0.82, 0.35
+            outcome = self._outcome(0.10, 0.12, 0.05, 0.02)
+            name = r.choice(["llama-ft", "pretrain-7b", "mistral-sft", "rlhf-ppo"])
+        elif kind == "train":
+            part = r.choice(["gpu_a100", "gpu_v100", "gpu_v100"])
+            gpus_per, nnodes = r.choice([1, 2, 4, 4] if part == "gpu_v100" else [1, 2, 4, 8]), 1
+            # (measured A100 training draws well under TDP: ~250 W of 400 at high utilisation)
+            hours, limit_h, gpu_w, cpu_use = r.lognormvariate(math.log(5), 0.8), 24, 0.62, 0.5
+            if user == "frank":  # a data loader too slow for the GPUs: CPUs saturated, GPUs waiting
+                gpu_w, cpu_use = 0.32, 0.97
+            outcome = self._outcome(0.08, 0.06, 0.05, 0.02)
+            name = r.choice(["resnet50", "vit-b16", "unet-seg", "detr", "bert-base", "gnn-train"])
+        elif kind == "debug":
+            part = r.choice(["gpu_v100", "gpu_a100"])
+            gpus_per, nnodes = 1, 1
+            hours, limit_h, gpu_w, cpu_use = r.uniform(0.05, 0.7), 1, 0.45, 0.6
+            outcome = self._outcome(0.35, 0.03, 0.10, 0.04)
+            name = r.choice(["test", "debug", "try-lr", "smoke"])
+        elif kind == "notebook":  # holds GPUs for hours and mostly leaves them idle
+            part = "interactive" if r.random() < 0.25 else "gpu_a100"
+            gpus_per, nnodes = r.choice([1, 1, 2]), 1
+            hours, limit_h, gpu_w, cpu_use = r.uniform(3, 10), 12, 0.16, 0.03
+            outcome = r.choice(["TIMEOUT", "CANCELLED", "COMPLETED"])
+            name = "jupyter"
+        elif kind == "preprocess":
+            part, gpus_per, nnodes = "cpu", 0, 1
+            hours, limit_h, gpu_w, cpu_use = r.uniform(0.3, 1.5), 4, 0.0, 0.85
+            outcome = self._outcome(0.05, 0.02, 0.02, 0.03)
+            name = r.choice(["align", "bam-sort", "qc", "tokenize"])
+            array = list(range(r.randint(8, 40)))
+        else:  # cpu_sim
+            part, gpus_per, nnodes = "cpu", 0, r.choice([1, 1, 2])
+            hours, limit_h, gpu_w, cpu_use = r.lognormvariate(math.log(6), 0.6), 24, 0.0, 0.9
+            outcome = self._outcome(0.06, 0.05, 0.03, 0.0)
+            name = r.choice(["wrf", "cesm-run", "gromacs", "lammps"])
+        _, _, gpn, cores = PARTITIONS[part]
+        cpus = (gpus_per * (cores // max(gpn, 1)) if gpus_per else r.choice([8, 16, 32, 64, 96])) * nnodes
+        if array:
+            cpus = r.choice([4, 8, 16])
+        mem = (gpus_per * 64.0 if gpus_per else cpus * 3.0) * (1 if array else nnodes)
+        base = self.next_id
+        self.next_id += 1 + len(array)
+        for k, task in enumerate(array or [None]):
+            start = when + timedelta(minutes=r.expovariate(1 / 20) + (k // 4) * hours * 60)
+            secs = hours * 3600 * (r.uniform(0.7, 1.3) if array else 1.0)
+            state = outcome if not array else self._outcome(0.04, 0.0, 0.0, 0.03)
+            if state in ("FAILED", "OUT_OF_MEMORY"):
+                secs *= r.uniform(0.02, 0.4)
+            elif state == "CANCELLED":
+                secs *= r.uniform(0.1, 0.9)
+            if state == "TIMEOUT" or secs > limit_h * 3600:
+                secs, state = limit_h * 3600.0, "TIMEOUT"
+            secs = float(max(int(secs), 20))
+            running = start + timedelta(seconds=secs) > self.end
+            if start >= self.end:
+                continue
+            if running:
+                secs, state = float(int((self.end - start).total_seconds())), "RUNNING"
+            nodes = self._nodes(part, nnodes)
+            energy = None
+            # (LLM runs keep their kind's power: their precision comparison rests on it)
+            load = gpu_w * self.power_rng.uniform(0.75, 1.25) if gpus_per and kind != "llm" else gpu_w
+            if part in ("gpu_a100", "interactive"):  # IPMI energy accounting on the A100 nodes
+                base_w = 180.0 * nnodes * gpus_per / 8  # the job's share of fans, NICs, idle CPUs
+                gpu_w_each = 400 * load
+                watts = base_w + gpus_per * nnodes * gpu_w_each * r.uniform(0.85, 1.1) + cpus * cpu_use * 4.4
+                energy = watts * secs
+            elif part == "gpu_v100" and metered_v100(nodes):  # ... and on half the V100 nodes
+                pr = self.power_rng
+                watts = (
+                    100.0 * gpus_per / 4
+                    + gpus_per * 300 * load * pr.uniform(0.85, 1.1)
+                    + cpus * cpu_use * 7.5
+                )
+                energy = watts * secs
+            job_id = f"{base}_{task}" if task is not None else str(base)
+            self.jobs.append(
+                DemoJob(
+                    job_id=job_id,
+                    raw_id=base + (k + 1 if task is not None else 0),
+                    name=name,
+                    user=user,
+                    uid=uid,
+                    account=lab,
+                    partition=part,
+                    nodes=nodes,
+                    cpus=cpus,
+                    gpus=gpus_per * nnodes,
+                    mem_gb=mem,
+                    submit=when,
+                    start=start,
+                    elapsed=int(secs),
+                    state=state,
+                    exit_code={"FAILED": "1:0", "OUT_OF_MEMORY": "0:125", "CANCELLED": "0:15"}.get(
+                        state, "0:0"
+                    ),
+                    total_cpu=cpus * secs * cpu_use * r.uniform(0.7, 1.0),
+                    energy_j=energy,
+                    limit_min=limit_h * 60,
+                    running=running,
+                    kind=kind,
+                    gpu_load=load,
+                )
+            )
+
+    def generate(self) -> list[DemoJob]:
+        for user, (_, _, habits) in USERS.items():
+            for kind, per_day in habits.items():
+                n = self._poisson(per_day * self.days)
+                for _ in range(n):
+                    when = self.begin + timedelta(seconds=self.rng.uniform(0, self.days * 86400))
+                    self.add(user, kind, when)
+        self.jobs.sort(key=lambda j: (j.submit, j.job_id))
+        return self.jobs
+
+    def _poisson(self, lam: float) -> int:
+        # Knuth's method is too slow for large lambda; the normal approximation is fine there.
+        if lam > 30:
+            return max(0, round(self.rng.gauss(lam, math.sqrt(lam))))
+        k, p, limit = 0, 1.0, math.exp(-lam)
+        while True:
+            p *= self.rng.random()
+            if p <= limit:
+                return k
+            k += 1
+
+
+# Job name -> (model, task, parameters, GPU-hours per epoch in bf16/fp16) of the ML jobs; tokens per
+# GPU-second for the LLMs instead of epochs. fp32 runs take ~1.7x as long per epoch on the same GPUs.
+_MODELS: dict[str, tuple[str, str, float, float]] = {
+    "llama-ft": ("llama-3-8b", "finetune", 8.0e9, 0.0),
+    "pretrain-7b": ("mistral-7b", "pretrain", 7.2e9, 0.0),
+    "mistral-sft": ("mistral-7b", "sft", 7.2e9, 0.0),
+    "rlhf-ppo": ("llama-3-8b", "rlhf", 8.0e9, 0.0),
+    "resnet50": ("resnet50", "train", 25.6e6, 0.9),
+    "vit-b16": ("vit-b16", "train", 86e6, 1.6),
+    "unet-seg": ("unet", "segmentation", 31e6, 0.5),
+    "detr": ("detr-r50", "detection", 41e6, 2.2),
+    "bert-base": ("bert-base", "finetune", 110e6, 0.3),
+    "gnn-train": ("gin", "train", 2e6, 0.2),
+}
+_SLOWER = {"fp32": 1.7, "bf16": 1.0, "fp16": 1.0}
+
+
+def model_metadata(jobs: list[DemoJob], seed: int) -> None:
+    """Give the ML jobs model metadata the three ways a site gets it: about half declare it in their
+    comment, a quarter from inside with `cocaq tag` (epochs and tokens as they go), and the collector
+    detects the framework of all of them. A separate random stream: the jobs themselves do not change."""
+    r = random.Random(seed + 7)
+    for j in jobs:
+        spec = _MODELS.get(j.name)
+        if spec is None or not j.gpus:
+            continue
+        model, task, params, epoch_gpu_h = spec
+        precision = r.choice(["bf16", "bf16", "fp32"] if j.kind == "llm" else ["fp16", "bf16", "fp32"])
+        batch = r.choice([8, 16] if j.kind == "llm" else [32, 64, 128])
+        gpu_s = j.gpus * j.elapsed
+        counters: dict[str, Any] = {}
+        if epoch_gpu_h:
+            counters["epochs"] = round(gpu_s / 3600 / (epoch_gpu_h * _SLOWER[precision]), 2)
+        else:
+            counters["tokens"] = int(gpu_s * 2600 / _SLOWER[precision])
+        how = r.random()
+        if how < 0.55:
+            j.comment = (
+                f"cocaq: model={model} task={task} params={params:.3g} framework=pytorch "
+                f"precision={precision} batch_size={batch}"
+            )
+            j.declared = counters if r.random() < 0.7 else None
+        elif how < 0.8:
+            j.declared = {"model": model, "precision": precision, "batch_size": batch, **counters}
+        j.detected = {"framework": "pytorch", "framework_version": r.choice(["2.3.1", "2.3.1", "2.1.2"]),
+                      "launcher": "torchrun" if j.gpus > 1 else "python"}  # fmt: skip
+
+
+def ship_metadata(url: str, jobs: list[DemoJob]) -> int:
+    """The collector's `meta` records of the jobs, shipped as a node would ship them."""
+    from cocaq.collector.ship import connect
+
+    records = []
+    for j in jobs:
+        for source in ("detected", "api"):
+            values = j.detected if source == "detected" else j.declared
+            if not values:
+                continue
+            ts = j.start.timestamp() + (60 if source == "detected" else j.elapsed * 0.95)
+            records.append(
+                {
+                    "uid": f"{DEMO_CLUSTER}/{j.nodes[0]}/{j.raw_id}/meta/{int(ts * 1e9)}-{source}",
+                    "event": "meta",
+                    "cluster": DEMO_CLUSTER,
+                    "node": j.nodes[0],
+                    "job_id": str(j.raw_id),
+                    "ts": ts,
+                    "meta": {source: values},
+                }
+            )
+    target = connect(url)
+    try:
+        return target.ship_events(target.cluster_id(DEMO_CLUSTER), records)
+    finally:
+        target.close()
+
+
+def sacct_lines(jobs: list[DemoJob]) -> list[str]:
+    """The jobs as `sacct --parsable2 --format=SACCT_FIELDS` would print them, steps included.
+
+    Memory use (MaxRSS, per task, on the steps) comes from a random stream of each job's own, so that
+    it changes nothing else the demo draws: most jobs use 20-60 % of the memory they asked for, CPU jobs
+    40-95 %, carol's debug jobs and every job that ran out of memory all of it.
+    """
+    fields = SACCT_FIELDS.split(",")
+    out = ["|".join(fields)]
+    for j in jobs:
+        nodelist = _compress(j.nodes)
+        end = "Unknown" if j.running else _ts(j.start + timedelta(seconds=j.elapsed))
+        tres = f"billing={j.cpus},cpu={j.cpus},mem={int(j.mem_gb)}G,node={len(j.nodes)}"
+        if j.gpus:
+            tres += f",gres/gpu={j.gpus}"
+        energy = "" if j.energy_j is None else str(int(j.energy_j))
+        state = "CANCELLED by " + str(j.uid) if j.state == "CANCELLED" else j.state
+        row = {
+            "JobID": j.job_id,
+            "JobIDRaw": str(j.raw_id),
+            "JobName": j.name,
+            "User": j.user,
+            "UID": str(j.uid),
+            "Account": j.account,
+            "Partition": j.partition,
+            "QOS": "normal",
+            "NodeList": nodelist,
+            "NNodes": str(len(j.nodes)),
+            "AllocCPUS": str(j.cpus),
+            "AllocTRES": tres,
+            "ReqTRES": tres,
+            "ReqMem": f"{int(j.mem_gb)}G",
+            "Submit": _ts(j.submit),
+            "Start": _ts(j.start),
+            "End": end,
+            "Elapsed": format_slurm_duration(j.elapsed),
+            "ElapsedRaw": str(j.elapsed),
+            "State": state,
+            "ExitCode": j.exit_code,
+            "TotalCPU": "" if j.running else format_slurm_duration(j.total_cpu),
+            "Comment": j.comment,
+            "ConsumedEnergyRaw": "" if j.running else energy,
+            "Cluster": DEMO_CLUSTER,
+            "Timelimit": format_slurm_duration(j.limit_min * 60),
+            "MaxRSS": "",  # sacct leaves both empty on the job line
+            "NTasks": "",
+        }
+        out.append("|".join(row[f] for f in fields))
+        if j.running:
+            continue
+        mem_rng = random.Random(f"{j.job_id}/{_ts(j.submit)}")
+        if j.state == "OUT_OF_MEMORY":
+            used = mem_rng.uniform(0.97, 1.04)
+        elif j.user == "carol" and j.kind == "debug":
+            used = mem_rng.uniform(0.9, 1.0)
+        elif j.kind in ("preprocess", "cpu_sim"):
+            used = mem_rng.uniform(0.4, 0.95)
+        else:
+            used = mem_rng.uniform(0.2, 0.6)
+        node_kb = used * j.mem_gb * 1024**2 / len(j.nodes)
+        # A multi-node GPU job runs its work in an srun step (`.0`), one task per GPU; the batch script
+        # itself only launches it.
+        srun = j.gpus > 0 and len(j.nodes) > 1
+        steps = ("batch", "extern", "0") if srun else ("batch", "extern")
+        for step in steps:
+            if step == "batch":
+                rss_kb, ntasks = (mem_rng.uniform(2e5, 9e5) if srun else node_kb), 1
+            elif step == "extern":
+                rss_kb, ntasks = mem_rng.uniform(800, 1200), len(j.nodes)
+            else:
+                rss_kb, ntasks = node_kb / (j.gpus // len(j.nodes)), j.gpus
+            srow = dict(
+                row,
+                JobID=f"{j.job_id}.{step}",
+                JobIDRaw=f"{j.raw_id}.{step}",
+                JobName=step,
+                User="",
+                Account=j.account,
+                Partition="",
+                QOS="",
+                Submit=_ts(j.start),
+                Comment="",
+                AllocTRES=f"cpu={j.cpus},mem={int(j.mem_gb)}G,node={len(j.nodes)}",
+                ReqTRES="",
+                ReqMem="",
+                Timelimit="",
+                Cluster="",
+                State=j.state if j.state != "TIMEOUT" else "CANCELLED",
+                TotalCPU=format_slurm_duration(j.total_cpu if step == "batch" else 0.1),
+                MaxRSS=f"{int(rss_kb)}K",
+                NTasks=str(ntasks),
+            )
+            if step == "0":
+                srow.update(JobName="python", TotalCPU=format_slurm_duration(j.total_cpu * 0.97))
+            out.append("|".join(srow[f] for f in fields))
+    return out
+
+
+def _compress(nodes: list[str]) -> str:
+    if len(nodes) == 1:
+        return nodes[0]
+    prefix = nodes[0].rstrip("0123456789")
+    nums = [n[len(prefix) :] for n in nodes]
+    return f"{prefix}[{nums[0]}-{nums[-1]}]"
+
+
+# GPU behaviour per kind of job, for the samples: (share of the time busy, utilisation when busy).
+GPU_USE = {
+    "llm": (0.97, (48.0, 66.0)),  # communication-bound: partly busy, near full power (a power cap helps)
+    "train": (0.97, (82.0, 97.0)),
+    "debug": (0.6, (25.0, 70.0)),
+    "notebook": (0.1, (30.0, 85.0)),  # held for hours, used now and then
+}
+
+
+# GPU memory a kind of job holds on each of its GPUs, in GB (A100s of 80 GB): LLMs fill them, notebooks
+# and debugging hold a little, training in between.
+_GPU_MEM_GB = {"llm": (62.0, 76.0), "train": (9.0, 38.0), "debug": (3.0, 14.0), "notebook": (1.5, 6.0)}
+
+
+def write_samples(engine: Any, jobs: list[DemoJob], seed: int, step_s: float) -> int:
+    """NVML samples (power, utilisation) of the GPU jobs on the A100 nodes, as the collector ships them:
+    one per GPU every `step_s`, each job's GPUs named by their index on the node.
+
+    What they show: notebooks that hold GPUs idle, training that keeps them busy, some training with one
+    GPU doing nothing (the `fewer-gpus` suggestion), a data-starved user (frank) and communication-bound
+    LLM jobs drawing most of their power at moderate utilisation (`power-cap`).
+    """
+    from sqlalchemy import insert
+
+    from cocaq.db.schema import Cluster, Sample
+
+    rng = random.Random(seed + 1)
+    mem_rng = random.Random(seed + 3)  # (a stream of its own: the power and utilisation stay as they were)
+    v100_rng = random.Random(seed + 4)  # (the metered V100 nodes': the A100s' stay as they were)
+    step = max(int(step_s), 1)
+    with engine.begin() as conn:
+        cid = conn.execute(select(Cluster.id).where(Cluster.name == DEMO_CLUSTER)).scalar_one()
+        conn.execute(delete(Sample).where(Sample.cluster_id == cid))
+        rows: list[dict[str, Any]] = []
+        n = 0
+        for j in jobs:
+            if j.gpus and j.partition == "gpu_v100" and metered_v100(j.nodes) and j.elapsed >= step:
+                rows += _v100_samples(j, cid, step, v100_rng)
+            if not j.gpus or j.partition not in ("gpu_a100", "interactive") or j.elapsed < step:
+                continue
+            busy_share, (lo, hi) = GPU_USE.get(j.kind, (0.8, (40.0, 90.0)))
+            if j.user == "frank" and j.kind == "train":
+                busy_share, (lo, hi) = 0.95, (22.0, 36.0)
+            per_node = max(j.gpus // len(j.nodes), 1)
+            # a fifth of the multi-GPU training jobs left GPUs after the first unused (single-GPU code)
+            one_gpu = j.kind == "train" and per_node > 1 and j.user != "frank" and rng.random() < 0.2
+            offset = j.raw_id % step  # jobs' samples interleave rather than collide on a shared node
+            lo_gb, hi_gb = _GPU_MEM_GB.get(j.kind, (4.0, 30.0))
+            mem_mb = mem_rng.uniform(lo_gb, hi_gb) * 1024  # what the job's GPUs hold once it is loaded
+            for node in j.nodes:
+                for k in range(per_node):
+                    dev = f"GPU-{k}"
+                    for i in range(int(j.elapsed // step)):
+                        ts = j.start + timedelta(seconds=offset + i * step)
+                        if (one_gpu and k > 0) or rng.random() > busy_share:
+                            util = rng.uniform(0.0, 2.0)
+                            power = rng.uniform(52.0, 66.0)
+                        else:
+                            util = rng.uniform(lo, hi)
+                            power = 60.0 + (400.0 * max(j.gpu_load, 0.3) - 60.0) * rng.uniform(0.9, 1.1)
+                        base = {"ts": ts, "cluster_id": cid, "node": node, "source": "nvml", "device": dev,
+                                "job_id": str(j.raw_id)}  # fmt: skip
+                        rows.append({**base, "metric": "power_w", "value": round(power, 1)})
+                        rows.append({**base, "metric": "util_pct", "value": round(util, 1)})
+                        held = mem_mb * (0.5 if i == 0 else 1.0) * (0.2 if one_gpu and k > 0 else 1.0)
+                        rows.append({**base, "metric": "mem_used_mb", "value": round(held, 0)})
+            if len(rows) >= 20_000:
+                conn.execute(insert(Sample).prefix_with("OR IGNORE"), rows)
+                n += len(rows)
+                rows = []
+        if rows:
+            conn.execute(insert(Sample).prefix_with("OR IGNORE"), rows)
+            n += len(rows)
+    return n
+
+
+def _v100_samples(j: DemoJob, cid: int, step: int, rng: random.Random) -> list[dict[str, Any]]:
+    """NVML samples of a job on a metered V100 node (300 W TDP, ~40 W idle), as write_samples' A100s."""
+    busy_share, (lo, hi) = GPU_USE.get(j.kind, (0.8, (40.0, 90.0)))
+    if j.user == "frank" and j.kind == "train":
+        busy_share, (lo, hi) = 0.95, (22.0, 36.0)
+    rows: list[dict[str, Any]] = []
+    offset = j.raw_id % step
+    for node in j.nodes:
+        for k in range(max(j.gpus // len(j.nodes), 1)):
+            for i in range(int(j.elapsed // step)):
+                ts = j.start + timedelta(seconds=offset + i * step)
+                if rng.random() > busy_share:
+                    util, power = rng.uniform(0.0, 2.0), rng.uniform(36.0, 45.0)
+                else:
+                    util = rng.uniform(lo, hi)
+                    power = 40.0 + (300.0 * max(j.gpu_load, 0.3) - 40.0) * rng.uniform(0.9, 1.1)
+                base = {"ts": ts, "cluster_id": cid, "node": node, "source": "nvml", "device": f"GPU-{k}",
+                        "job_id": str(j.raw_id)}  # fmt: skip
+                rows.append({**base, "metric": "power_w", "value": round(power, 1)})
+                rows.append({**base, "metric": "util_pct", "value": round(util, 1)})
+    return rows
