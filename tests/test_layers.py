@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # module prefix -> room (the longest prefix wins)
 ROOMS: dict[str, str] = {
     "cocaq": "core",  # the package itself: __version__ and cocaq.annotate()
-    "cocaq.config": "core",
+    "cocaq.config": "core",  # the configuration model
+    "cocaq.config_load": "core",  # reading and validating it (file, COCAQ_* variables)
     "cocaq.errors": "core",
     "cocaq.timeparse": "core",
     "cocaq.hostlist": "core",
@@ -32,6 +33,7 @@ ROOMS: dict[str, str] = {
     "cocaq.ml.meta": "formats",
     "cocaq.db.pgurl": "formats",
     "cocaq.slurm.record": "formats",
+    "cocaq.collector.records": "formats",  # the spool's events and energy rows
     "cocaq.db": "db",
     "cocaq.db.migrate": "migrate",
     "cocaq.migrations": "migrations",
