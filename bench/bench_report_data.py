@@ -131,7 +131,8 @@ def build(dbname: str, jobs: int, month: str, sampled: int, seed: int) -> dict[s
     import psycopg
     from sqlalchemy import insert, text
 
-    from cocaq.accounting.aggregate import _gpu_params_key, _set_state, run_aggregate
+    from cocaq.accounting.aggregate import _set_state, run_aggregate
+    from cocaq.accounting.gpu_hours import gpu_params_key
     from cocaq.accounting.importer import import_records
     from cocaq.config import load_config
     from cocaq.db import migrate
@@ -178,7 +179,7 @@ def build(dbname: str, jobs: int, month: str, sampled: int, seed: int) -> dict[s
             {"c": cid, "n": n_samples, "j": " ".join(raws)},
         )
         # job_gpu_hours are up to date for these parameters: the first run need not rebuild them all
-        _set_state(conn, "gpu_hours", datetime.now(UTC) - timedelta(minutes=1), _gpu_params_key(cfg))
+        _set_state(conn, "gpu_hours", datetime.now(UTC) - timedelta(minutes=1), gpu_params_key(cfg))
         gpu_jobs = [r[0] for r in conn.execute(text("SELECT id FROM jobs WHERE alloc_gpus > 0 ORDER BY id"))]
         meta = []
         for pk in rng.sample(gpu_jobs, len(gpu_jobs) // 20):

@@ -200,7 +200,7 @@ def test_cocaq_aggregate_command(engine: Engine, tmp_path: Path, cli_env: dict[s
 
 def test_rollups_in_sql_equal_the_python_ones(engine: Engine, tmp_path: Path) -> None:
     """PostgreSQL rebuilds days in one SQL statement; it must give what the Python loop gives."""
-    from cocaq.accounting import aggregate
+    from cocaq.accounting import rollups
 
     if engine.dialect.name != "postgresql":
         pytest.skip("the SQL rollups are PostgreSQL's")
@@ -222,11 +222,11 @@ def test_rollups_in_sql_equal_the_python_ones(engine: Engine, tmp_path: Path) ->
     days = {DAY0.timestamp() + k * 86400.0 for k in range(-1, 6)}
     for pick in ({DAY0.timestamp() + 86400.0}, days):  # one day (jobs across its edges), then all
         with engine.begin() as c:
-            aggregate._rebuild_days(c, pick, in_sql=False)
+            rollups.rebuild_days(c, pick, in_sql=False)
         assert _rollups(engine) == in_sql
         for wide in (False, True):  # by index per job, and in one pass over job_energy
             with engine.begin() as c:
-                aggregate._rebuild_days(c, pick, in_sql=True, wide=wide)
+                rollups.rebuild_days(c, pick, in_sql=True, wide=wide)
             assert _rollups(engine) == in_sql
     assert len(in_sql) >= 8
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, insert, select
 
-from cocaq.accounting.aggregate import WATERMARK, _rebuild_days
+from cocaq.accounting.aggregate import WATERMARK
+from cocaq.accounting.rollups import rebuild_days
 from cocaq.accounting.window import overlap, share
 from cocaq.db.dbapi import connect
 from cocaq.db.schema import AggregatorState, Cluster, DailyRollup, Job
@@ -137,7 +138,7 @@ def test_rollups_agree_with_the_formula(engine: Engine, seed: int, in_sql: bool)
     first = BASE.timestamp() - DAY
     days = {first + k * DAY for k in range(8)}
     with engine.begin() as c:
-        _rebuild_days(c, days, in_sql=in_sql)
+        rebuild_days(c, days, in_sql=in_sql)
         rows = c.execute(
             select(DailyRollup.user_name, DailyRollup.day, DailyRollup.jobs, DailyRollup.energy_measured_j,
                    DailyRollup.cpu_hours)
@@ -165,7 +166,7 @@ def test_rollups_and_edges_add_up_to_the_window(engine: Engine, seed: int) -> No
     _, by_user = _setup(engine, seed)
     first = BASE.timestamp() - DAY
     with engine.begin() as c:
-        _rebuild_days(c, {first + k * DAY for k in range(8)})
+        rebuild_days(c, {first + k * DAY for k in range(8)})
         c.execute(insert(AggregatorState).values(name=WATERMARK, watermark=_t(6 * DAY + 3600)))
     db = connect(engine.url.render_as_string(hide_password=False))
     try:

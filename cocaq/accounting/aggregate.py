@@ -10,6 +10,10 @@ For each job that changed since the last run (or in a window, or all of them):
 Then every day those jobs touch (now, and where they were counted before) is rebuilt from all the jobs
 that ran in it, pro rata to the hours in the day, exactly as the CLI's windows count them. Rebuilding
 whole days is what makes a re-run idempotent and an incremental run equal to a full recompute.
+
+This module chooses the jobs, derives each one's metrics and runs the whole; the GPU use by hour it reads
+is derived from the samples in `cocaq.accounting.gpu_hours`, and the days are rebuilt by
+`cocaq.accounting.rollups`.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -30,48 +34,26 @@ from sqlalchemy import (
     Text,
     bindparam,
     delete,
-    func,
     insert,
     or_,
     select,
-    text,
     update,
 )
 from sqlalchemy import cast as sql_cast
 
-from cocaq.accounting.ledger import (
-    OUTCOMES,
-    SOURCE_NODE,
-    SOURCE_SAMPLES,
-    clamp_idle,
-    count_sql,
-    outcome_of,
-    outcome_sql,
-    split_node,
-    waste,
-)
-from cocaq.accounting.window import overlap, overlap_sql, share, share_sql
+from cocaq.accounting.gpu_hours import GpuUse, Scope, gpu_params_key, read_gpu_hours, refresh_gpu_hours
+from cocaq.accounting.ledger import SOURCE_NODE, SOURCE_SAMPLES, clamp_idle, split_node
+from cocaq.accounting.rollups import DAY, day_floor, day_starts, rebuild_days
 from cocaq.carbon.zones import co2_grams
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
-from cocaq.db.schema import (
-    AggregatorState,
-    DailyRollup,
-    Job,
-    JobEnergy,
-    JobGpuHour,
-    JobMetrics,
-    NodeShipment,
-    Sample,
-)
-from cocaq.db.sqlfuncs import epoch, epoch_exact, utcnow
+from cocaq.db.schema import AggregatorState, DailyRollup, Job, JobEnergy, JobMetrics, NodeShipment
+from cocaq.db.sqlfuncs import epoch_exact, utcnow
 from cocaq.hostlist import expand_hostlist
 
 log = logging.getLogger(__name__)
 
-DAY = 86400.0
 BATCH = 20_000
-WORK_MEM = "256MB"  # PostgreSQL, for the aggregator's big statements (SET LOCAL)
 ONE_PASS = 50_000  # jobs to derive at or over which the GPU samples are read in one pass
 WATERMARK = "jobs"
 GPU_HOURS = "gpu_hours"  # aggregator_state: when job_gpu_hours were brought up to date, and with what
@@ -83,8 +65,6 @@ J = cast(Table, Job.__table__).c
 M = cast(Table, JobMetrics.__table__)
 R = cast(Table, DailyRollup.__table__)
 E = cast(Table, JobEnergy.__table__).c
-S = cast(Table, Sample.__table__).c
-GH = cast(Table, JobGpuHour.__table__)
 NS = cast(Table, NodeShipment.__table__).c
 
 
@@ -111,10 +91,6 @@ class AggregateSummary:
             f" ({self.rollup_rows:,} rollup rows), GPU samples read again for {gpu}"
             f" in {self.seconds:.1f} s"
         )
-
-
-def _day_floor(ts: float) -> float:
-    return ts - (ts % DAY)
 
 
 # --- which jobs ---------------------------------------------------------------------------------------
@@ -177,154 +153,6 @@ def _jobs_by_raw_id(conn: Connection, ids: Scope) -> set[int]:
     return out
 
 
-# --- GPU samples --------------------------------------------------------------------------------------
-
-
-@dataclass
-class GpuUse:
-    energy_j: float = 0.0  # of the samples (GPU power x time)
-    util_energy: float = 0.0  # sum(util% x power x dt)
-    seconds: float = 0.0
-    idle_s: float = 0.0
-    idle_j: float = 0.0
-    mem_peak_mb: float | None = None  # the most memory one of the job's GPUs held in the hour
-
-
-def _gpu_params(cfg: Config) -> tuple[float, float, float]:
-    """(idle threshold %, collector step, longest gap a sample stands for): job_gpu_hours depend on them."""
-    step = cfg.collector.interval_s
-    return cfg.aggregate.idle_gpu_util_pct, step, max(3 * step, 60.0)
-
-
-def _gpu_params_key(cfg: Config) -> str:
-    threshold, step, max_dt = _gpu_params(cfg)
-    return f"v2 idle<{threshold!r} step={step!r} max_dt={max_dt!r}"  # v2: with the memory peak
-
-
-def _gpu_hours_select(
-    conn: Connection,
-    cfg: Config,
-    cluster_id: int | None,
-    raw_ids: Sequence[str] | None,
-    since: datetime | None = None,
-) -> Any:
-    """Per cluster, raw job id and hour: what the job's GPU samples say (a job_gpu_hours row).
-
-    A sample stands for the time to the next one of the same GPU (the last: one collector step), capped
-    so that a gap in the samples is not filled with the power before it. A job's figures depend only on
-    its own samples, so one pass over all of them gives what per-job queries give.
-    """
-    threshold, step, max_dt = _gpu_params(cfg)
-    where = [S.source == "nvml", S.metric.in_(("power_w", "util_pct", "mem_used_mb")), S.job_id.is_not(None)]
-    if cluster_id is not None:
-        where.append(S.cluster_id == cluster_id)
-    if raw_ids is not None:
-        where.append(S.job_id.in_(list(raw_ids)))
-    if since is not None:  # on an hour's start: the hours from there on come out whole
-        where.append(S.ts >= since)
-    p = (
-        select(
-            S.cluster_id,
-            S.job_id,
-            S.node,
-            S.device,
-            S.ts,
-            func.max(_when(S.metric == "power_w", S.value)).label("power"),
-            func.max(_when(S.metric == "util_pct", S.value)).label("util"),
-            func.max(_when(S.metric == "mem_used_mb", S.value)).label("mem"),
-        )
-        .where(*where)
-        .group_by(S.cluster_id, S.job_id, S.node, S.device, S.ts)
-        .subquery()
-    )
-    t = func.round(epoch(p.c.ts), 3)  # (SQLite's julianday arithmetic is a few µs off a whole hour)
-    nxt = func.lead(t).over(partition_by=(p.c.cluster_id, p.c.job_id, p.c.node, p.c.device), order_by=p.c.ts)
-    dt = func.coalesce(nxt - t, step)
-    d = select(
-        p.c.cluster_id, p.c.job_id, t.label("t"), p.c.power, p.c.util, p.c.mem, dt.label("dt")
-    ).subquery()
-    hour = cast_bigint(func.floor(d.c.t / 3600.0))
-    dtc = func.min(d.c.dt, max_dt) if conn.dialect.name == "sqlite" else func.least(d.c.dt, max_dt)
-    pw = func.coalesce(d.c.power, 0.0)
-    idle = d.c.util < threshold
-    return select(
-        d.c.cluster_id,
-        d.c.job_id,
-        hour.label("hour"),
-        func.coalesce(func.sum(pw * dtc), 0.0),
-        func.coalesce(func.sum(func.coalesce(d.c.util, 0.0) * pw * dtc), 0.0),
-        func.coalesce(func.sum(dtc), 0.0),
-        func.coalesce(func.sum(_when(idle, dtc, 0.0)), 0.0),
-        func.coalesce(func.sum(_when(idle, pw * dtc, 0.0)), 0.0),
-        func.max(d.c.mem),
-    ).group_by(d.c.cluster_id, d.c.job_id, hour)
-
-
-def cast_bigint(x: Any) -> Any:
-    from sqlalchemy import BigInteger
-    from sqlalchemy import cast as sql_cast
-
-    return sql_cast(x, BigInteger)
-
-
-_GH_COLS = (
-    "cluster_id", "job_id", "hour", "energy_j", "util_energy", "seconds", "idle_s", "idle_j", "mem_peak_mb"
-)  # fmt: skip
-
-
-Scope = dict[int, dict[str, float | None]]  # cluster -> raw job id -> from when (epoch s; None: all)
-
-
-def _refresh_gpu_hours(conn: Connection, cfg: Config, scope: Scope | None) -> int:
-    """Derive job_gpu_hours again from the samples: of every job (scope None), or of these jobs from the
-    hour before their first new sample on (that hour's last sample now has a successor; earlier hours
-    cannot change, and a week-long job's older samples are not read again every hour)."""
-    _big_work_mem(conn)
-    if scope is None:
-        conn.execute(delete(GH))
-        ins = insert(GH).from_select(list(_GH_COLS), _gpu_hours_select(conn, cfg, None, None))
-        return int(conn.execute(ins.execution_options(preserve_rowcount=True)).rowcount or 0)
-    n = 0
-    for cid, jobs in scope.items():
-        by_hour: dict[int | None, list[str]] = defaultdict(list)
-        for jid, t in jobs.items():
-            by_hour[None if t is None else int(t // 3600) - 1].append(jid)
-        for h0, ids_ in by_hour.items():
-            ids = sorted(ids_)
-            for i in range(0, len(ids), 5000):
-                chunk = ids[i : i + 5000]
-                gone = delete(GH).where(GH.c.cluster_id == cid, GH.c.job_id.in_(chunk))
-                if h0 is not None:
-                    gone = gone.where(GH.c.hour >= h0)
-                conn.execute(gone)
-                since = None if h0 is None else datetime.fromtimestamp(h0 * 3600.0, UTC)
-                sel = _gpu_hours_select(conn, cfg, cid, chunk, since)
-                ins = insert(GH).from_select(list(_GH_COLS), sel)
-                n += int(conn.execute(ins.execution_options(preserve_rowcount=True)).rowcount or 0)
-    return n
-
-
-def _read_gpu_hours(
-    conn: Connection, keys: dict[int, list[str]] | None
-) -> dict[tuple[int, str], dict[float, GpuUse]]:
-    """job_gpu_hours of these (cluster, raw id)s (None: all), keyed by the hour's start in epoch seconds."""
-    out: dict[tuple[int, str], dict[float, GpuUse]] = defaultdict(dict)
-    cols = [GH.c[k] for k in _GH_COLS]
-    queries = []
-    if keys is None:
-        queries.append(select(*cols))
-    else:
-        for cid, ids in keys.items():
-            for i in range(0, len(ids), 5000):
-                queries.append(
-                    select(*cols).where(GH.c.cluster_id == cid, GH.c.job_id.in_(ids[i : i + 5000]))
-                )
-    for q in queries:
-        for cid, jid, h, e, ue, sec, idle_s, idle_j, mem in conn.execute(q):
-            out[(cid, jid)][float(h) * 3600.0] = GpuUse(e, ue, sec, idle_s, idle_j, mem)
-    return out
-
-
 def _new_samples(conn: Connection, after: datetime | None) -> Scope:
     """The jobs (per cluster, raw id) that sample batches shipped since `after` have samples of, each with
     its earliest new sample's time (None where a batch did not say: the whole job)."""
@@ -343,12 +171,6 @@ def _new_samples(conn: Connection, after: datetime | None) -> Scope:
                 prev = jobs[jid]
                 jobs[jid] = None if prev is None or ts is None else min(prev, ts)
     return out
-
-
-def _when(cond: Any, value: Any, other: Any = None) -> Any:
-    from sqlalchemy import case, literal
-
-    return case((cond, value), else_=literal(other) if other is not None else None)
 
 
 # --- per-job metrics -----------------------------------------------------------------------------------
@@ -391,7 +213,7 @@ def _process_batch(
         for j in jobs:
             if j.alloc_gpus and j.job_id_raw is not None:
                 keys[j.cluster_id].append(str(j.job_id_raw))
-        use = _read_gpu_hours(conn, keys) if keys else {}
+        use = read_gpu_hours(conn, keys) if keys else {}
     # one intensity index per batch, over the batch's span
     hw_cache: dict[tuple[str | None, str | None], Any] = {}
     plans = []
@@ -473,7 +295,7 @@ def _process_batch(
                 }
             )
         elapsed_h = (t1 - t0) / 3600.0
-        d0, d1 = _day_floor(t0), _day_floor(t1 if t1 > t0 else t0)
+        d0, d1 = day_floor(t0), day_floor(t1 if t1 > t0 else t0)
         if hours:
             e = sum(u.energy_j for u in hours.values())
             seconds = sum(u.seconds for u in hours.values())
@@ -522,9 +344,9 @@ def _process_batch(
         if j.id in must or not same or co2_changed or resplit:
             days.add(d0)
             if d1 > d0:
-                days.update(_days(d0, d1))
+                days.update(day_starts(d0, d1))
             if prev is not None and prev[1 + _N_PLAIN] is not None and prev[2 + _N_PLAIN] is not None:
-                days.update(_days(_epoch_of(prev[1 + _N_PLAIN]), _epoch_of(prev[2 + _N_PLAIN])))
+                days.update(day_starts(_epoch_of(prev[1 + _N_PLAIN]), _epoch_of(prev[2 + _N_PLAIN])))
     _write_splits(conn, split_updates)
     if conn.dialect.name == "postgresql":
         _write_pg(conn, job_updates, metrics)
@@ -703,299 +525,6 @@ def _among(conn: Connection, col: Any, pks: list[int]) -> Any:
     return col == any_(bindparam("pks", pks, type_=ARRAY(BigInteger)))
 
 
-def _big_work_mem(conn: Connection) -> None:
-    """PostgreSQL: a bigger work_mem for this transaction (the year-wide sorts and hashes stay in memory)."""
-    if conn.dialect.name == "postgresql":
-        conn.exec_driver_sql(f"SET LOCAL work_mem = '{WORK_MEM}'")
-
-
-def _days(d0: float, d1: float) -> list[float]:
-    out = []
-    d = d0
-    while d <= d1:
-        out.append(d)
-        d += DAY
-    return out
-
-
-# --- daily rollups ------------------------------------------------------------------------------------
-
-
-def _ranges(days: Iterable[float]) -> list[tuple[float, float]]:
-    """Contiguous [first, last] runs of day starts."""
-    out: list[tuple[float, float]] = []
-    for d in sorted(days):
-        if out and d - out[-1][1] <= DAY + 1:
-            out[-1] = (out[-1][0], d)
-        else:
-            out.append((d, d))
-    return out
-
-
-def _rebuild_days(
-    conn: Connection, days: set[float], *, in_sql: bool | None = None, wide: bool | None = None
-) -> int:
-    """Rebuild the rollups of these days; on PostgreSQL in one statement per range (`in_sql`, `wide`:
-    force the way, for tests)."""
-    if in_sql is None:
-        in_sql = conn.dialect.name == "postgresql"
-    rows = 0
-    for first, last in _ranges(days):
-        lo, hi = datetime.fromtimestamp(first, UTC), datetime.fromtimestamp(last + DAY, UTC)
-        if in_sql:
-            rows += _rebuild_range_pg(conn, lo, hi, first, last, wide)
-            continue
-        jobs = conn.execute(
-            select(
-                J.id, J.cluster_id, J.user_name, J.account, J.partition, J.start_time, J.elapsed_s,
-                J.alloc_cpus, J.alloc_gpus, J.state, J.energy_j, J.energy_measured_j, J.co2_g,
-                J.energy_est_low_j, J.energy_est_high_j, M.c.co2_embodied_g, M.c.gpu_util_pct,
-                M.c.gpu_samples_s, M.c.idle_gpu_s, M.c.gpu_samples_j, M.c.idle_gpu_energy_j,
-            )
-            .outerjoin(M, M.c.job_pk == J.id)
-            .where(J.start_time < hi, or_(J.end_time >= lo, J.end_time.is_(None)), J.start_time.is_not(None))
-        ).all()  # fmt: skip
-        comp: dict[int, dict[str, float]] = defaultdict(dict)
-        ids = [j.id for j in jobs]
-        for i in range(0, len(ids), 20_000):
-            for pk, c, e in conn.execute(
-                select(E.job_pk, E.component, func.sum(E.energy_j))
-                .where(E.job_pk.in_(ids[i : i + 20_000]))
-                .group_by(E.job_pk, E.component)
-            ):
-                comp[pk][c] = e or 0.0
-        acc: dict[tuple[Any, ...], list[float]] = {}
-        for j in jobs:
-            start = as_utc(j.start_time)
-            assert start is not None
-            t0 = start.timestamp()
-            el = max(j.elapsed_s or 0.0, 0.0)
-            t1 = t0 + el
-            d = _day_floor(t0)
-            while d <= t1 and d <= last:
-                if d >= first:
-                    frac = share(t0, el, d, d + DAY)
-                    if frac > 0:
-                        _add(acc, j, d, frac, overlap(t0, el, d, d + DAY), comp.get(j.id, {}))
-                d += DAY
-        conn.execute(delete(R).where(R.c.day >= lo, R.c.day < hi))
-        if acc:
-            batch = [_rollup_row(k, v) for k, v in acc.items()]
-            for i in range(0, len(batch), 10_000):
-                conn.execute(insert(R), batch[i : i + 10_000])
-            rows += len(batch)
-    return rows
-
-
-_KEYS = ("cluster_id", "day", "user_name", "account", "partition")
-
-
-def _rebuild_range_pg(
-    conn: Connection, lo: datetime, hi: datetime, first: float, last: float, wide: bool | None
-) -> int:
-    """One range of days on PostgreSQL: the rows computed into a temporary table, then only the
-    differences written (most rows of a recompute come out the same, and rewriting a year's rows and
-    their five indexes costs more than computing them). Returns the range's row count."""
-    _big_work_mem(conn)
-    if wide is None:
-        wide = (last - first) / DAY + 1 > WIDE_DAYS
-    # One query that runs once: compiling it (JIT) costs seconds and saves nothing. Its groups (about a
-    # quarter of the jobs) fit in memory: hashing them beats sorting a million job-days.
-    conn.exec_driver_sql("SET LOCAL jit = off")
-    conn.exec_driver_sql("SET LOCAL enable_sort = off")
-    conn.exec_driver_sql("DROP TABLE IF EXISTS cocaq_rollup_new")
-    sql = _ROLLUP_PG_WIDE if wide else _ROLLUP_PG_NARROW
-    params = {"lo": lo, "hi": hi, "first": first, "last": last}
-    conn.execute(text(f"CREATE TEMP TABLE cocaq_rollup_new ON COMMIT DROP AS {sql}"), params)
-    conn.exec_driver_sql("SET LOCAL enable_sort = on")
-    conn.exec_driver_sql("ANALYZE cocaq_rollup_new")
-    same_key = " AND ".join(f"r.{k} = t.{k}" for k in _KEYS)
-    vals = ", ".join(_FIELDS)
-    conn.execute(
-        text(
-            "DELETE FROM daily_rollups r WHERE r.day >= :lo AND r.day < :hi"
-            f" AND NOT EXISTS (SELECT 1 FROM cocaq_rollup_new t WHERE {same_key})"
-        ),
-        {"lo": lo, "hi": hi},
-    )
-    new_vals = ", ".join("t." + f for f in _FIELDS)
-    old_vals = ", ".join("r." + f for f in _FIELDS)
-    conn.exec_driver_sql(
-        f"UPDATE daily_rollups r SET ({vals}, computed_at) = ({new_vals}, now())"
-        f" FROM cocaq_rollup_new t WHERE {same_key} AND ({old_vals}) IS DISTINCT FROM ({new_vals})"
-    )
-    # New rows by the unique key's index. (An anti-join here was quadratic on a first run: the table's
-    # statistics said empty, so each new row scanned the heap the statement itself was growing.)
-    inserted = conn.exec_driver_sql(
-        f"INSERT INTO daily_rollups ({', '.join(_KEYS)}, {vals}) SELECT {', '.join(_KEYS)}, {vals}"
-        f" FROM cocaq_rollup_new t ON CONFLICT ({', '.join(_KEYS)}) DO NOTHING"
-    ).rowcount
-    if inserted > 10_000:  # the next ranges' plans must not take the table for the empty one it was
-        conn.exec_driver_sql("ANALYZE daily_rollups")
-    n = conn.exec_driver_sql("SELECT count(*) FROM cocaq_rollup_new").scalar_one()
-    conn.exec_driver_sql("DROP TABLE cocaq_rollup_new")
-    return int(n)
-
-
-# PostgreSQL: the same rows as _add/_rollup_row below, computed in one query per range of days [first,
-# last] (epoch seconds of UTC midnights): each job counts in the days d from its start's day while d <= its
-# end and d <= last, kept where d >= first and it ran in d (or, with no run time, started in d).
-# Two ways to get each job's energy by component: for a few days' jobs, an index lookup per job; for a
-# long range (a full recompute), one pass over job_energy hashed by job. Jobs within one day (most of
-# them) skip generate_series, whose row estimate would otherwise mislead the planner.
-_ROLLUP_JOBS = """
-WITH j AS (
-    SELECT j.id, j.cluster_id, j.user_name, coalesce(j.account, '') AS account,
-           coalesce(j.partition, '') AS partition, split_part(coalesce(j.state, ''), ' ', 1) AS st,
-           extract(epoch FROM j.start_time)::float8 AS t0, greatest(coalesce(j.elapsed_s, 0.0), 0.0) AS el,
-           coalesce(j.alloc_cpus, 0) AS cpus, coalesce(j.alloc_gpus, 0) AS gpus,
-           coalesce(j.energy_j, 0.0) AS energy, coalesce(j.energy_measured_j, 0.0) AS measured,
-           coalesce(j.energy_est_low_j, coalesce(j.energy_j, 0.0) - coalesce(j.energy_measured_j, 0.0))
-               AS est_lo,
-           coalesce(j.energy_est_high_j, coalesce(j.energy_j, 0.0) - coalesce(j.energy_measured_j, 0.0))
-               AS est_hi,
-           coalesce(j.co2_g, 0.0) AS co2, coalesce(m.co2_embodied_g, 0.0) AS embodied, m.gpu_util_pct AS util,
-           coalesce(m.gpu_samples_j, 0.0) AS util_j,
-           coalesce(m.idle_gpu_s, 0.0) AS idle_s, coalesce(m.idle_gpu_energy_j, 0.0) AS idle_j,
-           coalesce(c.gpu, 0.0) AS e_gpu, coalesce(c.cpu, 0.0) AS e_cpu, coalesce(c.dram, 0.0) AS e_dram,
-           coalesce(c.other, 0.0) AS e_other
-    FROM jobs j LEFT JOIN job_metrics m ON m.job_pk = j.id
-    {energy}
-    WHERE j.start_time < :hi AND (j.end_time >= :lo OR j.end_time IS NULL) AND j.start_time IS NOT NULL
-), x AS (
-    SELECT j.*, k.day, {ov} AS ov
-    FROM j CROSS JOIN LATERAL (SELECT floor(j.t0 / 86400.0) * 86400.0 AS day) k
-    WHERE floor(j.t0 / 86400.0) = floor(least(j.t0 + j.el, CAST(:last AS float8)) / 86400.0)
-    UNION ALL
-    SELECT j.*, k.day, {ov} AS ov
-    FROM j CROSS JOIN LATERAL (
-        SELECT n * 86400.0::float8 AS day
-        FROM generate_series(
-            floor(j.t0 / 86400.0)::bigint, floor(least(j.t0 + j.el, CAST(:last AS float8)) / 86400.0)::bigint
-        ) AS n
-    ) k
-    WHERE floor(j.t0 / 86400.0) <> floor(least(j.t0 + j.el, CAST(:last AS float8)) / 86400.0)
-), d AS (
-    SELECT x.*, {frac} AS frac
-    FROM x WHERE x.day >= CAST(:first AS float8)
-)
-SELECT cluster_id, to_timestamp(day) AS day, user_name, account, partition, count(*)::int AS jobs,
-       {counts},
-       sum(cpus * ov / 3600.0) AS cpu_hours, sum(gpus * ov / 3600.0) AS gpu_hours,
-       sum(e_gpu * frac) AS energy_gpu_j, sum(e_cpu * frac) AS energy_cpu_j,
-       sum(e_dram * frac) AS energy_dram_j, sum(e_other * frac) AS energy_other_j,
-       sum(measured * frac) AS energy_measured_j, sum((energy - measured) * frac) AS energy_estimated_j,
-       sum(est_lo * frac) AS energy_est_low_j, sum(est_hi * frac) AS energy_est_high_j,
-       {parts},
-       sum(co2 * frac) AS co2_g, sum(embodied * frac) AS co2_embodied_g,
-       sum(CASE WHEN util IS NOT NULL THEN util_j * frac ELSE 0.0 END) AS gpu_util_energy_j,
-       sum(CASE WHEN util IS NOT NULL THEN util * (util_j * frac) ELSE 0.0 END) AS gpu_util_weighted,
-       sum(idle_s * frac / 3600.0) AS idle_gpu_hours
-FROM d
-WHERE frac > 0
-GROUP BY cluster_id, day, user_name, account, partition
-"""
-_ENERGY_SUMS = """
-           sum(coalesce(e.energy_j, 0.0)) FILTER (WHERE e.component = 'gpu') AS gpu,
-           sum(coalesce(e.energy_j, 0.0)) FILTER (WHERE e.component = 'cpu') AS cpu,
-           sum(coalesce(e.energy_j, 0.0)) FILTER (WHERE e.component = 'dram') AS dram,
-           sum(coalesce(e.energy_j, 0.0)) FILTER (WHERE e.component NOT IN ('gpu', 'cpu', 'dram')) AS other
-"""
-# The ledger's disjoint parts (cocaq.accounting.ledger: idle GPUs, then failed, out of memory, timed out,
-# cancelled)
-_PARTS_PG = ",\n       ".join(
-    f"sum(({outcome_sql(o, 'st', 'energy', 'idle_j', 'postgresql')}) * frac) AS {col}"
-    for o, col in (("idle", "idle_gpu_energy_j"), *((o, f"energy_{o}_j") for o in OUTCOMES))
-)
-_COUNTS_PG = ",\n       ".join(f"sum({count_sql(o, 'st')})::int AS jobs_{o}" for o in OUTCOMES)
-# Each job's share of a day (cocaq.accounting.window): ov seconds of it in [day, day + 1 day).
-_OV_PG = overlap_sql("j.t0", "j.el", "k.day", "k.day + 86400.0", "postgresql")
-_FRAC_PG = share_sql("x.t0", "x.el", "x.ov", [("x.day", "x.day + 86400.0")])
-_ROLLUP_PG_NARROW = _ROLLUP_JOBS.format(
-    energy=f"LEFT JOIN LATERAL (SELECT {_ENERGY_SUMS} FROM job_energy e WHERE e.job_pk = j.id) c ON true",
-    parts=_PARTS_PG,
-    counts=_COUNTS_PG,
-    ov=_OV_PG,
-    frac=_FRAC_PG,
-)
-_ROLLUP_PG_WIDE = _ROLLUP_JOBS.format(
-    energy=f"LEFT JOIN (SELECT e.job_pk, {_ENERGY_SUMS} FROM job_energy e GROUP BY e.job_pk) c"
-    " ON c.job_pk = j.id",
-    parts=_PARTS_PG,
-    counts=_COUNTS_PG,
-    ov=_OV_PG,
-    frac=_FRAC_PG,
-)
-WIDE_DAYS = 31  # ranges of more days than this take the one-pass variant
-
-_FIELDS = (
-    "jobs", "jobs_failed", "jobs_oom", "jobs_timeout", "jobs_cancelled", "cpu_hours", "gpu_hours",
-    "energy_gpu_j", "energy_cpu_j", "energy_dram_j", "energy_other_j", "energy_measured_j",
-    "energy_estimated_j", "energy_failed_j", "energy_oom_j", "energy_timeout_j", "energy_cancelled_j",
-    "co2_g", "co2_embodied_g", "gpu_util_energy_j", "gpu_util_weighted", "idle_gpu_hours",
-    "idle_gpu_energy_j", "energy_est_low_j", "energy_est_high_j",
-)  # fmt: skip
-_AT = {name: i for i, name in enumerate(_FIELDS)}
-
-
-def _add(
-    acc: dict[tuple[Any, ...], list[float]],
-    j: Any,
-    day: float,
-    frac: float,
-    ov: float,
-    comp: dict[str, float],
-) -> None:
-    key = (j.cluster_id, day, j.user_name, j.account or "", j.partition or "")
-    v = acc.get(key)
-    if v is None:
-        v = acc[key] = [0.0] * len(_FIELDS)
-    a = _AT
-    energy = j.energy_j or 0.0
-    parts = waste(j.state, energy, j.idle_gpu_energy_j or 0.0)
-    outcome = outcome_of(j.state)
-    v[a["jobs"]] += 1
-    if outcome is not None:
-        v[a[f"jobs_{outcome}"]] += 1
-    v[a["cpu_hours"]] += (j.alloc_cpus or 0) * ov / 3600.0
-    v[a["gpu_hours"]] += (j.alloc_gpus or 0) * ov / 3600.0
-    v[a["energy_gpu_j"]] += comp.get("gpu", 0.0) * frac
-    v[a["energy_cpu_j"]] += comp.get("cpu", 0.0) * frac
-    v[a["energy_dram_j"]] += comp.get("dram", 0.0) * frac
-    v[a["energy_other_j"]] += sum(e for c, e in comp.items() if c not in ("gpu", "cpu", "dram")) * frac
-    v[a["energy_measured_j"]] += (j.energy_measured_j or 0.0) * frac
-    estimated = energy - (j.energy_measured_j or 0.0)
-    v[a["energy_estimated_j"]] += estimated * frac
-    # the estimate's range where the job has one (calibrated GPUs), else the estimate itself
-    low, high = j.energy_est_low_j, j.energy_est_high_j
-    v[a["energy_est_low_j"]] += (estimated if low is None else low) * frac
-    v[a["energy_est_high_j"]] += (estimated if high is None else high) * frac
-    for o in OUTCOMES:
-        v[a[f"energy_{o}_j"]] += getattr(parts, o) * frac
-    v[a["co2_g"]] += (j.co2_g or 0.0) * frac
-    v[a["co2_embodied_g"]] += (j.co2_embodied_g or 0.0) * frac
-    if j.gpu_util_pct is not None:  # weighted by the GPU energy its samples saw (also node-measured jobs)
-        ge = (j.gpu_samples_j or 0.0) * frac
-        v[a["gpu_util_energy_j"]] += ge
-        v[a["gpu_util_weighted"]] += j.gpu_util_pct * ge
-    v[a["idle_gpu_hours"]] += (j.idle_gpu_s or 0.0) * frac / 3600.0
-    v[a["idle_gpu_energy_j"]] += parts.idle * frac
-
-
-def _rollup_row(key: tuple[Any, ...], v: list[float]) -> dict[str, Any]:
-    cid, day, user, account, partition = key
-    row: dict[str, Any] = {
-        "cluster_id": cid,
-        "day": datetime.fromtimestamp(day, UTC),
-        "user_name": user,
-        "account": account,
-        "partition": partition,
-    }
-    for name, x in zip(_FIELDS, v, strict=True):
-        row[name] = int(x) if name.startswith("jobs") else x
-    return row
-
-
 # --- the run ------------------------------------------------------------------------------------------
 
 
@@ -1018,7 +547,7 @@ def run_aggregate(
     t_start = time.monotonic()
     res = AggregateSummary()
     st = cast(Table, AggregatorState.__table__)
-    key = _gpu_params_key(cfg)
+    key = gpu_params_key(cfg)
     with engine.begin() as conn:
         db_now = as_utc(conn.execute(select(utcnow())).scalar_one())
         state = {r.name: r for r in conn.execute(select(st.c.name, st.c.watermark, st.c.params))}
@@ -1026,11 +555,11 @@ def run_aggregate(
         gh = state.get(GPU_HOURS)
         sampled: Scope = {}
         if rescan_samples or gh is None or gh.params != key:
-            res.gpu_hours_rows = _refresh_gpu_hours(conn, cfg, None)
+            res.gpu_hours_rows = refresh_gpu_hours(conn, cfg, None)
             res.gpu_hours_jobs = -1  # every job's
         else:
             sampled = _new_samples(conn, as_utc(gh.watermark))
-            res.gpu_hours_rows = _refresh_gpu_hours(conn, cfg, sampled)
+            res.gpu_hours_rows = refresh_gpu_hours(conn, cfg, sampled)
             res.gpu_hours_jobs = sum(len(v) for v in sampled.values())
         _set_state(conn, GPU_HOURS, db_now, key)
         t = res.lap("gpu hours from samples", t_start)
@@ -1041,7 +570,7 @@ def run_aggregate(
     all_use = None
     if len(pks) > ONE_PASS:  # many jobs: read all of job_gpu_hours once rather than by the batch's ids
         with engine.connect() as conn:
-            all_use = _read_gpu_hours(conn, None)
+            all_use = read_gpu_hours(conn, None)
         t = res.lap("reading gpu hours", t)
     batches = [pks[i : i + BATCH] for i in range(0, len(pks), BATCH)]
     workers = _workers(engine, cfg, len(pks))
@@ -1066,10 +595,10 @@ def run_aggregate(
                     R.c.day >= datetime.fromtimestamp(d_hi + DAY, UTC),
                 )
                 conn.execute(delete(R).where(outside))
-                days = set(_days(d_lo, d_hi))
+                days = set(day_starts(d_lo, d_hi))
             else:
                 conn.execute(delete(R))
-        res.rollup_rows = _rebuild_days(conn, days)
+        res.rollup_rows = rebuild_days(conn, days)
         res.days = len(days)
         _set_state(conn, WATERMARK, db_now, None)
     res.lap("rollups", t)

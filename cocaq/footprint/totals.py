@@ -9,7 +9,7 @@ The aggregator's `daily_rollups` hold exactly that per UTC day, so a window's to
   or before the UTC midnight on or before its watermark, the start of its last completed run), plus
 * for the partial days at the window's edges and the days after the watermark, the same quantities
   computed from `jobs` (with `job_energy` and `job_metrics`) with the rollups' own formulas
-  (`cocaq.accounting.aggregate._ROLLUP_PG`): one pass over the key's jobs in the window.
+  (`cocaq.accounting.rollups._ROLLUP_JOBS`): one pass over the key's jobs in the window.
 
 Two figures always come from that pass over the whole window: job counts (a rollup counts a job once in
 each day it ran, so days do not add up to distinct jobs) and energy with PUE (no rollup holds it); the
@@ -44,7 +44,7 @@ CAR_KG_PER_KM = 0.400 / 1.609344  # "about 400 grams of CO2 per mile" for a typi
 PHONE_CHARGE_KG = 8.22e-3  # kg CO2 per smartphone charge
 
 DAY = timedelta(days=1)
-# What a daily_rollups row sums (cocaq.accounting.aggregate._FIELDS without the job counts), in its units.
+# What a daily_rollups row sums (cocaq.accounting.rollups.FIELDS without the job counts), in its units.
 ROLLUP_SUMS = (
     "cpu_hours", "gpu_hours", "energy_gpu_j", "energy_cpu_j", "energy_dram_j", "energy_other_j",
     "energy_measured_j", "energy_estimated_j", "energy_failed_j", "energy_oom_j", "energy_timeout_j",
@@ -366,7 +366,7 @@ def footprint_sql(
     """One statement, one pass over the scope's jobs in the window, returning rows of three parts:
 
     0 (PART_JOBS), per key: distinct jobs by state and energy x PUE over the whole window, and the
-      rollups' quantities over the edge intervals (as cocaq.accounting.aggregate._ROLLUP_PG computes them for
+      rollups' quantities over the edge intervals (as cocaq.accounting.rollups._ROLLUP_JOBS computes them for
       a
       day: job_energy by component and job_metrics are read for the edge jobs only, by `IN`, which
       PostgreSQL plans as index lookups rather than a merge join along all of job_metrics);
