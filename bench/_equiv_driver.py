@@ -16,7 +16,8 @@ from datetime import UTC
 from pathlib import Path
 
 from cocaq.accounting.importer import import_records
-from cocaq.config import Hardware, NodeGroup, load_config
+from cocaq.config import Hardware, NodeGroup
+from cocaq.config_load import load_config
 from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.slurm.sacct import ParseStats, iter_parsable

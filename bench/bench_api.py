@@ -332,7 +332,7 @@ def profile(cfg_path: Path, user: str, params: dict[str, str], n: int) -> dict[s
     from cocaq.api import munge
     from cocaq.api.client import payload_for
     from cocaq.api.server import create_app
-    from cocaq.config import load_config
+    from cocaq.config_load import load_config
 
     cfg = load_config(cfg_path, environ={})
     app = create_app(cfg)

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cocaq.accounting import calibrate  # noqa: E402
-from cocaq.config import load_config  # noqa: E402
+from cocaq.config_load import load_config  # noqa: E402
 from cocaq.db.engine import make_engine  # noqa: E402
 
 LABELS = {

@@ -207,7 +207,7 @@ def profile(cfg: Path, cycles: int) -> dict[str, object]:
     import pstats
 
     from cocaq.collector.daemon import Collector
-    from cocaq.config import load_config
+    from cocaq.config_load import load_config
 
     conf = load_config(str(cfg), {})
     col = Collector(conf)

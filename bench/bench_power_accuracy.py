@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from cocaq.collector import fakenvml, sources  # noqa: E402
 from cocaq.collector.daemon import _running  # noqa: E402
-from cocaq.config import load_config  # noqa: E402
+from cocaq.config_load import load_config  # noqa: E402
 from cocaq.prolog_epilog import hook  # noqa: E402
 
 EPOCH = 1_800_000_000.0

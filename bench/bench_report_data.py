@@ -134,7 +134,7 @@ def build(dbname: str, jobs: int, month: str, sampled: int, seed: int) -> dict[s
     from cocaq.accounting.aggregate import _set_state, run_aggregate
     from cocaq.accounting.gpu_hours import gpu_params_key
     from cocaq.accounting.importer import import_records
-    from cocaq.config import load_config
+    from cocaq.config_load import load_config
     from cocaq.db import migrate
     from cocaq.db.engine import make_engine
     from cocaq.db.schema import ModelMetadata
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from sqlalchemy import text
 
-    from cocaq.config import load_config
+    from cocaq.config_load import load_config
     from cocaq.db.engine import make_engine
     from cocaq.reports import data
     from cocaq.reports.suggest import suggest_for_user

@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import bench_report_data as brd
 
-    from cocaq.config import load_config
+    from cocaq.config_load import load_config
     from cocaq.db import migrate
     from cocaq.db.engine import make_engine
 

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     a = p.parse_args(argv)
 
-    from cocaq.config import load_config
+    from cocaq.config_load import load_config
     from cocaq.db import dbapi
     from cocaq.footprint import advice, jobfacts
 

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     from sqlalchemy import event
 
     from cocaq.accounting.aggregate import run_aggregate
-    from cocaq.config import load_config
+    from cocaq.config_load import load_config
     from cocaq.db.engine import make_engine
 
     cfg = load_config(c.CONFIG, {"COCAQ_DATABASE_URL": c.pg_url(a.db)})

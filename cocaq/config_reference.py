@@ -2,9 +2,10 @@
 
 Every setting of cocaq.toml is a field of a frozen dataclass in cocaq.config, and carries its one-line
 description in the field's metadata (`doc`); the sections' descriptions are the dataclasses' docstrings,
-and the environment variables come from the same module's `ENV_SECTIONS`, `ENV_SHORTHANDS` and
-`_NON_SETTING_ENV`. This module only renders them, so the reference cannot drift from the code:
-tests/test_config_reference.py fails when docs/configuration.md is not what `render()` makes now.
+and the environment variables come from the loader, cocaq.config_load (`ENV_SECTIONS`, `ENV_SHORTHANDS`
+and `_NON_SETTING_ENV`, what `_apply_env` accepts). This module only renders them, so the reference
+cannot drift from the code: tests/test_config_reference.py fails when docs/configuration.md is not what
+`render()` makes now.
 Regenerate with `python -m cocaq.config_reference --output docs/configuration.md`.
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from cocaq import config as C
+from cocaq import config_load as L
 
 REGENERATE = "python -m cocaq.config_reference --output docs/configuration.md"
 
@@ -103,7 +105,7 @@ def _cell(text: str) -> str:
 
 
 def _shorthand(key: str) -> str | None:
-    for var, target in C.ENV_SHORTHANDS.items():
+    for var, target in L.ENV_SHORTHANDS.items():
         if target == key:
             return var
     return None
@@ -114,7 +116,7 @@ def _env(section: str | None, f: dataclasses.Field[Any]) -> str:
         return "file only"
     names = []
     if section is not None:
-        if section not in C.ENV_SECTIONS:
+        if section not in L.ENV_SECTIONS:
             return "file only"
         names.append(f"COCAQ_{section.upper()}__{f.name.upper()}")
     short = _shorthand(f"{section}.{f.name}" if section else f.name)
@@ -189,7 +191,7 @@ def _environment() -> Iterator[str]:
     yield ""
     yield (
         "Besides `COCAQ_SECTION__KEY` for the sections "
-        + ", ".join(f"`[{s}]`" for s in C.ENV_SECTIONS)
+        + ", ".join(f"`[{s}]`" for s in L.ENV_SECTIONS)
         + " (not `[partitions.*]`, `[node_groups.*]` or tables such as `lab_heads`), these short forms "
         "set one key each. Variables are applied in name order, so `COCAQ_SMTP_HOST` and "
         "`COCAQ_SMTP_PORT` win over `COCAQ_MAIL__SMTP_HOST`/`_PORT`, while `COCAQ_CLUSTER__NAME` and "
@@ -199,7 +201,7 @@ def _environment() -> Iterator[str]:
     yield ""
     yield "| variable | sets |"
     yield "| --- | --- |"
-    for var, key in C.ENV_SHORTHANDS.items():
+    for var, key in L.ENV_SHORTHANDS.items():
         yield f"| `{var}` | `{key}` |"
     yield ""
     yield (
@@ -210,7 +212,7 @@ def _environment() -> Iterator[str]:
     yield ""
     yield "| variable | what it does |"
     yield "| --- | --- |"
-    for var, what in C._NON_SETTING_ENV.items():
+    for var, what in L._NON_SETTING_ENV.items():
         yield f"| `{var}` | {_cell(what)} |"
 
 

@@ -29,7 +29,7 @@ def _url() -> str:
     url = config.get_main_option("sqlalchemy.url")
     if url:
         return url
-    from cocaq.config import load_config
+    from cocaq.config_load import load_config
 
     return load_config().database_url
 

@@ -1,7 +1,7 @@
 """The hook's few settings, from cocaq.toml, at the cost of a stat() on most calls.
 
 Parsing TOML and validating the full configuration costs more than a hook's whole budget on a slow
-node, so the first call after the file (or a COCAQ_* variable) changes does it with cocaq.config and
+node, so the first call after the file (or a COCAQ_* variable) changes does it with cocaq.config_load and
 caches the result with marshal in a root-only directory; later calls check the file's identity and
 load the cache. A configuration that does not validate is reported and the defaults are used: a
 hook must run anyway.
@@ -33,7 +33,9 @@ def _key(path: str, explicit: bool, environ: Mapping[str, str]) -> tuple[Any, ..
 
 
 def _compute(path: str | None, environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
-    from cocaq.config import Config, ConfigError, load_config
+    from cocaq.config import Config
+    from cocaq.config_load import load_config
+    from cocaq.errors import ConfigError
 
     problems: list[str] = []
     try:

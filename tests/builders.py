@@ -16,7 +16,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from cocaq.config import Config, load_config
+from cocaq.config import Config
+from cocaq.config_load import load_config
 from cocaq.slurm.record import JobRecord
 
 # What (nearly) every test's cocaq.toml says: the cluster "c", and the TDPs that make estimates round.

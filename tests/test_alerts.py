@@ -20,7 +20,8 @@ import pytest
 from sqlalchemy import Engine, insert, select
 
 from cocaq.accounting.importer import import_records
-from cocaq.config import Config, load_config
+from cocaq.config import Config
+from cocaq.config_load import load_config
 from cocaq.db.schema import Cluster, Job, JobAlert, Sample, SentReport, User
 from cocaq.reports import alerts, idle_jobs
 from cocaq.reports.alerts import send_idle_alerts

@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 
 from cocaq.accounting.importer import import_records
 from cocaq.api.client import payload_for
-from cocaq.config import load_config
+from cocaq.config_load import load_config
 from cocaq.slurm.record import JobRecord
 from tests.builders import config_toml, job
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from cocaq.accounting.importer import import_records
-from cocaq.config import load_config
+from cocaq.config_load import load_config
 from cocaq.db.engine import make_engine
 from tests.conftest import ROOT, new_database, run_cocaq
 from tests.test_api import _job, need_munge_and_users, server_config

@@ -18,7 +18,7 @@ from schemathesis.checks import not_a_server_error
 from cocaq.accounting.importer import import_records
 from cocaq.api import munge
 from cocaq.api.client import payload_for
-from cocaq.config import load_config
+from cocaq.config_load import load_config
 from cocaq.db.engine import make_engine
 from tests.conftest import new_database
 from tests.test_api import _job, need_munge_and_users, server_config

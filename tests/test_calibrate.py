@@ -15,7 +15,7 @@ from sqlalchemy import Engine, text
 from cocaq.accounting import calibrate, measured
 from cocaq.accounting.importer import import_records
 from cocaq.collector.ship import connect
-from cocaq.config import load_config
+from cocaq.config_load import load_config
 from cocaq.slurm.record import JobRecord
 from tests.conftest import run_cocaq
 

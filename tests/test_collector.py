@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from cocaq.collector.daemon import Collector
-from cocaq.config import load_config
+from cocaq.config_load import load_config
 from tests.conftest import run_cocaq
 from tests.nodekit import UUID_BY_MINOR, cocaq_env, make_node
 from tests.sysfs_tree import make_cgroup_v2, make_rapl

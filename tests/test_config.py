@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from cocaq.config import load_config
+from cocaq.config_load import load_config
 from cocaq.errors import ConfigError
 from tests.conftest import run_cocaq
 

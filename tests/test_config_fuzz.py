@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cocaq import config as C
-from cocaq.config import ConfigError
+from cocaq import config_load as L
+from cocaq.errors import ConfigError
 
 SECTIONS: dict[str, Any] = {
     "cluster": C.Cluster, "estimate": C.Estimate, "collector": C.Collector, "carbon": C.Carbon,
@@ -72,7 +73,7 @@ def configs(draw: st.DrawFn) -> dict[str, Any]:
 @given(configs())
 def test_any_config_is_a_config_error_or_a_config(data: dict[str, Any]) -> None:
     try:
-        C._from_dict(data, "fuzz")
+        L._from_dict(data, "fuzz")
     except ConfigError as exc:
         assert "\n" not in str(exc).strip(), "one line"
 
@@ -88,7 +89,7 @@ def test_found_examples() -> None:
         {"node_groups": {"x": {"cpu_model": None}}},
     ):
         try:
-            C._from_dict(data, "fuzz")
+            L._from_dict(data, "fuzz")
         except ConfigError as exc:
             assert str(exc).isprintable(), "one line, control characters escaped"
 
@@ -106,7 +107,7 @@ def test_the_hooks_fall_back_to_their_defaults_on_any_config_failure(tmp_path: A
     def broken(*a: Any, **k: Any) -> Any:
         raise TypeError("a bug in the parser")
 
-    monkeypatch.setattr(C, "load_config", broken)
+    monkeypatch.setattr(L, "load_config", broken)
     got, problems = hookconfig._compute(str(bad), {})
     assert got["spool_dir"] == C.Config(database_url="sqlite://").spool_dir
     assert problems == ["config unusable (TypeError), hook uses defaults: a bug in the parser"]

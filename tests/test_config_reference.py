@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cocaq import config as C
+from cocaq import config_load as L
 from cocaq.config_reference import REGENERATE, render
 from cocaq.errors import ConfigError
 
@@ -48,7 +49,7 @@ def _known(tmp_path: Path, toml: str) -> list[str]:
     p = tmp_path / "c.toml"
     p.write_text(toml)
     with pytest.raises(ConfigError) as exc:
-        C.load_config(p, environ={})
+        L.load_config(p, environ={})
     m = re.search(r"unknown key \(known: ([^)]*)\)", str(exc.value))
     assert m, str(exc.value)
     return sorted(m.group(1).split(", "))
@@ -76,20 +77,20 @@ def test_the_documented_environment_variables_work(tmp_path: Path) -> None:
         "mail.smtp_host": "mx.example.org",
         "mail.smtp_port": "2525",
     }
-    assert set(C.ENV_SHORTHANDS.values()) == set(values)
-    for var, key in C.ENV_SHORTHANDS.items():
-        cfg = C.load_config(None, environ={var: values[key]})
+    assert set(L.ENV_SHORTHANDS.values()) == set(values)
+    for var, key in L.ENV_SHORTHANDS.items():
+        cfg = L.load_config(None, environ={var: values[key]})
         obj: object = cfg
         for part in key.split("."):
             obj = getattr(obj, part)
         assert str(obj) == values[key], var
-    for section in C.ENV_SECTIONS:
+    for section in L.ENV_SECTIONS:
         with pytest.raises(ConfigError, match=rf"config: {section}\.zzz: unknown key"):
-            C.load_config(None, environ={f"COCAQ_{section.upper()}__ZZZ": "1"})
+            L.load_config(None, environ={f"COCAQ_{section.upper()}__ZZZ": "1"})
     with pytest.raises(ConfigError, match="unknown section 'partitions'"):
-        C.load_config(None, environ={"COCAQ_PARTITIONS__GPU": "1"})
+        L.load_config(None, environ={"COCAQ_PARTITIONS__GPU": "1"})
     with pytest.raises(ConfigError, match="unknown setting"):
-        C.load_config(None, environ={"COCAQ_NO_SUCH_THING": "1"})
-    for var in C._NON_SETTING_ENV:
+        L.load_config(None, environ={"COCAQ_NO_SUCH_THING": "1"})
+    for var in L._NON_SETTING_ENV:
         if var != "COCAQ_CONFIG":
-            C.load_config(None, environ={var: "x"})  # not a setting: ignored
+            L.load_config(None, environ={var: "x"})  # not a setting: ignored

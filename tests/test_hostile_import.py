@@ -18,7 +18,8 @@ from pathlib import Path
 from sqlalchemy import Engine, text
 
 from cocaq.accounting.importer import import_records
-from cocaq.config import Config, load_config
+from cocaq.config import Config
+from cocaq.config_load import load_config
 from cocaq.slurm.plausible import MAX_COMMENT, MAX_NAME, check
 from cocaq.slurm.record import JobRecord
 from cocaq.slurm.sacct import SACCT_FIELDS, ParseStats, iter_json, iter_parsable

@@ -12,7 +12,8 @@ from sqlalchemy import Engine, func, select
 from cocaq.accounting.importer import import_records
 from cocaq.accounting.recompute import recompute_jobs
 from cocaq.carbon.zones import zone_intensity
-from cocaq.config import Config, Estimate, Hardware, load_config
+from cocaq.config import Config, Estimate, Hardware
+from cocaq.config_load import load_config
 from cocaq.db.schema import Job, JobEnergy
 from cocaq.slurm.sacct import ParseStats, iter_parsable
 

@@ -14,7 +14,8 @@ from cocaq.accounting import importer
 from cocaq.accounting.estimate import Estimator
 from cocaq.accounting.importer import JOB_COLUMNS, ImportSummary, import_records
 from cocaq.accounting.recompute import recompute_jobs
-from cocaq.config import Config, load_config
+from cocaq.config import Config
+from cocaq.config_load import load_config
 from cocaq.db.schema import Job
 from cocaq.slurm.record import JobRecord
 from cocaq.slurm.sacct import SACCT_FIELDS, ParseStats, iter_parsable

@@ -20,7 +20,8 @@ from sqlalchemy import Engine, insert, select, update
 
 from cocaq.accounting.aggregate import run_aggregate
 from cocaq.accounting.importer import import_records
-from cocaq.config import Config, load_config
+from cocaq.config import Config
+from cocaq.config_load import load_config
 from cocaq.db.schema import Cluster, Job, JobNotice, NodeEnergy, Sample, SentReport, User
 from cocaq.reports import jobmail, wording
 from cocaq.reports.data import job_footprint

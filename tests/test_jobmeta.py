@@ -12,7 +12,7 @@ import pytest
 
 from cocaq.collector.daemon import Collector
 from cocaq.collector.ml_meta_source import pids_by_job
-from cocaq.config import load_config
+from cocaq.config_load import load_config
 from cocaq.ml.annotation import update
 from tests.nodekit import Node, make_node
 

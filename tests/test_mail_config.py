@@ -16,7 +16,8 @@ from cocaq.addresses import (
     list_unsubscribe_header,
     looks_like_address,
 )
-from cocaq.config import Config, load_config
+from cocaq.config import Config
+from cocaq.config_load import load_config
 from cocaq.errors import ConfigError
 from cocaq.reports.message import build_message, new_message_id, parse_sender
 from cocaq.reports.recipients import load_address_map, load_opt_out

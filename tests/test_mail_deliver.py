@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, insert, select, update
 
-from cocaq.config import Config, load_config
+from cocaq.config import Config
+from cocaq.config_load import load_config
 from cocaq.db.schema import SentReport, User
 from cocaq.reports.deliver import DeliverySummary, Outgoing, deliver
 from cocaq.reports.ledger import Ledger

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from cocaq.config import Config, load_config
+from cocaq.config import Config
+from cocaq.config_load import load_config
 from cocaq.reports.message import build_message, new_message_id, parse_sender
 from cocaq.reports.transport import MailError, SendError, SmtpTransport, make_transport
 from tests.conftest import run_cocaq

@@ -25,7 +25,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from cocaq.api.client import payload_for
-from cocaq.config import Config, load_config
+from cocaq.config import Config
+from cocaq.config_load import load_config
 from cocaq.db.engine import make_engine
 from cocaq.reports import data, render, wording
 from cocaq.reports.suggest import suggest_for_user

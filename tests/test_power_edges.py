@@ -21,7 +21,7 @@ from sqlalchemy import Engine, text
 from cocaq.accounting.measured import _best_per_device
 from cocaq.collector import fakenvml, spool
 from cocaq.collector.daemon import Collector
-from cocaq.config import load_config
+from cocaq.config_load import load_config
 from cocaq.prolog_epilog import hook
 from tests.nodekit import UUID_BY_MINOR, Node, make_node
 

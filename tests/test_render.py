@@ -24,7 +24,8 @@ import pytest
 from sqlalchemy import Engine, text
 
 from cocaq.cli.report import parse_month
-from cocaq.config import Config, load_config
+from cocaq.config import Config
+from cocaq.config_load import load_config
 from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.errors import ConfigError

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from cocaq.accounting.importer import import_records
-from cocaq.config import load_config
+from cocaq.config_load import load_config
 from cocaq.db.schema import Job
 from cocaq.slurm.record import JobRecord
 from cocaq.slurm.sacct import SACCT_FIELDS, ParseStats, iter_json, iter_parsable

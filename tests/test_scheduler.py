@@ -26,7 +26,7 @@ from sqlalchemy import Engine, delete, insert, select, text
 from cocaq.cli import scheduler_daemon as sch
 from cocaq.cli import scheduler_jobs as sch_jobs
 from cocaq.cli import scheduler_lock as sch_lock
-from cocaq.config import load_config
+from cocaq.config_load import load_config
 from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.db.schema import SchedulerRun

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cocaq.config import load_config
+from cocaq.config_load import load_config
 from cocaq.errors import ConfigError, InputError
 from cocaq.slurm.sacct import ParseStats
 from cocaq.slurm.slurmdb import iter_slurmdb, job_dict

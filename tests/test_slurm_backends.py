@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from cocaq.config import load_config
+from cocaq.config_load import load_config
 from cocaq.db.engine import make_engine
 from cocaq.slurm.backend import read_accounting
 from cocaq.slurm.record import JobRecord

@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 
 import click
 
-from cocaq.config import Config, load_config
+from cocaq.config import Config
+from cocaq.config_load import load_config
 from cocaq.errors import CocaqError, DatabaseError, UsageError
 from cocaq.timeparse import parse_when
 

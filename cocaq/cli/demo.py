@@ -31,7 +31,7 @@ from cocaq.cli.demo_month import (
     ship_metadata,
     write_samples,
 )
-from cocaq.config import load_config
+from cocaq.config_load import load_config
 from cocaq.errors import UsageError
 
 DEMO_CONFIG = """\

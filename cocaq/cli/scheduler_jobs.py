@@ -35,7 +35,8 @@ from typing import Any
 from sqlalchemy import Engine, insert, inspect, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from cocaq.config import Config, load_config
+from cocaq.config import Config
+from cocaq.config_load import load_config
 from cocaq.errors import CocaqError, DatabaseError
 
 log = logging.getLogger("cocaq.scheduler")
