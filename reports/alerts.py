@@ -42,12 +42,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
-from cocaq.accounting.ledger import J_PER_KWH
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import Cluster, Job, JobAlert, SentReport
 from cocaq.errors import UsageError
 from cocaq.reports.idle_jobs import KIND, Candidate, IdleAlert, describe, find_idle
+from cocaq.units import J_PER_KWH
 
 if TYPE_CHECKING:
     from cocaq.reports.deliver import DeliverySummary, Outgoing

@@ -49,7 +49,7 @@ from sqlalchemy import (
     union_all,
 )
 
-from cocaq.accounting.ledger import J_PER_KWH, OUTCOME, OUTCOMES, outcome_of
+from cocaq.accounting.ledger import OUTCOME, OUTCOMES, outcome_of
 from cocaq.accounting.window import overlap_expr, share_expr
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
@@ -77,6 +77,7 @@ from cocaq.footprint.by_model import comparisons as model_comparisons
 from cocaq.footprint.jobfacts import DeviceUse, JobFacts
 from cocaq.footprint.totals import equivalents
 from cocaq.slurm.record import FINAL_STATES
+from cocaq.units import J_PER_KWH
 
 J = cast(Table, Job.__table__).c
 M = cast(Table, JobMetrics.__table__).c

@@ -53,11 +53,11 @@ from sqlalchemy import (
     select,
 )
 
-from cocaq.accounting.ledger import J_PER_KWH
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import Cluster, Job, JobAlert, Sample
 from cocaq.db.sqlfuncs import epoch_exact
+from cocaq.units import J_PER_KWH
 
 KIND = "idle-gpu"  # the alert's kind, in job_alerts and in the ledger of sent mail (reports.alerts)
 HISTORY = timedelta(days=7)  # how far back a long streak is followed

@@ -57,9 +57,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine, and_, exists, false, func, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 
-from cocaq.accounting.ledger import J_PER_KWH
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
+from cocaq.units import J_PER_KWH
 
 if TYPE_CHECKING:
     from cocaq.reports.data import JobReport

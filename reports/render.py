@@ -525,7 +525,8 @@ def waste_reason(j: JobReport) -> str | None:
     """Why a job's e-mail went unasked, in one sentence from its ledger parts (cocaq.accounting.ledger.waste):
     `4.1 kWh of this job's energy did no useful work: its GPUs sat idle for 14 GPU-hours (4.1 kWh).`
     None when none of its energy counts as wasted."""
-    from cocaq.accounting.ledger import J_PER_KWH, outcome_of, waste
+    from cocaq.accounting.ledger import outcome_of, waste
+    from cocaq.units import J_PER_KWH
 
     w = waste(j.state, j.energy_kwh * J_PER_KWH, j.idle_kwh * J_PER_KWH)
     if w.total <= 0:

@@ -28,6 +28,7 @@ ROOMS: dict[str, str] = {
     "cocaq.timeparse": "core",
     "cocaq.hostlist": "core",
     "cocaq.addresses": "core",
+    "cocaq.units": "core",  # units every layer converts between (J_PER_KWH)
     # formats shared by the node side, users' jobs and the head node: standard library only
     "cocaq.ml.annotation": "formats",
     "cocaq.ml.meta": "formats",

@@ -37,8 +37,6 @@ from cocaq.accounting.estimate import SOURCE_SLURM
 
 SOURCE_NODE = SOURCE_SLURM
 
-J_PER_KWH = 3.6e6
-
 # How a job ended, by the first word of its Slurm state: where its energy beyond idle GPUs counts.
 OUTCOME: dict[str, str] = {
     "FAILED": "failed",

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from cocaq.errors import ConfigError
+from cocaq.units import J_PER_KWH
 
-J_PER_KWH = 3.6e6
 G_PER_LB = 453.59237  # exact, by the 1959 international yard and pound agreement
 
 # Paths inside codecarbon's package folder.

@@ -40,9 +40,9 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, Float, Select, Table, case, func, literal, select
 
-from cocaq.accounting.ledger import J_PER_KWH
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import Cluster, Job, JobMetrics, ModelMetadata
+from cocaq.units import J_PER_KWH
 
 J = cast(Table, Job.__table__).c
 M = cast(Table, JobMetrics.__table__).c

@@ -19,9 +19,10 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from cocaq.accounting.ledger import J_PER_KWH, outcome_of
+from cocaq.accounting.ledger import outcome_of
 from cocaq.accounting.window import overlap_sql, share_sql
 from cocaq.footprint.dbsql import epoch, greatest, labs_bound
+from cocaq.units import J_PER_KWH
 
 if TYPE_CHECKING:
     from cocaq.config import Config

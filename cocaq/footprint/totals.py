@@ -27,11 +27,12 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from cocaq.accounting.ledger import J_PER_KWH, OUTCOMES, count_sql, outcome_sql
+from cocaq.accounting.ledger import OUTCOMES, count_sql, outcome_sql
 from cocaq.accounting.window import overlap_sql, share_sql
 from cocaq.errors import UsageError
 from cocaq.footprint.dbsql import epoch, first_word, greatest, labs_bound
 from cocaq.ml.meta import KNOWN
+from cocaq.units import J_PER_KWH
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
