@@ -12,7 +12,6 @@ import click
 from cocaq.config import Config
 from cocaq.config_load import load_config
 from cocaq.errors import CocaqError, DatabaseError, UsageError
-from cocaq.timeparse import parse_when
 
 log = logging.getLogger("cocaq")
 
@@ -49,11 +48,9 @@ def _console(stderr: bool = False) -> Any:
 
 
 def _window(since: str, until: str | None) -> Any:
-    from cocaq.footprint.totals import Window, now_utc
+    from cocaq.footprint.lookup import parse_window
 
-    now = now_utc()
-    local = now.astimezone().tzinfo
-    w = Window(parse_when(since, now, local), parse_when(until, now, local) if until else now)
+    w = parse_window(since, until)
     if w.until <= w.since:
         raise UsageError(f"empty window: --until ({w.until:%Y-%m-%d %H:%M}) is not after --since")
     return w

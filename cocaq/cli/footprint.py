@@ -41,18 +41,16 @@ def user(
 ) -> None:
     """A user's footprint over a window (default: you, the last 30 days)."""
     from cocaq.db.dbapi import connect
-    from cocaq.footprint.totals import add_advice, check_names, user_footprint
+    from cocaq.footprint.lookup import query_params, user_answer
 
     name = user or getpass.getuser()
     w = _window(since, until)
 
     def from_db() -> Any:
         with connect(obj.cfg.database_url) as db:
-            check_names(db, user=name, cluster=cluster)
-            fp = user_footprint(db, name, w, cluster=cluster, top=top, from_jobs=from_jobs)
-            return add_advice(db, obj.cfg, fp, cluster=cluster).as_dict()
+            return user_answer(db, obj.cfg, name, w, cluster=cluster, top=top, from_jobs=from_jobs)
 
-    _emit(_api_or_db(obj, ("users", name), _fp_params(w, cluster, top, from_jobs), from_db), fmt)
+    _emit(_api_or_db(obj, ("users", name), query_params(w, cluster, top, from_jobs), from_db), fmt)
 
 
 @click.command()
@@ -76,23 +74,15 @@ def lab(
 ) -> None:
     """A lab's (Slurm account's) totals and its users over a window."""
     from cocaq.db.dbapi import connect
-    from cocaq.footprint.totals import add_advice, check_names, lab_footprint
+    from cocaq.footprint.lookup import lab_answer, query_params
 
     w = _window(since, until)
 
     def from_db() -> Any:
         with connect(obj.cfg.database_url) as db:
-            check_names(db, account=account, cluster=cluster)
-            fp = lab_footprint(db, account, w, cluster=cluster, top=top, from_jobs=from_jobs)
-            return add_advice(db, obj.cfg, fp, cluster=cluster).as_dict()
+            return lab_answer(db, obj.cfg, account, w, cluster=cluster, top=top, from_jobs=from_jobs)
 
-    _emit(_api_or_db(obj, ("labs", account), _fp_params(w, cluster, top, from_jobs), from_db), fmt)
-
-
-def _fp_params(w: Any, cluster: str | None, top: int, from_jobs: bool) -> dict[str, Any]:
-    """The window as absolute times: the server reads them as the client meant them, whatever its zone."""
-    p = {"since": w.since.isoformat(), "until": w.until.isoformat(), "cluster": cluster, "top": top}
-    return {**p, "from_jobs": "true"} if from_jobs else p
+    _emit(_api_or_db(obj, ("labs", account), query_params(w, cluster, top, from_jobs), from_db), fmt)
 
 
 def _api_or_db(obj: Ctx, parts: tuple[str, ...], params: dict[str, Any], from_db: Any) -> Any:
@@ -150,7 +140,7 @@ def job(obj: Ctx, jobid: str, cluster: str | None, fmt: str) -> None:
         )
 
     def from_db() -> Any:
-        from cocaq.footprint.totals import find_jobs
+        from cocaq.footprint.one_job import find_jobs
 
         with obj.engine().connect() as conn:
             return {"jobs": find_jobs(conn, jobid.strip(), cluster, obj.cfg)}
