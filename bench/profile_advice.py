@@ -5,7 +5,7 @@
     .venv/bin/python bench/profile_advice.py --user u395 --runs 5
 
 In-process and warm (the first run is shown too): the parts of `cocaq user U --since 30d` that
-cocaq.footprint.totals.add_advice adds, timed one by one.
+cocaq.footprint.lookup.add_advice adds, timed one by one.
 """
 
 from __future__ import annotations

@@ -2349,7 +2349,7 @@ def job_footprint(conn: Connection, cfg: Config, job_pk: int) -> JobReport:
     metrics_current = bool(m is not None and as_utc(m.computed_at) >= as_utc(j.updated_at))
     from cocaq.db.dbapi import wrap
     from cocaq.footprint import jobfacts
-    from cocaq.footprint.totals import job_notes
+    from cocaq.footprint.one_job import job_notes
 
     db = wrap(conn)
     facts = jobfacts.one(db, cfg, job_pk)

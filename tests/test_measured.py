@@ -164,7 +164,7 @@ def test_after_a_counter_reset_the_value_covering_the_whole_job_wins(engine: Eng
 
 
 def test_cocaq_job_shows_the_gpus_the_node_saw_and_their_energy(engine: Engine, tmp_path: Path) -> None:
-    from cocaq.footprint.totals import find_jobs
+    from cocaq.footprint.one_job import find_jobs
 
     url = engine.url.render_as_string(hide_password=False)
     cfg = _cfg(tmp_path, url)

@@ -191,7 +191,7 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
 
     def known(answer: Any) -> Any:
         """A name the database has never seen is a 404 with the reason (the CLI exits 2 on it)."""
-        from cocaq.footprint.totals import UnknownName
+        from cocaq.footprint.lookup import UnknownName
 
         try:
             return answer()
@@ -278,7 +278,7 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
 
     @get("/v1/jobs/{job_id}", summary="One job (as `cocaq job -o json`)")
     def job(who: Who, job_id: Annotated[str, Path(pattern=JOB)], cluster: ClusterQ = None) -> dict[str, Any]:
-        from cocaq.footprint.totals import find_jobs
+        from cocaq.footprint.one_job import find_jobs
 
         with engine().connect() as conn:
             jobs = find_jobs(conn, job_id, cluster, cfg)

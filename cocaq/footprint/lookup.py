@@ -3,9 +3,11 @@
 The CLI (reading the database on an admin's machine) and the API server (answering login nodes) show the
 same footprint: the window parsed from the same `--since/--until` words, the names checked the same way,
 the totals, top jobs and advice computed by the same calls, and the query sent from one to the other with
-the same parameters. Each front-end keeps only what is its own: how an error reaches the person (an exit
-code or an HTTP status) and who may see what. Stdlib-only at import beyond cocaq.footprint.totals:
-`cocaq user` runs on every login node (tests/test_user_imports.py).
+the same parameters; a name nowhere in the database is refused the same way (`check_names`,
+`UnknownName`) and the advice is picked the same way (`add_advice`). Each front-end keeps only what is
+its own: how an error reaches the person (an exit code or an HTTP status) and who may see what.
+Stdlib-only at import beyond cocaq.footprint.totals: `cocaq user` runs on every login node
+(tests/test_user_imports.py).
 """
 
 from __future__ import annotations
@@ -13,12 +15,96 @@ from __future__ import annotations
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
-from cocaq.footprint.totals import Window, add_advice, check_names, lab_footprint, now_utc, user_footprint
+from cocaq.errors import UsageError
+from cocaq.footprint.totals import Footprint, Window, lab_footprint, now_utc, user_footprint
 from cocaq.timeparse import parse_when
 
 if TYPE_CHECKING:
     from cocaq.config import Config
     from cocaq.db.dbapi import Db
+
+
+class UnknownName(UsageError):
+    """A user, lab or cluster the database has never seen (a typo, most likely): exit 2, not "no jobs"."""
+
+
+def check_names(
+    db: Db, *, user: str | None = None, account: str | None = None, cluster: str | None = None
+) -> None:
+    """Raise UnknownName for a name that is nowhere: a user with no job ever, no `users` row and no
+    account on this machine; a lab (Slurm account) no job ever ran under; a cluster not in the database.
+    A name that exists but had no jobs in the window is not an error: its footprint is all zeros."""
+    if cluster and not db.rows("SELECT 1 FROM clusters WHERE name = %(n)s", {"n": cluster}):
+        known = [r[0] for r in db.rows("SELECT name FROM clusters ORDER BY name")]
+        raise UnknownName(f"no cluster named {cluster!r} (known: {', '.join(known) or 'none yet'})")
+    if user is not None and not (
+        db.rows("SELECT 1 FROM jobs WHERE user_name = %(n)s LIMIT 1", {"n": user})
+        or db.rows("SELECT 1 FROM users WHERE name = %(n)s", {"n": user})
+        or _local_user(user)
+    ):
+        raise UnknownName(
+            f"no user {user!r}: no job of theirs was ever recorded and no such account exists here"
+        )
+    if account is not None and not db.rows(
+        "SELECT 1 FROM jobs WHERE account = %(n)s LIMIT 1", {"n": account}
+    ):
+        raise UnknownName(
+            f"no lab {account!r}: no job ever ran under that Slurm account "
+            "(`sacctmgr show account` lists them)"
+        )
+
+
+def _local_user(name: str) -> bool:
+    try:
+        import pwd
+
+        pwd.getpwnam(name)
+    except (KeyError, ImportError, ValueError):
+        return False
+    return True
+
+
+def add_advice(db: Db, cfg: Config, fp: Footprint, *, cluster: str | None = None) -> Footprint:
+    """Fill `fp.advice` from the window's jobs (cocaq.footprint.advice): a user's suggestions above the
+    configured
+    share of their energy, or a lab's members' largest each."""
+    from cocaq.footprint import advice, jobfacts
+
+    user, account = (fp.key, None) if fp.scope == "user" else (None, fp.key)
+    jobs = jobfacts.load(
+        db, cfg, fp.since, fp.until, user=user, account=account, cluster=cluster, within=fp.within
+    )
+    ctx = advice.Context(
+        since=fp.since,
+        until=fp.until,
+        idle_threshold_pct=cfg.aggregate.idle_gpu_util_pct,
+        interactive_names=cfg.advice.interactive_names,
+        period="in this window",
+    )
+    if fp.scope == "user":
+        found = advice.advise(
+            jobs,
+            ctx,
+            total_kwh=fp.totals.energy_kwh,
+            min_share=cfg.advice.min_share,
+            min_kwh=cfg.advice.min_kwh,
+        )
+        fp.advice = [a.as_dict() for a in found]
+        return fp
+    totals = {m["user"]: float(m["energy_kwh"]) for m in fp.members}
+    by_user: dict[str, list[Any]] = {}
+    for j in jobs:
+        by_user.setdefault(j.user, []).append(j)
+    out = []
+    for u, js in by_user.items():
+        found = advice.advise(
+            js, ctx, total_kwh=totals.get(u, 0.0), min_share=cfg.advice.min_share, min_kwh=cfg.advice.min_kwh
+        )
+        if found:
+            out.append({"user": u, **found[0].as_dict()})
+    out.sort(key=lambda a: (-(a["saving_kwh"] or 0.0), a["user"]))
+    fp.advice = out
+    return fp
 
 
 def parse_window(since: str, until: str | None, tz: tzinfo | None = None) -> Window:

@@ -1,0 +1,233 @@
+"""One job as `cocaq job`, the read API's /v1/jobs and the job e-mail show it.
+
+Every stored job with an id (ids repeat across clusters and after a reset): its columns, energy by
+component with the measured and estimated parts, the GPUs the node hooks saw it get, what the aggregator
+derived, its ML model metadata and, with a config, its ledger (the energy that did no work), memory use
+and jobstats-style notes (`job_notes`, the per-job advice of cocaq.footprint.advice). Unlike the window
+footprints of cocaq.footprint.totals, one job is a few small reads, so the ORM is fine here.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from cocaq.ml.meta import KNOWN
+from cocaq.units import J_PER_KWH
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from cocaq.config import Config
+    from cocaq.db.dbapi import Db
+
+
+def find_jobs(
+    conn: Connection, job_id: str, cluster: str | None = None, cfg: Config | None = None
+) -> list[dict[str, Any]]:
+    """Every stored job with this id (ids repeat across clusters and after a reset), newest first; with
+    `cfg`, each with its ledger (`waste`), memory use and jobstats-style `notes` (cocaq.footprint.advice)."""
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from cocaq.db.schema import Cluster, Job, JobEnergy
+
+    q = (
+        select(Job, Cluster.name)
+        .join(Cluster, Cluster.id == Job.cluster_id)
+        .where(Job.job_id == job_id)
+        .order_by(Job.submit_time.desc())
+    )
+    if cluster:
+        q = q.where(Cluster.name == cluster)
+    out = []
+    for job, cname in Session(bind=conn).execute(q).all():
+        energies = conn.execute(
+            select(
+                JobEnergy.node, JobEnergy.component, JobEnergy.method, JobEnergy.source, JobEnergy.energy_j
+            )
+            .where(JobEnergy.job_pk == job.id)
+            .order_by(JobEnergy.component, JobEnergy.node)
+        ).all()
+        d = {c.name: getattr(job, c.name) for c in Job.__table__.columns if c.name not in ("record_hash",)}
+        d["cluster"] = cname
+        d["energy_kwh"] = job.energy_j / J_PER_KWH
+        d.update(
+            _energy_split(job.energy_j, job.energy_measured_j, job.energy_est_low_j, job.energy_est_high_j)
+        )
+        d["co2_kg"] = job.co2_g / 1000
+        d["energies"] = [
+            {
+                "node": e[0],
+                "component": e[1],
+                "method": e[2],
+                "source": e[3],
+                "energy_j": e[4],
+                "energy_kwh": e[4] / J_PER_KWH,
+            }
+            for e in energies
+        ]
+        d["gpus"] = _measured_gpus(conn, job.id)
+        d["metrics"] = _job_metrics(conn, job.id)
+        d["model"] = _model_metadata(conn, job.id)
+        if cfg is not None:
+            d.update(_ledger_and_notes(conn, cfg, job.id))
+        out.append(d)
+    return out
+
+
+def _energy_split(
+    energy_j: float | None, measured_j: float | None, low_j: float | None, high_j: float | None
+) -> dict[str, float]:
+    """A job's measured and estimated kWh, the estimated part with its range (the estimate itself where it
+    has none): what `cocaq job` and the job e-mail show."""
+    est = float(energy_j or 0.0) - float(measured_j or 0.0)
+    return {
+        "energy_measured_kwh": float(measured_j or 0.0) / J_PER_KWH,
+        "energy_estimated_kwh": est / J_PER_KWH,
+        "energy_estimated_low_kwh": (est if low_j is None else low_j) / J_PER_KWH,
+        "energy_estimated_high_kwh": (est if high_j is None else high_j) / J_PER_KWH,
+    }
+
+
+NOTE_RUNS = timedelta(
+    days=90
+)  # the user's runs the precision note compares a job with: ended this long before
+
+
+def job_notes(db: Db, cfg: Config, j: Any) -> list[Any]:
+    """cocaq.footprint.advice.job_notes for one job (a cocaq.footprint.jobfacts.JobFacts), its precision
+    compared with the
+    user's own runs that ended in the NOTE_RUNS before it: what `cocaq job` and the job e-mail say."""
+    from cocaq.footprint import advice, jobfacts
+
+    end = j.end or datetime.now(UTC)
+    runs: list[Any] = []
+    if j.precision == "full":
+        runs = jobfacts.load(db, cfg, end - NOTE_RUNS, end + timedelta(seconds=1), user=j.user)
+    ctx = advice.Context(
+        since=end - NOTE_RUNS,
+        until=end + timedelta(seconds=1),
+        idle_threshold_pct=cfg.aggregate.idle_gpu_util_pct,
+        interactive_names=cfg.advice.interactive_names,
+    )
+    return advice.job_notes(j, ctx, [r for r in runs if not r.is_open and r.end is not None])
+
+
+def _ledger_and_notes(conn: Connection, cfg: Config, pk: int) -> dict[str, Any]:
+    """A job's disjoint parts that did no work (cocaq.accounting.ledger), its memory and its notes
+    (cocaq.footprint.advice)."""
+    from cocaq.accounting.ledger import waste
+    from cocaq.db.dbapi import wrap
+    from cocaq.footprint import jobfacts
+
+    db = wrap(conn)
+    j = jobfacts.one(db, cfg, pk)
+    if j is None:
+        return {"waste": None, "memory": None, "notes": []}
+    w = waste(j.state, j.energy_kwh, j.idle_kwh)
+    notes = job_notes(db, cfg, j)
+    return {
+        "waste": {
+            "idle_gpu_kwh": w.idle,
+            "failed_kwh": w.failed,
+            "oom_kwh": w.oom,
+            "timeout_kwh": w.timeout,
+            "cancelled_kwh": w.cancelled,
+            "wasted_kwh": w.total,
+        },
+        "memory": {
+            "requested_mb": j.req_mem_mb,
+            "requested_per_node_mb": j.mem_req_per_node_mb,
+            "max_rss_mb": j.max_rss_mb,
+            "used_per_node_mb": j.mem_used_per_node_mb,
+            "gpu_peak_mb": j.gpu_mem_peak_mb,
+            "gpu_total_mb": j.gpu_mem_gb * 1024 if j.gpu_mem_gb else None,
+        },
+        "cpu_usage": j.cpu_usage,
+        "notes": [a.as_dict() for a in notes],
+    }
+
+
+# model_metadata column -> the key its `sources` (and `cocaq job`'s output) calls it
+MODEL_COLUMNS = {spec[0]: key for key, spec in KNOWN.items()}
+
+
+def _model_metadata(conn: Connection, job_pk: int) -> dict[str, Any] | None:
+    """What the job trained or served (None: no metadata), keyed as its `sources` name each value, so
+    that `sources[key]` says where each came from (comment, api, detected)."""
+    from sqlalchemy import select
+
+    from cocaq.db.schema import ModelMetadata
+
+    m = conn.execute(select(ModelMetadata.__table__).where(ModelMetadata.job_pk == job_pk)).mappings().first()
+    if m is None:
+        return None
+    out: dict[str, Any] = {key: m[col] for col, key in MODEL_COLUMNS.items()}
+    out["extra"] = m["extra"] if isinstance(m["extra"], dict) else {}
+    out["sources"] = m["sources"] if isinstance(m["sources"], dict) else {}
+    out["recorded_at"] = m["recorded_at"]
+    out["updated_at"] = m["updated_at"]
+    return out
+
+
+def _job_metrics(conn: Connection, job_pk: int) -> dict[str, Any] | None:
+    """What the aggregator derived for the job (None until it has run)."""
+    from sqlalchemy import select
+
+    from cocaq.db.schema import JobMetrics
+
+    m = conn.execute(select(JobMetrics).where(JobMetrics.job_pk == job_pk)).mappings().first()
+    if m is None:
+        return None
+    return {
+        "co2_embodied_kg": (m["co2_embodied_g"] or 0.0) / 1000,
+        "gpu_util_pct": m["gpu_util_pct"],
+        "idle_gpu_hours": (m["idle_gpu_s"] or 0.0) / 3600,
+        "idle_gpu_energy_kwh": (m["idle_gpu_energy_j"] or 0.0) / J_PER_KWH,
+        "carbon_detail": m["carbon_detail"],
+    }
+
+
+def _measured_gpus(conn: Connection, job_pk: int) -> list[dict[str, Any]]:
+    """The GPUs the node hooks saw the job get (Slurm index, UUID) and each one's measured energy."""
+    from sqlalchemy import select
+
+    from cocaq.db.schema import NodeEnergy, NodeEvent
+
+    starts = conn.execute(
+        select(NodeEvent.cluster_id, NodeEvent.node, NodeEvent.job_id, NodeEvent.ts, NodeEvent.payload).where(
+            NodeEvent.job_pk == job_pk, NodeEvent.event == "start"
+        )
+    ).all()
+    out = []
+    for cid, node, jid, ts, payload in starts:
+        energy: dict[str, tuple[float, str]] = {}
+        rows = conn.execute(
+            select(NodeEnergy.device, NodeEnergy.energy_j, NodeEnergy.source, NodeEnergy.job_start).where(
+                NodeEnergy.cluster_id == cid,
+                NodeEnergy.node == node,
+                NodeEnergy.job_id == jid,
+                NodeEnergy.component == "gpu",
+            )
+        ).all()
+        for dev, e, src, start in rows:
+            if abs((start - ts).total_seconds()) < 1.0 and (dev not in energy or src == "nvml"):
+                energy[dev] = (e, src)
+        gpus = payload.get("gpus") if isinstance(payload, dict) else None
+        for g in gpus if isinstance(gpus, list) else []:
+            if not isinstance(g, dict):
+                continue
+            e_src = energy.get(str(g.get("uuid")))
+            out.append(
+                {
+                    "node": node,
+                    "slurm_index": g.get("slurm_index"),
+                    "uuid": g.get("uuid"),
+                    "pci_bus_id": g.get("pci_bus_id"),
+                    "name": g.get("name"),
+                    "energy_kwh": None if e_src is None else e_src[0] / J_PER_KWH,
+                    "source": None if e_src is None else e_src[1],
+                }
+            )
+    return out
