@@ -46,8 +46,8 @@ def per_mail(n: int = 50) -> float:
     from cocaq.db import migrate
     from cocaq.db.engine import make_engine
     from cocaq.reports import render
-    from cocaq.reports.data import users_month
     from cocaq.reports.suggest import suggest_for_user
+    from cocaq.reports.user_report import users_month
     from tests.test_report_data import MONTH, build_month, config
 
     with tempfile.TemporaryDirectory() as d:

@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from cocaq.config_load import load_config
     from cocaq.db.engine import make_engine
-    from cocaq.reports import data
+    from cocaq.reports import admin_report, lab_report, user_report
     from cocaq.reports.suggest import suggest_for_user
 
     m = c.machine()
@@ -275,16 +275,18 @@ def main(argv: list[str] | None = None) -> int:
     with engine.connect() as conn:
         cases: dict[str, Callable[[], Any]] = {
             f"admin_month(conn, cfg, {a.month!r}, first_report=<200 users>, window_days=10)": lambda: (
-                data.admin_month(conn, cfg, lo, first_report=first, window_days=10)
+                admin_report.admin_month(conn, cfg, lo, first_report=first, window_days=10)
             ),
-            f"users_month(conn, cfg, {a.month!r})  # all users": lambda: data.users_month(conn, cfg, lo),
-            f"user_month(conn, cfg, {heavy[0]!r}, {a.month!r})  # heaviest": lambda: data.user_month(
+            f"users_month(conn, cfg, {a.month!r})  # all users": lambda: user_report.users_month(
+                conn, cfg, lo
+            ),
+            f"user_month(conn, cfg, {heavy[0]!r}, {a.month!r})  # heaviest": lambda: user_report.user_month(
                 conn, cfg, heavy[0], lo
             ),
-            f"user_month(conn, cfg, {med[0]!r}, {a.month!r})  # median": lambda: data.user_month(
+            f"user_month(conn, cfg, {med[0]!r}, {a.month!r})  # median": lambda: user_report.user_month(
                 conn, cfg, med[0], lo
             ),
-            f"lab_month(conn, cfg, {lab!r}, {a.month!r})  # biggest lab": lambda: data.lab_month(
+            f"lab_month(conn, cfg, {lab!r}, {a.month!r})  # biggest lab": lambda: lab_report.lab_month(
                 conn, cfg, lab, lo
             ),
         }

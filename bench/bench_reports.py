@@ -120,11 +120,11 @@ def clear_ledger(dbname: str, month_start: Any) -> int:
 def profile(cfg: Any, month: Any, port: int) -> list[tuple[str, float]]:
     """The parts of a send, in this process (the ledger cleared first)."""
     from cocaq.db.engine import make_engine
-    from cocaq.reports.data import users_month
     from cocaq.reports.deliver import Outgoing, deliver
     from cocaq.reports.message import build_message, new_message_id, parse_sender
     from cocaq.reports.render import render_user_month
     from cocaq.reports.suggest import suggest_for_user
+    from cocaq.reports.user_report import users_month
 
     engine = make_engine(cfg.database_url)
     out: list[tuple[str, float]] = []

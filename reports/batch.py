@@ -6,7 +6,7 @@ The order of work, and why:
    cheap query), the database and the address book: users who turned the monthly e-mail off
    (`users.monthly_email`), opted out, have no address, or whose report the ledger says was sent. So a
    re-run computes and renders nothing it will not send, and is a quick no-op.
-2. The month's data for the users left, in one pass (`data.users_month`: a dozen statements for all
+2. The month's data for the users left, in one pass (`user_report.users_month`: a dozen statements for all
    users instead of a dozen per user).
 3. Their messages are rendered lazily, in order, and handed to `deliver` in chunks of `CHUNK` messages:
    `deliver` records each message (`sending`, then `sent`) before the next, so a crash loses at most the
@@ -267,7 +267,7 @@ def send_month(
 
 
 def _month_users(engine: Engine, month: Month, cluster: str | None) -> list[str]:
-    """Users with a job that may have run in the month: `data._month_jobs`' condition, a little wider
+    """Users with a job that may have run in the month: `queries._month_jobs`' condition, a little wider
     (its share-of-hours test is left to `users_month`). Cheap, so that a re-run with nothing left to
     send never computes the month."""
     from sqlalchemy import or_
@@ -291,8 +291,8 @@ def _month_users(engine: Engine, month: Month, cluster: str | None) -> list[str]
 
 def _send_users(sender: _Sender, month: Month, cluster: str | None, section: Section) -> AddressBook:
     from cocaq.db.schema import User
-    from cocaq.reports.data import users_month
     from cocaq.reports.recipients import AddressBook
+    from cocaq.reports.user_report import users_month
 
     engine, cfg = sender.engine, sender.cfg
     names = _month_users(engine, month, cluster)
@@ -436,8 +436,8 @@ def _send_labs(sender: _Sender, month: Month, cluster: str | None, section: Sect
         del section.skipped[k]
 
     def render() -> Iterator[Outgoing]:
-        from cocaq.reports.data import lab_month
         from cocaq.reports.deliver import Outgoing
+        from cocaq.reports.lab_report import lab_month
         from cocaq.reports.render import render_lab_month
 
         for account, kind, addrs in todo:
@@ -491,7 +491,7 @@ def _send_admin(sender: _Sender, month: Month, cluster: str | None, section: Sec
     if sender.dry_run or sender.stopped or not (addrs or archive_due):
         sender.send(section, len(addrs), lambda: iter(()))
         return str(path) if path is not None and path.exists() else None
-    from cocaq.reports.data import admin_month
+    from cocaq.reports.admin_report import admin_month
     from cocaq.reports.deliver import Outgoing
     from cocaq.reports.render import render_admin_email, render_admin_html
 

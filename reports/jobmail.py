@@ -288,7 +288,7 @@ def send_job_mail(
     `now` is the time the run judges by (default: the clock); `window` overrides the digest window.
     `dry_run` binds and sends nothing and says what would go.
     """
-    from cocaq.reports.data import job_footprint
+    from cocaq.reports.job_report import job_footprint
     from cocaq.reports.recipients import AddressBook
 
     now = as_utc(now) if now is not None else clock()

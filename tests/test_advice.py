@@ -25,7 +25,7 @@ from cocaq.db.schema import ModelMetadata
 from cocaq.footprint import advice
 from cocaq.footprint.advice import BALER_SAVING, Context, Thresholds, candidates, job_notes
 from cocaq.footprint.jobfacts import DeviceUse, JobFacts
-from cocaq.reports import data
+from cocaq.reports import data, user_report
 from cocaq.reports.suggest import suggest_for_user
 from tests.conftest import new_database
 from tests.test_report_data import config, gpu_samples, job
@@ -268,7 +268,7 @@ def month(
     cfg = config(tmp, url, "[advice]\nmin_share = 0.0\nmin_kwh = 0.0\n")
     build(engine, cfg)
     with engine.connect() as conn:
-        yield data.users_month(conn, cfg, JUNE), cfg
+        yield user_report.users_month(conn, cfg, JUNE), cfg
     engine.dispose()
 
 

@@ -28,7 +28,7 @@ from cocaq.api.client import payload_for
 from cocaq.config import Config
 from cocaq.config_load import load_config
 from cocaq.db.engine import make_engine
-from cocaq.reports import data, render, wording
+from cocaq.reports import admin_report, data, job_report, lab_report, render, user_report, wording
 from cocaq.reports.suggest import suggest_for_user
 from tests.conftest import Result, run_cocaq
 
@@ -73,7 +73,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     month = data.Month.of(until - timedelta(days=15))
     engine = make_engine(url)
     with engine.connect() as conn:
-        users = data.users_month(conn, cfg, month.start, cluster="demo")
+        users = user_report.users_month(conn, cfg, month.start, cluster="demo")
     yield Demo(tmp, env, cfg, cfg_path, engine, month, users)
     engine.dispose()
 
@@ -164,8 +164,8 @@ def test_every_lab_and_the_site_say_the_same(demo: Demo) -> None:
     p = {"since": demo.month.start.isoformat(), "until": demo.month.end.isoformat()}
     with demo.engine.connect() as conn:
         labs = {row[0] for row in conn.execute(text("SELECT DISTINCT account FROM jobs"))}
-        adm = data.admin_month(conn, demo.cfg, demo.month.start, "demo")
-        months = {a: data.lab_month(conn, demo.cfg, a, demo.month.start, cluster="demo") for a in labs}
+        adm = admin_report.admin_month(conn, demo.cfg, demo.month.start, "demo")
+        months = {a: lab_report.lab_month(conn, demo.cfg, a, demo.month.start, cluster="demo") for a in labs}
     total = dict.fromkeys(("energy_kwh", "co2_kg", "wasted_energy_kwh"), 0.0)
     for lab, lm in months.items():
         cli = demo.json("lab", lab, *demo.window)
@@ -211,7 +211,7 @@ def test_every_job_surface_says_the_same(demo: Demo) -> None:
             assert close(cli["waste"]["wasted_kwh"], w.total) and w.total <= f.energy_kwh * (1 + REL)
             # the job e-mail says its energy, its parts and the same notes, in the same order
             with demo.engine.connect() as conn:
-                rep = data.job_footprint(conn, demo.cfg, line.pk)
+                rep = job_report.job_footprint(conn, demo.cfg, line.pk)
             assert [n.id for n in rep.notes] == [n["id"] for n in cli["notes"]]
             r = render.render_jobs([rep], demo.cfg)
             assert wording.kwh(f.energy_kwh) in r.text
@@ -287,7 +287,7 @@ def test_savings_are_the_users_own_and_sized_on_what_they_change(demo: Demo) -> 
     assert p.saving_kwh is not None and p.saving_kwh > 0.2 * sum(j.gpu_kwh * j.share for j in fp32)
     # the power cap is the admins' lever, in their report
     with demo.engine.connect() as conn:
-        adm = data.admin_month(conn, demo.cfg, demo.month.start, "demo")
+        adm = admin_report.admin_month(conn, demo.cfg, demo.month.start, "demo")
     assert "power-cap" in [lever.id for lever in adm.advice]
     # and `cocaq models` compares per token too
     cli = demo.json("models", "-u", "dave", *demo.window)
@@ -309,7 +309,7 @@ def test_comparisons_are_honest(demo: Demo) -> None:
     assert wording.before_after_tone(10.0, 12.0, "less") == "bad"
     assert wording.before_after_tone(12.0, 10.0, "less") == "good"
     with demo.engine.connect() as conn:
-        adm = data.admin_month(conn, demo.cfg, demo.month.start, "demo")
+        adm = admin_report.admin_month(conn, demo.cfg, demo.month.start, "demo")
     assert any(w.partial for w in adm.by_week)  # the month's last week, cut short by the data, says so
     assert "partial" in render.render_admin_email(adm, demo.cfg).text
 

@@ -29,7 +29,7 @@ from cocaq.config_load import load_config
 from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.errors import ConfigError
-from cocaq.reports import charts, data, render, wording
+from cocaq.reports import admin_report, charts, data, job_report, lab_report, render, user_report, wording
 from cocaq.reports.files import write_email
 from cocaq.reports.message import PNG_MAGIC
 from cocaq.reports.suggest import suggest_for_user
@@ -67,11 +67,11 @@ def month(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     build_month(engine, cfg)
     first = {"alice": at(15, 12), "bob": at(8, 6)}
     with engine.connect() as conn:
-        user = data.user_month(conn, cfg, "alice", MONTH)
-        lab = data.lab_month(conn, cfg, "lab_a", MONTH)
-        admin = data.admin_month(conn, cfg, MONTH, first_report=first, window_days=7)
+        user = user_report.user_month(conn, cfg, "alice", MONTH)
+        lab = lab_report.lab_month(conn, cfg, "lab_a", MONTH)
+        admin = admin_report.admin_month(conn, cfg, MONTH, first_report=first, window_days=7)
         pks = dict(conn.execute(text("SELECT job_id_raw, id FROM jobs")).all())
-        jobs = [data.job_footprint(conn, cfg, pks[raw]) for raw in (101, 102, 502)]
+        jobs = [job_report.job_footprint(conn, cfg, pks[raw]) for raw in (101, 102, 502)]
     yield Month(engine, cfg, url, tmp, user, lab, admin, jobs)
     engine.dispose()
 
@@ -355,8 +355,8 @@ def test_eml_parses_back_with_its_parts_and_charts(month: Month, tmp_path: Path)
 
 def test_a_month_without_jobs(month: Month) -> None:
     with month.engine.connect() as conn:
-        nobody = data.user_month(conn, month.cfg, "nobody", MONTH)
-        empty_lab = data.lab_month(conn, month.cfg, "lab_z", MONTH)
+        nobody = user_report.user_month(conn, month.cfg, "nobody", MONTH)
+        empty_lab = lab_report.lab_month(conn, month.cfg, "lab_z", MONTH)
     r = render.render_user_month(nobody, [], month.cfg)
     assert "you ran no jobs" in r.text and "you ran no jobs" in r.html and r.images == ()
     r = render.render_lab_month(empty_lab, month.cfg)

@@ -28,7 +28,7 @@ from cocaq.db.schema import CarbonIntensity, Cluster, ModelMetadata, Sample
 from cocaq.errors import UsageError
 from cocaq.footprint.by_model import model_stats
 from cocaq.footprint.jobfacts import precision_of
-from cocaq.reports import data
+from cocaq.reports import admin_report, data, job_report, lab_report, queries, user_report
 from cocaq.slurm.record import JobRecord
 from tests import builders
 from tests.conftest import new_database
@@ -307,9 +307,9 @@ def check_totals(t: data.MonthTotals, e: dict[str, float]) -> None:
 def test_user_totals_are_the_sums_of_their_jobs_in_the_month(month_db: Setup) -> None:
     rows = job_rows(month_db.engine)
     with month_db.engine.connect() as conn:
-        everyone = data.users_month(conn, month_db.cfg, MONTH)
-        alice = data.user_month(conn, month_db.cfg, "alice", date(2025, 3, 17))  # any day of the month
-        alice_c = data.user_month(conn, month_db.cfg, "alice", MONTH, cluster="c")
+        everyone = user_report.users_month(conn, month_db.cfg, MONTH)
+        alice = user_report.user_month(conn, month_db.cfg, "alice", date(2025, 3, 17))  # any day of the month
+        alice_c = user_report.user_month(conn, month_db.cfg, "alice", MONTH, cluster="c")
     assert sorted(everyone) == ["alice", "bob", "carol", "dave", "erin", "frank"]
     for u, um in everyone.items():
         check_totals(um.totals, expect(rows, user=u))
@@ -331,7 +331,7 @@ def test_user_totals_are_the_sums_of_their_jobs_in_the_month(month_db: Setup) ->
     assert eq.smartphone_charges == approx(alice.totals.co2_kg / 8.22e-3)
     # nobody: an empty report, not an error
     with month_db.engine.connect() as conn:
-        nobody = data.user_month(conn, month_db.cfg, "nobody", MONTH)
+        nobody = user_report.user_month(conn, month_db.cfg, "nobody", MONTH)
     assert nobody.totals.energy_kwh == 0 and nobody.totals.jobs == 0 and nobody.peers.energy_rank is None
     assert len(nobody.daily) == 31
 
@@ -339,7 +339,7 @@ def test_user_totals_are_the_sums_of_their_jobs_in_the_month(month_db: Setup) ->
 def test_user_models_precision_and_the_comparison(month_db: Setup) -> None:
     rows = {r.raw: r for r in job_rows(month_db.engine)}
     with month_db.engine.connect() as conn:
-        everyone = data.users_month(conn, month_db.cfg, MONTH)
+        everyone = user_report.users_month(conn, month_db.cfg, MONTH)
     alice = everyone["alice"]
     # by model: the runs that ended in March, whole, as `cocaq models` counts them (job 103 ended on
     # March 1: all of it, although half of it ran in February)
@@ -369,8 +369,8 @@ def test_user_models_precision_and_the_comparison(month_db: Setup) -> None:
 def test_trend_against_the_previous_month(month_db: Setup) -> None:
     rows = job_rows(month_db.engine)
     with month_db.engine.connect() as conn:
-        alice = data.user_month(conn, month_db.cfg, "alice", MONTH)
-        carol = data.user_month(conn, month_db.cfg, "carol", MONTH)
+        alice = user_report.user_month(conn, month_db.cfg, "alice", MONTH)
+        carol = user_report.user_month(conn, month_db.cfg, "carol", MONTH)
     cur, old = expect(rows, user="alice"), expect(rows, PREV, MONTH, user="alice")
     tr = alice.trend
     assert tr.previous_month.start == PREV and tr.previous_month.label == "2025-02"
@@ -391,11 +391,11 @@ def test_trend_against_the_previous_month(month_db: Setup) -> None:
     assert carol.trend.energy_kwh.delta == approx(carol.totals.energy_kwh / 31)
     # February against January, which has no data: no comparison, and it says why
     with month_db.engine.connect() as conn:
-        feb = data.user_month(conn, month_db.cfg, "alice", PREV)
+        feb = user_report.user_month(conn, month_db.cfg, "alice", PREV)
     assert not feb.trend.comparable and feb.trend.energy_kwh.pct is None
     assert feb.trend.note == "No comparison with January: there is no data for it."
     # too few days of data in the month before (5 of 14 needed): no comparison either
-    short = data._trend(
+    short = queries._trend(
         data.Month.of(MONTH).previous(), {}, {}, data.DataDays(None, None, 31, 31),
         data.DataDays(at(24, 0, PREV).date(), MONTH.date(), 5, 28), 14,
     )  # fmt: skip
@@ -405,8 +405,8 @@ def test_trend_against_the_previous_month(month_db: Setup) -> None:
 def test_peer_percentiles_on_the_same_clusters(month_db: Setup) -> None:
     rows = job_rows(month_db.engine)
     with month_db.engine.connect() as conn:
-        months = data.users_month(conn, month_db.cfg, MONTH)
-        only_c = data.users_month(conn, month_db.cfg, MONTH, cluster="c")
+        months = user_report.users_month(conn, month_db.cfg, MONTH)
+        only_c = user_report.users_month(conn, month_db.cfg, MONTH, cluster="c")
 
     def pct(mine: float, others: list[float]) -> float:
         return 100 * (sum(v < mine for v in others) + 0.5 * sum(v == mine for v in others)) / len(others)
@@ -440,7 +440,7 @@ def test_idle_gpus_and_failed_jobs_in_kwh_and_co2(month_db: Setup) -> None:
     rows = job_rows(month_db.engine)
     by_raw = {r.raw: r for r in rows}
     with month_db.engine.connect() as conn:
-        alice = data.user_month(conn, month_db.cfg, "alice", MONTH)
+        alice = user_report.user_month(conn, month_db.cfg, "alice", MONTH)
     t = alice.totals
     # job 101: GPU-b at 60 W, util 0, for 2 h; job 102: 50 W, util 0, for 4 h (the 5% threshold)
     assert t.idle_gpu_hours == approx(2.0 + 4.0)
@@ -466,7 +466,9 @@ def test_idle_gpus_and_failed_jobs_in_kwh_and_co2(month_db: Setup) -> None:
 def test_top_jobs_basis_and_daily_series(month_db: Setup) -> None:
     rows = job_rows(month_db.engine)
     with month_db.engine.connect() as conn:
-        alice = data.user_month(conn, month_db.cfg, "alice", MONTH, options=data.ReportOptions(top_jobs=3))
+        alice = user_report.user_month(
+            conn, month_db.cfg, "alice", MONTH, options=data.ReportOptions(top_jobs=3)
+        )
     mine = [r for r in rows if r.user == "alice" and share(r, MONTH, NEXT)[0] > 0]
     ranked = sorted(mine, key=lambda r: (-r.energy_j * share(r, MONTH, NEXT)[0], r.pk))[:3]
     assert [j.pk for j in alice.top_jobs] == [r.pk for r in ranked]
@@ -498,7 +500,7 @@ def test_top_jobs_basis_and_daily_series(month_db: Setup) -> None:
 
 def test_time_limits_of_completed_jobs(month_db: Setup) -> None:
     with month_db.engine.connect() as conn:
-        alice = data.user_month(conn, month_db.cfg, "alice", MONTH)
+        alice = user_report.user_month(conn, month_db.cfg, "alice", MONTH)
     tl = alice.time_limits
     # ended in March with a limit: 101 (2 h), 102 FAILED, 103 (8 h, ended March 1), 105 (4 h), 106 TIMEOUT
     assert (tl.finished, tl.completed, tl.timeouts) == (5, 3, 1)
@@ -514,9 +516,9 @@ def test_time_limits_of_completed_jobs(month_db: Setup) -> None:
 def test_lab_month(month_db: Setup) -> None:
     rows = job_rows(month_db.engine)
     with month_db.engine.connect() as conn:
-        lab = data.lab_month(conn, month_db.cfg, "lab_a", MONTH)
-        lab_b = data.lab_month(conn, month_db.cfg, "lab_b", MONTH, cluster="c")
-        alice = data.user_month(conn, month_db.cfg, "alice", MONTH)
+        lab = lab_report.lab_month(conn, month_db.cfg, "lab_a", MONTH)
+        lab_b = lab_report.lab_month(conn, month_db.cfg, "lab_b", MONTH, cluster="c")
+        alice = user_report.user_month(conn, month_db.cfg, "alice", MONTH)
     check_totals(lab.totals, expect(rows, account="lab_a"))
     check_totals(lab_b.totals, expect(rows, account="lab_b", cluster="c"))
     old = expect(rows, PREV, MONTH, account="lab_a")  # per day of data: 24 of February's (from the 5th)
@@ -565,8 +567,8 @@ def test_lab_month(month_db: Setup) -> None:
 def test_admin_month_tables_add_up(month_db: Setup) -> None:
     rows = job_rows(month_db.engine)
     with month_db.engine.connect() as conn:
-        adm = data.admin_month(conn, month_db.cfg, MONTH)
-        adm_d = data.admin_month(conn, month_db.cfg, MONTH, cluster="d")
+        adm = admin_report.admin_month(conn, month_db.cfg, MONTH)
+        adm_d = admin_report.admin_month(conn, month_db.cfg, MONTH, cluster="d")
     check_totals(adm.totals, expect(rows))
     check_totals(adm_d.totals, expect(rows, cluster="d"))
     assert adm.trend.energy_kwh.previous == approx(expect(rows, PREV, MONTH)["kwh"] / 24)
@@ -591,7 +593,7 @@ def test_admin_month_tables_add_up(month_db: Setup) -> None:
     assert sum(c.estimated_kwh for c in adm.coverage) == approx(adm.totals.energy_kwh)
     # models: only lab_a's jobs have metadata, so the site's table is the lab's; none on cluster d
     with month_db.engine.connect() as conn:
-        lab = data.lab_month(conn, month_db.cfg, "lab_a", MONTH)
+        lab = lab_report.lab_month(conn, month_db.cfg, "lab_a", MONTH)
     assert same(adm.models, lab.models) and [m.model_name for m in adm.models] == ["llama-7b", "bert-base"]
     assert adm_d.models == ()
 
@@ -599,7 +601,7 @@ def test_admin_month_tables_add_up(month_db: Setup) -> None:
 def test_admin_utilisation_histogram_idle_and_failures(month_db: Setup) -> None:
     rows = job_rows(month_db.engine)
     with month_db.engine.connect() as conn:
-        adm = data.admin_month(conn, month_db.cfg, MONTH)
+        adm = admin_report.admin_month(conn, month_db.cfg, MONTH)
     h = adm.util_histogram
     got = {b.lo: (b.jobs, round(b.gpu_hours, 6)) for b in h.bins if b.jobs}
     # by hand: 102 at 0% (4 GPU-h), 202 at 40% (3), 101 at 75% (4), 105 at 80% (4), 301 at 95% (96)
@@ -629,7 +631,7 @@ def test_admin_utilisation_histogram_idle_and_failures(month_db: Setup) -> None:
 def test_admin_intensity_used_per_zone_and_day(month_db: Setup) -> None:
     rows = job_rows(month_db.engine)
     with month_db.engine.connect() as conn:
-        adm = data.admin_month(conn, month_db.cfg, MONTH)
+        adm = admin_report.admin_month(conn, month_db.cfg, MONTH)
     (fr,) = adm.intensity
     assert fr.zone == "FR"
     used = [(r, *share(r, MONTH, NEXT)) for r in rows if r.energy_j > 0 and share(r, MONTH, NEXT)[0] > 0]
@@ -663,9 +665,9 @@ def test_before_and_after_the_first_report(month_db: Setup) -> None:
         "zed": at(14),  # no jobs at all
     }
     with month_db.engine.connect() as conn:
-        adm = data.admin_month(conn, month_db.cfg, MONTH, first_report=first, window_days=7)
-        wide = data.before_after(conn, first, data.Month.of(MONTH), window_days=14)
-        too_wide = data.before_after(conn, first, data.Month.of(MONTH), window_days=20)
+        adm = admin_report.admin_month(conn, month_db.cfg, MONTH, first_report=first, window_days=7)
+        wide = admin_report.before_after(conn, first, data.Month.of(MONTH), window_days=14)
+        too_wide = admin_report.before_after(conn, first, data.Month.of(MONTH), window_days=20)
     ba = adm.before_after
     assert ba is not None and ba.window_days == 7
     assert [u.user for u in ba.users] == ["alice"]
@@ -701,10 +703,10 @@ def test_before_and_after_the_first_report(month_db: Setup) -> None:
 def test_job_footprint(month_db: Setup) -> None:
     rows = {r.raw: r for r in job_rows(month_db.engine)}
     with month_db.engine.connect() as conn:
-        j = data.job_footprint(conn, month_db.cfg, rows[101].pk)
-        running = data.job_footprint(conn, month_db.cfg, rows[502].pk)
+        j = job_report.job_footprint(conn, month_db.cfg, rows[101].pk)
+        running = job_report.job_footprint(conn, month_db.cfg, rows[502].pk)
         with pytest.raises(UsageError):
-            data.job_footprint(conn, month_db.cfg, 10**9)
+            job_report.job_footprint(conn, month_db.cfg, 10**9)
     r = rows[101]
     assert j.job_id == "101" and j.cluster == "c" and j.gpus == 2 and j.name == "two-gpus"
     assert j.energy_kwh == approx(r.energy_j / 3.6e6)

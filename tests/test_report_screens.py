@@ -29,7 +29,7 @@ from sqlalchemy import text
 from cocaq.config import Config
 from cocaq.db import migrate
 from cocaq.db.engine import make_engine
-from cocaq.reports import data, render
+from cocaq.reports import admin_report, job_report, lab_report, render, user_report
 from cocaq.reports.suggest import suggest_for_user
 from tests.test_report_data import MONTH, at, build_month, config
 
@@ -158,11 +158,11 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pages]:
     )
     build_month(engine, cfg)
     with engine.connect() as conn:
-        um = data.user_month(conn, cfg, "alice", MONTH)
-        lab = data.lab_month(conn, cfg, "lab_a", MONTH)
-        adm = data.admin_month(conn, cfg, MONTH, first_report={"alice": at(15, 12)}, window_days=7)
+        um = user_report.user_month(conn, cfg, "alice", MONTH)
+        lab = lab_report.lab_month(conn, cfg, "lab_a", MONTH)
+        adm = admin_report.admin_month(conn, cfg, MONTH, first_report={"alice": at(15, 12)}, window_days=7)
         pks = dict(conn.execute(text("SELECT job_id_raw, id FROM jobs")).all())
-        jobs = [data.job_footprint(conn, cfg, pks[raw]) for raw in (101, 102, 502)]
+        jobs = [job_report.job_footprint(conn, cfg, pks[raw]) for raw in (101, 102, 502)]
     engine.dispose()
     adm = replace(adm, by_lab=(replace(adm.by_lab[0], key=EVIL), *adm.by_lab[1:]))
     jobs[0] = replace(jobs[0], name="<script>alert(1)</script>")

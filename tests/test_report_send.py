@@ -23,9 +23,9 @@ from cocaq.db.engine import make_engine
 from cocaq.db.schema import JobNotice, SentReport, User
 from cocaq.reports import batch
 from cocaq.reports.batch import kind_for, send_month
-from cocaq.reports.data import users_month
 from cocaq.reports.ledger import first_reports
 from cocaq.reports.transport import make_transport
+from cocaq.reports.user_report import users_month
 from tests.conftest import new_database, run_cocaq
 from tests.mailkit import SmtpServer, mail_toml
 from tests.test_report_data import MONTH, build_month, config

@@ -18,7 +18,7 @@ from cocaq.accounting.window import overlap, share
 from cocaq.db.dbapi import connect
 from cocaq.db.schema import AggregatorState, Cluster, DailyRollup, Job
 from cocaq.footprint.totals import Window, query
-from reports.data import _month_jobs
+from reports.queries import _month_jobs
 
 BASE = datetime(2026, 10, 5, tzinfo=UTC)  # a UTC midnight
 DAY = 86400.0

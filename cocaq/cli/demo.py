@@ -291,8 +291,11 @@ def _write_reports(engine: Any, cfg: Any, out: Path, end: datetime, days: int) -
     report nine and a half days before the month's data ends, so the admin report shows its before/after
     section (the demo's users do not change their habits: expect no effect).
     """
-    from cocaq.reports.data import Month, admin_month, job_footprint, lab_month, users_month
+    from cocaq.reports.admin_report import admin_month
+    from cocaq.reports.data import Month
     from cocaq.reports.files import file_stem, user_address, write_email
+    from cocaq.reports.job_report import job_footprint
+    from cocaq.reports.lab_report import lab_month
     from cocaq.reports.render import (
         render_admin_email,
         render_admin_html,
@@ -301,6 +304,7 @@ def _write_reports(engine: Any, cfg: Any, out: Path, end: datetime, days: int) -
         render_user_month,
     )
     from cocaq.reports.suggest import suggest_for_user
+    from cocaq.reports.user_report import users_month
 
     month = Month.of(end - timedelta(days=days / 2))
     limit = min(month.end, end)

@@ -70,7 +70,7 @@ def first_reports(engine: Engine, cluster: str | None = None) -> dict[str, datet
 
 def build_admin_month(engine: Engine, cfg: Config, month_start: datetime, cluster: str | None) -> AdminMonth:
     """The admin report's month, with the before/after comparison when user reports have been sent."""
-    from cocaq.reports.data import admin_month
+    from cocaq.reports.admin_report import admin_month
 
     first = first_reports(engine, cluster)
     with engine.connect() as conn:
@@ -140,9 +140,10 @@ def report_user(
     obj: Ctx, user: str, month: str | None, cluster: str | None, out_dir: str | None, send: bool, force: bool
 ) -> None:
     """A user's monthly report: energy, CO2, idle GPUs, failed jobs, suggestions."""
-    from cocaq.reports.data import Month, user_month
+    from cocaq.reports.data import Month
     from cocaq.reports.render import render_user_month
     from cocaq.reports.suggest import suggest_for_user
+    from cocaq.reports.user_report import user_month
 
     _check_target(out_dir, send)
     start = parse_month(month)
@@ -178,7 +179,7 @@ def report_lab(
     force: bool,
 ) -> None:
     """A lab's (Slurm account's) monthly report, for its heads ([reports] lab_heads)."""
-    from cocaq.reports.data import lab_month
+    from cocaq.reports.lab_report import lab_month
     from cocaq.reports.render import render_lab_month
 
     _check_target(out_dir, send)

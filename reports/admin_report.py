@@ -1,0 +1,476 @@
+"""The site's month (`admin_month`): what the admins' e-mail and interactive report show.
+
+Beyond the shared blocks (`reports.queries`): tables by lab, partition and user, the GPU-utilisation
+histogram, energy by job state, measured coverage per partition, the carbon intensity per zone and day,
+the waste trend over the last months, the site's levers (the users' suggestions added up by kind, and
+GPU power caps, which only admins hold) and `before_after`, the observational comparison of users'
+GPU use around their first report.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, and_, func, select, union_all
+
+from cocaq.accounting.ledger import OUTCOMES, outcome_of
+from cocaq.config import Config
+from cocaq.db.coltypes import as_utc
+from cocaq.db.sqlfuncs import floor_ as _floor
+from cocaq.db.sqlfuncs import greatest, least
+from cocaq.footprint.advice import advise
+from cocaq.footprint.jobfacts import JobFacts
+from cocaq.reports.data import (
+    AdminMonth,
+    BeforeAfter,
+    BeforeAfterUser,
+    Coverage,
+    DayIntensity,
+    GroupEnergy,
+    IdleWaste,
+    Month,
+    MonthWaste,
+    ReportOptions,
+    SiteLever,
+    StateEnergy,
+    UtilBin,
+    UtilHistogram,
+    WasteBreakdown,
+    WindowUse,
+    ZoneIntensity,
+)
+from cocaq.reports.queries import (
+    DAY_S,
+    SUMS,
+    UTIL_BINS,
+    R,
+    Sums,
+    _add,
+    _basis,
+    _carbon,
+    _cluster_id,
+    _daily,
+    _data_days,
+    _data_start,
+    _equivalents,
+    _f,
+    _Group,
+    _idle,
+    _job_facts,
+    _job_groups,
+    _JobStats,
+    _kwh,
+    _midnight,
+    _model_uses,
+    _month_jobs,
+    _rollups,
+    _Scope,
+    _stats,
+    _total,
+    _totals,
+    _trend,
+    _tune,
+    _util,
+    _watermark,
+    _weeks,
+    _whole,
+    advice_context,
+)
+from cocaq.units import J_PER_KWH
+
+# --- for admins --------------------------------------------------------------------------------------
+
+
+def admin_month(
+    conn: Connection,
+    cfg: Config,
+    month_start: datetime | date,
+    cluster: str | None = None,
+    *,
+    first_report: Mapping[str, datetime] | None = None,
+    window_days: int = 30,
+    options: ReportOptions | None = None,
+) -> AdminMonth:
+    """The site's month: totals, by lab/partition/week, utilisation, idle waste, failures, coverage,
+    intensity, top users, and (with `first_report`, user -> first report sent) the before/after
+    comparison described in `BeforeAfter`."""
+    _tune(conn)
+    opts = options or ReportOptions()
+    month = Month.of(month_start)
+    prev = month.previous()
+    cid = _cluster_id(conn, cluster)
+    scope = _Scope(cluster_id=cid)
+    watermark = _watermark(conn)
+    start = _data_start(conn, cid)
+    span, prev_span = _data_days(month, start, watermark), _data_days(prev, start, watermark)
+    rolled = _rollups(conn, month.start, month.end, [R.user_name, R.account, R.partition], scope.rollups())
+    old = _total(_rollups(conn, prev.start, prev.end, [], scope.rollups()).values())
+    days = _daily(conn, month, [], scope.rollups()).get((), {})
+    y = _month_jobs(month.start, month.end, scope.jobs())
+    groups = _job_groups(conn, y, [y.c.user_name, y.c.account, y.c.partition], bins=True)
+    stats = _stats(groups)
+
+    def fold(index: int) -> tuple[dict[str, Sums], dict[str, _JobStats]]:
+        sums: dict[str, Sums] = defaultdict(lambda: dict.fromkeys(SUMS, 0.0))
+        js: dict[str, _JobStats] = defaultdict(_JobStats)
+        for k, v in rolled.items():
+            _add(sums[k[index]], v)
+        for k, st in stats.items():
+            js[k[index]].add(st)
+        return sums, js
+
+    s = _total(rolled.values())
+    js_all = _JobStats()
+    for st in stats.values():
+        js_all.add(st)
+    totals = _totals(s, js_all)
+    labs, labs_js = fold(1)
+    parts, parts_js = fold(2)
+    people, people_js = fold(0)
+
+    def table(sums: Mapping[str, Sums], js: Mapping[str, _JobStats]) -> list[GroupEnergy]:
+        out = []
+        for k, v in sums.items():
+            t = _totals(v, js.get(k))
+            out.append(
+                GroupEnergy(
+                    k,
+                    t.jobs,
+                    t.energy_kwh,
+                    t.co2_kg,
+                    t.gpu_hours,
+                    t.cpu_hours,
+                    t.gpu_util_pct,
+                    t.measured_share,
+                    t.energy_kwh / totals.energy_kwh if totals.energy_kwh > 0 else None,
+                )
+            )
+        out.sort(key=lambda g: (-g.energy_kwh, g.key))
+        return out
+
+    def idle(sums: Mapping[str, Sums], js: Mapping[str, _JobStats]) -> tuple[IdleWaste, ...]:
+        out = [_idle(k, _totals(v, js.get(k))) for k, v in sums.items() if v["idle_gpu_hours"] > 0]
+        out.sort(key=lambda x: (-x.idle_kwh, -x.idle_gpu_hours, x.key))
+        return tuple(out)
+
+    failed = [WasteBreakdown.of(k, _totals(v, labs_js.get(k))) for k, v in labs.items()]
+    failed = [w for w in failed if w.wasted_kwh > 0]
+    failed.sort(key=lambda x: (-x.wasted_kwh, x.key))
+    coverage = [
+        Coverage(
+            k,
+            _kwh(v),
+            v["energy_measured_j"] / J_PER_KWH,
+            v["energy_estimated_j"] / J_PER_KWH,
+            v["energy_measured_j"] / J_PER_KWH / _kwh(v) if _kwh(v) > 0 else None,
+            v["energy_est_low_j"] / J_PER_KWH,
+            v["energy_est_high_j"] / J_PER_KWH,
+        )
+        for k, v in parts.items()
+    ]
+    coverage.sort(key=lambda c: (-c.energy_kwh, c.partition))
+    carbon = _carbon(groups, _whole).get((), [])
+    return AdminMonth(
+        month=month,
+        cluster=cluster,
+        totals=totals,
+        equivalents=_equivalents(totals),
+        trend=_trend(prev, s, old, span, prev_span, opts.trend_min_days),
+        by_lab=tuple(table(labs, labs_js)),
+        by_partition=tuple(table(parts, parts_js)),
+        by_week=_weeks(month, days, span),
+        data_days=span,
+        util_histogram=_histogram(groups),
+        idle_by_user=idle(people, people_js),
+        idle_by_lab=idle(labs, labs_js),
+        waste_by_lab=tuple(failed),
+        energy_by_state=_states(groups),
+        coverage=tuple(coverage),
+        intensity=_intensity(conn, y, month, carbon),
+        top_users=tuple(table(people, people_js)[: opts.top_users]),
+        before_after=None
+        if first_report is None
+        else before_after(
+            conn, first_report, month, window_days=window_days, cluster_id=cid, watermark=watermark
+        ),
+        basis=_basis(cfg, s, carbon, js_all, watermark, month),
+        models=_model_uses(conn, y, month).get("", ()),
+        advice=_site_levers(
+            _job_facts(conn, cfg, month, cluster, None),
+            {k: _kwh(v) for k, v in people.items()},
+            month,
+            cfg,
+        ),
+        waste_trend=_waste_trend(conn, month, scope, start, watermark, opts.trend_months),
+    )
+
+
+def _histogram(groups: Iterable[_Group]) -> UtilHistogram:
+    """GPU jobs by energy-weighted utilisation in 10% bins, weighted by their GPU-hours in the month."""
+    acc = [[0, 0.0] for _ in range(UTIL_BINS + 1)]
+    for g in groups:
+        if g.bin is not None and g.bin >= 0:
+            acc[g.bin][0] += g.jobs
+            acc[g.bin][1] += g.gpu_hours
+    bins = tuple(UtilBin(10.0 * i, 10.0 * (i + 1), int(acc[i][0]), acc[i][1]) for i in range(UTIL_BINS))
+    return UtilHistogram(bins, int(acc[UTIL_BINS][0]), acc[UTIL_BINS][1])
+
+
+def _states(groups: Iterable[_Group]) -> tuple[StateEnergy, ...]:
+    acc: dict[str, list[float]] = {}
+    for g in groups:
+        a = acc.setdefault(g.st, [0, 0.0, 0.0])
+        a[0] += g.jobs
+        a[1] += g.energy_j
+        a[2] += g.co2_g
+    out = [StateEnergy(st, int(n), e / J_PER_KWH, c / 1000, outcome_of(st)) for st, (n, e, c) in acc.items()]
+    out.sort(key=lambda x: (-x.energy_kwh, x.state))
+    return tuple(out)
+
+
+def _intensity(
+    conn: Connection, y: Any, month: Month, carbon: Sequence[tuple[Any, ...]]
+) -> tuple[ZoneIntensity, ...]:
+    """Per zone and day: the jobs' intensity weighted by their energy in the day (pro rata of hours)."""
+    d0 = month.start.timestamp()
+    n = len(month.days())
+    used = (y.c.f > 0, y.c.el > 0, y.c.g.is_not(None), y.c.energy > 0)
+    first, last = _floor(y.c.t0 / DAY_S), _floor((y.c.t0 + y.c.el) / DAY_S)
+    # most jobs run within one day: all their energy is that day's
+    e1 = y.c.energy * y.c.f
+    one_day = select(y.c.zone, (first * DAY_S).label("d"), (e1 * y.c.g).label("eg"), e1.label("e")).where(
+        *used, first == last
+    )
+    # the others: split by the hours in each day of the month
+    days = union_all(*(select(_f(d0 + i * DAY_S).label("d")) for i in range(n))).subquery("days")
+    ov = greatest(_f(0.0), least(y.c.t0 + y.c.el, days.c.d + DAY_S) - greatest(y.c.t0, days.c.d))
+    e = y.c.energy * ov / y.c.el
+    more = (
+        select(y.c.zone, days.c.d, (e * y.c.g).label("eg"), e.label("e"))
+        .select_from(y.join(days, and_(y.c.t0 < days.c.d + DAY_S, y.c.t0 + y.c.el > days.c.d)))
+        .where(*used, first != last)
+    )
+    u = union_all(one_day, more).subquery("u")
+    q = select(u.c.zone, u.c.d, func.sum(u.c.eg), func.sum(u.c.e)).group_by(u.c.zone, u.c.d)
+    per: dict[str, list[DayIntensity]] = defaultdict(list)
+    for zone, d, eg, ej in conn.execute(q):
+        if ej and float(ej) > 0:
+            day = datetime.fromtimestamp(float(d), UTC).date()
+            per[zone or ""].append(DayIntensity(day, float(eg) / float(ej), float(ej) / J_PER_KWH))
+    sources: dict[str, set[str]] = defaultdict(set)
+    for zone, source, flag, *_rest in carbon:
+        sources[zone or ""].add(f"{source} ({flag})" if flag else str(source))
+    out = []
+    for zone, ds in per.items():
+        ds.sort(key=lambda x: x.day)
+        e = sum(d.energy_kwh for d in ds)
+        out.append(
+            ZoneIntensity(
+                zone,
+                e,
+                sum(d.g_per_kwh * d.energy_kwh for d in ds) / e if e > 0 else None,
+                statistics.fmean(d.g_per_kwh for d in ds) if ds else None,
+                tuple(ds),
+                tuple(sorted(sources.get(zone, set()))),
+            )
+        )
+    out.sort(key=lambda z: (-z.energy_kwh, z.zone))
+    return tuple(out)
+
+
+def _waste_trend(
+    conn: Connection,
+    month: Month,
+    scope: _Scope,
+    start: datetime | None,
+    watermark: datetime | None,
+    n: int,
+) -> tuple[MonthWaste, ...]:
+    """The ledger's parts per month, from the rollups, for `n` months up to this one (those with data)."""
+    months = [month]
+    while len(months) < n:
+        months.insert(0, months[0].previous())
+    keys = [R.day]
+    rows = _rollups(conn, months[0].start, month.end, keys, scope.rollups())
+    acc: dict[datetime, Sums] = {}
+    for (d,), v in rows.items():
+        m = Month.of(as_utc(d))
+        _add(acc.setdefault(m.start, {}), v)
+    out = []
+    for m in months:
+        v = acc.get(m.start, {})
+        days = _data_days(m, start, watermark).days
+        if days == 0:
+            continue
+        parts = [v.get(f"energy_{o}_j", 0.0) / J_PER_KWH for o in OUTCOMES]
+        out.append(MonthWaste(m, days, _kwh(v), v.get("idle_gpu_energy_j", 0.0) / J_PER_KWH, *parts))
+    return tuple(out)
+
+
+# What each kind of suggestion is, site-wide, and what the admins can do about it.
+LEVERS = {
+    "precision": (
+        "Training in full precision",
+        "point users to mixed precision (their e-mails show their own figures); a bf16 example job script",
+    ),
+    "timeouts": (
+        "Batch jobs lost at their time limit",
+        "document checkpointing with --signal and --requeue; a warning signal before the limit by default",
+    ),
+    "failures": ("Failed jobs", "a short debug partition or QOS, so that a test run starts at once"),
+    "out-of-memory": ("Jobs killed for memory", "a sensible default memory per CPU or GPU on the partitions"),
+    "notebooks": (
+        "GPUs held idle by interactive sessions",
+        "a short MaxTime on interactive partitions, idle culling in the notebook server, and cocaq's alerts "
+        "while jobs run ([alerts])",
+    ),
+    "fewer-gpus": (
+        "Idle GPUs in batch jobs",
+        "cocaq's alerts while jobs run ([alerts]); help with launching on several GPUs",
+    ),
+    "dataloader": ("GPUs waiting for data", "more CPU cores per GPU by default on the GPU partitions"),
+    "memory": ("Memory asked for and not used", "a lower default memory request"),
+    "power-cap": (
+        "GPUs near full power at moderate utilisation",
+        "a GPU power cap (nvidia-smi -pl) on a partition or per job from a prolog: McDonald et al. (NAACL "
+        "2022) measured ~15% less energy for transformer training for a marginal increase in run time",
+    ),
+}
+POWER_CAP_SAVING = 0.10  # counted, below the ~15% measured
+POWER_CAP_UTIL = (30.0, 70.0)  # the utilisation at which a cap costs little
+POWER_CAP_MIN_SHARE = 0.6  # mean sampled power / TDP: a cap must have something to cut
+
+
+def _site_levers(
+    facts: Mapping[str, list[JobFacts]], totals: Mapping[str, float], month: Month, cfg: Config
+) -> tuple[SiteLever, ...]:
+    """The users' suggestions added up by kind (each user's as their own e-mail gives them), and the one
+    lever only admins hold: GPU power caps, for jobs whose GPUs drew most of their rated power at moderate
+    utilisation (POWER_CAP_SAVING of those jobs' GPU energy)."""
+    ctx = advice_context(month, cfg)
+    acc: dict[str, list[tuple[str, float, float, bool]]] = defaultdict(list)
+    for u, jobs in facts.items():
+        for a in advise(
+            jobs,
+            ctx,
+            total_kwh=totals.get(u, 0.0),
+            min_share=cfg.advice.min_share,
+            min_kwh=cfg.advice.min_kwh,
+        ):
+            acc[a.id].append((u, a.saving_kwh or 0.0, a.saving_kg or 0.0, a.upper_bound))
+        capped = [
+            j
+            for j in jobs
+            if j.gpus > 0
+            and j.gpu_util_pct is not None
+            and POWER_CAP_UTIL[0] <= j.gpu_util_pct <= POWER_CAP_UTIL[1]
+            and j.mean_gpu_power_w is not None
+            and j.gpu_tdp_w > 0
+            and j.mean_gpu_power_w >= POWER_CAP_MIN_SHARE * j.gpu_tdp_w
+        ]
+        if capped:
+            e = sum(j.gpu_kwh * j.share * POWER_CAP_SAVING for j in capped)
+            c = sum(j.gpu_kwh * j.share * POWER_CAP_SAVING * j.kg_per_kwh for j in capped)
+            acc["power-cap"].append((u, e, c, False))
+    out = []
+    for kind, rows in acc.items():
+        rows.sort(key=lambda r: (-r[1], r[0]))
+        label, action = LEVERS.get(kind, (kind, ""))
+        users = tuple(r[0] for r in rows)
+        saving = sum(r[1] for r in rows)
+        kg = sum(r[2] for r in rows)
+        out.append(SiteLever(kind, label, users, saving, kg, any(r[3] for r in rows), action))
+    out.sort(key=lambda x: (-x.saving_kwh, x.id))
+    return tuple(x for x in out if x.saving_kwh > 0)
+
+
+def before_after(
+    conn: Connection,
+    first_report: Mapping[str, datetime],
+    month: Month,
+    *,
+    window_days: int = 30,
+    cluster_id: int | None = None,
+    watermark: datetime | None = None,
+) -> BeforeAfter:
+    """Idle-GPU share and GPU utilisation in the windows around each user's first report (`BeforeAfter`:
+    observational, not a controlled effect), from the users' daily rollups."""
+    span = timedelta(days=window_days)
+    windows: dict[str, tuple[datetime, datetime, datetime, datetime]] = {}
+    pending = []
+    limit = month.end
+    if watermark is not None:
+        limit = min(limit, _midnight(watermark))
+    for u, t in sorted(first_report.items()):
+        b1 = _midnight(t)
+        a0 = b1 if b1 == as_utc(t) else b1 + timedelta(days=1)
+        if a0 + span > limit:
+            pending.append(u)
+            continue
+        windows[u] = (b1 - span, b1, a0, a0 + span)
+    rows: dict[str, dict[datetime, Sums]] = defaultdict(dict)
+    if windows:
+        lo = min(w[0] for w in windows.values())
+        hi = max(w[3] for w in windows.values())
+        names = sorted(windows)
+        where: list[Any] = [R.user_name.in_(names)] if len(names) <= 5000 else []
+        if cluster_id is not None:
+            where.append(R.cluster_id == cluster_id)
+        for (u, d), s in _rollups(conn, lo, hi, [R.user_name, R.day], where).items():
+            if u in windows:
+                rows[u][as_utc(d)] = s
+
+    def side(u: str, a: datetime, b: datetime) -> tuple[WindowUse, Sums]:
+        s = _total(v for d, v in rows.get(u, {}).items() if a <= d < b)
+        gh = s["gpu_hours"]
+        return WindowUse(
+            a, b, gh, s["idle_gpu_hours"], s["idle_gpu_hours"] / gh if gh > 0 else None, _util(s)
+        ), s
+
+    users, excluded = [], []
+    for u, (b0, b1, a0, a1) in windows.items():
+        before, _ = side(u, b0, b1)
+        after, _ = side(u, a0, a1)
+        if (
+            before.gpu_hours <= 0
+            or after.gpu_hours <= 0
+            or before.gpu_util_pct is None
+            or after.gpu_util_pct is None
+        ):
+            excluded.append(u)
+            continue
+        assert before.idle_share is not None and after.idle_share is not None
+        users.append(
+            BeforeAfterUser(
+                u,
+                as_utc(first_report[u]),
+                before,
+                after,
+                after.idle_share - before.idle_share,
+                after.gpu_util_pct - before.gpu_util_pct,
+            )
+        )
+    hb = sum(x.before.gpu_hours for x in users)
+    ha = sum(x.after.gpu_hours for x in users)
+    ib = sum(x.before.idle_gpu_hours for x in users) / hb if hb > 0 else None
+    ia = sum(x.after.idle_gpu_hours for x in users) / ha if ha > 0 else None
+    ub = sum(x.before.gpu_hours * (x.before.gpu_util_pct or 0.0) for x in users) / hb if hb > 0 else None
+    ua = sum(x.after.gpu_hours * (x.after.gpu_util_pct or 0.0) for x in users) / ha if ha > 0 else None
+    return BeforeAfter(
+        window_days=window_days,
+        users=tuple(users),
+        gpu_hours_before=hb,
+        gpu_hours_after=ha,
+        idle_share_before=ib,
+        idle_share_after=ia,
+        idle_share_change=ia - ib if ia is not None and ib is not None else None,
+        gpu_util_before=ub,
+        gpu_util_after=ua,
+        gpu_util_change=ua - ub if ua is not None and ub is not None else None,
+        excluded=tuple(sorted(excluded)),
+        pending=tuple(pending),
+    )

@@ -1,0 +1,146 @@
+"""One job's report (`job_footprint`): what the job e-mail at job end shows (`reports.jobmail`).
+
+Read from the job's own rows (jobs, job_metrics, job_energy, node_energy, model_metadata), not from the
+rollups: its energy by component and method, CO2 and the intensity it rests on, embodied CO2 apart, GPU use
+and idling, whether its energy is final, and the notes of what to change next time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from typing import cast
+
+from sqlalchemy import Connection, Table, func, select
+
+from cocaq.config import Config
+from cocaq.db.coltypes import as_utc
+from cocaq.db.schema import Cluster, Job, JobMetrics
+from cocaq.errors import UsageError
+from cocaq.reports.data import EnergyPart, JobReport
+from cocaq.reports.queries import CL, MM, NE, E, J, M, _num
+from cocaq.slurm.record import FINAL_STATES
+from cocaq.units import J_PER_KWH
+
+# --- one job ----------------------------------------------------------------------------------------------
+
+
+def job_footprint(conn: Connection, cfg: Config, job_pk: int) -> JobReport:
+    """One job's energy by component and method, CO2 and its basis, embodied apart, GPU use and idling,
+    and whether the energy is final.
+
+    Final means it will not change any more: the job is not open, its state is a final Slurm state (the
+    import or `cocaq reconcile` has seen it end), and every measured node record of it (node_energy) is
+    the epilog's final one. `metrics_current` says whether the aggregator has derived its metrics (carbon
+    over the run, utilisation, idle, embodied) since the job last changed.
+    """
+    j = conn.execute(
+        select(Job.__table__, CL.name.label("cluster"))
+        .join_from(cast(Table, Job.__table__), cast(Table, Cluster.__table__), CL.id == J.cluster_id)
+        .where(J.id == job_pk)
+    ).one_or_none()
+    if j is None:
+        raise UsageError(f"no job with id {job_pk}")
+    m = conn.execute(select(JobMetrics.__table__).where(M.job_pk == job_pk)).one_or_none()
+    parts = tuple(
+        EnergyPart(r.node, r.component, r.method, r.source, float(r.energy_j) / J_PER_KWH)
+        for r in conn.execute(
+            select(E.node, E.component, E.method, E.source, E.energy_j)
+            .where(E.job_pk == job_pk)
+            .order_by(E.component, E.node, E.source)
+        )
+    )
+    by_component: dict[str, float] = defaultdict(float)
+    by_method: dict[str, float] = defaultdict(float)
+    for p in parts:
+        by_component[p.component] += p.energy_kwh
+        by_method[p.method] += p.energy_kwh
+    reasons = []
+    state = (j.state or "").split(" ")[0]
+    if j.is_open:
+        reasons.append(f"the job is still {state or 'open'}")
+    elif state not in FINAL_STATES:
+        reasons.append(f"state {state or '?'} is not a final Slurm state")
+    if j.job_id_raw is not None and j.start_time is not None:
+        start = as_utc(j.start_time)
+        end = as_utc(j.end_time) or datetime.now(UTC)
+        open_nodes = conn.execute(
+            select(func.count()).where(
+                NE.cluster_id == j.cluster_id,
+                NE.job_id == str(j.job_id_raw),
+                NE.final.is_(False),
+                NE.job_start >= start - timedelta(minutes=10),
+                NE.job_start <= end + timedelta(minutes=10),
+            )
+        ).scalar()
+        if open_nodes:
+            reasons.append(f"{open_nodes} measured node record(s) not final yet (no epilog record)")
+    metrics_current = bool(m is not None and as_utc(m.computed_at) >= as_utc(j.updated_at))
+    from cocaq.db.dbapi import wrap
+    from cocaq.footprint import jobfacts
+    from cocaq.footprint.one_job import job_notes
+
+    db = wrap(conn)
+    facts = jobfacts.one(db, cfg, job_pk)
+    notes = job_notes(db, cfg, facts) if facts is not None else []
+    idle_j = float(m.idle_gpu_energy_j or 0.0) if m is not None else 0.0
+    est_j = float(j.energy_j or 0.0) - float(j.energy_measured_j or 0.0)
+    el = max(float(j.elapsed_s or 0.0), 0.0)
+    models = tuple(
+        r[0]
+        for r in conn.execute(select(MM.model_name).where(MM.job_pk == job_pk).order_by(MM.id))
+        if r[0] is not None
+    )
+    return JobReport(
+        pk=int(j.id),
+        job_id=j.job_id,
+        cluster=j.cluster,
+        user=j.user_name,
+        account=j.account,
+        partition=j.partition,
+        name=j.name,
+        state=j.state,
+        state_detail=j.state_detail,
+        is_open=bool(j.is_open),
+        submit=as_utc(j.submit_time),
+        start=as_utc(j.start_time),
+        end=as_utc(j.end_time),
+        elapsed_h=el / 3600,
+        time_limit_h=float(j.time_limit_s) / 3600 if j.time_limit_s else None,
+        cpus=int(j.alloc_cpus or 0),
+        gpus=int(j.alloc_gpus or 0),
+        gpu_type=j.gpu_type,
+        node_list=j.node_list,
+        energy_kwh=float(j.energy_j or 0.0) / J_PER_KWH,
+        measured_kwh=float(j.energy_measured_j or 0.0) / J_PER_KWH,
+        estimated_kwh=est_j / J_PER_KWH,
+        estimated_low_kwh=(est_j if j.energy_est_low_j is None else float(j.energy_est_low_j)) / J_PER_KWH,
+        estimated_high_kwh=(est_j if j.energy_est_high_j is None else float(j.energy_est_high_j)) / J_PER_KWH,
+        by_component=dict(by_component),
+        by_method=dict(by_method),
+        parts=parts,
+        pue=float(j.pue or 1.0),
+        carbon_zone=j.carbon_zone,
+        carbon_g_per_kwh=_num(j.carbon_g_per_kwh),
+        carbon_source=j.carbon_source,
+        carbon_year=j.carbon_year,
+        carbon_flag=j.carbon_flag,
+        carbon_detail=m.carbon_detail if m is not None else None,
+        co2_kg=float(j.co2_g or 0.0) / 1000,
+        co2_embodied_kg=float(m.co2_embodied_g or 0.0) / 1000 if m is not None else None,
+        gpu_util_pct=_num(m.gpu_util_pct) if m is not None else None,
+        sampled_gpu_hours=float(m.gpu_samples_s or 0.0) / 3600 if m is not None else 0.0,
+        idle_gpu_hours=float(m.idle_gpu_s or 0.0) / 3600 if m is not None else 0.0,
+        idle_kwh=idle_j / J_PER_KWH,
+        idle_co2_kg=idle_j / J_PER_KWH * float(j.pue or 1.0) * float(j.carbon_g_per_kwh or 0.0) / 1000,
+        cpu_usage=float(j.total_cpu_s) / (int(j.alloc_cpus) * el)
+        if j.total_cpu_s is not None and j.alloc_cpus and el > 0
+        else None,
+        hw_profile=j.hw_profile,
+        final=not reasons,
+        final_reasons=tuple(reasons),
+        metrics_current=metrics_current,
+        models=models,
+        facts=facts,
+        notes=tuple(notes),
+    )

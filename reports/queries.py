@@ -1,0 +1,735 @@
+"""The queries every report kind shares: which jobs (the scope), the month's rollups, its jobs and their
+groups, and the blocks built of them (totals, trend, basis, series, models, the ledger's per-job facts).
+
+The builders of each kind (`reports.user_report`, `lab_report`, `admin_report`) are made of these, so a
+figure that two reports both show is computed by the same code. The names keep their leading underscore:
+they are the builders' internals, not an interface for the rest of cocaq. Where each figure comes from,
+and why:
+
+* Totals, trends, daily and weekly series, per-user/lab/partition tables and rankings come from
+  `daily_rollups`. A rollup row holds a UTC day's share of every job that ran in it (pro rata to its
+  hours), so a UTC month is exactly the sum of its days and two months compare like for like; a month is
+  a few thousand rows to read whatever the number of jobs.
+* What a rollup cannot hold comes from `jobs` (+ `job_metrics`), each job weighted by the share of its
+  run inside the month, the rollups' own formula (`cocaq.accounting.window`): distinct jobs and their
+  states (a rollup counts a job once in every day it ran), the CO2 of idle-GPU and failed-job energy (a
+  rollup keeps their energy, not the intensity and PUE it was emitted at), the zones, sources and PUE
+  used, the GPU-utilisation histogram, and per-job lists (top jobs, idle jobs, GPU jobs for
+  `reports.suggest`).
+* Per-GPU use of a multi-GPU job comes from `samples` (`reports.user_report`): `job_gpu_hours` and
+  `job_metrics` add a job's GPUs together, so they cannot tell one idle GPU out of four from four GPUs
+  each idle a quarter of the time.
+
+Months are UTC months because the rollups' days are UTC days. The rollups are as fresh as the
+aggregator's last run: `Basis.complete` says whether it ran after the month ended (run `cocaq aggregate`
+before building reports). Energy is IT energy (before PUE); CO2 is operational (energy x PUE x intensity)
+and embodied CO2 is always reported apart, never added in.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import Connection, Float, Table, case, func, literal, or_, select
+
+from cocaq.accounting.ledger import OUTCOME
+from cocaq.accounting.window import overlap_expr, share_expr
+from cocaq.config import Config
+from cocaq.db.coltypes import as_utc
+from cocaq.db.schema import (
+    AggregatorState,
+    Cluster,
+    DailyRollup,
+    Job,
+    JobEnergy,
+    JobMetrics,
+    ModelMetadata,
+    NodeEnergy,
+    Sample,
+)
+from cocaq.db.sqlfuncs import epoch_exact as _epoch_s
+from cocaq.db.sqlfuncs import first_word as _first_word
+from cocaq.db.sqlfuncs import greatest, least
+from cocaq.errors import UsageError
+from cocaq.footprint.advice import Context
+from cocaq.footprint.by_model import UNNAMED
+from cocaq.footprint.jobfacts import JobFacts
+from cocaq.footprint.totals import equivalents
+from cocaq.reports.data import (
+    Basis,
+    CarbonBasis,
+    Change,
+    DataDays,
+    DayPoint,
+    Equivalents,
+    IdleWaste,
+    ModelUse,
+    Month,
+    MonthTotals,
+    Trend,
+    WeekPoint,
+)
+from cocaq.units import J_PER_KWH
+
+J = cast(Table, Job.__table__).c
+M = cast(Table, JobMetrics.__table__).c
+R = cast(Table, DailyRollup.__table__).c
+E = cast(Table, JobEnergy.__table__).c
+CL = cast(Table, Cluster.__table__).c
+MM = cast(Table, ModelMetadata.__table__).c
+S = cast(Table, Sample.__table__).c
+NE = cast(Table, NodeEnergy.__table__).c
+AS = cast(Table, AggregatorState.__table__).c
+JOBS = cast(Table, Job.__table__)
+METRICS = cast(Table, JobMetrics.__table__)
+MODELS = cast(Table, ModelMetadata.__table__)
+
+WORK_MEM = "64MB"  # PostgreSQL, per sort or hash of these statements (SET LOCAL)
+DAY_S = 86400.0
+# What a daily_rollups row sums (cocaq.accounting.aggregate._FIELDS without the per-day job counts).
+SUMS = (
+    "cpu_hours", "gpu_hours", "energy_gpu_j", "energy_cpu_j", "energy_dram_j", "energy_other_j",
+    "energy_measured_j", "energy_estimated_j", "energy_failed_j", "energy_oom_j", "energy_timeout_j",
+    "energy_cancelled_j", "co2_g", "co2_embodied_g", "gpu_util_energy_j", "gpu_util_weighted",
+    "idle_gpu_hours", "idle_gpu_energy_j", "energy_est_low_j", "energy_est_high_j",
+)  # fmt: skip
+# The range of the estimated part; days rolled up before it existed (NULL) read as the estimate itself.
+_EST_RANGE = ("energy_est_low_j", "energy_est_high_j")
+# What the daily and weekly series show.
+DAY_SUMS = (
+    "energy_measured_j",
+    "energy_estimated_j",
+    "co2_g",
+    "gpu_hours",
+    "gpu_util_energy_j",
+    "gpu_util_weighted",
+)
+# What the peers are compared on: energy and utilisation.
+PEER_SUMS = ("energy_measured_j", "energy_estimated_j", "gpu_util_energy_j", "gpu_util_weighted")
+
+Sums = dict[str, float]
+
+
+# --- SQL spellings that differ by dialect: cocaq.db.sqlfuncs ------------------------------------------------
+
+
+def _f(x: float) -> Any:
+    return literal(x, Float)
+
+
+@dataclass
+class _Scope:
+    """Which jobs: a user or users, a lab, a cluster (None: all)."""
+
+    users: Sequence[str] | None = None
+    account: str | None = None
+    cluster_id: int | None = None
+
+    def jobs(self) -> list[Any]:
+        out: list[Any] = []
+        if self.users is not None:
+            out.append(J.user_name == self.users[0] if len(self.users) == 1 else J.user_name.in_(self.users))
+        if self.account is not None:
+            out.append(J.account == self.account)
+        if self.cluster_id is not None:
+            out.append(J.cluster_id == self.cluster_id)
+        return out
+
+    def rollups(self) -> list[Any]:
+        out: list[Any] = []
+        if self.users is not None:
+            out.append(R.user_name == self.users[0] if len(self.users) == 1 else R.user_name.in_(self.users))
+        if self.account is not None:
+            out.append(R.account == self.account)
+        if self.cluster_id is not None:
+            out.append(R.cluster_id == self.cluster_id)
+        return out
+
+
+def _tune(conn: Connection) -> None:
+    """PostgreSQL, for this transaction: no JIT (these scans of a month are costed high enough to be
+    compiled, and compiling them takes longer than running them), and work_mem for grouping a month's
+    jobs in memory rather than sorting them on disk. (In autocommit mode: a warning, no effect.)"""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SET LOCAL jit = off; SET LOCAL work_mem = '{WORK_MEM}'")
+
+
+def _cluster_id(conn: Connection, name: str | None) -> int | None:
+    if name is None:
+        return None
+    cid = conn.execute(select(CL.id).where(CL.name == name)).scalar()
+    if cid is None:
+        raise UsageError(f"no cluster named {name!r} in the database")
+    return int(cid)
+
+
+def _cluster_names(conn: Connection) -> dict[int, str]:
+    return {int(i): str(n) for i, n in conn.execute(select(CL.id, CL.name))}
+
+
+def _watermark(conn: Connection) -> datetime | None:
+    return as_utc(conn.execute(select(AS.watermark).where(AS.name == "jobs")).scalar())
+
+
+def _rollups(
+    conn: Connection,
+    lo: datetime,
+    hi: datetime,
+    keys: Sequence[Any],
+    where: list[Any],
+    sums: Sequence[str] = SUMS,
+) -> dict[Any, Sums]:
+    """Sums of the rollups of days [lo, hi) per key tuple (keys: rollup columns)."""
+    cols = (func.coalesce(R[k], R.energy_estimated_j) if k in _EST_RANGE else R[k] for k in sums)
+    q = select(*keys, *(func.sum(c) for c in cols)).where(R.day >= lo, R.day < hi, *where)
+    if keys:
+        q = q.group_by(*keys)
+    out: dict[Any, Sums] = {}
+    n = len(keys)
+    for row in conn.execute(q).all():
+        out[tuple(row[:n])] = {k: float(v or 0.0) for k, v in zip(sums, row[n:], strict=True)}
+    return out
+
+
+def _add(into: Sums, s: Mapping[str, float]) -> Sums:
+    for k, v in s.items():
+        into[k] = into.get(k, 0.0) + v
+    return into
+
+
+def _total(rows: Iterable[Mapping[str, float]]) -> Sums:
+    out: Sums = dict.fromkeys(SUMS, 0.0)
+    for s in rows:
+        _add(out, s)
+    return out
+
+
+def _util(s: Mapping[str, float]) -> float | None:
+    e = s.get("gpu_util_energy_j", 0.0)
+    return s.get("gpu_util_weighted", 0.0) / e if e > 0 else None
+
+
+def _kwh(s: Mapping[str, float]) -> float:
+    return (s.get("energy_measured_j", 0.0) + s.get("energy_estimated_j", 0.0)) / J_PER_KWH
+
+
+def _month_jobs(lo: datetime, hi: datetime, where: list[Any]) -> Any:
+    """The jobs that ran in [lo, hi) with job_metrics, and `f`: the share of each inside it.
+
+    The rollups' formula (cocaq.accounting.window): a job with run time counts by the share of its hours
+    inside; one without, in the window its start is in. Only rows with f > 0 ran in the window (a job
+    ending exactly at `lo` did not).
+    """
+    lo_s, hi_s = lo.timestamp(), hi.timestamp()
+    w = (
+        select(
+            J.id,
+            J.cluster_id,
+            J.job_id,
+            J.job_id_raw,
+            J.name,
+            J.user_name,
+            func.coalesce(J.account, "").label("account"),
+            func.coalesce(J.partition, "").label("partition"),
+            J.node_list,
+            J.state,
+            _first_word(J.state).label("st"),
+            J.is_open,
+            J.start_time,
+            J.end_time,
+            func.coalesce(J.alloc_cpus, 0).label("cpus"),
+            func.coalesce(J.alloc_gpus, 0).label("gpus"),
+            J.total_cpu_s,
+            J.time_limit_s,
+            J.elapsed_s,
+            func.coalesce(J.energy_j, 0.0).label("energy"),
+            func.coalesce(J.energy_measured_j, 0.0).label("measured"),
+            func.coalesce(J.co2_g, 0.0).label("co2"),
+            func.coalesce(J.pue, 1.0).label("pue"),
+            J.carbon_zone.label("zone"),
+            J.carbon_g_per_kwh.label("g"),
+            J.carbon_source.label("source"),
+            J.carbon_flag.label("flag"),
+            M.gpu_util_pct.label("util"),
+            func.coalesce(M.gpu_samples_s, 0.0).label("samples_s"),
+            func.coalesce(M.idle_gpu_s, 0.0).label("idle_s"),
+            # the ledger's idle GPU energy: at most the job's energy (cocaq.accounting.ledger.waste)
+            greatest(
+                _f(0.0),
+                least(
+                    func.coalesce(M.idle_gpu_energy_j, 0.0), greatest(func.coalesce(J.energy_j, 0.0), _f(0.0))
+                ),
+            ).label("idle_j"),
+            func.coalesce(M.co2_embodied_g, 0.0).label("embodied"),
+            _epoch_s(J.start_time).label("t0"),
+            greatest(func.coalesce(J.elapsed_s, 0.0), _f(0.0)).label("el"),
+        )
+        .select_from(JOBS.outerjoin(METRICS, M.job_pk == J.id))
+        .where(
+            J.start_time < hi, or_(J.end_time >= lo, J.end_time.is_(None)), J.start_time.is_not(None), *where
+        )
+        .subquery("w")
+    )
+    ov = overlap_expr(w.c.t0, w.c.el, lo_s, hi_s)
+    x = select(w, ov.label("ov")).subquery("x")
+    frac = share_expr(x.c.t0, x.c.el, x.c.ov, lo_s, hi_s)
+    return select(x, frac.label("f")).subquery("y")
+
+
+@dataclass
+class _JobStats:
+    """Distinct jobs by how they ended, and the CO2 of the ledger's parts (cocaq.accounting.ledger), per
+    key."""
+
+    jobs: int = 0
+    counts: dict[str, int] = field(default_factory=dict)  # outcome -> jobs
+    co2_g: dict[str, float] = field(default_factory=dict)  # part (idle or an outcome) -> CO2
+    pue_min: float | None = None
+    pue_max: float | None = None
+
+    def add(self, o: _JobStats) -> None:
+        self.jobs += o.jobs
+        for k, n in o.counts.items():
+            self.counts[k] = self.counts.get(k, 0) + n
+        for k, c in o.co2_g.items():
+            self.co2_g[k] = self.co2_g.get(k, 0.0) + c
+        self.pue_min = _opt(min, self.pue_min, o.pue_min)
+        self.pue_max = _opt(max, self.pue_max, o.pue_max)
+
+    def count(self, outcome: str) -> int:
+        return self.counts.get(outcome, 0)
+
+
+def _opt(fn: Any, a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else float(fn(a, b))
+
+
+@dataclass
+class _Group:
+    """The month's jobs of one key, state and carbon basis: one row of `_job_groups`."""
+
+    key: tuple[Any, ...]
+    st: str
+    zone: str | None
+    source: str | None
+    flag: str | None
+    jobs: int
+    energy_j: float  # the month's share
+    co2_g: float
+    energy_x_g: float  # sum of energy x intensity, over the energy whose intensity is known
+    energy_known_j: float
+    idle_j: float  # the ledger's idle GPU energy (the month's share)
+    idle_co2_g: float  # its CO2: each job's idle energy x its own CO2 per joule
+    pue_min: float | None
+    pue_max: float | None
+    bin: int | None = None  # with `bins`: the utilisation bin (UTIL_BINS: no samples; -1: no GPU)
+    gpu_hours: float = 0.0  # with `bins`
+
+
+UTIL_BINS = 10  # 10% wide; index UTIL_BINS counts GPU jobs without samples
+
+
+def _job_groups(conn: Connection, y: Any, keys: Sequence[Any], *, bins: bool = False) -> list[_Group]:
+    """One pass over the month's jobs, grouped by `keys`, state and carbon basis (a few rows per key).
+
+    Everything the reports take from jobs rather than rollups folds out of it: distinct jobs by state,
+    energy and CO2 by state, zones and sources, the PUE range, the CO2 of idle GPU energy and (with
+    `bins`, grouped by utilisation bin too) the GPU-utilisation histogram. One pass because each
+    would read the month's jobs again.
+
+    The CO2 of idle GPU energy is each job's idle energy (in the month) x its own PUE x its own carbon
+    intensity, summed: the idle energy was drawn during the job's run, and the job's intensity is the
+    energy-weighted average of the grid over that run, so this is the share of the job's CO2 its idle
+    GPUs account for. (The hours the GPUs sat idle may have had a cleaner or dirtier grid than the run's
+    average; per-hour idle energy is in job_gpu_hours if that precision is ever wanted.)
+    """
+    src, kcols = y, list(keys)
+    if bins:
+        # the utilisation bin as one more key: one CASE per job rather than conditional sums per bin
+        u = y.c.util
+        bin_ = case(
+            (y.c.gpus <= 0, -1),
+            (u.is_(None), UTIL_BINS),
+            *((u < 10.0 * (i + 1), i) for i in range(UTIL_BINS - 1)),
+            else_=UTIL_BINS - 1,  # the last bin holds 100%
+        )
+        src = select(y, bin_.label("bin"), (y.c.gpus * y.c.ov / 3600.0).label("gh")).subquery("yb")
+        kcols = [src.c[k.name] for k in keys] + [src.c.bin]
+    c = src.c
+    e = c.energy * c.f
+    cols = [
+        *kcols,
+        c.st,
+        c.zone,
+        c.source,
+        c.flag,
+        func.count(),
+        func.sum(e),
+        func.sum(c.co2 * c.f),
+        func.sum(e * func.coalesce(c.g, 0.0)),
+        func.sum(case((c.g.is_not(None), e), else_=_f(0.0))),
+        func.sum(c.idle_j * c.f),
+        func.sum(case((c.energy > 0, c.idle_j * c.f * c.co2 / c.energy), else_=_f(0.0))),
+        func.min(c.pue),
+        func.max(c.pue),
+    ]
+    if bins:
+        cols.append(func.sum(c.gh))
+    q = select(*cols).where(c.f > 0).group_by(*kcols, c.st, c.zone, c.source, c.flag)
+    n = len(keys)
+    m = len(kcols)
+    out = []
+    for r in conn.execute(q).all():
+        out.append(
+            _Group(
+                tuple(r[:n]),
+                r[m] or "",
+                r[m + 1],
+                r[m + 2],
+                r[m + 3],
+                int(r[m + 4]),
+                float(r[m + 5] or 0.0),
+                float(r[m + 6] or 0.0),
+                float(r[m + 7] or 0.0),
+                float(r[m + 8] or 0.0),
+                float(r[m + 9] or 0.0),
+                float(r[m + 10] or 0.0),
+                _num(r[m + 11]),
+                _num(r[m + 12]),
+                int(r[n]) if bins else None,
+                float(r[m + 13] or 0.0) if bins else 0.0,
+            )
+        )
+    return out
+
+
+def _same(key: tuple[Any, ...]) -> Any:
+    return key
+
+
+def _stats(groups: Iterable[_Group], fold: Callable[[tuple[Any, ...]], Any] = _same) -> dict[Any, _JobStats]:
+    """Per key (or per fold(key)): distinct jobs by how they ended, the CO2 of the ledger's parts (idle
+    GPUs; the rest of a job that ended badly under its outcome), PUE."""
+    out: dict[Any, _JobStats] = defaultdict(_JobStats)
+    for g in groups:
+        o = OUTCOME.get(g.st)
+        co2 = {"idle": g.idle_co2_g}
+        if o is not None:
+            co2[o] = g.co2_g - g.idle_co2_g
+        out[fold(g.key)].add(
+            _JobStats(g.jobs, {o: g.jobs} if o is not None else {}, co2, g.pue_min, g.pue_max)
+        )
+    return out
+
+
+def _carbon(
+    groups: Iterable[_Group], fold: Callable[[tuple[Any, ...]], Any] = _same
+) -> dict[Any, list[tuple[Any, ...]]]:
+    """Per key (or fold(key)): (zone, source, flag, energy J, CO2 g, energy x intensity, energy with a
+    known intensity)."""
+    acc: dict[Any, dict[tuple[Any, ...], list[float]]] = defaultdict(dict)
+    for g in groups:
+        a = acc[fold(g.key)].setdefault((g.zone, g.source, g.flag), [0.0, 0.0, 0.0, 0.0])
+        a[0] += g.energy_j
+        a[1] += g.co2_g
+        a[2] += g.energy_x_g
+        a[3] += g.energy_known_j
+    return {k: [(*zsf, *v) for zsf, v in d.items()] for k, d in acc.items()}
+
+
+def _whole(key: tuple[Any, ...]) -> Any:
+    return ()
+
+
+def _num(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def _basis(
+    cfg: Config,
+    s: Mapping[str, float],
+    carbon: Sequence[tuple[Any, ...]],
+    js: _JobStats | None,
+    watermark: datetime | None,
+    month: Month,
+) -> Basis:
+    total_e = sum(float(c[3] or 0.0) for c in carbon)
+    parts = []
+    for zone, source, flag, e, co2, eg, e_known in carbon:
+        e, co2 = float(e or 0.0), float(co2 or 0.0)
+        parts.append(
+            CarbonBasis(
+                zone,
+                source,
+                flag,
+                e / J_PER_KWH,
+                e / total_e if total_e > 0 else 0.0,
+                co2 / 1000,
+                float(eg) / float(e_known) if e_known else None,
+            )
+        )
+    parts.sort(key=lambda p: (-p.energy_kwh, p.zone or "", p.source or "", p.flag or ""))
+    e = _kwh(s)
+    return Basis(
+        measured_share=(s.get("energy_measured_j", 0.0) / J_PER_KWH / e) if e > 0 else None,
+        carbon=tuple(parts),
+        pue_min=js.pue_min if js else None,
+        pue_max=js.pue_max if js else None,
+        idle_threshold_pct=cfg.aggregate.idle_gpu_util_pct,
+        rollups_through=watermark,
+        complete=watermark is not None and watermark >= month.end,
+    )
+
+
+def _totals(s: Mapping[str, float], js: _JobStats | None) -> MonthTotals:
+    js = js or _JobStats()
+    g = {k: float(s.get(k, 0.0)) for k in SUMS}
+    return MonthTotals(
+        energy_kwh=_kwh(g),
+        co2_kg=g["co2_g"] / 1000,
+        co2_embodied_kg=g["co2_embodied_g"] / 1000,
+        gpu_hours=g["gpu_hours"],
+        cpu_hours=g["cpu_hours"],
+        jobs=js.jobs,
+        jobs_failed=js.count("failed"),
+        jobs_cancelled=js.count("cancelled"),
+        jobs_timeout=js.count("timeout"),
+        jobs_oom=js.count("oom"),
+        gpu_util_pct=_util(g),
+        idle_gpu_hours=g["idle_gpu_hours"],
+        idle_gpu_kwh=g["idle_gpu_energy_j"] / J_PER_KWH,
+        idle_co2_kg=js.co2_g.get("idle", 0.0) / 1000,
+        failed_kwh=g["energy_failed_j"] / J_PER_KWH,
+        failed_co2_kg=js.co2_g.get("failed", 0.0) / 1000,
+        oom_kwh=g["energy_oom_j"] / J_PER_KWH,
+        oom_co2_kg=js.co2_g.get("oom", 0.0) / 1000,
+        timeout_kwh=g["energy_timeout_j"] / J_PER_KWH,
+        timeout_co2_kg=js.co2_g.get("timeout", 0.0) / 1000,
+        cancelled_kwh=g["energy_cancelled_j"] / J_PER_KWH,
+        cancelled_co2_kg=js.co2_g.get("cancelled", 0.0) / 1000,
+        measured_kwh=g["energy_measured_j"] / J_PER_KWH,
+        estimated_kwh=g["energy_estimated_j"] / J_PER_KWH,
+        estimated_low_kwh=g["energy_est_low_j"] / J_PER_KWH,
+        estimated_high_kwh=g["energy_est_high_j"] / J_PER_KWH,
+        gpu_kwh=g["energy_gpu_j"] / J_PER_KWH,
+        cpu_kwh=g["energy_cpu_j"] / J_PER_KWH,
+        dram_kwh=g["energy_dram_j"] / J_PER_KWH,
+        other_kwh=g["energy_other_j"] / J_PER_KWH,
+    )
+
+
+def _equivalents(t: MonthTotals) -> Equivalents:
+    eq = equivalents(t.co2_kg)
+    return Equivalents(car_km=float(eq["car_km"]), smartphone_charges=float(eq["smartphone_charges"]))
+
+
+def _data_start(conn: Connection, cluster_id: int | None) -> datetime | None:
+    """The first day the rollups hold anything (on the cluster): where the data starts."""
+    q = select(func.min(R.day))
+    if cluster_id is not None:
+        q = q.where(R.cluster_id == cluster_id)
+    return as_utc(conn.execute(q).scalar())
+
+
+def _data_days(month: Month, start: datetime | None, watermark: datetime | None) -> DataDays:
+    n = len(month.days())
+    if start is None or watermark is None:
+        return DataDays(None, None, 0, n)
+    lo = max(_midnight(start), month.start)
+    hi = min(_midnight(watermark), month.end)
+    if hi <= lo:
+        return DataDays(None, None, 0, n)
+    return DataDays(lo.date(), hi.date(), (hi - lo).days, n)
+
+
+def _day_label(d: date) -> str:
+    return f"{d.day} {d:%b}"
+
+
+def _trend(
+    prev: Month,
+    cur: Mapping[str, float],
+    old: Mapping[str, float],
+    days: DataDays,
+    prev_days: DataDays,
+    min_days: int,
+) -> Trend:
+    """Per day of data (see Trend); no comparison with fewer than `min_days` days on either side."""
+    name, this = f"{prev.start:%B}", "this month"
+    if days.days < min_days or prev_days.days < min_days:
+        if prev_days.days == 0:
+            note = f"No comparison with {name}: there is no data for it."
+        elif prev_days.days < min_days:
+            assert prev_days.first is not None and prev_days.end is not None
+            last = prev_days.end - timedelta(days=1)
+            note = (
+                f"No comparison with {name}: the data covers only {prev_days.days} of its days "
+                f"({_day_label(prev_days.first)}-{_day_label(last)})."
+            )
+        else:
+            note = f"No comparison with {name} yet: {this} has only {days.days} days of data so far."
+        none = Change(None, None, None, None)
+        return Trend(prev, none, none, none, none, days.days, prev_days.days, False, note)
+
+    def rate(v: float, d: DataDays) -> float:
+        return v / d.days
+
+    partial = [f"{this}'s {days.days} days"] if days.partial else []
+    if prev_days.partial:
+        partial.append(f"{prev_days.days} days of {name}")
+    note = f"Compared per day of data{': ' + ' and '.join(partial) if partial else ''}."
+    return Trend(
+        previous_month=prev,
+        energy_kwh=Change.of(rate(_kwh(cur), days), rate(_kwh(old), prev_days)),
+        co2_kg=Change.of(
+            rate(cur.get("co2_g", 0.0) / 1000, days), rate(old.get("co2_g", 0.0) / 1000, prev_days)
+        ),
+        gpu_hours=Change.of(
+            rate(cur.get("gpu_hours", 0.0), days), rate(old.get("gpu_hours", 0.0), prev_days)
+        ),
+        gpu_util_pct=Change.of(_util(cur), _util(old)),
+        days=days.days,
+        previous_days=prev_days.days,
+        comparable=True,
+        note=note,
+    )
+
+
+def _daily(
+    conn: Connection, month: Month, keys: Sequence[Any], where: list[Any]
+) -> dict[Any, dict[date, Sums]]:
+    """Per key, per day of the month: the rollups' sums that the series show (DAY_SUMS)."""
+    rows = _rollups(conn, month.start, month.end, [*keys, R.day], where, DAY_SUMS)
+    out: dict[Any, dict[date, Sums]] = defaultdict(dict)
+    for k, s in rows.items():
+        _add(out[k[:-1]].setdefault(as_utc(k[-1]).date(), {}), s)
+    return out
+
+
+def _day_points(month: Month, days: Mapping[date, Sums], span: DataDays) -> tuple[DayPoint, ...]:
+    out = []
+    for d in month.days():
+        s = days.get(d, {})
+        out.append(
+            DayPoint(d, _kwh(s), s.get("co2_g", 0.0) / 1000, s.get("gpu_hours", 0.0), _util(s), span.holds(d))
+        )
+    return tuple(out)
+
+
+def _weeks(month: Month, days: Mapping[date, Sums], span: DataDays) -> tuple[WeekPoint, ...]:
+    """ISO weeks (Monday to Sunday), clipped to the month; each says how many of its days have data."""
+    acc: dict[tuple[int, int], tuple[list[date], Sums]] = {}
+    for d in month.days():
+        iso = d.isocalendar()
+        ds, s = acc.setdefault((iso[0], iso[1]), ([], dict.fromkeys(DAY_SUMS, 0.0)))
+        ds.append(d)
+        _add(s, days.get(d, {}))
+    return tuple(
+        WeekPoint(
+            y,
+            w,
+            ds[0],
+            ds[-1],
+            len(ds),
+            _kwh(s),
+            s["co2_g"] / 1000,
+            s["gpu_hours"],
+            _util(s),
+            sum(1 for d in ds if span.holds(d)),
+        )
+        for (y, w), (ds, s) in sorted(acc.items())
+    )
+
+
+def _job_facts(
+    conn: Connection,
+    cfg: Config,
+    month: Month,
+    cluster: str | None,
+    users: Sequence[str] | None,
+    *,
+    account: str | None = None,
+) -> dict[str, list[JobFacts]]:
+    """Each user's jobs of the month (cocaq.footprint.jobfacts, the ledger's figures), most energy first."""
+    from cocaq.db.dbapi import wrap
+    from cocaq.footprint import jobfacts
+
+    db = wrap(conn)
+    one = users[0] if users is not None and len(users) == 1 else None
+    out: dict[str, list[JobFacts]] = defaultdict(list)
+    want = set(users) if users is not None else None
+    for j in jobfacts.load(db, cfg, month.start, month.end, user=one, account=account, cluster=cluster):
+        if want is None or j.user in want:
+            out[j.user].append(j)
+    return out
+
+
+def advice_context(month: Month, cfg: Config) -> Context:
+    """What cocaq.footprint.advice needs to know of a month and the site."""
+    return Context(
+        since=month.start,
+        until=month.end,
+        idle_threshold_pct=cfg.aggregate.idle_gpu_util_pct,
+        interactive_names=cfg.advice.interactive_names,
+        period=f"in {month.start:%B}",
+    )
+
+
+def _idle(key: str, t: MonthTotals) -> IdleWaste:
+    share = t.idle_gpu_hours / t.gpu_hours if t.gpu_hours > 0 else None
+    return IdleWaste(key, t.gpu_hours, t.idle_gpu_hours, share, t.idle_gpu_kwh, t.idle_co2_kg)
+
+
+def _model_uses(
+    conn: Connection, y: Any, month: Month, *, by_user: bool = False
+) -> dict[str, tuple[ModelUse, ...]]:
+    """Energy, CO2 and GPU-hours per (model, framework) of the runs in `y` with model metadata that
+    ended in the month, whole, as `cocaq models` counts them (cocaq.footprint.by_model: a run's epochs and
+    tokens
+    belong to all of it), most energy first: per user (`by_user`), else all under "". One grouped
+    statement (model_metadata has one row per job, so a job counts once)."""
+    keys = [y.c.user_name] if by_user else []
+    q = (
+        select(
+            *keys,
+            MM.model_name,
+            MM.framework,
+            func.count(),
+            func.count(y.c.user_name.distinct()),
+            func.sum(y.c.energy),
+            func.sum(y.c.co2),
+            func.sum(y.c.gpus * y.c.el / 3600.0),
+        )
+        .select_from(y.join(MODELS, MM.job_pk == y.c.id))
+        .where(y.c.end_time >= month.start, y.c.end_time < month.end, y.c.is_open.is_(False))
+        .group_by(*keys, MM.model_name, MM.framework)
+    )
+    out: dict[str, list[ModelUse]] = defaultdict(list)
+    for row in conn.execute(q):
+        key = row[0] if by_user else ""
+        model, fw, n, users, e, c, gh = row[len(keys) :]
+        out[key].append(
+            ModelUse(
+                model if model is not None else UNNAMED,
+                fw,
+                int(n),
+                float(e or 0.0) / J_PER_KWH,
+                float(c or 0.0) / 1000,
+                float(gh or 0.0),
+                int(users),
+            )
+        )
+    return {
+        k: tuple(sorted(v, key=lambda x: (-x.energy_kwh, x.model_name, x.framework or "")))
+        for k, v in out.items()
+    }
+
+
+def _midnight(t: datetime) -> datetime:
+    return as_utc(t).astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
