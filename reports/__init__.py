@@ -1,16 +1,19 @@
-"""Reports: Jinja2 e-mails and HTML admin reports, sent over SMTP.
+"""Reports: the monthly, job and idle-alert e-mails and the admins' interactive page, sent over SMTP.
 
-Delivery (how messages are addressed, sent exactly once and recorded) lives in small modules, imported
-where used so that `import cocaq.reports` stays cheap:
+Each step lives in small modules, imported where used so that `import cocaq.reports` stays cheap:
 
-- `addresses`: what an address is; `{user}` templates (also used by the config validator);
-- `message`: building the MIME message (text + HTML + inline images, safe headers);
-- `transport`: SMTP and the outbox directory, and how each fails;
-- `recipients`: a user's address, opt-outs, the per-address daily throttle;
-- `ledger`: the exactly-once record in `sent_reports`;
-- `deliver`: sending a batch, and its one-line summary;
-- `batch`: a month's user, lab and admin e-mails (`cocaq report send`);
-- `jobmail`: job e-mails at job end, grouped into digests.
+- the figures: `data` (the dataclasses every report is made of), `queries` (what the report kinds
+  share), one builder module per kind (`user_report`, `lab_report`, `admin_report`, `job_report`),
+  `suggest` (a user's suggestions) and `idle_jobs` (running jobs whose GPUs idle);
+- words and pictures: `wording` (numbers as sentences), `render` (Jinja2 templates), `charts` (PNG),
+  `admin_html` (the interactive page's Plotly charts), `message` (the MIME message), `files` (a report
+  written to files instead of sent);
+- delivery: `transport` (SMTP and the outbox directory, and how each fails), `recipients` (a user's
+  address, opt-outs, the per-address daily throttle; what an address is: `cocaq.addresses`), `sent_mail`
+  (the exactly-once record of sent mail in `sent_reports`; not the energy ledger,
+  `cocaq.accounting.ledger`), `deliver` (sending a batch, and its one-line summary);
+- what is sent: `batch` (a month's user, lab and admin e-mails, `cocaq report send`), `jobmail` (job
+  e-mails at job end, grouped into digests), `alerts` (idle-GPU alerts while a job runs).
 
 `trigger` is what `cocaq scheduler` calls (cocaq/cli/scheduler_daemon.py finds it by name).
 """

@@ -45,7 +45,7 @@ from cocaq.config import Config
 from cocaq.errors import UsageError
 
 if TYPE_CHECKING:
-    from cocaq.reports.data import Month, UserMonth
+    from cocaq.reports.data import AdminMonth, Month, UserMonth
     from cocaq.reports.deliver import DeliverySummary, Outgoing
     from cocaq.reports.recipients import AddressBook
     from cocaq.reports.render import Rendered
@@ -472,9 +472,35 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def first_reports(engine: Engine, cluster: str | None = None) -> dict[str, datetime]:
+    """user -> when their first user-monthly report was sent, for the admin report's before/after
+    comparison (the sent-mail record keeps whom each user report was for)."""
+    from cocaq.reports import sent_mail
+
+    with engine.connect() as conn:
+        return sent_mail.first_reports(conn, kind_for(USER_KIND, cluster))
+
+
+def build_admin_month(engine: Engine, cfg: Config, month_start: datetime, cluster: str | None) -> AdminMonth:
+    """The admin report's month, with the before/after comparison when user reports have been sent
+    (`cocaq report admin`; the batch builds its own on the connection it sends from)."""
+    from cocaq.reports.admin_report import admin_month
+
+    first = first_reports(engine, cluster)
+    with engine.connect() as conn:
+        return admin_month(
+            conn,
+            cfg,
+            month_start,
+            cluster,
+            first_report=first or None,
+            window_days=cfg.reports.before_after_days,
+        )
+
+
 def _send_admin(sender: _Sender, month: Month, cluster: str | None, section: Section) -> str | None:
     """The admin e-mail to each configured admin, and its interactive HTML into archive_dir."""
-    from cocaq.reports.ledger import first_reports
+    from cocaq.reports import sent_mail
 
     engine, cfg = sender.engine, sender.cfg
     admins = list(cfg.reports.admins)
@@ -501,7 +527,7 @@ def _send_admin(sender: _Sender, month: Month, cluster: str | None, section: Sec
             cfg,
             month.start,
             cluster,
-            first_report=first_reports(conn, kind_for(USER_KIND, cluster)),
+            first_report=sent_mail.first_reports(conn, kind_for(USER_KIND, cluster)),
             window_days=cfg.reports.before_after_days,
         )
         conn.rollback()

@@ -32,9 +32,9 @@ from typing import Any
 from sqlalchemy import Engine
 
 from cocaq.config import Config
-from cocaq.reports.ledger import FAILED, SENDING, SENT, Entry, Ledger
 from cocaq.reports.message import build_message, new_message_id, parse_sender
 from cocaq.reports.recipients import AddressBook, Recipient, sent_today
+from cocaq.reports.sent_mail import FAILED, SENDING, SENT, Entry, Ledger
 from cocaq.reports.transport import MailError, SendError, Transport, make_transport
 
 log = logging.getLogger("cocaq.reports")

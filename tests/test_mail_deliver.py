@@ -21,7 +21,7 @@ from cocaq.config import Config
 from cocaq.config_load import load_config
 from cocaq.db.schema import SentReport, User
 from cocaq.reports.deliver import DeliverySummary, Outgoing, deliver
-from cocaq.reports.ledger import Ledger
+from cocaq.reports.sent_mail import Ledger
 from cocaq.reports.transport import SmtpTransport, make_transport
 from tests.mailkit import PNG_1X1, SmtpServer, free_port, mail_toml
 

@@ -23,7 +23,7 @@ from cocaq.db.engine import make_engine
 from cocaq.db.schema import JobNotice, SentReport, User
 from cocaq.reports import batch
 from cocaq.reports.batch import kind_for, send_month
-from cocaq.reports.ledger import first_reports
+from cocaq.reports.sent_mail import first_reports
 from cocaq.reports.transport import make_transport
 from cocaq.reports.user_report import users_month
 from tests.conftest import new_database, run_cocaq

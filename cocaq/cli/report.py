@@ -23,11 +23,8 @@ from cocaq.errors import UsageError
 from cocaq.reports.files import file_stem, user_address, write_email
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
     from cocaq.cli.app import Ctx
-    from cocaq.config import Config
-    from cocaq.reports.data import AdminMonth, Month
+    from cocaq.reports.data import Month
     from cocaq.reports.deliver import Outgoing
     from cocaq.reports.render import Rendered
 
@@ -56,32 +53,6 @@ def _kind(what: str, cluster: str | None, lab: str | None = None) -> str:
 
     base = {"user": batch.USER_KIND, "lab": batch.LAB_KIND, "admin": batch.ADMIN_KIND}[what]
     return batch.kind_for(base, cluster, lab=lab)
-
-
-def first_reports(engine: Engine, cluster: str | None = None) -> dict[str, datetime]:
-    """user -> when their first user-monthly report was sent, for the admin report's before/after
-    comparison (the ledger records whom each user report was for)."""
-    from cocaq.reports import ledger
-    from cocaq.reports.batch import USER_KIND, kind_for
-
-    with engine.connect() as conn:
-        return ledger.first_reports(conn, kind_for(USER_KIND, cluster))
-
-
-def build_admin_month(engine: Engine, cfg: Config, month_start: datetime, cluster: str | None) -> AdminMonth:
-    """The admin report's month, with the before/after comparison when user reports have been sent."""
-    from cocaq.reports.admin_report import admin_month
-
-    first = first_reports(engine, cluster)
-    with engine.connect() as conn:
-        return admin_month(
-            conn,
-            cfg,
-            month_start,
-            cluster,
-            first_report=first or None,
-            window_days=cfg.reports.before_after_days,
-        )
 
 
 def _send(obj: Ctx, items: Sequence[Outgoing], force: bool) -> None:
@@ -213,6 +184,7 @@ def report_admin(
     obj: Ctx, month: str | None, cluster: str | None, out_dir: str | None, send: bool, force: bool
 ) -> None:
     """The site's monthly report for its admins ([reports] admins); --out also writes the interactive page."""
+    from cocaq.reports.batch import build_admin_month
     from cocaq.reports.render import render_admin_email, render_admin_html
 
     _check_target(out_dir, send)
