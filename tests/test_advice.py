@@ -23,7 +23,8 @@ from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.db.schema import ModelMetadata
 from cocaq.footprint import advice
-from cocaq.footprint.advice import BALER_SAVING, Context, Thresholds, candidates, job_notes
+from cocaq.footprint.advice import BALER_SAVING, Context, Thresholds, candidates
+from cocaq.footprint.job_advice import job_notes
 from cocaq.footprint.jobfacts import DeviceUse, JobFacts
 from cocaq.reports import data, user_report
 from cocaq.reports.suggest import suggest_for_user

@@ -28,6 +28,12 @@ that cocaq counts), so their saving is what the estimate charged for them, often
 clear the e-mails' threshold (`[advice] min_share` of the user's energy and `min_kwh`), but `cocaq job`
 lists them as notes, as jobstats does. Suggestions are ranked by saving; an upper bound is said to be one.
 
+This module holds the rules over a window and what they share: the suggestion (`Advice`, its `Evidence`),
+when each fires (`Thresholds`), the window (`Context`) and what a job is (interactive, sampled, its
+idle and lost parts). How figures are said is in cocaq.footprint.advice_words, the precision evidence
+from the user's own runs in cocaq.footprint.own_runs, and the notes on one job (`cocaq job`, the job
+e-mail) in cocaq.footprint.job_advice.
+
 Pure functions over JobFacts: no database, no imports beyond the standard library (login nodes).
 """
 
@@ -41,15 +47,28 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from cocaq.footprint.advice_words import (
+    MB_PER_GB,
+    energy,
+    hours,
+    job_list,
+    n_gpus,
+    n_jobs,
+    num,
+    pct,
+    shorten,
+    slurm_mem,
+    slurm_time,
+    were,
+)
 from cocaq.footprint.jobfacts import JobFacts
-from cocaq.timeparse import format_slurm_duration
+from cocaq.footprint.own_runs import own_comparisons
 
 # The Baler energy study: the same training took 0.213 kWh without and 0.143 kWh with automatic mixed
 # precision (AMP): 33% less.
 BALER_FP32_KWH = 0.213
 BALER_AMP_KWH = 0.143
 BALER_SAVING = 1 - BALER_AMP_KWH / BALER_FP32_KWH
-MB_PER_GB = 1024.0
 
 AMP_HOW = (
     "In PyTorch: torch.autocast(device_type='cuda', dtype=torch.bfloat16) around the forward pass (with a "
@@ -136,74 +155,6 @@ class Context:
     thresholds: Thresholds = field(default_factory=Thresholds)
 
 
-# --- numbers in words --------------------------------------------------------------------------------
-
-
-def num(x: float) -> str:
-    """About three significant digits, thousands separated, never scientific."""
-    a = abs(x)
-    if not math.isfinite(x):
-        return "n/a"
-    if a >= 100:
-        return f"{x:,.0f}"
-    if a >= 10:
-        s = f"{x:.1f}"
-    elif a >= 1:
-        s = f"{x:.2f}"
-    elif a == 0:
-        return "0"
-    else:
-        s = f"{x:.{max(2, 2 - math.floor(math.log10(a)))}f}"
-    return s.rstrip("0").rstrip(".") if "." in s else s
-
-
-def hours(h: float) -> str:
-    """A duration as people say it: `4 min`, `13.9 h`, `3 days`."""
-    if h < 1:
-        return f"{max(1, round(h * 60))} min"
-    if h < 72:
-        return f"{num(h)} h"
-    return f"{num(h / 24)} days"
-
-
-def _gpus(n: int) -> str:
-    return "1 GPU" if n == 1 else f"{n} GPUs"
-
-
-def pct(fraction: float) -> str:
-    return f"{fraction * 100:.0f}%"
-
-
-def _ids(jobs: Sequence[JobFacts], n: int = 4) -> str:
-    shown = ", ".join(j.job_id + (f" ({_short(j.name)})" if j.name else "") for j in jobs[:n])
-    return shown + (f" and {len(jobs) - n} more" if len(jobs) > n else "")
-
-
-def _short(s: str | None, n: int = 24) -> str:
-    text = " ".join((s or "").split())
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
-def _jobs(n: int) -> str:
-    return f"{n} job" if n == 1 else f"{n} jobs"
-
-
-def _were(n: int) -> str:
-    return "was" if n == 1 else "were"
-
-
-def slurm_time(hours: float) -> str:
-    """A `--time` value, rounded up to the quarter hour below 2 h, else to the hour."""
-    step = 0.25 if hours < 2 else 1.0
-    h = max(step, math.ceil(hours / step - 1e-9) * step)
-    return format_slurm_duration(h * 3600)
-
-
-def slurm_mem(mb: float) -> str:
-    """A `--mem` value in whole GB (G), rounded up."""
-    return f"{max(1, math.ceil(mb / MB_PER_GB - 1e-9))}G"
-
-
 def _saving(jobs: Iterable[JobFacts], kwh: Callable[[JobFacts], float]) -> tuple[float, float]:
     """(kWh, kg) of a per-job saving in the window, each job's kWh at its own CO2 per kWh."""
     e = c = 0.0
@@ -233,7 +184,7 @@ def _idle_part(j: JobFacts) -> float:
     return j.idle_kwh * j.share
 
 
-def _outcome_part(j: JobFacts) -> float:
+def outcome_part(j: JobFacts) -> float:
     """The ledger's part of a job that ended badly, beyond its idle GPUs, in the window."""
     return max(j.energy_kwh - j.idle_kwh, 0.0) * j.share
 
@@ -245,88 +196,6 @@ def _scaled(fraction: float) -> Callable[[JobFacts], float]:
 
 def _ended_in(j: JobFacts, ctx: Context) -> bool:
     return not j.is_open and j.end is not None and ctx.since <= j.end < ctx.until
-
-
-# --- precision: from the user's own runs ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class UnitCost:
-    """A user's runs of one model in one precision: energy per unit of work (BASIS of
-    cocaq.footprint.by_model:
-    the energy-weighted mean of the runs' kWh per unit)."""
-
-    precision: str  # as recorded: bf16, fp32
-    unit: str  # "1M tokens" or "epoch"
-    kwh_per_unit: float
-    runs: tuple[str, ...]
-    energy_kwh: float
-
-
-def unit_costs(runs: Iterable[JobFacts], unit: str) -> dict[tuple[str, str], UnitCost]:
-    """Per (model, precision label): kWh per unit ("1M tokens" or "epoch") of runs with that counter."""
-    acc: dict[tuple[str, str], list[tuple[float, float, str]]] = defaultdict(list)
-    for j in runs:
-        count = (j.tokens / 1e6 if j.tokens else 0.0) if unit == "1M tokens" else (j.epochs or 0.0)
-        if not j.model or not j.precision_label or count <= 0 or j.energy_kwh <= 0:
-            continue
-        acc[(j.model, j.precision_label)].append((j.energy_kwh, j.energy_kwh / count, j.job_id))
-    out = {}
-    for key, rs in acc.items():
-        e = sum(r[0] for r in rs)
-        out[key] = UnitCost(key[1], unit, sum(r[0] * r[1] for r in rs) / e, tuple(r[2] for r in rs), e)
-    return out
-
-
-@dataclass(frozen=True)
-class OwnComparison:
-    model: str
-    reduced: UnitCost
-    full: UnitCost
-
-    @property
-    def saving(self) -> float:
-        f = self.full.kwh_per_unit
-        return (f - self.reduced.kwh_per_unit) / f if f > 0 else 0.0
-
-    def sentence(self) -> str:
-        r, f = self.reduced, self.full
-        per = "per 1M tokens" if r.unit == "1M tokens" else "per epoch"
-        return (
-            f"your {_short(self.model, 40)} runs in {r.precision} used {_energy(r.kwh_per_unit)} {per}, "
-            f"{pct(self.saving)} less than in {f.precision} ({_energy(f.kwh_per_unit)}; runs "
-            f"{', '.join(r.runs[:3])} against {', '.join(f.runs[:3])})"
-        )
-
-
-def _energy(kwh: float) -> str:
-    """kWh, or Wh below 1 kWh: figures people read without a calculator."""
-    return f"{num(kwh)} kWh" if kwh >= 1 else f"{num(kwh * 1000)} Wh"
-
-
-def own_comparisons(runs: Sequence[JobFacts], min_saving: float = 0.0) -> dict[str, OwnComparison]:
-    """Per model: the user's own best reduced-precision group against their full-precision one, per 1M
-    tokens where both count tokens, else per epoch."""
-    out: dict[str, OwnComparison] = {}
-    for unit in ("1M tokens", "epoch"):
-        costs = unit_costs(runs, unit)
-        models = {m for m, _ in costs}
-        for model in models:
-            if model in out:
-                continue
-            groups = [c for (m, _), c in costs.items() if m == model]
-            from cocaq.footprint.jobfacts import precision_of
-
-            reduced = [c for c in groups if precision_of(c.precision)[0] == "reduced"]
-            full = [c for c in groups if precision_of(c.precision)[0] == "full"]
-            if not reduced or not full:
-                continue
-            best = min(reduced, key=lambda c: (c.kwh_per_unit, c.precision))
-            main = max(full, key=lambda c: (c.energy_kwh, c.precision))
-            cmp = OwnComparison(model, best, main)
-            if cmp.saving >= min_saving:
-                out[model] = cmp
-    return out
 
 
 # --- the suggestions ---------------------------------------------------------------------------------------
@@ -354,11 +223,11 @@ def _precision(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
                 r, f = cmp.reduced, cmp.full
                 own_lines.append(
                     f"{pct(cmp.saving)} less energy per {r.unit} in {r.precision} than in {f.precision} for "
-                    f"{_short(model, 40)} (runs {', '.join(r.runs[:2])} against {', '.join(f.runs[:2])})"
+                    f"{shorten(model, 40)} (runs {', '.join(r.runs[:2])} against {', '.join(f.runs[:2])})"
                 )
             else:
                 e, c = _saving(js, lambda j: j.gpu_kwh * j.share * BALER_SAVING)
-                literature.append(_short(model, 40) or "jobs that name no model")
+                literature.append(shorten(model, 40) or "jobs that name no model")
             per_model.append((model, e))
             kwh += e
             kg += c
@@ -366,7 +235,9 @@ def _precision(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
         if gpu_energy < t.amp_min_gpu_kwh:
             return None
         top = max(per_model, key=lambda m: m[1])[0]
-        title = f"Train {_short(top, 40)} in bf16 mixed precision" if top else "Train in bf16 mixed precision"
+        title = (
+            f"Train {shorten(top, 40)} in bf16 mixed precision" if top else "Train in bf16 mixed precision"
+        )
         said = []
         if own_lines:
             more = len(own_lines) - 3
@@ -386,8 +257,10 @@ def _precision(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
             id="precision",
             title=title,
             body=(
-                f"{_jobs(len(full))} {ctx.period} ran in full precision (fp32), by their metadata: "
-                f"{_ids(largest, 3)}. " + " ".join(said) + f" Together about {_energy(kwh)} less. {AMP_HOW}"
+                f"{n_jobs(len(full))} {ctx.period} ran in full precision (fp32), by their metadata: "
+                f"{job_list(largest, 3)}. "
+                + " ".join(said)
+                + f" Together about {energy(kwh)} less. {AMP_HOW}"
             ),
             change=("torch.autocast(device_type='cuda', dtype=torch.bfloat16)", "cocaq tag precision=bf16"),
             evidence=(
@@ -414,8 +287,8 @@ def _precision(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
                 else f"the Baler study's {pct(BALER_SAVING)} of these jobs' GPU energy"
             ),
             test=(
-                f"jobs recorded as fp32 with {_energy(gpu_energy)} of GPU energy >= "
-                f"{_energy(t.amp_min_gpu_kwh)}"
+                f"jobs recorded as fp32 with {energy(gpu_energy)} of GPU energy >= "
+                f"{energy(t.amp_min_gpu_kwh)}"
             ),
         )
     unknown = [j for j in busy if j.precision is None]
@@ -431,8 +304,8 @@ def _precision(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
         id="precision",
         title="Mixed precision, if you do not use it yet",
         body=(
-            f"You used {num(gpu_hours)} GPU-hours {ctx.period}; your GPU jobs ({_ids(unknown)}) drew "
-            f"{_energy(gpu_energy)} and none of them records its precision. If they train in full precision, "
+            f"You used {num(gpu_hours)} GPU-hours {ctx.period}; your GPU jobs ({job_list(unknown)}) drew "
+            f"{energy(gpu_energy)} and none of them records its precision. If they train in full precision, "
             f"bf16 mixed precision is the change most likely to pay: the Baler study measured "
             f"{pct(BALER_SAVING)} less energy for the same training. {AMP_HOW}"
         ),
@@ -466,8 +339,8 @@ def _timeouts(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
     hit = [j for j in jobs if j.outcome == "timeout" and not is_interactive(j, ctx.interactive_names)]
     if not hit:
         return None
-    hit.sort(key=lambda j: -_outcome_part(j))
-    kwh, kg = _saving(hit, _outcome_part)
+    hit.sort(key=lambda j: -outcome_part(j))
+    kwh, kg = _saving(hit, outcome_part)
     limits = sorted({round(j.time_limit_h or j.elapsed_h, 2) for j in hit})
     longest = max(j.time_limit_h or j.elapsed_h for j in hit)
     warn = "#SBATCH --signal=B:USR1@600"
@@ -475,9 +348,9 @@ def _timeouts(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
         id="timeouts",
         title="Save checkpoints in jobs that hit their time limit",
         body=(
-            f"{_jobs(len(hit))} {ctx.period} ran until Slurm stopped {'it' if len(hit) == 1 else 'them'} at "
-            f"{_limits(limits)}: {_ids(hit)}. "
-            f"{'Its' if len(hit) == 1 else 'Their'} {_energy(kwh)} is lost unless "
+            f"{n_jobs(len(hit))} {ctx.period} ran until Slurm stopped {'it' if len(hit) == 1 else 'them'} at "
+            f"{_limits(limits)}: {job_list(hit)}. "
+            f"{'Its' if len(hit) == 1 else 'Their'} {energy(kwh)} is lost unless "
             f"{'it' if len(hit) == 1 else 'they'} saved a checkpoint. "
             f"Ask Slurm for a warning 10 minutes before the end ({warn}, and trap "
             "SIGUSR1 in the batch script to write a checkpoint), save checkpoints regularly and resume from "
@@ -506,17 +379,18 @@ def _failures(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
     ]
     if len(failed) < ctx.thresholds.fail_min_jobs:
         return None
-    failed.sort(key=lambda j: -_outcome_part(j))
-    kwh, kg = _saving(failed, _outcome_part)
+    failed.sort(key=lambda j: -outcome_part(j))
+    kwh, kg = _saving(failed, outcome_part)
     runs = sorted(j.elapsed_h for j in failed)
     codes = sorted({j.exit_code for j in failed if j.exit_code is not None})
     return Advice(
         id="failures",
         title="Test on a small input before the long run",
         body=(
-            f"{_jobs(len(failed))} {ctx.period} failed (exit code "
+            f"{n_jobs(len(failed))} {ctx.period} failed (exit code "
             f"{', '.join(str(c) for c in codes[:5]) or 'not recorded'}) after a median of "
-            f"{hours(statistics.median(runs))}: {_ids(failed)}. They used {_energy(kwh)} beyond idle GPUs. "
+            f"{hours(statistics.median(runs))}: {job_list(failed)}. "
+            f"They used {energy(kwh)} beyond idle GPUs. "
             "A run of a few minutes on a tiny input (a few steps, one evaluation, one checkpoint write) "
             "catches most bugs, paths and environment problems before they cost a full run; read the job's "
             "error output (slurm-JOBID.out) first."
@@ -540,17 +414,18 @@ def _oom(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
     hit = [j for j in jobs if j.outcome == "oom"]
     if not hit:
         return None
-    hit.sort(key=lambda j: -_outcome_part(j))
-    kwh, kg = _saving(hit, _outcome_part)
+    hit.sort(key=lambda j: -outcome_part(j))
+    kwh, kg = _saving(hit, outcome_part)
     asked = max((j.mem_req_per_node_mb or 0.0) for j in hit)
     change = (f"#SBATCH --mem={slurm_mem(asked * 1.5)}",) if asked else ("#SBATCH --mem=...",)
     return Advice(
         id="out-of-memory",
         title="Ask for the memory your jobs need",
         body=(
-            f"{_jobs(len(hit))} {ctx.period} {_were(len(hit))} killed for running out of memory: {_ids(hit)}"
+            f"{n_jobs(len(hit))} {ctx.period} {were(len(hit))} killed for running out of memory: "
+            f"{job_list(hit)}"
             + (f", with up to {num(asked / MB_PER_GB)} GB per node" if asked else "")
-            + f". They used {_energy(kwh)} for nothing. Ask for more ({change[0]}), or load the data in "
+            + f". They used {energy(kwh)} for nothing. Ask for more ({change[0]}), or load the data in "
             "smaller pieces; `cocaq job JOBID` shows what a finished job used."
         ),
         change=change,
@@ -575,10 +450,11 @@ def _notebooks(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
         id="notebooks",
         title="Release GPUs your notebooks are not using",
         body=(
-            f"{_jobs(len(hit))} {ctx.period} "
-            f"{'was an interactive session' if len(hit) == 1 else 'were interactive sessions'} ({_ids(hit)}) "
+            f"{n_jobs(len(hit))} {ctx.period} "
+            f"{'was an interactive session' if len(hit) == 1 else 'were interactive sessions'} "
+            f"({job_list(hit)}) "
             "whose GPUs sat under "
-            f"{ctx.idle_threshold_pct:g}% utilisation for {num(idle_h)} GPU-hours, drawing {_energy(kwh)} "
+            f"{ctx.idle_threshold_pct:g}% utilisation for {num(idle_h)} GPU-hours, drawing {energy(kwh)} "
             "while "
             "nobody else could use them. Ask for GPUs only while you compute: edit and explore on a CPU "
             "session, end the session when you stop (scancel JOBID, or File > Shut Down), and give "
@@ -622,7 +498,7 @@ def _fewer_gpus(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
                 "while the others worked"
             )
         else:
-            detail = f"{j.job_id}: its {_gpus(j.gpus)} idle {pct(idle)} of the sampled time"
+            detail = f"{j.job_id}: its {n_gpus(j.gpus)} idle {pct(idle)} of the sampled time"
         hits.append((j, keep, kwh, kwh * j.kg_per_kwh, detail))
     if not hits:
         return None
@@ -640,9 +516,9 @@ def _fewer_gpus(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
         id="fewer-gpus",
         title="Ask for the GPUs your jobs use" if not single else "Make sure your GPU jobs use their GPU",
         body=(
-            f"In {_jobs(len(hits))} {ctx.period} GPUs sat idle "
+            f"In {n_jobs(len(hits))} {ctx.period} GPUs sat idle "
             f"(under {ctx.idle_threshold_pct:g}% utilisation) "
-            f"while the job held them: {'; '.join(h[4] for h in hits[:4])}. They drew {_energy(kwh)} for no "
+            f"while the job held them: {'; '.join(h[4] for h in hits[:4])}. They drew {energy(kwh)} for no "
             "work. If the code uses one GPU, ask for one; if it should use them all, check that it is "
             "launched on all of them (torchrun --nproc_per_node, DistributedDataParallel)."
         ),
@@ -690,7 +566,7 @@ def _dataloader(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
         id="dataloader",
         title="Feed your GPUs: more CPU cores and data-loader workers",
         body=(
-            f"In {_jobs(len(hit))} {ctx.period} ({_ids(hit)}) the GPUs averaged {util:.0f}% utilisation "
+            f"In {n_jobs(len(hit))} {ctx.period} ({job_list(hit)}) the GPUs averaged {util:.0f}% utilisation "
             "while "
             "every allocated CPU core was busy: the GPUs were waiting for data. Ask for more cores "
             f"(#SBATCH --cpus-per-task={per_gpu * 2} per GPU) and give the data loader as many workers "
@@ -742,9 +618,10 @@ def _memory(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
         id="memory",
         title="Ask for less memory",
         body=(
-            f"{_jobs(len(hit))} {ctx.period} used at most {num(most / MB_PER_GB)} GB per node (sacct MaxRSS) "
+            f"{n_jobs(len(hit))} {ctx.period} used at most {num(most / MB_PER_GB)} GB per node "
+            "(sacct MaxRSS) "
             "of up "
-            f"to {num(asked / MB_PER_GB)} GB requested: {_ids(hit)}. Asking for what they use "
+            f"to {num(asked / MB_PER_GB)} GB requested: {job_list(hit)}. Asking for what they use "
             f"(#SBATCH --mem={slurm_mem(proposal)}) leaves the rest to others and lets your jobs start "
             "sooner."
         ),
@@ -782,7 +659,7 @@ def _cpus(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
         id="cpus",
         title="Ask for the CPU cores your jobs use",
         body=(
-            f"{_jobs(len(hit))} {ctx.period} kept less than {pct(t.cpu_max_usage)} of their CPU cores busy: "
+            f"{n_jobs(len(hit))} {ctx.period} kept less than {pct(t.cpu_max_usage)} of their CPU cores busy: "
             + "; ".join(f"{j.job_id}: {pct(j.cpu_usage or 0.0)} of {j.cpus}" for j in hit[:4])
             + f". Asking for about {per_node} cores per node for a job like {j0.job_id} leaves the rest to "
             "others."
@@ -822,7 +699,7 @@ def _time_limits(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
         id="time-limits",
         title="Shorter time limits",
         body=(
-            f"{_jobs(len(short))} that completed {ctx.period} used at most a quarter of their time limit "
+            f"{n_jobs(len(short))} that completed {ctx.period} used at most a quarter of their time limit "
             f"(median limit {hours(statistics.median(j.time_limit_h or 0 for j in short))}, median run "
             f"{hours(statistics.median(runs))}; 95% within {hours(p95)}). "
             f"A limit of #SBATCH --time={proposal} "
@@ -861,185 +738,3 @@ def advise(
     window (`total_kwh`) and `min_kwh`, largest first."""
     floor = max(min_share * total_kwh, min_kwh)
     return [a for a in candidates(jobs, ctx) if a.saving_kwh is not None and a.saving_kwh >= floor]
-
-
-def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> list[Advice]:
-    """jobstats-style notes on one job, whole: what it used of what it asked for, and the exact line to
-    change. `runs`: the user's runs that ended in `ctx`'s window, for the precision comparison."""
-    t = ctx.thresholds
-    j = job if job.share == 1.0 else _replace(job, share=1.0)
-    out: list[Advice] = []
-    interactive = is_interactive(j, ctx.interactive_names)
-
-    def note(
-        id_: str,
-        title: str,
-        body: str,
-        change: tuple[str, ...] = (),
-        kwh: float | None = None,
-        upper: bool = False,
-        basis: str = "none claimed",
-    ) -> None:
-        saved = None if kwh is None else kwh * j.kg_per_kwh
-        out.append(Advice(id_, title, body, change, (), (j.job_id,), kwh, saved, upper, basis, "this job"))
-
-    o = j.outcome
-    first = j.state.split(" ")[0]
-    if o == "timeout" and not interactive:
-        limit = j.time_limit_h or j.elapsed_h
-        note(
-            "timeouts",
-            "Save checkpoints, or ask for the time it needs",
-            f"Slurm stopped it at its {hours(limit)} limit: its {_energy(_outcome_part(j))} beyond idle GPUs "
-            "is "
-            "lost unless it saved a checkpoint. Ask for a warning before the end and save a checkpoint "
-            "then (trap SIGUSR1), resume from it (#SBATCH --requeue), or ask for the time it needs.",
-            ("#SBATCH --signal=B:USR1@600", f"#SBATCH --time={slurm_time(limit * 1.5)}"),
-            _outcome_part(j),
-            True,
-            "up to: its energy beyond idle GPUs",
-        )
-    elif o == "oom":
-        asked = j.mem_req_per_node_mb
-        note(
-            "out-of-memory",
-            "Ask for the memory it needs",
-            "Slurm killed it for using more memory than it asked for"
-            + (f" ({num(asked / MB_PER_GB)} GB per node)" if asked else "")
-            + f": its {_energy(_outcome_part(j))} was spent for nothing. Ask for more.",
-            (f"#SBATCH --mem={slurm_mem(asked * 1.5)}",) if asked else (),
-            _outcome_part(j),
-            True,
-            "up to: its energy beyond idle GPUs",
-        )
-    elif first == "FAILED" and not interactive:
-        note(
-            "failures",
-            "Test on a small input before the long run",
-            f"It failed (exit code {j.exit_code if j.exit_code is not None else '?'}) after "
-            f"{hours(j.elapsed_h)}, using {_energy(_outcome_part(j))} beyond idle GPUs. "
-            "Read its error output "
-            "(slurm-JOBID.out); test changes on a small input with a short run before the long one.",
-            ("#SBATCH --time=00:15:00  (for the test run)",),
-            _outcome_part(j),
-            True,
-            "up to: its energy beyond idle GPUs",
-        )
-    if j.gpus > 0 and j.gpu_util_pct is not None:
-        idle = j.idle_share
-        if interactive and j.idle_kwh > 0:
-            note(
-                "notebooks",
-                "End interactive sessions when you stop computing",
-                f"This interactive session held {_gpus(j.gpus)} that sat idle "
-                f"{pct(idle or 0.0)} of the sampled time ({num(j.idle_gpu_hours)} GPU-hours, "
-                f"{_energy(j.idle_kwh)}). End sessions when you stop computing and give them a short limit.",
-                ("#SBATCH --time=02:00:00", f"scancel {j.job_id}" if j.is_open else "scancel JOBID"),
-                j.idle_kwh,
-                False,
-                "what its idle GPUs drew",
-            )
-        elif idle is not None and idle >= t.idle_min_share and j.sampled_share >= t.min_sampled_share:
-            keep = max(1, math.ceil(j.gpus * (1 - idle)))
-            note(
-                "fewer-gpus",
-                "Ask for the GPUs it uses",
-                f"Its {_gpus(j.gpus)} sat under {ctx.idle_threshold_pct:g}% utilisation {pct(idle)} "
-                "of the sampled "
-                f"time ({num(j.idle_gpu_hours)} GPU-hours, {_energy(j.idle_kwh)}). Check that the code uses "
-                "them all, or ask for fewer.",
-                (f"#SBATCH --gres=gpu:{keep}",) if keep < j.gpus else (),
-                j.idle_kwh,
-                False,
-                "what its idle GPUs drew",
-            )
-        elif (
-            j.gpu_util_pct < t.loader_max_util_pct
-            and (j.cpu_usage or 0.0) > t.loader_min_cpu_usage
-            and j.elapsed_h >= t.loader_min_elapsed_h
-        ):
-            per_gpu = max(j.cpus // max(j.gpus, 1), 1)
-            note(
-                "dataloader",
-                "Feed the GPUs: more CPU cores and data-loader workers",
-                f"Its GPUs averaged {j.gpu_util_pct:.0f}% utilisation while its CPU cores were "
-                f"{pct(j.cpu_usage or 0.0)} busy: more cores and data-loader workers would feed them.",
-                (f"#SBATCH --cpus-per-task={per_gpu * 2}", "DataLoader(num_workers=N, pin_memory=True)"),
-            )
-    if j.gpus > 0 and j.gpu_mem_peak_mb is not None and j.gpu_mem_gb > 0:
-        used = j.gpu_mem_peak_mb / MB_PER_GB
-        if used < 0.25 * j.gpu_mem_gb:
-            note(
-                "gpu-memory",
-                "Use its GPUs' memory, or smaller GPUs",
-                f"Its GPUs held at most {num(used)} GB of their {num(j.gpu_mem_gb)} GB: a larger batch would "
-                "use them better, or a GPU with less memory would do.",
-            )
-    if j.precision == "full" and j.gpus > 0:
-        mine = [r for r in runs if r.pk != j.pk]
-        cmp = own_comparisons([j, *mine], t.own_min_saving).get(j.model or "") if j.model else None
-        if cmp is not None:
-            kwh = j.energy_kwh * cmp.saving
-            body = (
-                f"It ran in {j.precision_label}; {cmp.sentence()}. At that rate bf16 would have saved "
-                f"about {_energy(kwh)} here."
-            )
-            basis = "your own runs' difference in energy per unit of work"
-        else:
-            kwh = j.gpu_kwh * BALER_SAVING
-            body = (
-                f"It ran in {j.precision_label}. The Baler study measured {pct(BALER_SAVING)} less energy "
-                "with "
-                f"mixed precision: about {_energy(kwh)} of its GPU energy."
-            )
-            basis = f"the Baler study's {pct(BALER_SAVING)} of its GPU energy"
-        note("precision", "Train in bf16 mixed precision", body + " " + AMP_HOW,
-             ("torch.autocast(device_type='cuda', dtype=torch.bfloat16)",), kwh, False, basis)  # fmt: skip
-    usage = j.cpu_usage
-    if usage is not None and j.cpus >= t.cpu_min_cores and usage < t.cpu_max_usage and j.elapsed_h >= 0.25:
-        per_node = max(1, math.ceil(j.cpus / max(j.nodes, 1) * usage * 1.25))
-        note(
-            "cpus",
-            "Ask for fewer CPU cores",
-            f"It kept {pct(usage)} of its {j.cpus} CPU cores busy ({num((j.total_cpu_s or 0) / 3600)} of "
-            f"{num(j.cpus * j.elapsed_h)} core-hours). About {per_node} cores per node would do.",
-            (f"#SBATCH --cpus-per-task={per_node}  (with one task per node)",),
-        )
-    used_mb, asked_mb = j.mem_used_per_node_mb, j.mem_req_per_node_mb
-    if (
-        used_mb is not None
-        and asked_mb
-        and o != "oom"
-        and asked_mb >= t.mem_min_req_gb * MB_PER_GB
-        and used_mb <= t.mem_max_use * asked_mb
-    ):
-        note(
-            "memory",
-            "Ask for less memory",
-            f"It used at most {num(used_mb / MB_PER_GB)} GB per node (sacct MaxRSS) of the "
-            f"{num(asked_mb / MB_PER_GB)} GB it asked for.",
-            (f"#SBATCH --mem={slurm_mem(max(used_mb * 1.25, MB_PER_GB))}",),
-        )
-    if (
-        first == "COMPLETED"
-        and j.time_limit_h
-        and j.time_limit_h >= t.limit_min_limit_h
-        and j.elapsed_h <= 0.5 * j.time_limit_h
-        and not interactive
-    ):
-        note(
-            "time-limits",
-            "Ask for a shorter time limit",
-            f"It ran {hours(j.elapsed_h)} of its {hours(j.time_limit_h)} limit "
-            f"({pct(j.elapsed_h / j.time_limit_h)}). "
-            "An accurate limit lets Slurm's backfill start your jobs sooner.",
-            (f"#SBATCH --time={slurm_time(j.elapsed_h * 1.5)}",),
-        )
-    out.sort(key=lambda a: (a.saving_kwh is None, -(a.saving_kwh or 0.0), a.id))
-    return out
-
-
-def _replace(j: JobFacts, **kw: Any) -> JobFacts:
-    from dataclasses import replace
-
-    return replace(j, **kw)

@@ -21,12 +21,12 @@ What counts, and why:
   size), each group's energy per unit of work (per 1M tokens where the runs count tokens, per epoch
   where they count epochs: both, where both) the **energy-weighted mean** of its runs' energy per unit
   (sum(e_i * e_i/u_i) / sum(e_i): the runs that used the most energy weigh most,
-  cocaq.footprint.advice.UnitCost),
+  cocaq.footprint.own_runs.UnitCost),
   side by side with the ratio to the best (lowest) group. Only where at least two groups have one, and
   only groups with a known precision or batch size.
 
 Totals are summed in SQL (SQLAlchemy Core, PostgreSQL and SQLite); the comparisons are grouped in Python
-over the runs, with the formula the advice uses (cocaq.footprint.advice), so the two never disagree.
+over the runs, with the formula the advice uses (cocaq.footprint.own_runs), so the two never disagree.
 """
 
 from __future__ import annotations
@@ -469,7 +469,7 @@ def comparisons(
 
 
 def compare(all_runs: Sequence[Run]) -> tuple[Comparison, ...]:
-    """The comparisons of these runs (see `comparisons`), with cocaq.footprint.advice's per-unit formula."""
+    """The comparisons of these runs (see `comparisons`), with cocaq.footprint.own_runs' per-unit formula."""
     out = []
     for unit in UNITS:
         acc: dict[tuple[str, str, str | None, int | None], list[tuple[float, float, float]]] = defaultdict(

@@ -3,7 +3,7 @@
 Every stored job with an id (ids repeat across clusters and after a reset): its columns, energy by
 component with the measured and estimated parts, the GPUs the node hooks saw it get, what the aggregator
 derived, its ML model metadata and, with a config, its ledger (the energy that did no work), memory use
-and jobstats-style notes (`job_notes`, the per-job advice of cocaq.footprint.advice). Unlike the window
+and jobstats-style notes (`job_notes`, the per-job advice of cocaq.footprint.job_advice). Unlike the window
 footprints of cocaq.footprint.totals, one job is a few small reads, so the ORM is fine here.
 """
 
@@ -26,7 +26,8 @@ def find_jobs(
     conn: Connection, job_id: str, cluster: str | None = None, cfg: Config | None = None
 ) -> list[dict[str, Any]]:
     """Every stored job with this id (ids repeat across clusters and after a reset), newest first; with
-    `cfg`, each with its ledger (`waste`), memory use and jobstats-style `notes` (cocaq.footprint.advice)."""
+    `cfg`, each with its ledger (`waste`), memory use and jobstats-style `notes`
+    (cocaq.footprint.job_advice)."""
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
@@ -96,10 +97,10 @@ NOTE_RUNS = timedelta(
 
 
 def job_notes(db: Db, cfg: Config, j: Any) -> list[Any]:
-    """cocaq.footprint.advice.job_notes for one job (a cocaq.footprint.jobfacts.JobFacts), its precision
+    """cocaq.footprint.job_advice.job_notes for one job (a cocaq.footprint.jobfacts.JobFacts), its precision
     compared with the
     user's own runs that ended in the NOTE_RUNS before it: what `cocaq job` and the job e-mail say."""
-    from cocaq.footprint import advice, jobfacts
+    from cocaq.footprint import advice, job_advice, jobfacts
 
     end = j.end or datetime.now(UTC)
     runs: list[Any] = []
@@ -111,12 +112,12 @@ def job_notes(db: Db, cfg: Config, j: Any) -> list[Any]:
         idle_threshold_pct=cfg.aggregate.idle_gpu_util_pct,
         interactive_names=cfg.advice.interactive_names,
     )
-    return advice.job_notes(j, ctx, [r for r in runs if not r.is_open and r.end is not None])
+    return job_advice.job_notes(j, ctx, [r for r in runs if not r.is_open and r.end is not None])
 
 
 def _ledger_and_notes(conn: Connection, cfg: Config, pk: int) -> dict[str, Any]:
     """A job's disjoint parts that did no work (cocaq.accounting.ledger), its memory and its notes
-    (cocaq.footprint.advice)."""
+    (cocaq.footprint.job_advice)."""
     from cocaq.accounting.ledger import waste
     from cocaq.db.dbapi import wrap
     from cocaq.footprint import jobfacts

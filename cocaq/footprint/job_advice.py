@@ -1,0 +1,202 @@
+"""The notes on one job, jobstats-style: what it used of what it asked for, what it lost, and the exact
+line to change, each as an `Advice` about that job alone (its whole energy, not a window's share).
+
+`cocaq job` and the job e-mail show these (through cocaq.footprint.one_job); they apply the same
+definitions and thresholds as the window's suggestions (cocaq.footprint.advice) to a single job, with
+lower bars where a note costs the reader nothing, and compare its precision with the user's own runs
+(cocaq.footprint.own_runs). Kept apart from the rules over a window because it is its own set of
+sentences, read one job at a time. Standard library only (login nodes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from cocaq.footprint.advice import AMP_HOW, BALER_SAVING, Advice, Context, is_interactive, outcome_part
+from cocaq.footprint.advice_words import MB_PER_GB, energy, hours, n_gpus, num, pct, slurm_mem, slurm_time
+from cocaq.footprint.jobfacts import JobFacts
+from cocaq.footprint.own_runs import own_comparisons
+
+
+def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> list[Advice]:
+    """jobstats-style notes on one job, whole: what it used of what it asked for, and the exact line to
+    change. `runs`: the user's runs that ended in `ctx`'s window, for the precision comparison."""
+    t = ctx.thresholds
+    j = job if job.share == 1.0 else _replace(job, share=1.0)
+    out: list[Advice] = []
+    interactive = is_interactive(j, ctx.interactive_names)
+
+    def note(
+        id_: str,
+        title: str,
+        body: str,
+        change: tuple[str, ...] = (),
+        kwh: float | None = None,
+        upper: bool = False,
+        basis: str = "none claimed",
+    ) -> None:
+        saved = None if kwh is None else kwh * j.kg_per_kwh
+        out.append(Advice(id_, title, body, change, (), (j.job_id,), kwh, saved, upper, basis, "this job"))
+
+    o = j.outcome
+    first = j.state.split(" ")[0]
+    if o == "timeout" and not interactive:
+        limit = j.time_limit_h or j.elapsed_h
+        note(
+            "timeouts",
+            "Save checkpoints, or ask for the time it needs",
+            f"Slurm stopped it at its {hours(limit)} limit: its {energy(outcome_part(j))} beyond idle GPUs "
+            "is "
+            "lost unless it saved a checkpoint. Ask for a warning before the end and save a checkpoint "
+            "then (trap SIGUSR1), resume from it (#SBATCH --requeue), or ask for the time it needs.",
+            ("#SBATCH --signal=B:USR1@600", f"#SBATCH --time={slurm_time(limit * 1.5)}"),
+            outcome_part(j),
+            True,
+            "up to: its energy beyond idle GPUs",
+        )
+    elif o == "oom":
+        asked = j.mem_req_per_node_mb
+        note(
+            "out-of-memory",
+            "Ask for the memory it needs",
+            "Slurm killed it for using more memory than it asked for"
+            + (f" ({num(asked / MB_PER_GB)} GB per node)" if asked else "")
+            + f": its {energy(outcome_part(j))} was spent for nothing. Ask for more.",
+            (f"#SBATCH --mem={slurm_mem(asked * 1.5)}",) if asked else (),
+            outcome_part(j),
+            True,
+            "up to: its energy beyond idle GPUs",
+        )
+    elif first == "FAILED" and not interactive:
+        note(
+            "failures",
+            "Test on a small input before the long run",
+            f"It failed (exit code {j.exit_code if j.exit_code is not None else '?'}) after "
+            f"{hours(j.elapsed_h)}, using {energy(outcome_part(j))} beyond idle GPUs. "
+            "Read its error output "
+            "(slurm-JOBID.out); test changes on a small input with a short run before the long one.",
+            ("#SBATCH --time=00:15:00  (for the test run)",),
+            outcome_part(j),
+            True,
+            "up to: its energy beyond idle GPUs",
+        )
+    if j.gpus > 0 and j.gpu_util_pct is not None:
+        idle = j.idle_share
+        if interactive and j.idle_kwh > 0:
+            note(
+                "notebooks",
+                "End interactive sessions when you stop computing",
+                f"This interactive session held {n_gpus(j.gpus)} that sat idle "
+                f"{pct(idle or 0.0)} of the sampled time ({num(j.idle_gpu_hours)} GPU-hours, "
+                f"{energy(j.idle_kwh)}). End sessions when you stop computing and give them a short limit.",
+                ("#SBATCH --time=02:00:00", f"scancel {j.job_id}" if j.is_open else "scancel JOBID"),
+                j.idle_kwh,
+                False,
+                "what its idle GPUs drew",
+            )
+        elif idle is not None and idle >= t.idle_min_share and j.sampled_share >= t.min_sampled_share:
+            keep = max(1, math.ceil(j.gpus * (1 - idle)))
+            note(
+                "fewer-gpus",
+                "Ask for the GPUs it uses",
+                f"Its {n_gpus(j.gpus)} sat under {ctx.idle_threshold_pct:g}% utilisation {pct(idle)} "
+                "of the sampled "
+                f"time ({num(j.idle_gpu_hours)} GPU-hours, {energy(j.idle_kwh)}). Check that the code uses "
+                "them all, or ask for fewer.",
+                (f"#SBATCH --gres=gpu:{keep}",) if keep < j.gpus else (),
+                j.idle_kwh,
+                False,
+                "what its idle GPUs drew",
+            )
+        elif (
+            j.gpu_util_pct < t.loader_max_util_pct
+            and (j.cpu_usage or 0.0) > t.loader_min_cpu_usage
+            and j.elapsed_h >= t.loader_min_elapsed_h
+        ):
+            per_gpu = max(j.cpus // max(j.gpus, 1), 1)
+            note(
+                "dataloader",
+                "Feed the GPUs: more CPU cores and data-loader workers",
+                f"Its GPUs averaged {j.gpu_util_pct:.0f}% utilisation while its CPU cores were "
+                f"{pct(j.cpu_usage or 0.0)} busy: more cores and data-loader workers would feed them.",
+                (f"#SBATCH --cpus-per-task={per_gpu * 2}", "DataLoader(num_workers=N, pin_memory=True)"),
+            )
+    if j.gpus > 0 and j.gpu_mem_peak_mb is not None and j.gpu_mem_gb > 0:
+        used = j.gpu_mem_peak_mb / MB_PER_GB
+        if used < 0.25 * j.gpu_mem_gb:
+            note(
+                "gpu-memory",
+                "Use its GPUs' memory, or smaller GPUs",
+                f"Its GPUs held at most {num(used)} GB of their {num(j.gpu_mem_gb)} GB: a larger batch would "
+                "use them better, or a GPU with less memory would do.",
+            )
+    if j.precision == "full" and j.gpus > 0:
+        mine = [r for r in runs if r.pk != j.pk]
+        cmp = own_comparisons([j, *mine], t.own_min_saving).get(j.model or "") if j.model else None
+        if cmp is not None:
+            kwh = j.energy_kwh * cmp.saving
+            body = (
+                f"It ran in {j.precision_label}; {cmp.sentence()}. At that rate bf16 would have saved "
+                f"about {energy(kwh)} here."
+            )
+            basis = "your own runs' difference in energy per unit of work"
+        else:
+            kwh = j.gpu_kwh * BALER_SAVING
+            body = (
+                f"It ran in {j.precision_label}. The Baler study measured {pct(BALER_SAVING)} less energy "
+                "with "
+                f"mixed precision: about {energy(kwh)} of its GPU energy."
+            )
+            basis = f"the Baler study's {pct(BALER_SAVING)} of its GPU energy"
+        note("precision", "Train in bf16 mixed precision", body + " " + AMP_HOW,
+             ("torch.autocast(device_type='cuda', dtype=torch.bfloat16)",), kwh, False, basis)  # fmt: skip
+    usage = j.cpu_usage
+    if usage is not None and j.cpus >= t.cpu_min_cores and usage < t.cpu_max_usage and j.elapsed_h >= 0.25:
+        per_node = max(1, math.ceil(j.cpus / max(j.nodes, 1) * usage * 1.25))
+        note(
+            "cpus",
+            "Ask for fewer CPU cores",
+            f"It kept {pct(usage)} of its {j.cpus} CPU cores busy ({num((j.total_cpu_s or 0) / 3600)} of "
+            f"{num(j.cpus * j.elapsed_h)} core-hours). About {per_node} cores per node would do.",
+            (f"#SBATCH --cpus-per-task={per_node}  (with one task per node)",),
+        )
+    used_mb, asked_mb = j.mem_used_per_node_mb, j.mem_req_per_node_mb
+    if (
+        used_mb is not None
+        and asked_mb
+        and o != "oom"
+        and asked_mb >= t.mem_min_req_gb * MB_PER_GB
+        and used_mb <= t.mem_max_use * asked_mb
+    ):
+        note(
+            "memory",
+            "Ask for less memory",
+            f"It used at most {num(used_mb / MB_PER_GB)} GB per node (sacct MaxRSS) of the "
+            f"{num(asked_mb / MB_PER_GB)} GB it asked for.",
+            (f"#SBATCH --mem={slurm_mem(max(used_mb * 1.25, MB_PER_GB))}",),
+        )
+    if (
+        first == "COMPLETED"
+        and j.time_limit_h
+        and j.time_limit_h >= t.limit_min_limit_h
+        and j.elapsed_h <= 0.5 * j.time_limit_h
+        and not interactive
+    ):
+        note(
+            "time-limits",
+            "Ask for a shorter time limit",
+            f"It ran {hours(j.elapsed_h)} of its {hours(j.time_limit_h)} limit "
+            f"({pct(j.elapsed_h / j.time_limit_h)}). "
+            "An accurate limit lets Slurm's backfill start your jobs sooner.",
+            (f"#SBATCH --time={slurm_time(j.elapsed_h * 1.5)}",),
+        )
+    out.sort(key=lambda a: (a.saving_kwh is None, -(a.saving_kwh or 0.0), a.id))
+    return out
+
+
+def _replace(j: JobFacts, **kw: Any) -> JobFacts:
+    from dataclasses import replace
+
+    return replace(j, **kw)

@@ -1,0 +1,90 @@
+"""The precision evidence from a user's own runs: per model and precision, the energy per unit of work
+(per 1M tokens, or per epoch) of the runs that count it, and the best reduced-precision group set against
+the full-precision one.
+
+Both the window's `precision` suggestion (cocaq.footprint.advice) and the note on one job
+(cocaq.footprint.job_advice) size a saving on this measured difference before they fall back on the
+literature's figure, so it lives once, apart from either; the model statistics
+(cocaq.footprint.by_model) group runs with the same energy-weighted formula. Standard library only.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from cocaq.footprint.advice_words import energy, pct, shorten
+from cocaq.footprint.jobfacts import JobFacts, precision_of
+
+
+@dataclass(frozen=True)
+class UnitCost:
+    """A user's runs of one model in one precision: energy per unit of work (BASIS of
+    cocaq.footprint.by_model:
+    the energy-weighted mean of the runs' kWh per unit)."""
+
+    precision: str  # as recorded: bf16, fp32
+    unit: str  # "1M tokens" or "epoch"
+    kwh_per_unit: float
+    runs: tuple[str, ...]
+    energy_kwh: float
+
+
+def unit_costs(runs: Iterable[JobFacts], unit: str) -> dict[tuple[str, str], UnitCost]:
+    """Per (model, precision label): kWh per unit ("1M tokens" or "epoch") of runs with that counter."""
+    acc: dict[tuple[str, str], list[tuple[float, float, str]]] = defaultdict(list)
+    for j in runs:
+        count = (j.tokens / 1e6 if j.tokens else 0.0) if unit == "1M tokens" else (j.epochs or 0.0)
+        if not j.model or not j.precision_label or count <= 0 or j.energy_kwh <= 0:
+            continue
+        acc[(j.model, j.precision_label)].append((j.energy_kwh, j.energy_kwh / count, j.job_id))
+    out = {}
+    for key, rs in acc.items():
+        e = sum(r[0] for r in rs)
+        out[key] = UnitCost(key[1], unit, sum(r[0] * r[1] for r in rs) / e, tuple(r[2] for r in rs), e)
+    return out
+
+
+@dataclass(frozen=True)
+class OwnComparison:
+    model: str
+    reduced: UnitCost
+    full: UnitCost
+
+    @property
+    def saving(self) -> float:
+        f = self.full.kwh_per_unit
+        return (f - self.reduced.kwh_per_unit) / f if f > 0 else 0.0
+
+    def sentence(self) -> str:
+        r, f = self.reduced, self.full
+        per = "per 1M tokens" if r.unit == "1M tokens" else "per epoch"
+        return (
+            f"your {shorten(self.model, 40)} runs in {r.precision} used {energy(r.kwh_per_unit)} {per}, "
+            f"{pct(self.saving)} less than in {f.precision} ({energy(f.kwh_per_unit)}; runs "
+            f"{', '.join(r.runs[:3])} against {', '.join(f.runs[:3])})"
+        )
+
+
+def own_comparisons(runs: Sequence[JobFacts], min_saving: float = 0.0) -> dict[str, OwnComparison]:
+    """Per model: the user's own best reduced-precision group against their full-precision one, per 1M
+    tokens where both count tokens, else per epoch."""
+    out: dict[str, OwnComparison] = {}
+    for unit in ("1M tokens", "epoch"):
+        costs = unit_costs(runs, unit)
+        models = {m for m, _ in costs}
+        for model in models:
+            if model in out:
+                continue
+            groups = [c for (m, _), c in costs.items() if m == model]
+            reduced = [c for c in groups if precision_of(c.precision)[0] == "reduced"]
+            full = [c for c in groups if precision_of(c.precision)[0] == "full"]
+            if not reduced or not full:
+                continue
+            best = min(reduced, key=lambda c: (c.kwh_per_unit, c.precision))
+            main = max(full, key=lambda c: (c.energy_kwh, c.precision))
+            cmp = OwnComparison(model, best, main)
+            if cmp.saving >= min_saving:
+                out[model] = cmp
+    return out
