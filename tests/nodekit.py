@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cocaq.prolog_epilog.shims import write_shims
+from cocaq.prolog_epilog.shims import import_paths, write_shims
 
 # Two A100s whose NVML order (PCI bus id) is the reverse of their minor numbers, the second without an
 # energy counter: code that maps Slurm's indices by list position, or trusts the counter, shows it here.
@@ -83,6 +84,18 @@ class Node:
         assert r.returncode == 0
         return dt
 
+    def hook_audit(self, kind: str, job_id: int | str, **more: str) -> HookAudit:
+        """Run the hook as its shim does (`python -I -S`, the same paths, argv and environment) with an audit
+        hook in front that records what the hook did besides its work: sleeps, processes, connections,
+        file locks, and the modules it imported."""
+        out = self.root / f"audit-{kind}-{job_id}.json"
+        code = _AUDITED_HOOK.format(paths=import_paths(), out=str(out))
+        argv = [sys.executable, "-I", "-S", "-c", code, "--config", str(self.config), kind]
+        e = {k.encode(): str(v).encode() for k, v in self.env(kind, job_id, **more).items()}
+        r = subprocess.run(argv, env=e, timeout=60, capture_output=True)
+        assert r.returncode == 0, r.stderr
+        return HookAudit(**json.loads(out.read_text()))
+
     def events(self) -> list[dict[str, Any]]:
         d = self.spool / "events"
         if not d.exists():
@@ -91,6 +104,58 @@ class Node:
 
     def log_lines(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
+
+
+# The shim's command with sys.addaudithook first: the events that would make a hook wait or reach out.
+_AUDITED_HOOK = """\
+import sys
+sys.path[:0] = {paths!r}
+seen = {{"sleeps": 0, "processes": [], "connects": [], "locks": []}}
+def audit(event, args):
+    if event == "time.sleep":
+        seen["sleeps"] += 1
+    elif event in ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.fork", "os.spawn"):
+        seen["processes"].append(event)
+    elif event == "socket.connect":
+        seen["connects"].append(repr(args[1]))
+    elif event in ("fcntl.flock", "fcntl.lockf"):
+        seen["locks"].append(event)
+sys.addaudithook(audit)
+before = set(sys.modules)
+from cocaq.prolog_epilog.hook import main
+main(sys.argv[1:])
+seen["modules"] = sorted(set(sys.modules) - before)
+import json
+with open({out!r}, "w") as fh:
+    json.dump(seen, fh)
+"""
+
+
+@dataclass
+class HookAudit:
+    """What one hook process did besides its work (Node.hook_audit)."""
+
+    sleeps: int
+    processes: list[str]
+    connects: list[str]
+    locks: list[str]
+    modules: list[str]
+
+    def non_stdlib(self) -> list[str]:
+        """The modules it imported that are neither the standard library's nor cocaq's."""
+        ours = sys.stdlib_module_names | {"cocaq"}
+        return [m for m in self.modules if m.split(".")[0] not in ours and not m.startswith("_sysconfigdata")]
+
+
+def assert_fails_fast(failed: HookAudit, *healthy: HookAudit) -> None:
+    """A hook that cannot write its record gives up at once: it sleeps, spawns, connects and locks nothing,
+    and imports nothing but the standard library and what the `healthy` hooks (the same kinds, on a node
+    whose spool works) import. The unit tests once bounded its wall-clock time instead; that time is
+    bench/bench_hook_failures.py's."""
+    assert (failed.sleeps, failed.processes, failed.connects, failed.locks) == (0, [], [], []), failed
+    assert failed.non_stdlib() == [], failed.non_stdlib()
+    usual = set().union(*(h.modules for h in healthy))
+    assert sorted(m for m in failed.modules if m.startswith("cocaq") and m not in usual) == [], failed.modules
 
 
 def make_node(

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
@@ -16,7 +19,7 @@ from sqlalchemy import Engine, create_engine, text
 from cocaq.collector.localdb import CollectorDB
 from cocaq.db import migrate
 from tests.conftest import ROOT, new_database, run_cocaq
-from tests.nodekit import cocaq_env, make_node
+from tests.nodekit import assert_fails_fast, cocaq_env, make_node
 
 
 @pytest.fixture
@@ -68,7 +71,65 @@ def _spool_samples(db: CollectorDB, n: int, t0: float) -> None:
     db.record_cycle(rows, [], {})
 
 
+# Where the test stops the shipper, in its scratch database only (nothing of cocaq's): a trigger waits for
+# an advisory lock the test holds, either before batch N+1's node_shipments row (N batches committed and
+# forgotten locally) or after its samples are copied, before its commit; the test sees the wait in
+# pg_stat_activity and kills then, at a known point instead of a guessed time.
+_GATE_SQL = """
+CREATE TABLE test_gate (at_shipments integer NOT NULL, point text NOT NULL);
+INSERT INTO test_gate VALUES (0, 'off');
+CREATE FUNCTION test_gate_wait(point text, mine integer) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM test_gate g WHERE g.point = test_gate_wait.point
+             AND (SELECT count(*) FROM node_shipments) >= g.at_shipments + mine) THEN
+    PERFORM pg_advisory_xact_lock(20261121);
+  END IF;
+END $$;
+CREATE FUNCTION test_gate_before_batch() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM test_gate_wait('before-batch', 0); RETURN NEW; END $$;
+CREATE FUNCTION test_gate_before_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM test_gate_wait('before-commit', 1); RETURN NULL; END $$;
+CREATE TRIGGER test_gate_a BEFORE INSERT ON node_shipments FOR EACH ROW EXECUTE FUNCTION test_gate_before_batch();
+CREATE TRIGGER test_gate_b AFTER INSERT ON samples FOR EACH STATEMENT EXECUTE FUNCTION test_gate_before_commit();
+"""
+_GATE_DROP = """
+DROP TRIGGER test_gate_a ON node_shipments; DROP TRIGGER test_gate_b ON samples;
+DROP FUNCTION test_gate_before_batch(); DROP FUNCTION test_gate_before_commit();
+DROP FUNCTION test_gate_wait(text, integer); DROP TABLE test_gate;
+"""
+
+
+def _wait_for(pred: Callable[[], Any], what: str, timeout: float = 120) -> Any:
+    """Poll `pred` until it returns something other than None/False; the timeout only keeps a broken run
+    from hanging (it asserts no speed)."""
+    end = time.monotonic() + timeout
+    while (v := pred()) is None or v is False:
+        assert time.monotonic() < end, f"still waiting after {timeout} s for {what}"
+        time.sleep(0.01)
+    return v
+
+
+def _at_gate(admin: Any, proc: subprocess.Popen[bytes]) -> int | None:
+    """The backend of ours that waits at the gate (for the test's advisory lock), if one does yet."""
+    assert proc.poll() is None, f"the collector ended (exit {proc.returncode}) before it reached the gate"
+    row = admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        " AND wait_event = 'advisory'"
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def _backend_gone(admin: Any, pid: int) -> bool:
+    return admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0] == 0
+
+
 def test_kill_9_while_shipping_20_times_loses_and_duplicates_nothing(pg: Engine, tmp_path: Path) -> None:
+    """20 rounds of 20 batches spooled, each round's collector killed with SIGKILL mid-shipment at a point
+    the test chose (batch 1-19): before a batch's transaction, before its commit, or after its commit but
+    before the collector forgot it locally (the test holds collector.db's write lock); then one collector
+    ships what is left: every sample arrives once."""
+    import psycopg
+
     url = pg.url.render_as_string(hide_password=False)
     node = make_node(tmp_path, url, sources=())
     with open(node.config, "a") as fh:
@@ -79,15 +140,22 @@ def test_kill_9_while_shipping_20_times_loses_and_duplicates_nothing(pg: Engine,
     t0 = 1_795_000_000.0
     job = 5000
     interrupted = 0
-    lo, hi = 0.15, 0.5  # start-up takes ~0.2 s here and shipping 20k rows ~0.2 s; adapted below
     env = cocaq_env(node)
-    for _ in range(20):
+    admin = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True)
+    admin.execute(_GATE_SQL)
+    points = ["before-batch", "before-commit", "after-commit"]
+    for i in range(20):
         _spool_samples(db, 20_000, t0 + expected_samples)
         expected_samples += 20_000
         for _ in range(10):  # jobs keep starting and ending while the collector is being killed
             job += 1
             node.hook("prolog", job)
         before = db.counts()["samples"]
+        point, k = points[i % 3], rng.randint(1, 18)
+        shipped = _q(pg, "SELECT count(*) FROM node_shipments")
+        admin.execute("SELECT pg_advisory_lock(20261121)")
+        gate = "before-batch" if point == "after-commit" else point
+        admin.execute("UPDATE test_gate SET at_shipments = %s, point = %s", (shipped + k, gate))
         proc = subprocess.Popen(
             [sys.executable, "-m", "cocaq", "collector", "--once"],
             env=env,
@@ -95,16 +163,33 @@ def test_kill_9_while_shipping_20_times_loses_and_duplicates_nothing(pg: Engine,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        time.sleep(rng.uniform(lo, hi))
+        gated = _wait_for(lambda p=proc: _at_gate(admin, p), f"the collector at batch {k + 1}")
+        admin.execute("UPDATE test_gate SET point = 'off'")
+        local = None
+        if point == "after-commit":  # let batch k+1 commit while collector.db cannot forget it
+            local = sqlite3.connect(db.path, timeout=60, isolation_level=None)
+            local.execute("BEGIN IMMEDIATE")
+            admin.execute("SELECT pg_advisory_unlock(20261121)")
+            committed = shipped + k + 1
+            _wait_for(lambda n=committed: _q(pg, "SELECT count(*) FROM node_shipments") == n, "its commit")
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        if local is not None:
+            local.execute("ROLLBACK")
+            local.close()
+        else:  # its transaction dies with it, never committed
+            admin.execute("SELECT pg_terminate_backend(%s)", (gated,))
+            _wait_for(lambda pid=gated: _backend_gone(admin, pid), "its backend to end")
+            admin.execute("SELECT pg_advisory_unlock(20261121)")
         after = db.counts()["samples"]
+        # forgotten locally: the k batches shipped, and the one an after-commit kill left behind, shipped
+        # again as a batch already there (node_shipments keeps it from counting twice)
+        again = 1000 if i and points[(i - 1) % 3] == "after-commit" else 0
+        assert before - after == k * 1000 + again, f"{point}, batch {k + 1}: {before - after} forgotten"
         if 0 < after < before:
             interrupted += 1
-        elif after == before:  # killed before it began shipping: aim later
-            lo, hi = lo + 0.05, hi + 0.05
-        else:  # finished before the kill: aim earlier
-            lo, hi = max(0.05, lo - 0.05), max(lo + 0.1, hi - 0.05)
+    admin.execute(_GATE_DROP)
+    admin.close()
     assert interrupted >= 3, f"only {interrupted} of 20 kills landed mid-shipment; the test proves little"
     r = run_cocaq(["collector", "--once"], env=env)
     assert r.code == 0, r.err
@@ -120,8 +205,8 @@ def test_spool_not_writable_hooks_exit_zero_and_say_why(tmp_path: Path) -> None:
     blocker = tmp_path / "spool"
     blocker.write_text("a file where the spool directory should be\n")
     node = make_node(tmp_path, spool=blocker)
-    took = node.hook("prolog", 77)
-    assert took < 2.0
+    usual = make_node(tmp_path / "healthy").hook_audit("prolog", 77)
+    assert_fails_fast(node.hook_audit("prolog", 77), usual)
     line = node.log_lines()[-1]
     assert "FAILED" in line and (
         "File exists" in line or "Not a directory" in line or "not a directory" in line
