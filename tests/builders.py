@@ -63,6 +63,11 @@ def _table(name: str, keys: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def toml_table(name: str, keys: Mapping[str, Any]) -> str:
+    """The TOML text of the table `[name]` (a dict value: a sub-table; a None value: left out)."""
+    return "\n".join(_table(name, keys)) + "\n"
+
+
 def config_toml(
     database_url: str | None = None,
     extra: str = "",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import email
 import email.policy
-import json
 import socket
 import ssl
 import subprocess
@@ -20,6 +19,8 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
+
+from tests.builders import toml_table
 
 # The smallest valid PNG (1x1, transparent): what the report charts will be, in miniature.
 PNG_1X1 = bytes.fromhex(
@@ -262,12 +263,4 @@ def mail_toml(server: SmtpServer | None = None, **keys: Any) -> str:
     if server is not None:
         table.update(smtp_host="127.0.0.1", smtp_port=server.port, smtp_security=server.security)
     table.update(keys)
-    lines = ["[mail]"]
-    for k, v in table.items():
-        if v is None:
-            continue
-        if isinstance(v, bool):
-            lines.append(f"{k} = {str(v).lower()}")
-        else:
-            lines.append(f"{k} = {json.dumps(v) if isinstance(v, str) else repr(v)}")
-    return "\n".join(lines) + "\n"
+    return toml_table("mail", table)

@@ -21,11 +21,12 @@ from sqlalchemy import Engine, insert, select
 
 from cocaq.accounting.importer import import_records
 from cocaq.config import Config
-from cocaq.config_load import load_config
 from cocaq.db.schema import Cluster, Job, JobAlert, Sample, SentReport, User
 from cocaq.reports import alerts, idle_jobs
 from cocaq.reports.alerts import send_idle_alerts
 from cocaq.slurm.record import JobRecord
+from tests import builders
+from tests.builders import config
 from tests.conftest import run_cocaq
 from tests.mailkit import SmtpServer, free_port, mail_toml
 
@@ -40,17 +41,15 @@ def server() -> Iterator[SmtpServer]:
 
 
 def make_cfg(tmp_path: Path, url: str, server: SmtpServer | None, extra: str = "", **mail: Any) -> Config:
+    """Cluster c in FRA, samples every 60 s, idle below 5 % for 60 min, one alert a day; `extra` TOML after
+    the [alerts] table (one of its own replaces it); `mail`: [mail] keys (to `server`, if one)."""
     mail.setdefault("address_template", "{user}@example.org")
-    p = tmp_path / "cocaq.toml"
-    p.write_text(
-        f'database_url = "{url}"\n[cluster]\nname = "c"\ncarbon_zone = "FRA"\npue = 1.2\n'
-        "[defaults]\ngpu_tdp_w = 400\ncpu_tdp_w_per_core = 10\n[collector]\ninterval_s = 60\n"
-        "[aggregate]\nidle_gpu_util_pct = 5\n"
-        '[reports]\nsite_name = "HAL"\ncontact = "hpc-support@example.org"\n'
-        + (extra if "[alerts]" in extra else "[alerts]\nidle_minutes = 60\nthrottle_hours = 24\n" + extra)
-        + mail_toml(server, **mail)
-    )
-    return load_config(p, environ={})
+    return config(
+        tmp_path, url, extra + mail_toml(server, **mail), name="cocaq.toml",
+        cluster={"carbon_zone": "FRA", "pue": 1.2}, collector={"interval_s": 60},
+        aggregate={"idle_gpu_util_pct": 5}, reports={"site_name": "HAL", "contact": "hpc-support@example.org"},
+        alerts=None if "[alerts]" in extra else {"idle_minutes": 60, "throttle_hours": 24},
+    )  # fmt: skip
 
 
 def url_of(engine: Engine) -> str:
@@ -72,15 +71,12 @@ def job(
     partition: str = "gpu",
     end: datetime | None = None,
 ) -> JobRecord:
-    """A job as sacct shows it: running since `start`, or ended at `end`."""
-    running = end is None
-    hours = ((end or NOW) - start).total_seconds() / 3600
-    return JobRecord(
-        job_id=str(raw), job_id_raw=raw, user_name=user, account="lab_a", partition=partition,
-        submit_time=start - timedelta(minutes=1), start_time=start, end_time=end,
-        elapsed_s=hours * 3600, state="RUNNING" if running else "COMPLETED", is_open=running,
-        node_list="n[1-2]", n_nodes=2, alloc_cpus=8, alloc_gpus=gpus, total_cpu_s=None, req_mem_mb=0,
-        cluster="c", name=name or f"train-{raw}", time_limit_s=24 * 3600,
+    """A job as sacct shows it: running since `start`, or ended at `end`; on n[1-2], a one-day limit."""
+    return builders.job(
+        raw, start, ((end or NOW) - start).total_seconds() / 3600, user=user, account="lab_a",
+        partition=partition, gpus=gpus, cpus=8, running=end is None, end=end, cpu_s=None,
+        queued=timedelta(minutes=1), node_list="n[1-2]", n_nodes=2, name=name or f"train-{raw}",
+        time_limit_s=24 * 3600,
     )  # fmt: skip
 
 

@@ -17,24 +17,19 @@ from cocaq.accounting.importer import import_records
 from cocaq.collector.ship import connect
 from cocaq.config_load import load_config
 from cocaq.slurm.record import JobRecord
+from tests import builders
 from tests.conftest import run_cocaq
 
 T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
-CONFIG = """
-[cluster]
-name = "c"
-carbon_zone = "FRA"
-[estimate]
-gpu_utilisation = 1.0
-[partitions.h100]
-gpu_model = "NVIDIA H100 80GB HBM3"
-gpu_tdp_w = 700
-cpu_tdp_w_per_core = 10
-[partitions.v100]
-gpu_model = "Tesla V100-SXM2-32GB"
-gpu_tdp_w = 300
-cpu_tdp_w_per_core = 10
-"""
+# the site's cocaq.toml: H100 and V100 partitions, every GPU at its full TDP unless calibrated
+SITE: dict[str, dict[str, Any]] = {
+    "cluster": {"name": "c", "carbon_zone": "FRA"},
+    "estimate": {"gpu_utilisation": 1.0},
+    "partitions": {
+        "h100": {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_tdp_w": 700, "cpu_tdp_w_per_core": 10},
+        "v100": {"gpu_model": "Tesla V100-SXM2-32GB", "gpu_tdp_w": 300, "cpu_tdp_w_per_core": 10},
+    },
+}
 # what the measured H100 jobs' GPUs drew, W per GPU (the real trace's 143 W among them)
 MEASURED_W = (120.0, 135.0, 143.0, 150.0, 160.0, 180.0)
 
@@ -83,13 +78,16 @@ def test_weighted_quantiles_and_buckets() -> None:
 
 
 def _job(raw: int, partition: str, node: str, gpus: int = 2, hours: float = 2.0, **kw: Any) -> JobRecord:
-    start = T0 + timedelta(hours=raw % 50)
-    return JobRecord(
-        job_id=str(raw), job_id_raw=raw, user_name="alice", account="lab", partition=partition,
-        submit_time=start - timedelta(minutes=1), start_time=start, end_time=start + timedelta(hours=hours),
-        elapsed_s=hours * 3600, state="COMPLETED", node_list=node, n_nodes=1, alloc_cpus=4, alloc_gpus=gpus,
-        total_cpu_s=hours * 3600, req_mem_mb=0, cluster="c", **kw,
+    """Alice's job on `node`, started (raw % 50) hours after T0, one core busy all along."""
+    return builders.job(
+        raw, T0 + timedelta(hours=raw % 50), hours, partition=partition, node_list=node, gpus=gpus,
+        cpu_s=hours * 3600, queued=timedelta(minutes=1), **kw,
     )  # fmt: skip
+
+
+def _site_config(tmp_path: Path, url: str) -> Path:
+    """SITE's cocaq.toml on the database `url`, in tmp_path."""
+    return builders.write_config(tmp_path / "cocaq.toml", url, base=False, **SITE)
 
 
 def _measure(url: str, rec: JobRecord, watts: list[float], name: str = "NVIDIA H100 80GB HBM3") -> None:
@@ -121,8 +119,7 @@ def _measure(url: str, rec: JobRecord, watts: list[float], name: str = "NVIDIA H
 
 def _site(engine: Engine, tmp_path: Path) -> tuple[str, Path, dict[str, JobRecord]]:
     url = engine.url.render_as_string(hide_password=False)
-    cfg_path = tmp_path / "cocaq.toml"
-    cfg_path.write_text(f'database_url = "{url}"\n' + CONFIG)
+    cfg_path = _site_config(tmp_path, url)
     cfg = load_config(cfg_path, {})
     jobs = {
         "unmeasured-h100": _job(900, "h100", "u1", gpus=4, hours=3.0),
@@ -270,8 +267,7 @@ def test_nothing_measured_and_one_job_of_a_model(
     engine: Engine, tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     url = engine.url.render_as_string(hide_password=False)
-    cfg_path = tmp_path / "cocaq.toml"
-    cfg_path.write_text(f'database_url = "{url}"\n' + CONFIG)
+    cfg_path = _site_config(tmp_path, url)
     cfg = load_config(cfg_path, {})
     env = dict(cli_env, COCAQ_CONFIG=str(cfg_path))
     import_records(engine, [_job(700, "v100", "v1")], cfg, source="sacct-json")

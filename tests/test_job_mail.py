@@ -24,10 +24,12 @@ from cocaq.config import Config
 from cocaq.config_load import load_config
 from cocaq.db.schema import Cluster, Job, JobNotice, NodeEnergy, Sample, SentReport, User
 from cocaq.reports import jobmail, wording
-from cocaq.reports.job_report import job_footprint
+from cocaq.reports.data import job_footprint
 from cocaq.reports.jobmail import send_job_mail
 from cocaq.reports.transport import make_transport
 from cocaq.slurm.record import JobRecord
+from tests import builders
+from tests.builders import config
 from tests.mailkit import SmtpServer, mail_toml
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -41,13 +43,15 @@ def server() -> Iterator[SmtpServer]:
 
 
 def make_cfg(tmp_path: Path, url: str, server: SmtpServer | None, **mail: Any) -> Config:
+    """Cluster c in FRA (PUE 1.2); `mail`: [mail] keys (to `server`, if one)."""
     mail.setdefault("address_template", "{user}@example.org")
-    p = tmp_path / "cocaq.toml"
-    p.write_text(
-        f'database_url = "{url}"\n[cluster]\nname = "c"\ncarbon_zone = "FRA"\npue = 1.2\n'
-        "[defaults]\ngpu_tdp_w = 400\ncpu_tdp_w_per_core = 10\n" + mail_toml(server, **mail)
+    return config(
+        tmp_path,
+        url,
+        mail_toml(server, **mail),
+        name="cocaq.toml",
+        cluster={"carbon_zone": "FRA", "pue": 1.2},
     )
-    return load_config(p, environ={})
 
 
 @pytest.fixture
@@ -66,13 +70,10 @@ def rec(
     gpus: int = 1,
     state: str = "COMPLETED",
 ) -> JobRecord:
-    start = end - timedelta(hours=hours)
-    return JobRecord(
-        job_id=str(raw), job_id_raw=raw, user_name=user, account="lab_a", partition="gpu",
-        submit_time=start - timedelta(minutes=1), start_time=start, end_time=None if running else end,
-        elapsed_s=hours * 3600, state="RUNNING" if running else state, is_open=running, node_list="n1",
-        n_nodes=1, alloc_cpus=4, alloc_gpus=gpus, total_cpu_s=hours * 3600 * 2, req_mem_mb=0, cluster="c",
-        name=f"train-{raw}", comment=comment,
+    """`user`'s job train-RAW in lab_a on n1 that ran `hours` up to `end` (or runs still)."""
+    return builders.job(
+        raw, end - timedelta(hours=hours), hours, user=user, account="lab_a", gpus=gpus, state=state,
+        running=running, end=end, queued=timedelta(minutes=1), name=f"train-{raw}", comment=comment,
     )  # fmt: skip
 
 
