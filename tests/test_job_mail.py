@@ -24,7 +24,7 @@ from cocaq.config import Config
 from cocaq.config_load import load_config
 from cocaq.db.schema import Cluster, Job, JobNotice, NodeEnergy, Sample, SentReport, User
 from cocaq.reports import jobmail, wording
-from cocaq.reports.data import job_footprint
+from cocaq.reports.job_report import job_footprint
 from cocaq.reports.jobmail import send_job_mail
 from cocaq.reports.transport import make_transport
 from cocaq.slurm.record import JobRecord
