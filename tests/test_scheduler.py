@@ -449,6 +449,9 @@ def test_missed_runs_run_once_then_on_schedule(
     # Each missed job ran exactly once on start-up: coalesced, neither lost nor run 10 (or 5400) times.
     assert len(by_job["aggregate"]) == 1 and len(by_job["catchup"]) == 1
     assert by_job["reports-monthly"] == [] and by_job["reports-weekly"] == []  # not due
+    # A wall-clock bound kept on purpose: "not 5400 times" is about a real daemon's 2 s schedule, and the
+    # runs' own start times give no load-proof grid count (a late start may land in the next slot). The
+    # bound only grows when the machine is slow (elapsed grows with it), so slowness cannot fail it.
     assert 3 <= len(by_job["reconcile"]) <= elapsed / 2 + 2
     # ... and then each follows its normal schedule, on its own grid.
     jobs = {j: nxt for j, _, nxt in sch.stored_jobs(engine, UTC)}
@@ -507,7 +510,9 @@ def test_a_signal_taken_by_another_thread_still_stops_the_daemon_promptly(
     stopped = time.monotonic()
     t.join(5)
     assert sent, "the signal was never sent"
-    # a 1 s sacct, then the run is recorded; a 30 s wait that ignored the signal would take 30 s
+    # a 1 s sacct, then the run is recorded; a 30 s wait that ignored the signal would take 30 s. Kept as
+    # a wall-clock bound: promptness is the property, and nothing but the clock tells a wait that ended on
+    # the signal from one that ran out (both end in the same state); 15 s is half the 30 s the bug took.
     assert stopped - sent[0] < 15
     assert [r.status for r in _runs(job_env, "reconcile")] == ["ok"]
     assert signal.getsignal(signal.SIGTERM) is before  # the daemon put the old handler back
