@@ -30,6 +30,7 @@ from cocaq.config_load import load_config
 from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.db.schema import SchedulerRun
+from tests import builders
 from tests.conftest import DATA, ROOT, new_database, run_cocaq
 
 FAKE_SACCT = """#!/bin/sh
@@ -563,13 +564,13 @@ def test_two_schedulers_one_acts_and_the_other_takes_over(
 def test_calibrate_job(job_env: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`calibrate` weekly: learns the measured jobs' GPU power and applies it to the recent jobs' estimates;
     skipped (with why) when nothing was measured or calibration is off."""
-    from tests.test_calibrate import CONFIG, MEASURED_W, _job, _job_row, _measure
+    from tests.test_calibrate import MEASURED_W, SITE, _job, _job_row, _measure
 
     spec = {s.id: s for s in sch_jobs.job_specs(sch_jobs.Options(), UTC)}["calibrate"]
     assert "calibrate" in sch_jobs.JOB_IDS and spec.grace_s == 7 * 86400
     assert str(spec.trigger) == "cron[day_of_week='sun', hour='4', minute='20']"
-    cfg_path = tmp_path / "cocaq.toml"
-    cfg_path.write_text(CONFIG.replace('name = "c"', 'name = "c"\ntimezone = "UTC"'))
+    site = {**SITE, "cluster": {**SITE["cluster"], "timezone": "UTC"}}
+    cfg_path = builders.write_config(tmp_path / "cocaq.toml", base=False, **site)
     monkeypatch.setenv("COCAQ_CONFIG", str(cfg_path))
     res = sch_jobs.run_once("calibrate", sch_jobs.Options())
     assert (res.status, res.summary) == ("skipped", "calibrate: no measured GPU jobs to learn from")
