@@ -22,7 +22,7 @@ from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
 from cocaq.db.sqlfuncs import floor_ as _floor
 from cocaq.db.sqlfuncs import greatest, least
-from cocaq.footprint.advice import advise
+from cocaq.footprint.advice import advise_user
 from cocaq.footprint.jobfacts import JobFacts
 from cocaq.reports.data import (
     AdminMonth,
@@ -354,13 +354,7 @@ def _site_levers(
     ctx = advice_context(month, cfg)
     acc: dict[str, list[tuple[str, float, float, bool]]] = defaultdict(list)
     for u, jobs in facts.items():
-        for a in advise(
-            jobs,
-            ctx,
-            total_kwh=totals.get(u, 0.0),
-            min_share=cfg.advice.min_share,
-            min_kwh=cfg.advice.min_kwh,
-        ):
+        for a in advise_user(jobs, ctx, totals.get(u, 0.0), cfg):
             acc[a.id].append((u, a.saving_kwh or 0.0, a.saving_kg or 0.0, a.upper_bound))
         capped = [
             j

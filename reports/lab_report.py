@@ -13,7 +13,7 @@ from datetime import date, datetime
 from sqlalchemy import Connection
 
 from cocaq.config import Config
-from cocaq.footprint.advice import advise
+from cocaq.footprint.advice import largest_per_user
 from cocaq.footprint.jobfacts import JobFacts
 from cocaq.reports.data import LabMonth, LabUser, MemberAdvice, Month, ReportOptions, WasteBreakdown
 from cocaq.reports.queries import (
@@ -123,17 +123,5 @@ def _members_advice(
     facts: Mapping[str, list[JobFacts]], totals: Mapping[str, float], month: Month, cfg: Config
 ) -> tuple[MemberAdvice, ...]:
     """Each lab member's largest suggestion worth their attention (as their own e-mail opens with)."""
-    ctx = advice_context(month, cfg)
-    out = []
-    for u, jobs in facts.items():
-        found = advise(
-            jobs,
-            ctx,
-            total_kwh=totals.get(u, 0.0),
-            min_share=cfg.advice.min_share,
-            min_kwh=cfg.advice.min_kwh,
-        )
-        if found:
-            out.append(MemberAdvice(u, found[0]))
-    out.sort(key=lambda a: (-(a.advice.saving_kwh or 0.0), a.user))
-    return tuple(out)
+    pairs = largest_per_user(facts, totals, advice_context(month, cfg), cfg)
+    return tuple(MemberAdvice(u, a) for u, a in pairs)

@@ -55,7 +55,7 @@ from cocaq.db.sqlfuncs import epoch_exact as _epoch_s
 from cocaq.db.sqlfuncs import first_word as _first_word
 from cocaq.db.sqlfuncs import greatest, least
 from cocaq.errors import UsageError
-from cocaq.footprint.advice import Context
+from cocaq.footprint.advice import Context, site_context
 from cocaq.footprint.by_model import UNNAMED
 from cocaq.footprint.jobfacts import JobFacts
 from cocaq.footprint.totals import equivalents
@@ -672,13 +672,7 @@ def _job_facts(
 
 def advice_context(month: Month, cfg: Config) -> Context:
     """What cocaq.footprint.advice needs to know of a month and the site."""
-    return Context(
-        since=month.start,
-        until=month.end,
-        idle_threshold_pct=cfg.aggregate.idle_gpu_util_pct,
-        interactive_names=cfg.advice.interactive_names,
-        period=f"in {month.start:%B}",
-    )
+    return site_context(cfg, month.start, month.end, period=f"in {month.start:%B}")
 
 
 def _idle(key: str, t: MonthTotals) -> IdleWaste:

@@ -10,29 +10,23 @@ suggestion out of an e-mail (`[advice] min_share` of the user's month and `min_k
 from __future__ import annotations
 
 from cocaq.config import Config
-from cocaq.footprint.advice import Advice, Context, Thresholds, advise
+from cocaq.footprint.advice import Advice, Context, Thresholds, advise_user, site_context
 from cocaq.reports.data import UserMonth
 
 Suggestion = Advice  # (the name the templates and senders have used)
 
 
 def context_for(month: UserMonth, cfg: Config, thresholds: Thresholds | None = None) -> Context:
-    return Context(
-        since=month.month.start,
-        until=month.month.end,
-        idle_threshold_pct=month.basis.idle_threshold_pct,
-        interactive_names=cfg.advice.interactive_names,
+    return site_context(
+        cfg,
+        month.month.start,
+        month.month.end,
         period=f"in {month.month.start:%B}",
-        thresholds=thresholds or Thresholds(),
+        thresholds=thresholds,
+        idle_threshold_pct=month.basis.idle_threshold_pct,
     )
 
 
 def suggest_for_user(month: UserMonth, cfg: Config, thresholds: Thresholds | None = None) -> list[Advice]:
     """What the month's jobs support, largest saving first; none below the configured share."""
-    return advise(
-        month.jobs,
-        context_for(month, cfg, thresholds),
-        total_kwh=month.totals.energy_kwh,
-        min_share=cfg.advice.min_share,
-        min_kwh=cfg.advice.min_kwh,
-    )
+    return advise_user(month.jobs, context_for(month, cfg, thresholds), month.totals.energy_kwh, cfg)

@@ -45,7 +45,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cocaq.footprint.advice_words import (
     MB_PER_GB,
@@ -76,6 +76,9 @@ AMP_HOW = (
     "TrainingArguments(bf16=True). Record it with `cocaq tag precision=bf16` so that the next report "
     "can compare."
 )
+
+if TYPE_CHECKING:
+    from cocaq.config import Config
 
 
 @dataclass(frozen=True)
@@ -738,3 +741,50 @@ def advise(
     window (`total_kwh`) and `min_kwh`, largest first."""
     floor = max(min_share * total_kwh, min_kwh)
     return [a for a in candidates(jobs, ctx) if a.saving_kwh is not None and a.saving_kwh >= floor]
+
+
+# --- the site's settings, the same for every surface ------------------------------------------------
+
+
+def site_context(
+    cfg: Config,
+    since: datetime,
+    until: datetime,
+    *,
+    period: str | None = None,
+    thresholds: Thresholds | None = None,
+    idle_threshold_pct: float | None = None,
+) -> Context:
+    """The context of a window under the site's configuration (its idle threshold and interactive job
+    names): `cocaq user`/`lab`, the read API, `cocaq job` and every report build it here, so that the same
+    jobs get the same advice wherever they are read. `idle_threshold_pct`: the one a report recorded with
+    its figures, where it has one."""
+    extra: dict[str, Any] = {} if period is None else {"period": period}
+    idle = cfg.aggregate.idle_gpu_util_pct if idle_threshold_pct is None else idle_threshold_pct
+    return Context(
+        since=since,
+        until=until,
+        idle_threshold_pct=idle,
+        interactive_names=cfg.advice.interactive_names,
+        thresholds=thresholds or Thresholds(),
+        **extra,
+    )
+
+
+def advise_user(jobs: Sequence[JobFacts], ctx: Context, total_kwh: float, cfg: Config) -> list[Advice]:
+    """`advise` at the site's configured floor: a share of the user's energy, and at least so many kWh."""
+    return advise(jobs, ctx, total_kwh=total_kwh, min_share=cfg.advice.min_share, min_kwh=cfg.advice.min_kwh)
+
+
+def largest_per_user(
+    jobs_by_user: Mapping[str, Sequence[JobFacts]], totals: Mapping[str, float], ctx: Context, cfg: Config
+) -> list[tuple[str, Advice]]:
+    """Each user's largest suggestion worth their attention (the one their own e-mail opens with), the
+    largest saving first: what a lab's footprint and its monthly report show of its members."""
+    out = []
+    for user, jobs in jobs_by_user.items():
+        found = advise_user(jobs, ctx, totals.get(user, 0.0), cfg)
+        if found:
+            out.append((user, found[0]))
+    out.sort(key=lambda p: (-(p[1].saving_kwh or 0.0), p[0]))
+    return out

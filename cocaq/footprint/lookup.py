@@ -66,44 +66,22 @@ def _local_user(name: str) -> bool:
 
 def add_advice(db: Db, cfg: Config, fp: Footprint, *, cluster: str | None = None) -> Footprint:
     """Fill `fp.advice` from the window's jobs (cocaq.footprint.advice): a user's suggestions above the
-    configured
-    share of their energy, or a lab's members' largest each."""
+    configured share of their energy, or a lab's members' largest each."""
     from cocaq.footprint import advice, jobfacts
 
     user, account = (fp.key, None) if fp.scope == "user" else (None, fp.key)
     jobs = jobfacts.load(
         db, cfg, fp.since, fp.until, user=user, account=account, cluster=cluster, within=fp.within
     )
-    ctx = advice.Context(
-        since=fp.since,
-        until=fp.until,
-        idle_threshold_pct=cfg.aggregate.idle_gpu_util_pct,
-        interactive_names=cfg.advice.interactive_names,
-        period="in this window",
-    )
+    ctx = advice.site_context(cfg, fp.since, fp.until, period="in this window")
     if fp.scope == "user":
-        found = advice.advise(
-            jobs,
-            ctx,
-            total_kwh=fp.totals.energy_kwh,
-            min_share=cfg.advice.min_share,
-            min_kwh=cfg.advice.min_kwh,
-        )
-        fp.advice = [a.as_dict() for a in found]
+        fp.advice = [a.as_dict() for a in advice.advise_user(jobs, ctx, fp.totals.energy_kwh, cfg)]
         return fp
     totals = {m["user"]: float(m["energy_kwh"]) for m in fp.members}
     by_user: dict[str, list[Any]] = {}
     for j in jobs:
         by_user.setdefault(j.user, []).append(j)
-    out = []
-    for u, js in by_user.items():
-        found = advice.advise(
-            js, ctx, total_kwh=totals.get(u, 0.0), min_share=cfg.advice.min_share, min_kwh=cfg.advice.min_kwh
-        )
-        if found:
-            out.append({"user": u, **found[0].as_dict()})
-    out.sort(key=lambda a: (-(a["saving_kwh"] or 0.0), a["user"]))
-    fp.advice = out
+    fp.advice = [{"user": u, **a.as_dict()} for u, a in advice.largest_per_user(by_user, totals, ctx, cfg)]
     return fp
 
 

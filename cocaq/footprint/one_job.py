@@ -106,12 +106,7 @@ def job_notes(db: Db, cfg: Config, j: Any) -> list[Any]:
     runs: list[Any] = []
     if j.precision == "full":
         runs = jobfacts.load(db, cfg, end - NOTE_RUNS, end + timedelta(seconds=1), user=j.user)
-    ctx = advice.Context(
-        since=end - NOTE_RUNS,
-        until=end + timedelta(seconds=1),
-        idle_threshold_pct=cfg.aggregate.idle_gpu_util_pct,
-        interactive_names=cfg.advice.interactive_names,
-    )
+    ctx = advice.site_context(cfg, end - NOTE_RUNS, end + timedelta(seconds=1))
     return job_advice.job_notes(j, ctx, [r for r in runs if not r.is_open and r.end is not None])
 
 
