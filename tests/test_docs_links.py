@@ -59,3 +59,15 @@ def test_relative_links_resolve(page: Path) -> None:
         elif anchor and target.suffix == ".md" and anchor not in _anchors(target):
             broken.append(f"{link}: no heading #{anchor} in {target.relative_to(ROOT)}")
     assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+_CODE_PATH = re.compile(r"`((?:[A-Za-z0-9_.-]+/)+[A-Za-z0-9_.-]+\.(?:py|md|sh|toml|yml|yaml|j2|html|ini))`")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_files_the_docs_name_exist(page: Path) -> None:
+    """A module or file named in the docs (`cocaq/accounting/ledger.py`) is there: after a module moves,
+    the docs that send a reader to it move too."""
+    names = set(_CODE_PATH.findall(page.read_text(encoding="utf-8")))
+    missing = sorted(n for n in names if not (ROOT / n).exists())
+    assert missing == [], f"{page.relative_to(ROOT)} names files that do not exist: {missing}"
