@@ -28,7 +28,7 @@ from cocaq.footprint.job_advice import job_notes
 from cocaq.footprint.jobfacts import DeviceUse, JobFacts
 from cocaq.reports import data, user_report
 from cocaq.reports.suggest import suggest_for_user
-from tests.conftest import new_database
+from tests.conftest import ROOT, new_database
 from tests.test_report_data import config, gpu_samples, job
 
 JUNE = datetime(2025, 6, 1, tzinfo=UTC)
@@ -332,3 +332,32 @@ def test_jobfacts_rows_line_up_with_its_fields() -> None:
     cols.append(cur.strip())
     assert len(cols) == n + 6 + 1  # the fields, the model metadata, the sort key
     assert cols[n - 1].startswith("CASE WHEN m.gpu_samples_s > 0") and cols[n] == "mm.model_name"
+
+
+def test_the_precision_advice_reads_the_same_whatever_the_hash_seed() -> None:
+    """Its evidence lists the models in the body's order (by the energy that ran in full precision), not
+    in a set's order, which changes from one process to the next: the same jobs give the same JSON."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json\n"
+        "from tests.test_advice import fact, by_id\n"
+        "jobs = []\n"
+        "for i, (model, kwh) in enumerate([('mistral-7b', 90.0), ('llama-3-8b', 60.0), ('bert', 30.0)]):\n"
+        "    jobs.append(fact(pk=10*i+1, job_id=str(10*i+1), model=model, precision='reduced',\n"
+        "                     precision_label='bf16', energy_kwh=kwh/2, gpu_kwh=kwh/2, tokens=100_000_000))\n"
+        "    jobs.append(fact(pk=10*i+2, job_id=str(10*i+2), model=model, precision='full',\n"
+        "                     precision_label='fp32', energy_kwh=kwh, gpu_kwh=kwh, tokens=100_000_000))\n"
+        "print(json.dumps(by_id(jobs)['precision'].as_dict(), default=str))\n"
+    )
+    outs = set()
+    for seed in ("0", "1", "2", "3", "4", "5"):
+        env = {"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"}
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                              cwd=ROOT, timeout=120, check=True)  # fmt: skip
+        outs.add(proc.stdout)
+    assert len(outs) == 1
+    labels = [e["label"] for e in json.loads(outs.pop())["evidence"]][2:]
+    assert [x.split(":")[0] for x in labels] == ["mistral-7b", "llama-3-8b", "bert"]

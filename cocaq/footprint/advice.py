@@ -269,12 +269,12 @@ def _precision(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
             evidence=(
                 Evidence("jobs in full precision", len(full), "jobs"),
                 Evidence("their GPU energy", gpu_energy, "kWh"),
-                *(
+                *(  # in the body's order: the models by the energy that ran in full precision
                     Evidence(
                         f"{m}: less energy per {c.reduced.unit} in {c.reduced.precision}", c.saving * 100, "%"
                     )
-                    for m, c in own.items()
-                    if m in by_model
+                    for m, _ in per_model
+                    if m and (c := own.get(m)) is not None
                 ),
             ),
             job_ids=tuple(j.job_id for j in largest),

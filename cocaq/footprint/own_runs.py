@@ -73,8 +73,7 @@ def own_comparisons(runs: Sequence[JobFacts], min_saving: float = 0.0) -> dict[s
     out: dict[str, OwnComparison] = {}
     for unit in ("1M tokens", "epoch"):
         costs = unit_costs(runs, unit)
-        models = {m for m, _ in costs}
-        for model in models:
+        for model in sorted({m for m, _ in costs}):  # (a set's order would follow the hash seed)
             if model in out:
                 continue
             groups = [c for (m, _), c in costs.items() if m == model]
