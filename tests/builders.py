@@ -122,6 +122,15 @@ def config(
     return load_config(p, environ={} if environ is None else environ)
 
 
+def default_config(**cluster: Any) -> Config:
+    """The built-in defaults, with no file and no environment, and these [cluster] keys: for the import
+    tests, which hold the parser and importer to a config nobody wrote."""
+    from dataclasses import replace
+
+    c = load_config(None, environ={})
+    return replace(c, cluster=replace(c.cluster, **cluster))
+
+
 def job(
     raw: int,
     start: datetime,

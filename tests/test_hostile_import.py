@@ -19,10 +19,10 @@ from sqlalchemy import Engine, text
 
 from cocaq.accounting.importer import import_records
 from cocaq.config import Config
-from cocaq.config_load import load_config
 from cocaq.slurm.plausible import MAX_COMMENT, MAX_NAME, check
 from cocaq.slurm.record import JobRecord
 from cocaq.slurm.sacct import SACCT_FIELDS, ParseStats, iter_json, iter_parsable
+from tests.builders import default_config
 
 COLS = SACCT_FIELDS.split(",")
 BASE = {
@@ -59,8 +59,7 @@ DAY = datetime(2026, 11, 10, tzinfo=UTC)
 
 
 def cfg() -> Config:
-    c = load_config(None, environ={})
-    return replace(c, cluster=replace(c.cluster, name="c1", carbon_zone="FRA"))
+    return default_config(name="c1", carbon_zone="FRA")
 
 
 def line(job_id: int, **over: str) -> str:

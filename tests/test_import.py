@@ -13,9 +13,9 @@ from cocaq.accounting.importer import import_records
 from cocaq.accounting.recompute import recompute_jobs
 from cocaq.carbon.zones import zone_intensity
 from cocaq.config import Config, Estimate, Hardware
-from cocaq.config_load import load_config
 from cocaq.db.schema import Job, JobEnergy
 from cocaq.slurm.sacct import ParseStats, iter_parsable
+from tests.builders import default_config
 
 HEADER = (
     "JobID|JobIDRaw|JobName|User|UID|Account|Partition|QOS|NodeList|NNodes|AllocCPUS|AllocTRES|ReqMem|"
@@ -44,10 +44,9 @@ MEASURED = (
 
 
 def cfg() -> Config:
-    c = load_config(None, environ={})
+    c = default_config(name="c1", carbon_zone="FRA", pue=1.5)
     return replace(
         c,
-        cluster=replace(c.cluster, name="c1", carbon_zone="FRA", pue=1.5),
         estimate=Estimate(gpu_utilisation=0.5, mem_w_per_gb=0.3725),
         partitions={
             "gpu": Hardware(cpu_tdp_w_per_core=10.0, gpu_tdp_w=400.0),

@@ -15,10 +15,10 @@ from cocaq.accounting.estimate import Estimator
 from cocaq.accounting.importer import JOB_COLUMNS, ImportSummary, import_records
 from cocaq.accounting.recompute import recompute_jobs
 from cocaq.config import Config
-from cocaq.config_load import load_config
 from cocaq.db.schema import Job
 from cocaq.slurm.record import JobRecord
 from cocaq.slurm.sacct import SACCT_FIELDS, ParseStats, iter_parsable
+from tests.builders import default_config
 
 T0 = datetime(2026, 11, 10, 10, tzinfo=UTC)
 JOB = (
@@ -31,8 +31,7 @@ STEPS = (("100.extern", "1000K", "2", "2"), ("100.batch", "350M", "1", "1"), ("1
 
 
 def cfg() -> Config:
-    c = load_config(None, environ={})
-    return replace(c, cluster=replace(c.cluster, name="c1", carbon_zone="FRA"))
+    return default_config(name="c1", carbon_zone="FRA")
 
 
 def dump(rss: str = "30G") -> list[bytes]:
