@@ -271,10 +271,10 @@ def _precision(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
                 Evidence("their GPU energy", gpu_energy, "kWh"),
                 *(  # in the body's order: the models by the energy that ran in full precision
                     Evidence(
-                        f"{m}: less energy per {c.reduced.unit} in {c.reduced.precision}", c.saving * 100, "%"
+                        f"{m}: less energy per {o.reduced.unit} in {o.reduced.precision}", o.saving * 100, "%"
                     )
-                    for m, _ in per_model
-                    if m and (c := own.get(m)) is not None
+                    for m, o in ((m, own.get(m)) for m, _ in per_model if m)
+                    if o is not None
                 ),
             ),
             job_ids=tuple(j.job_id for j in largest),
