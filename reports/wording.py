@@ -17,6 +17,7 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from cocaq.config import Config
+from cocaq.footprint.advice_words import num
 
 if TYPE_CHECKING:
     from cocaq.footprint.by_model import Comparison
@@ -24,25 +25,6 @@ if TYPE_CHECKING:
     from cocaq.reports.suggest import Suggestion
 
 # --- numbers as the reports write them ---------------------------------------------------------------
-
-
-def num(x: float | None) -> str:
-    """About three significant digits, thousands separated: 1,234 · 56.7 · 3.14 · 0.0123 · 0."""
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    a = abs(x)
-    if a >= 100:
-        return f"{x:,.0f}"
-    if a >= 10:
-        s = f"{x:.1f}"
-    elif a >= 1:
-        s = f"{x:.2f}"
-    elif a == 0:
-        return "0"
-    else:
-        s = f"{x:.{max(2, 2 - math.floor(math.log10(a)))}f}"
-    s = s.rstrip("0").rstrip(".") if "." in s else s
-    return "0" if s in ("-0", "") else s
 
 
 def kwh(x: float | None) -> str:

@@ -18,11 +18,13 @@ from cocaq.timeparse import format_slurm_duration
 MB_PER_GB = 1024.0
 
 
-def num(x: float) -> str:
-    """About three significant digits, thousands separated, never scientific."""
-    a = abs(x)
-    if not math.isfinite(x):
+def num(x: float | None) -> str:
+    """About three significant digits, thousands separated, never scientific: 1,234 · 56.7 · 3.14 ·
+    0.0123 · 0; "n/a" for nothing or not a number. The advice, the terminal and the e-mails all say
+    numbers this way."""
+    if x is None or not math.isfinite(x):
         return "n/a"
+    a = abs(x)
     if a >= 100:
         return f"{x:,.0f}"
     if a >= 10:
@@ -33,7 +35,8 @@ def num(x: float) -> str:
         return "0"
     else:
         s = f"{x:.{max(2, 2 - math.floor(math.log10(a)))}f}"
-    return s.rstrip("0").rstrip(".") if "." in s else s
+    s = s.rstrip("0").rstrip(".") if "." in s else s
+    return "0" if s in ("-0", "") else s
 
 
 def hours(h: float) -> str:
