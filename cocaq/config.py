@@ -400,6 +400,16 @@ class Api:
         metadata={"doc": 'Slurm account -> user names who see the lab, { lab_nlp = ["carol"] }'},
     )
     timeout_s: float = field(default=10.0, metadata={"doc": "clients: how long to wait for the API, s"})
+    metrics: bool = field(
+        default=False,
+        metadata={"doc": "serve GET /metrics (Prometheus: the labs' last day, running jobs, intensity, PUE)"},
+    )
+    metrics_token_file: str | None = field(
+        default=None,
+        metadata={
+            "doc": "file holding a bearer token that GET /metrics then requires (chmod 600); unset: none"
+        },
+    )
 
 
 SLURM_BACKENDS = ("auto", "cli", "pyslurm")

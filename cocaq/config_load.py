@@ -477,9 +477,11 @@ def _api(t: Any) -> Api:
         raise ConfigError(f"config: api: expected a table, got {t!r}")
     _check_keys("api", t, {f.name for f in fields(Api)})
     v: dict[str, Any] = {}
-    for k in ("url", "host", "tls_cert", "tls_key", "ca_file", "munge_socket"):
+    for k in ("url", "host", "tls_cert", "tls_key", "ca_file", "munge_socket", "metrics_token_file"):
         if k in t:
             v[k] = _str(f"api.{k}", t[k])
+    if "metrics" in t:
+        v["metrics"] = _bool("api.metrics", t["metrics"])
     if v.get("url") and not v["url"].startswith(("http://", "https://")):
         raise ConfigError(f"config: api.url: expected http://... or https://..., got {v['url']!r}")
     if "port" in t:
