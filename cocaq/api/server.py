@@ -15,6 +15,7 @@ either way.
 """
 
 import grp
+import hmac
 import os
 import pwd
 import queue
@@ -23,17 +24,17 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from cocaq import __version__
 from cocaq.api.client import payload_for
 from cocaq.config import Config
 from cocaq.db.dbapi import Db, connect
-from cocaq.errors import CocaqError, DatabaseError
+from cocaq.errors import CocaqError, ConfigError, DatabaseError
 from cocaq.slurm.record import JOB_ID_PATTERN
 
 NAME = r"^[A-Za-z0-9._@+-]{1,128}$"  # user and account names (as the hooks accept them)
@@ -334,4 +335,43 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
             rows = group_totals(db, w, by, cluster=cluster)[:limit]
         return {"since": w.since.isoformat(), "until": w.until.isoformat(), "by": by, "rows": rows}
 
+    # --- GET /metrics: the site's figures for Prometheus (cocaq.api.site_metrics), off by default -----
+    metrics_token = _metrics_token(api.metrics_token_file) if api.metrics else None
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics(request: Request) -> Response:
+        """No MUNGE (Prometheus cannot make it): labs' totals only, behind a bearer token if one is set."""
+        from cocaq.api import site_metrics
+
+        if not api.metrics:
+            raise HTTPException(404, "metrics are off: set [api] metrics = true")
+        if metrics_token is not None:
+            scheme, _, given = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), metrics_token):
+                raise HTTPException(
+                    401, "send `Authorization: Bearer <token>` ([api] metrics_token_file)",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )  # fmt: skip
+
+        def read() -> site_metrics.Site:
+            with pool.db() as db, engine().connect() as conn:
+                return site_metrics.read_site(db, conn, cfg, datetime.now(UTC))
+
+        body, content_type = site_metrics.exposition(read, request.headers.get("accept"))
+        return Response(body, media_type=content_type)
+
     return app
+
+
+def _metrics_token(path: str | None) -> bytes | None:
+    """The bearer token GET /metrics requires, read once at start (None: no file configured)."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            token = f.read(4097).strip()
+    except OSError as exc:
+        raise ConfigError(f"[api] metrics_token_file: cannot read {path}: {exc.strerror or exc}") from None
+    if not token or len(token) > 4096 or b"\n" in token:
+        raise ConfigError(f"[api] metrics_token_file: {path} must hold one token (1 to 4096 bytes, one line)")
+    return token
