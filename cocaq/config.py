@@ -135,6 +135,34 @@ class Cluster:
 
 
 COLLECTOR_SOURCES = ("nvml", "rapl", "cgroup", "pm_counters", "jobmeta")
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """(host, port) of a listen address: ":PORT" (all IPv4 interfaces), "HOST:PORT", "[IPV6]:PORT".
+
+    Raises ValueError with the reason (the loader and the CLI make it one line naming the key)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f'expected ":PORT", "HOST:PORT" or "[IPV6]:PORT" with a port 1-65535, got {value!r}')
+    if host.startswith("["):
+        if (
+            not host.endswith("]")
+            or ":" not in host
+            or not all(ch in "0123456789abcdefABCDEF:." for ch in host[1:-1])
+        ):
+            raise ValueError(f"expected an IPv6 address in brackets, got {host!r}")
+        return host[1:-1], int(port)
+    if host == "":
+        return "0.0.0.0", int(port)
+    if (
+        ":" in host
+        or len(host) > 253
+        or not all(ch.isascii() and (ch.isalnum() or ch in ".-") for ch in host)
+    ):
+        raise ValueError(f"expected a host name or address before :{port}, got {host!r} (IPv6: [addr]:port)")
+    return host, int(port)
+
+
 IDLE_POLICIES = ("allocated", "cputime", "none")
 
 
@@ -176,6 +204,14 @@ class Collector:
     detect_interval_s: float = field(
         default=300.0,
         metadata={"doc": "look at a running job's processes for its ML framework this often, s (0: never)"},
+    )
+    metrics_listen: str = field(
+        default="",
+        metadata={
+            "doc": 'serve Prometheus/OpenMetrics metrics here: ":9830" (all IPv4 interfaces),'
+            ' "127.0.0.1:9830", "[::1]:9830"; "" = off. It shows user names and job ids to whoever'
+            " reaches it: bind it to the management network (docs/node-side.md)"
+        },
     )
 
 

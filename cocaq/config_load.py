@@ -43,6 +43,7 @@ from cocaq.config import (
     NodeGroup,
     Reports,
     Slurm,
+    parse_listen,
 )
 from cocaq.errors import CocaqError, ConfigError
 
@@ -193,6 +194,16 @@ def _collector(t: Any) -> Collector:
         v["spool_max_mb"] = _num("collector.spool_max_mb", t["spool_max_mb"], 1.0, 1_000_000.0)
     if "ship_batch" in t:
         v["ship_batch"] = int(_num("collector.ship_batch", t["ship_batch"], 1.0, 1_000_000.0))
+    if "metrics_listen" in t:
+        m = t["metrics_listen"]
+        if not isinstance(m, str):
+            raise ConfigError(f'config: collector.metrics_listen: expected a string like ":9830", got {m!r}')
+        if m.strip():
+            try:
+                parse_listen(m.strip())
+            except ValueError as exc:
+                raise ConfigError(f"config: collector.metrics_listen: {exc}") from None
+        v["metrics_listen"] = m.strip()
     return replace(c, **v)
 
 

@@ -35,9 +35,12 @@ def node_name() -> str:
     return os.uname().nodename.split(".")[0]
 
 
-def _running(spool_dir: str, now: float) -> dict[str, sources_mod.RunningJob]:
+def _running(
+    spool_dir: str, now: float, states: dict[str, dict[str, Any]] | None = None
+) -> dict[str, sources_mod.RunningJob]:
+    """The running jobs from the prologs' states (`states`, when the caller has read them already)."""
     jobs = {}
-    for jid, st in running_jobs(spool_dir).items():
+    for jid, st in (running_jobs(spool_dir) if states is None else states).items():
         gpus, start_mj, start_power = [], {}, {}
         for g in st.get("gpus") or []:
             if isinstance(g, dict) and isinstance(g.get("uuid"), str):
@@ -61,7 +64,10 @@ def _running(spool_dir: str, now: float) -> dict[str, sources_mod.RunningJob]:
 
 
 class Collector:
-    def __init__(self, cfg: Config, out: Any = None) -> None:
+    """One node's collector. With `[collector] metrics_listen` set (and `serve_metrics`), it also serves
+    its last cycle to Prometheus (cocaq.collector.metrics); a failure there is logged, never fatal."""
+
+    def __init__(self, cfg: Config, out: Any = None, *, serve_metrics: bool = True) -> None:
         self.cfg = cfg
         self.out = out or sys.stderr
         self.node = node_name()
@@ -89,7 +95,27 @@ class Collector:
         self.errors = 0
         self.cycles = 0
         self.hook_failures: dict[str, int] = {}
+        self.last_ship_ts: float | None = None
         self.stop = False
+        self.metrics: Any = None  # cocaq.collector.metrics.Exporter, when the endpoint is on
+        if serve_metrics and cfg.collector.metrics_listen:
+            self._start_metrics(cfg.collector.metrics_listen)
+
+    def _start_metrics(self, listen: str) -> None:
+        """Serve the metrics endpoint; if it cannot listen, say why once and go on collecting."""
+        from cocaq.config import parse_listen
+
+        try:
+            host, port = parse_listen(listen)
+            from cocaq.collector.metrics import Exporter
+
+            exporter = Exporter(self.cfg.cluster.name, self.node, self.cfg.collector.annotate_dir)
+            exporter.serve(host, port)
+        except (OSError, ValueError, ImportError) as exc:
+            log.error("metrics: not serving on %s: %s; collecting without them", listen, exc)
+            return
+        self.metrics = exporter
+        log.info("metrics: serving on %s", listen)
 
     def _on_off(self, name: str, why: str | None) -> None:
         self.status[name] = why
@@ -101,7 +127,8 @@ class Collector:
     def sample(self) -> sources_mod.Cycle:
         now = time.time()
         dt = now - self.last_ts if self.last_ts and 0 < now - self.last_ts < 3600 else None
-        cycle = sources_mod.Cycle(ts=now, dt=dt, jobs=_running(self.cfg.spool_dir, now))
+        states = running_jobs(self.cfg.spool_dir)
+        cycle = sources_mod.Cycle(ts=now, dt=dt, jobs=_running(self.cfg.spool_dir, now, states))
         for s in self.sources:
             try:
                 s.collect(cycle)
@@ -116,7 +143,39 @@ class Collector:
         self.db.finish_jobs(set(cycle.jobs))
         self.last_ts = now
         self.cycles += 1
+        if self.metrics is not None:
+            self._update_metrics(cycle, states)
         return cycle
+
+    def _update_metrics(self, cycle: sources_mod.Cycle, states: dict[str, dict[str, Any]]) -> None:
+        """Swap in this cycle's metrics snapshot: the cycle's values and the collector's health."""
+        from cocaq.collector.metrics import Health
+        from cocaq.collector.spool import count_events
+
+        try:
+            # Samples leave collector.db only from the front (shipped, or the oldest dropped at the cap)
+            # and go in with AUTOINCREMENT ids, so max - min + 1 is their count, read from the index.
+            lo, hi = self.db.conn.execute("SELECT min(id), max(id) FROM samples").fetchone()
+            energy = self.db.conn.execute(
+                "SELECT count(*) FROM energy WHERE shipped_t1 IS NULL OR shipped_t1 < t1"
+            ).fetchone()[0]
+            health = Health(
+                cycles=self.cycles,
+                source_errors=self.errors,
+                sources=tuple((n, why is None) for n, why in self.status.items()),
+                backlog=(
+                    ("events", count_events(self.cfg.spool_dir)),
+                    ("samples", hi - lo + 1 if hi is not None else 0),
+                    ("energy", int(energy)),
+                ),
+                last_ship_ts=self.last_ship_ts,
+                last_sample_ts=cycle.ts,
+                hook_failures=tuple(sorted(self.hook_failures.items())),
+                running_jobs=len(cycle.jobs),
+            )
+            self.metrics.update(cycle, states, health)
+        except Exception as exc:  # the metrics must never stop the collection
+            log.error("metrics: this cycle's not updated: %s: %s", type(exc).__name__, exc)
 
     def _end_records(self) -> list[dict[str, Any]]:
         """The epilog records in the spool of the jobs a source waits on (to close an integral)."""
@@ -220,6 +279,8 @@ class Collector:
         )
         for name, why in res.quarantined:
             log.error("spool: %s moved aside: %s", name, why)
+        if not res.error:
+            self.last_ship_ts = time.time()
         if res.error:
             log.warning("%s; the spool keeps the rest", res.error)
             self.target.close()
@@ -227,6 +288,8 @@ class Collector:
         return res
 
     def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
         for s in self.sources:
             with contextlib.suppress(Exception):
                 s.close()
@@ -238,7 +301,7 @@ class Collector:
 def run_collector(
     cfg: Config, *, once: bool = False, interval_s: float | None = None, ship: bool = True
 ) -> None:
-    c = Collector(cfg)
+    c = Collector(cfg, serve_metrics=not once)
     interval = interval_s or cfg.collector.interval_s
     try:
         if once:

@@ -42,9 +42,30 @@ def hook_shims(directory: str, hook_config: str, timeout_s: int) -> None:
     "--interval", "interval_s", type=click.FloatRange(1, 3600), default=None, help="Seconds (config)."
 )
 @click.option("--no-ship", is_flag=True, help="Sample and spool only; leave shipping to a later run.")
+@click.option(
+    "--metrics-listen",
+    "metrics_listen",
+    default=None,
+    metavar="ADDR",
+    help='Serve Prometheus metrics at ADDR (":9830", "127.0.0.1:9830", "[::1]:9830"; "" = off); config:'
+    " [collector] metrics_listen.",
+)
 @click.pass_obj
-def collector(obj: Ctx, once: bool, interval_s: float | None, no_ship: bool) -> None:
+def collector(
+    obj: Ctx, once: bool, interval_s: float | None, no_ship: bool, metrics_listen: str | None
+) -> None:
     """The node collector daemon: sample GPUs, RAPL and cgroups per job, ship the spool to the database."""
-    from cocaq.collector.daemon import run_collector
+    from dataclasses import replace
 
-    run_collector(obj.cfg, once=once, interval_s=interval_s, ship=not no_ship)
+    from cocaq.collector.daemon import run_collector
+    from cocaq.config import parse_listen
+
+    cfg = obj.cfg
+    if metrics_listen is not None:
+        if metrics_listen.strip():
+            try:
+                parse_listen(metrics_listen.strip())
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="--metrics-listen") from None
+        cfg = replace(cfg, collector=replace(cfg.collector, metrics_listen=metrics_listen.strip()))
+    run_collector(cfg, once=once, interval_s=interval_s, ship=not no_ship)

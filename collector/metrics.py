@@ -1,0 +1,292 @@
+"""`[collector] metrics_listen`: the collector's Prometheus/OpenMetrics endpoint (prometheus_client).
+
+Imported only when the endpoint is on, so the hooks and a collector without it never load
+prometheus_client. After each cycle the daemon's main loop hands the cycle to `Exporter.update`, which
+builds an immutable `Snapshot` (the per-job GPU, host-energy and core values of that cycle, with their
+labels, and the collector's health) and swaps it in with one reference assignment. A scrape, in the HTTP
+server's thread, reads only that reference: no NVML call, no spool or database access, no lock. Label
+sets are made afresh from each cycle's running jobs, so a finished job's series are gone one cycle after
+it leaves the spool. Metric and label names: the contract in docs/node-side.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import start_http_server
+from prometheus_client.registry import Collector as PromCollector
+from prometheus_client.registry import CollectorRegistry
+
+from cocaq.collector import annotation_files
+from cocaq.collector.sources import Cycle
+from cocaq.ml.meta import parse_comment
+
+log = logging.getLogger("cocaq.collector")
+
+JOB_LABELS = ("cluster", "node", "job_id", "user", "account", "partition", "model")
+GPU_LABELS = (*JOB_LABELS, "gpu", "uuid")
+HOST_LABELS = (*JOB_LABELS, "component")
+NODE_LABELS = ("cluster", "node")
+MAX_LABEL = 256  # what a label value may hold (the spool's strings are bounded already; this bounds ours)
+
+
+def label(v: Any) -> str:
+    """A label value: text, bounded, valid UTF-8 (a lone surrogate would fail the scrape's encoding)."""
+    if v is None:
+        return ""
+    s = v if isinstance(v, str) else str(v)
+    s = s[:MAX_LABEL]
+    return s.encode("utf-8", "replace").decode("utf-8") if not s.isascii() else s
+
+
+def _finite(v: Any) -> bool:
+    try:
+        return math.isfinite(v)
+    except TypeError:
+        return False
+
+
+@dataclass(frozen=True)
+class Health:
+    """The collector's own state at the end of a cycle (what the daemon knows; read nowhere else)."""
+
+    cycles: int = 0
+    source_errors: int = 0
+    sources: tuple[tuple[str, bool], ...] = ()  # (name, on)
+    backlog: tuple[tuple[str, int], ...] = ()  # (events | samples | energy, records waiting)
+    last_ship_ts: float | None = None
+    last_sample_ts: float | None = None
+    hook_failures: tuple[tuple[str, int], ...] = ()
+    running_jobs: int = 0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One cycle's values with their label values, ready to expose; never changed once made."""
+
+    node_labels: tuple[str, str]
+    gpu_power: tuple[tuple[tuple[str, ...], float], ...] = ()
+    gpu_energy: tuple[tuple[tuple[str, ...], float], ...] = ()
+    gpu_util: tuple[tuple[tuple[str, ...], float], ...] = ()
+    gpu_mem: tuple[tuple[tuple[str, ...], float], ...] = ()
+    host_energy: tuple[tuple[tuple[str, ...], float], ...] = ()
+    cores: tuple[tuple[tuple[str, ...], float], ...] = ()
+    health: Health = field(default_factory=Health)
+
+
+def _family(cls: Any, name: str, doc: str, labels: tuple[str, ...], rows: Any) -> Metric:
+    fam = cls(name, doc, labels=labels)
+    for values, v in rows:
+        fam.add_metric(values, v)
+    return fam
+
+
+class SnapshotCollector(PromCollector):
+    """prometheus_client's custom collector over the last snapshot (one reference, swapped whole)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.snapshot  # read once: a swap during this scrape does not mix two cycles
+        G, C = GaugeMetricFamily, CounterMetricFamily
+        yield _family(
+            G,
+            "cocaq_job_gpu_power_watts",
+            "Last sampled power of the job's GPU (W).",
+            GPU_LABELS,
+            s.gpu_power,
+        )
+        yield _family(
+            C,
+            "cocaq_job_gpu_energy_joules",
+            "The job's GPU energy since its start on this node (J), as shipped to node_energy.",
+            GPU_LABELS,
+            s.gpu_energy,
+        )
+        yield _family(
+            G, "cocaq_job_gpu_utilization_ratio", "GPU utilisation, 0 to 1.", GPU_LABELS, s.gpu_util
+        )
+        yield _family(
+            G, "cocaq_job_gpu_memory_used_bytes", "GPU memory in use (bytes).", GPU_LABELS, s.gpu_mem
+        )
+        yield _family(
+            C,
+            "cocaq_job_host_energy_joules",
+            "The job's RAPL share since its start on this node (J), by component (cpu, dram).",
+            HOST_LABELS,
+            s.host_energy,
+        )
+        yield _family(
+            G, "cocaq_job_cpu_cores", "Cores busy: cgroup CPU time over the interval.", JOB_LABELS, s.cores
+        )
+        h, nl = s.health, s.node_labels
+        yield _family(G, "cocaq_collector_up", "1 while the collector runs.", NODE_LABELS, [(nl, 1.0)])
+        yield _family(C, "cocaq_collector_cycles", "Sampling cycles done.", NODE_LABELS, [(nl, h.cycles)])
+        yield _family(
+            C,
+            "cocaq_collector_source_errors",
+            "Source failures (a cycle or a job's closing).",
+            NODE_LABELS,
+            [(nl, h.source_errors)],
+        )
+        yield _family(
+            G,
+            "cocaq_collector_source_up",
+            "1 if the source is on, 0 if off (the log says why).",
+            (*NODE_LABELS, "source"),
+            [((*nl, name), 1.0 if on else 0.0) for name, on in h.sources],
+        )
+        yield _family(
+            G,
+            "cocaq_collector_spool_backlog_records",
+            "Records in the spool waiting for the database, by kind.",
+            (*NODE_LABELS, "kind"),
+            [((*nl, kind), n) for kind, n in h.backlog],
+        )
+        yield _family(
+            G,
+            "cocaq_collector_last_ship_timestamp_seconds",
+            "When the spool was last shipped without error (unix time).",
+            NODE_LABELS,
+            [(nl, h.last_ship_ts)] if h.last_ship_ts is not None else [],
+        )
+        yield _family(
+            G,
+            "cocaq_collector_last_sample_timestamp_seconds",
+            "When the last cycle sampled (unix time).",
+            NODE_LABELS,
+            [(nl, h.last_sample_ts)] if h.last_sample_ts is not None else [],
+        )
+        yield _family(
+            C,
+            "cocaq_collector_hook_failures",
+            "Prolog/Epilog failures the hooks could not even log to the spool, by kind.",
+            (*NODE_LABELS, "kind"),
+            [((*nl, kind), n) for kind, n in h.hook_failures],
+        )
+        yield _family(
+            G,
+            "cocaq_collector_running_jobs",
+            "Jobs running on this node.",
+            NODE_LABELS,
+            [(nl, h.running_jobs)],
+        )
+
+
+class Exporter:
+    """What the daemon holds when the endpoint is on: the registry, the server, the per-job model cache."""
+
+    def __init__(self, cluster: str, node: str, annotate_dir: str) -> None:
+        self.node_labels = (label(cluster), label(node))
+        self.annotate_dir = annotate_dir
+        self.collector = SnapshotCollector(Snapshot(self.node_labels))
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.collector)
+        self.models: dict[tuple[str, float], str] = {}  # (job, start) -> model declared
+        self.server: Any = None
+        self.thread: threading.Thread | None = None
+
+    def serve(self, host: str, port: int) -> None:
+        """Listen on (host, port) in a daemon thread; raises OSError when it cannot."""
+        self.server, self.thread = start_http_server(port, addr=host, registry=self.registry)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def _model(self, jid: str, start: float, st: Mapping[str, Any], uid: int | None) -> str:
+        """The model the job declared, once per job: its annotation file, else its comment's `model=`."""
+        key = (jid, start)
+        got = self.models.get(key)
+        if got is None:
+            job = st.get("job")
+            try:
+                values, _mtime, _problems = annotation_files.read(self.annotate_dir, jid, uid)
+                got = label((values or {}).get("model") or "")
+            except Exception:  # the file is the user's: anything may be there, or nothing
+                got = ""
+            if not got:
+                comment = job.get("comment") if isinstance(job, dict) else None
+                got = label(parse_comment(comment if isinstance(comment, str) else None).get("model") or "")
+            self.models[key] = got
+        return got
+
+    def update(self, cycle: Cycle, states: Mapping[str, Mapping[str, Any]], health: Health) -> None:
+        """Build this cycle's snapshot and swap it in (the daemon's thread; scrapes read the reference)."""
+        for ev in cycle.events:  # what jobmeta read from a job's annotation file since the last cycle
+            model = (ev.get("meta") or {}).get("api", {}).get("model") if isinstance(ev, dict) else None
+            rj = cycle.jobs.get(str(ev.get("job_id")))
+            if isinstance(model, str) and model and rj is not None:
+                self.models[(rj.job_id, rj.start)] = label(model)
+        live = {(j, rj.start) for j, rj in cycle.jobs.items()}
+        for k in [k for k in self.models if k not in live]:
+            del self.models[k]
+
+        nl = self.node_labels
+        jl: dict[str, tuple[str, ...]] = {}
+        gpu_index: dict[tuple[str, str], str] = {}
+        for jid, rj in cycle.jobs.items():
+            st = states.get(jid) or {}
+            job: Mapping[str, Any] = st["job"] if isinstance(st.get("job"), dict) else {}
+            jl[jid] = (
+                *nl,
+                label(jid),
+                label(job.get("user")),
+                label(job.get("account")),
+                label(job.get("partition")),
+                self._model(jid, rj.start, st, rj.uid),
+            )
+            for g in st.get("gpus") or []:
+                if isinstance(g, dict) and isinstance(g.get("uuid"), str):
+                    idx = g.get("slurm_index")
+                    gpu_index[(jid, g["uuid"])] = "" if idx is None or isinstance(idx, bool) else label(idx)
+
+        def gl(jid: str, uuid: str) -> tuple[str, ...]:
+            return (*jl[jid], gpu_index.get((jid, uuid), ""), label(uuid))
+
+        power, util, mem, cores = [], [], [], []
+        for _ts, source, device, metric, owner, value in cycle.samples:
+            if owner is None or owner not in jl or not _finite(value):
+                continue
+            if source == "nvml":
+                if metric == "power_w":
+                    power.append((gl(owner, device), value))
+                elif metric == "util_pct":
+                    util.append((gl(owner, device), value / 100.0))
+                elif metric == "mem_used_mb":
+                    mem.append((gl(owner, device), value * 1048576.0))
+            elif source == "cgroup" and metric == "cpu_cores":
+                cores.append((jl[owner], value))
+
+        # the rows this cycle records for each job (the same ones collector.db ships); where a job has two
+        # for one key (an epilog's closing row beside a running one), the later one, as the database keeps
+        gpu_e: dict[tuple[str, str], tuple[float, float]] = {}
+        host_e: dict[tuple[str, str], tuple[float, float]] = {}
+        for r in cycle.energy:
+            if r.job_id not in jl or not _finite(r.energy_j) or r.energy_j < 0:
+                continue
+            store, dev = (gpu_e, r.device) if r.component == "gpu" else (host_e, r.component)
+            if r.component not in ("gpu", "cpu", "dram"):
+                continue
+            old = store.get((r.job_id, dev))
+            if old is None or r.t1 >= old[0]:
+                store[(r.job_id, dev)] = (r.t1, r.energy_j)
+        self.collector.snapshot = Snapshot(
+            nl,
+            gpu_power=tuple(power),
+            gpu_energy=tuple((gl(j, u), e) for (j, u), (_t, e) in gpu_e.items()),
+            gpu_util=tuple(util),
+            gpu_mem=tuple(mem),
+            host_energy=tuple(((*jl[j], c), e) for (j, c), (_t, e) in host_e.items()),
+            cores=tuple(cores),
+            health=health,
+        )
