@@ -125,6 +125,7 @@ LazyGroup.lazy.update(
         "user": ("cocaq.cli.footprint:user",),
         "lab": ("cocaq.cli.footprint:lab",),
         "job": ("cocaq.cli.footprint:job",),
+        "watch": ("cocaq.cli.watch:watch",),
         "tag": ("cocaq.cli.tag:tag",),
         "import": ("cocaq.cli.accounting:import_",),
         "recompute": ("cocaq.cli.accounting:recompute",),

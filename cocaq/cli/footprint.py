@@ -145,9 +145,29 @@ def job(obj: Ctx, jobid: str, cluster: str | None, fmt: str) -> None:
         with obj.engine().connect() as conn:
             return {"jobs": find_jobs(conn, jobid.strip(), cluster, obj.cfg)}
 
-    got = _api_or_db(obj, ("jobs", jobid.strip()), {"cluster": cluster}, from_db)
+    from cocaq.api.client import ApiRefused
+
+    refused: ApiRefused | None = None
+    try:
+        got = _api_or_db(obj, ("jobs", jobid.strip()), {"cluster": cluster}, from_db)
+    except ApiRefused as exc:  # (the API says "not found, or not yours" alike)
+        got, refused = {"jobs": []}, exc
     jobs = [_revive(j) for j in got["jobs"]]
     if not jobs:
+        # a running job Slurm's accounting has not been imported for yet: what its node shipped so far
+        running = _running_not_imported(obj, jobid.strip(), cluster)
+        if running:
+            if fmt == "json":
+                click.echo(render.to_json(running[0] if len(running) == 1 else running))
+                return
+            from cocaq.cli.live_view import print_live
+
+            con = _console()
+            for v in running:
+                print_live(v, con)
+            return
+        if refused is not None:
+            raise refused
         raise InputError(
             f"no job {jobid.strip()} in cocaq's records{f' on cluster {cluster}' if cluster else ''}: jobs "
             "appear within the hour after Slurm accounts them; `cocaq user` lists your recent jobs"
@@ -158,6 +178,29 @@ def job(obj: Ctx, jobid: str, cluster: str | None, fmt: str) -> None:
     con = _console()
     for j in jobs:
         render.print_job(j, con)
+        if j.get("live"):
+            from cocaq.cli.live_view import print_live
+
+            print_live(j["live"], con, header=False)
+            con.print(f"[dim]`cocaq watch {render.term(j['job_id'])}` follows it as it runs.[/]")
+            if j.get("model"):
+                render.print_model_metadata(j["model"], con)
+
+
+def _running_not_imported(obj: Ctx, job_id: str, cluster: str | None) -> list[dict[str, Any]]:
+    """Live views (cocaq.footprint.live) of a job known only from its node's shipments."""
+    if obj.cfg.api.url:
+        from cocaq.api.client import ApiRefused, get
+
+        try:
+            return list(get(obj.cfg.api, ("live",), {"jobs": job_id, "cluster": cluster})["jobs"])
+        except ApiRefused:
+            return []
+    from cocaq.db.dbapi import connect
+    from cocaq.footprint.live import Ask, live
+
+    with connect(obj.cfg.database_url) as db:
+        return [v for v in live(db, obj.cfg, Ask((job_id,), cluster=cluster)) if not v["in_accounting"]]
 
 
 def _revive(d: Any) -> Any:

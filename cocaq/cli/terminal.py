@@ -500,6 +500,10 @@ def print_job(job: dict[str, Any], console: Console) -> None:
         if v not in (None, ""):
             tab.add_row(k, term(v))
     console.print(tab)
+    if job.get("live"):
+        # running: what the collector measured so far (the caller prints it, cocaq.cli.live_view) replaces
+        # the import's estimate of the run so far
+        return
     rows = [
         [
             term(COMPONENT_WORDS.get(row["component"], row["component"])),

@@ -73,8 +73,21 @@ def find_jobs(
         d["model"] = _model_metadata(conn, job.id)
         if cfg is not None:
             d.update(_ledger_and_notes(conn, cfg, job.id))
+            if job.is_open and job.start_time is not None and job.job_id_raw is not None:
+                d["live"] = _live(conn, cfg, str(job.job_id_raw), cname, job.start_time)
         out.append(d)
     return out
+
+
+def _live(conn: Connection, cfg: Config, raw: str, cluster: str, start: datetime) -> dict[str, Any] | None:
+    """A running job's energy so far, power now and projection (cocaq.footprint.live)."""
+    from cocaq.db.dbapi import wrap
+    from cocaq.footprint.live import Ask, live
+
+    for v in live(wrap(conn), cfg, Ask((raw,), cluster=cluster)):
+        if v["in_accounting"] and abs((v["start_ts"] or 0.0) - start.timestamp()) < 1.0:
+            return v
+    return None
 
 
 def _energy_split(

@@ -1,0 +1,249 @@
+"""How a running job looks in the terminal: `cocaq watch`'s view and the "now" part of `cocaq job`.
+
+The views are cocaq.footprint.live's dicts, from the database or the read API alike.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float | None]) -> str:
+    """Unicode blocks scaled from 0 to the largest value (power has a natural zero); a gap is a space."""
+    top = max((v for v in values if v is not None), default=0.0)
+    out = []
+    for v in values:
+        if v is None:
+            out.append(" ")
+        elif top <= 0:
+            out.append(SPARK[0])
+        else:
+            out.append(SPARK[min(int(v / top * (len(SPARK) - 1) + 0.5), len(SPARK) - 1)])
+    return "".join(out)
+
+
+def _clock(ts: float | None) -> str:
+    return "-" if ts is None else datetime.fromtimestamp(ts).astimezone().strftime("%H:%M:%S")
+
+
+def _hms(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(max(s, 0))
+    d, rest = divmod(s, 86400)
+    return (f"{d}-" if d else "") + f"{rest // 3600:d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+
+
+def _span(s: float) -> str:
+    return f"{s / 60:.0f} min" if s >= 90 else f"{s:.0f} s"
+
+
+def _w(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f} W"
+
+
+def live_renderable(v: dict[str, Any], console: Any, header: bool = True) -> Any:
+    """One job's live view as rich renderables (a Group); without the job's name line for `cocaq job`."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from cocaq.cli.terminal import _kg, _kwh, fit_table, term
+    from cocaq.footprint.words import COMPONENT_WORDS, source_words
+
+    lines: list[Any] = []
+    limit = v.get("time_limit_s")
+    run = f"{_hms(v['elapsed_s'])}" + (f" of a {_hms(limit)} limit" if limit else "")
+    who = ", ".join(str(x) for x in (v.get("user"), v.get("account"), v.get("partition")) if x)
+    if header:
+        lines.append(
+            Text.assemble(
+                ("Job ", ""),
+                (str(v["job_id"]), "bold"),
+                (f" ({term(who)})" if who else "", ""),
+                (f" on {term(v['cluster'])}", ""),
+            )
+        )
+    lines.append(
+        Text.assemble(
+            (v["state"], "bold green" if v["running"] else "bold"),
+            (f" for {run}" if v["running"] else f" after {run}", ""),
+        )
+    )
+    sample_age = None if v.get("newest_sample_ts") is None else v["now_ts"] - v["newest_sample_ts"]
+    if v["running"]:
+        gpu_now = [g["power_w"] for g in v["gpus"] if g["power_w"] is not None]
+        parts = []
+        if gpu_now:
+            parts.append(f"GPUs {_w(sum(gpu_now))} measured")
+        for p in v["parts"]:
+            if p["component"] != "gpu" and p["power_w"] is not None:
+                word = COMPONENT_WORDS.get(p["component"], p["component"])
+                parts.append(f"{word} {_w(p['power_w'])} {p['method']} ({p['power_basis']})")
+            elif p["component"] == "gpu" and p["method"] == "estimated" and p["power_w"]:
+                parts.append(f"GPUs {_w(p['power_w'])} estimated (rated power)")
+        lines.append(Text(f"Power now: {_w(v['power_w'])}" + (f" = {'; '.join(parts)}" if parts else "")))
+        series = [w for _, w in v.get("power_series") or []]
+        if any(w is not None for w in series):
+            peak = max(w for w in series if w is not None)
+            width = max(min(len(series), console.width - 34), 8)
+            step = len(series) / width
+            cut = [series[min(int(i * step), len(series) - 1)] for i in range(width)]
+            lines.append(
+                Text(f"GPU power, last {_span(v.get('power_series_span_s') or v['window_s'])}: ")
+                + Text(sparkline(cut), style="cyan")
+                + Text(f" max {_w(peak)}")
+            )
+    measured, est = v["energy_measured_kwh"], v["energy_estimated_kwh"]
+    split = (
+        f" ({_kwh(measured)} measured, {_kwh(est)} estimated)"
+        if measured and est
+        else (" (measured)" if measured else " (estimated)" if est else "")
+    )
+    as_of = max((p["as_of_ts"] for p in v["parts"] if p["method"] == "measured"), default=None)
+    when = ""
+    if as_of is not None:
+        when = f", as of {_clock(as_of)}" + (f" ({v['now_ts'] - as_of:,.0f} s ago)" if v["running"] else "")
+    lines.append(Text(f"Energy so far: {_kwh(v['energy_kwh'])}{split}{when}"))
+    c = v["carbon"]
+    lines.append(
+        Text(
+            f"CO2e so far: {_kg(v['co2_kg'])} = {_kwh(v['energy_kwh'])} x PUE {c['pue']:.2f} x "
+            f"{c['g_per_kwh']:.0f} g/kWh (zone {term(c['zone'])})"
+        )
+    )
+    pr = v.get("projection")
+    if pr:
+        lines.append(
+            Text(
+                f"At its time limit ({_clock(pr['until_ts'])}): {_kwh(pr['energy_kwh'])}, "
+                f"{_kg(pr['co2_kg'])} CO2e, estimated ({pr['basis']})",
+                style="dim",
+            )
+        )
+    if v.get("estimate_note"):
+        lines.append(Text(f"Not estimated: {v['estimate_note']}", style="dim"))
+    rows = [
+        [
+            term(COMPONENT_WORDS.get(p["component"], p["component"])),
+            term(p["method"]),
+            term(p["basis"]),
+            _kwh(p["energy_j"] / 3.6e6),
+        ]
+        for p in v["parts"]
+    ]
+    if rows:
+        lines.append(
+            fit_table(
+                console,
+                "Energy so far by part",
+                [("part", 0), ("method", 0), ("how", 1), ("energy", 0)],
+                rows,
+                left=("part", "method", "how"),
+                complete="--format json",
+            )
+        )
+    if v["gpus"]:
+        grows = []
+        for g in v["gpus"]:
+            util = "-" if g["util_pct"] is None else f"{g['util_pct']:.0f}%"
+            if g["util_pct_mean"] is not None:
+                util += f" ({g['util_pct_mean']:.0f}%)"
+            mem = "-" if g["mem_used_mb"] is None else f"{g['mem_used_mb'] / 1024:,.1f} GB"
+            grows.append(
+                [
+                    term(g["node"]),
+                    term("" if g["index"] is None else g["index"]),
+                    _w(g["power_w"]),
+                    util,
+                    mem,
+                    "-" if g["energy_j"] is None else _kwh(g["energy_j"] / 3.6e6),
+                    term(source_words(g["source"]) if g["source"] else "not measured"),
+                    term(g["uuid"]),
+                ]
+            )
+        lines.append(
+            fit_table(
+                console,
+                f"GPUs (utilisation now, and its mean over the last {v['window_s'] / 60:.0f} min)",
+                [
+                    ("node", 2),
+                    ("GPU", 0),
+                    ("power", 0),
+                    ("util", 0),
+                    ("memory", 1),
+                    ("energy", 0),
+                    ("source", 3),
+                    ("UUID", 4),
+                ],
+                grows,
+                left=("node", "source", "UUID"),
+                complete="--format json",
+            )
+        )
+    if sample_age is not None and v["running"]:
+        lines.append(
+            Text(f"Newest sample: {_clock(v['newest_sample_ts'])} ({sample_age:,.0f} s ago)", style="dim")
+        )
+    elif v["running"]:
+        lines.append(
+            Text(
+                "No samples from the collector yet: it ships every [collector] ship_interval_s "
+                "(the job's first figures come with its node's next shipment)",
+                style="dim",
+            )
+        )
+    return Group(*lines)
+
+
+def print_live(v: dict[str, Any], console: Any, header: bool = True) -> None:
+    console.print(live_renderable(v, console, header=header))
+
+
+def summary_renderable(views: list[dict[str, Any]], console: Any, user: str) -> Any:
+    """All of a user's running jobs, one row each."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from cocaq.cli.terminal import _kg, _kwh, fit_table, term
+
+    running = [v for v in views if v["running"]]
+    if not running:
+        return Text(f"None of {user}'s jobs is running (as far as the collectors have shipped).")
+    rows = []
+    for v in running:
+        util = [g["util_pct_mean"] for g in v["gpus"] if g["util_pct_mean"] is not None]
+        series = [w for _, w in v.get("power_series") or []][-20:]
+        rows.append(
+            [
+                term(v["job_id"]),
+                term(v.get("account") or ""),
+                _hms(v["elapsed_s"]),
+                _w(v["power_w"]),
+                f"{sum(util) / len(util):.0f}%" if util else "-",
+                _kwh(v["energy_kwh"]),
+                _kg(v["co2_kg"]),
+                sparkline(series) if any(w is not None for w in series) else "",
+            ]
+        )
+    total_w = sum(v["power_w"] or 0.0 for v in running)
+    table = fit_table(
+        console,
+        f"{user}'s running jobs: {len(running)}, drawing {_w(total_w)} now",
+        [
+            ("job", 0),
+            ("lab", 3),
+            ("run time", 1),
+            ("power", 0),
+            ("GPU util", 2),
+            ("energy", 0),
+            ("CO2e", 0),
+            ("power, last min", 4),
+        ],
+        rows,
+        left=("job", "lab", "power, last min"),
+        complete="--format json",
+    )
+    return Group(table, Text("cocaq watch JOBID for one job's GPUs and parts; Ctrl-C to stop", style="dim"))

@@ -1,0 +1,461 @@
+"""Running jobs, measured so far: what `cocaq job` on a running job, `cocaq watch` and /v1/live show.
+
+While a job runs, the collector ships its GPUs' samples and its energy so far (node_energy: the GPU
+counter since the prolog's snapshot, else the integral of the sampled power; RAPL's share for CPU and
+DRAM) every shipping interval. One statement reads all of it for a set of jobs (`fetch`), so that a
+`cocaq watch` refresh costs the database one query whatever the number of jobs and GPUs; `views` turns
+the rows into one dict per job (JSON as it is: the read API sends the same). A job Slurm's accounting
+has not been imported for yet is found by its prolog record, so watching works from the job's first
+shipment, not from the next `cocaq reconcile`.
+
+Every figure says whether it was measured or estimated: parts the collector did not measure (no RAPL
+on the node, a GPU without NVML) are the importer's TDP estimate over the run so far, and the projection
+to the time limit is an estimate (the power of the last minutes held to the limit).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any
+
+from cocaq.footprint import dbsql
+from cocaq.units import J_PER_KWH
+
+if TYPE_CHECKING:
+    from cocaq.config import Config
+    from cocaq.db.dbapi import Db
+
+WINDOW_S = 600.0  # the recent samples read: power now, utilisation and memory "over the last minutes"
+BINS = 60  # the power history's resolution (a sparkline's width)
+LOOKBACK_S = 30 * 86400.0  # prolog records of jobs not imported yet are looked for this far back
+MAX_JOBS = 100  # jobs one query may ask for (the read API's limit too)
+METRICS = ("power_w", "util_pct", "mem_used_mb", "cpu_cores", "mem_mb")
+GPU_SOURCES = ("nvml", "nvml-power-integral")  # the counter first: it wins where both are there
+BASIS = {
+    "nvml": "GPU energy counter since the prolog",
+    "nvml-power-integral": "integral of the sampled GPU power",
+    "rapl": "RAPL, the job's share of the node",
+    "tdp-estimate": "rated power x run time so far",
+}
+
+
+@dataclass(frozen=True)
+class Ask:
+    """Which jobs: by id (as sacct shows it, 123_4 included, or the raw id) or a user's running jobs."""
+
+    job_ids: tuple[str, ...] = ()
+    user: str | None = None
+    cluster: str | None = None
+
+
+def _raw(job_id: str) -> int:
+    """The raw id a plain numeric id may be (-1: none, an array or het-job notation)."""
+    return int(job_id) if job_id.isdigit() and len(job_id) < 19 else -1
+
+
+def fetch(db: Db, ask: Ask, now: float, window_s: float = WINDOW_S) -> list[tuple[Any, ...]]:
+    """The rows of every job `ask` names (its jobs row, prolog/epilog records, energy so far and the
+    last `window_s` of samples), in one statement."""
+    from datetime import UTC, datetime
+
+    p: dict[str, Any] = {
+        "since": datetime.fromtimestamp(now - LOOKBACK_S, UTC),
+        "from": datetime.fromtimestamp(now - window_s, UTC),
+        "cluster": ask.cluster,
+    }
+    cluster_j = cluster_s = ""
+    if ask.cluster is not None:
+        cluster_j = " AND j.cluster_id IN (SELECT id FROM clusters WHERE name = %(cluster)s)"
+        cluster_s = " AND s.cluster_id IN (SELECT id FROM clusters WHERE name = %(cluster)s)"
+    if ask.job_ids:
+        ors_j, ors_s = [], []
+        for i, jid in enumerate(ask.job_ids[:MAX_JOBS]):
+            p[f"id{i}"], p[f"raw{i}"] = jid, _raw(jid)
+            ors_j.append(f"j.job_id = %(id{i})s OR j.job_id_raw = %(raw{i})s")
+            if _raw(jid) >= 0:
+                ors_s.append(f"s.job_id = %(id{i})s")
+        jobs_where = f"({' OR '.join(ors_j)})"
+        events_where = f"({' OR '.join(ors_s)})" if ors_s else "1 = 0"
+    elif ask.user is not None:
+        p["user"], p["open"] = ask.user, True
+        jobs_where = "j.user_name = %(user)s AND j.is_open = %(open)s AND j.start_time IS NOT NULL"
+        user = (
+            "s.payload->'job'->>'user'"
+            if db.dialect == "postgresql"
+            else "json_extract(s.payload, '$.job.user')"
+        )
+        events_where = (
+            f"{user} = %(user)s AND NOT EXISTS (SELECT 1 FROM node_events e WHERE e.cluster_id = s.cluster_id"
+            " AND e.job_id = s.job_id AND e.node = s.node AND e.event = 'end' AND e.ts >= s.ts)"
+        )
+    else:
+        raise ValueError("ask for job ids or a user")
+    ep = dbsql.epoch
+    text = "TEXT" if db.dialect == "sqlite" else "VARCHAR"
+    as_text = f"CAST(ids.raw AS {text})"
+    sql = f"""
+WITH ids AS (
+  SELECT j.cluster_id AS cid, j.job_id_raw AS raw FROM jobs j
+   WHERE j.job_id_raw IS NOT NULL AND {jobs_where}{cluster_j}
+  UNION
+  SELECT s.cluster_id, CAST(s.job_id AS BIGINT) FROM node_events s
+   WHERE s.event = 'start' AND s.ts >= %(since)s AND {events_where}{cluster_s}
+)
+SELECT 'j', j.cluster_id, {as_text}, j.node_list, j.user_name, j.account, j.partition, j.state,
+       j.job_id, j.carbon_zone, c.name, j.time_limit_s, j.energy_j, j.energy_measured_j,
+       CAST(j.alloc_gpus AS FLOAT), CAST(j.alloc_cpus AS FLOAT), j.req_mem_mb, j.pue, j.carbon_g_per_kwh,
+       {ep(db, "j.start_time")}, {ep(db, "j.end_time")}, {ep(db, "j.submit_time")},
+       CASE WHEN j.is_open THEN 1 ELSE 0 END
+  FROM jobs j JOIN ids ON ids.cid = j.cluster_id AND ids.raw = j.job_id_raw
+  JOIN clusters c ON c.id = j.cluster_id
+UNION ALL
+SELECT 'v', ev.cluster_id, {as_text}, ev.node, ev.event, NULL, NULL,
+       CASE WHEN ev.event = 'start' THEN CAST(ev.payload AS {text}) END, NULL, NULL, c.name,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {ep(db, "ev.ts")}, NULL, NULL, NULL
+  FROM node_events ev JOIN ids ON ids.cid = ev.cluster_id AND ev.job_id = {as_text}
+  JOIN clusters c ON c.id = ev.cluster_id
+ WHERE ev.event IN ('start', 'end') AND ev.ts >= %(since)s
+UNION ALL
+SELECT 'e', ne.cluster_id, {as_text}, ne.node, ne.component, ne.device, ne.source, NULL, NULL, NULL, NULL,
+       NULL, ne.energy_j, NULL, NULL, NULL, NULL, NULL, NULL,
+       {ep(db, "ne.job_start")}, {ep(db, "ne.t1")}, NULL, CASE WHEN ne.final THEN 1 ELSE 0 END
+  FROM node_energy ne JOIN ids ON ids.cid = ne.cluster_id AND ne.job_id = {as_text}
+ WHERE ne.job_start >= %(since)s
+UNION ALL
+SELECT 's', sa.cluster_id, {as_text}, sa.node, sa.source, sa.device, sa.metric, NULL, NULL, NULL, NULL,
+       NULL, sa.value, NULL, NULL, NULL, NULL, NULL, NULL, {ep(db, "sa.ts")}, NULL, NULL, NULL
+  FROM samples sa JOIN ids ON ids.cid = sa.cluster_id AND sa.job_id = {as_text}
+ WHERE sa.ts >= %(from)s AND sa.metric IN ({", ".join(f"'{m}'" for m in METRICS)})
+"""
+    return db.rows(sql, p)
+
+
+def _payload(text: Any) -> dict[str, Any]:
+    if isinstance(text, dict):
+        return text
+    try:
+        d = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+
+
+@dataclass
+class _Job:
+    cid: int
+    raw: str
+    cluster: str = ""
+    row: tuple[Any, ...] | None = None  # the newest jobs row of this raw id
+    starts: dict[str, tuple[float, dict[str, Any]]] | None = None  # node -> (ts, payload) newest start
+    ends: dict[str, float] | None = None  # node -> newest end ts
+
+
+def _group(rows: Iterable[tuple[Any, ...]]) -> dict[tuple[int, str], dict[str, list[tuple[Any, ...]]]]:
+    out: dict[tuple[int, str], dict[str, list[tuple[Any, ...]]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        out[(int(r[1]), str(r[2]))][str(r[0])].append(r)
+    return out
+
+
+def views(
+    rows: Iterable[tuple[Any, ...]], cfg: Config, now: float, window_s: float = WINDOW_S
+) -> list[dict[str, Any]]:
+    """One live view per job in `fetch`'s rows, newest start first."""
+    out = [_view(cid, raw, kinds, cfg, now, window_s) for (cid, raw), kinds in _group(rows).items()]
+    found = [v for v in out if v is not None]
+    return sorted(found, key=lambda v: (-(v["start_ts"] or 0.0), v["job_id"]))
+
+
+def _view(
+    cid: int, raw: str, kinds: dict[str, list[tuple[Any, ...]]], cfg: Config, now: float, window_s: float
+) -> dict[str, Any] | None:
+    jrows = sorted(kinds.get("j", []), key=lambda r: _num(r[21]) or 0.0)
+    row = jrows[-1] if jrows else None
+    start = _num(row[19]) if row else None
+    # the prolog records of this run of the id: from the jobs row's start on (ids are reused), else the
+    # newest start's run
+    starts_all = sorted(
+        ((float(r[19]), str(r[3]), _payload(r[7])) for r in kinds.get("v", []) if r[4] == "start"),
+        key=lambda x: x[0],
+    )
+    if start is not None:
+        starts_all = [s for s in starts_all if s[0] >= start - 120.0]
+    elif starts_all:
+        newest = starts_all[-1][0]
+        starts_all = [s for s in starts_all if s[0] >= newest - 86400.0]
+    starts: dict[str, tuple[float, dict[str, Any]]] = {}
+    for ts, node, payload in starts_all:
+        starts[node] = (ts, payload)
+    if row is None and not starts:
+        return None
+    ends = {
+        str(r[3]): float(r[19])
+        for r in sorted(kinds.get("v", []), key=lambda r: float(r[19]))
+        if r[4] == "end" and str(r[3]) in starts and float(r[19]) >= starts[str(r[3])][0]
+    }
+    if start is None:
+        start = min(s[0] for s in starts.values())
+    info: dict[str, Any] = {}
+    if starts:
+        info = _payload(next(iter(starts.values()))[1].get("job"))
+    cluster = str((row or kinds["v"][0])[10])
+    user = row[4] if row else info.get("user")
+    account = row[5] if row else info.get("account")
+    partition = row[6] if row else info.get("partition")
+    is_open = bool(row[22]) if row else True
+    node_ended = bool(starts) and all(n in ends for n in starts)
+    running = is_open and not node_ended
+    if row is not None and not is_open:
+        state = str(row[7])
+    elif running:
+        state = "RUNNING"
+    else:
+        state = "ENDED"  # the epilogs have run; Slurm's final state comes with the next import
+    end = (_num(row[20]) if row else None) or (max(ends.values()) if node_ended else None)
+    t_now = now if running or end is None else end
+    elapsed = max(t_now - start, 0.0)
+    limit = _num(row[11]) if row else None
+
+    # energy so far, per node/component/device: the counter where there is one, else the integral
+    best: dict[tuple[str, str, str], tuple[float, str, float, bool]] = {}
+    for r in kinds.get("e", []):
+        node, comp, dev, src = str(r[3]), str(r[4]), str(r[5] or ""), str(r[6])
+        js = _num(r[19])
+        if js is None:
+            continue
+        if node in starts and abs(js - starts[node][0]) > 1.0:
+            continue  # another run of the id on this node
+        if node not in starts and js < start - 120.0:
+            continue
+        key = (node, comp, dev)
+        cand = (float(r[12]), src, float(r[20]), bool(r[22]))
+        have = best.get(key)
+        if have is None or (src == "nvml" and have[1] != "nvml"):
+            best[key] = cand
+    samples: dict[tuple[str, str, str], list[tuple[float, float]]] = defaultdict(list)
+    for r in kinds.get("s", []):
+        v = _num(r[12])
+        if v is not None and float(r[19]) >= start - 1.0:
+            samples[(str(r[3]), str(r[5]), str(r[6]))].append((float(r[19]), v))
+    for ser in samples.values():
+        ser.sort()
+    newest_sample = max((s[-1][0] for s in samples.values()), default=None)
+
+    # the GPUs: what the prolog recorded (Slurm's index), what was measured and sampled
+    index: dict[tuple[str, str], Any] = {}
+    for node, (_, payload) in starts.items():
+        for g in payload.get("gpus") or []:
+            if isinstance(g, dict) and isinstance(g.get("uuid"), str):
+                index[(node, g["uuid"])] = g.get("slurm_index", g.get("minor"))
+    gpu_keys = sorted(
+        {(n, d) for (n, c, d) in best if c == "gpu"}
+        | {(n, d) for (n, d, m) in samples if m == "power_w"}
+        | set(index)
+    )
+    recent = max(3.0 * cfg.collector.interval_s, 30.0)
+    gpus = []
+    for node, uuid in gpu_keys:
+        e = best.get((node, "gpu", uuid))
+        power = samples.get((node, uuid, "power_w"), [])
+        util = samples.get((node, uuid, "util_pct"), [])
+        mem = samples.get((node, uuid, "mem_used_mb"), [])
+        fresh = power[-1] if power and now - power[-1][0] <= recent else None
+        gpus.append(
+            {
+                "node": node,
+                "uuid": uuid,
+                "index": index.get((node, uuid)),
+                "energy_j": e[0] if e else None,
+                "source": e[1] if e else None,
+                "as_of_ts": e[2] if e else None,
+                "power_w": fresh[1] if fresh and running else None,
+                "power_ts": power[-1][0] if power else None,
+                "util_pct": util[-1][1] if util else None,
+                "util_pct_mean": sum(v for _, v in util) / len(util) if util else None,
+                "mem_used_mb": mem[-1][1] if mem else None,
+                "mem_used_mb_max": max(v for _, v in mem) if mem else None,
+            }
+        )
+
+    # components, each measured (the collector) or estimated (rated power over the run so far)
+    parts: list[dict[str, Any]] = []
+    by_comp: dict[str, list[tuple[float, str, float]]] = defaultdict(list)
+    for (_node, comp, _dev), (ej, src, t1, _final) in sorted(best.items()):
+        by_comp[comp].append((ej, src, t1))
+    for comp in ("gpu", "cpu", "dram"):
+        got = by_comp.get(comp)
+        if not got:
+            continue
+        sources = sorted({s for _, s, _ in got})
+        t1 = max(t for _, _, t in got)
+        ej = sum(e for e, _, _ in got)
+        w = None
+        if comp != "gpu" and t1 > start:
+            w = ej / max(t1 - start, 1.0)  # RAPL's share is a counter: its average since the start
+        parts.append(
+            {
+                "component": comp,
+                "method": "measured",
+                "source": "+".join(sources),
+                "basis": "; ".join(BASIS.get(s, s) for s in sources),
+                "energy_j": ej,
+                "as_of_ts": t1,
+                "power_w": w,
+                "power_basis": None if w is None else "average since the start",
+            }
+        )
+    estimate_note = None
+    if row is not None:
+        from cocaq.accounting.estimate import tdp_components
+
+        nodes = sorted(starts) or None
+        hw, _ = cfg.hardware_for(partition, nodes)
+        gpus_alloc, cpus_alloc = int(row[14] or 0), int(row[15] or 0)
+        cpu_j, gpu_j, mem_j, *_ = tdp_components(
+            elapsed, None, cpus_alloc, gpus_alloc, _num(row[16]), cfg.estimate, hw
+        )
+        for comp, ej in (("gpu", gpu_j), ("cpu", cpu_j), ("dram", mem_j)):
+            if comp in by_comp or ej <= 0:
+                continue
+            parts.append(
+                {
+                    "component": comp,
+                    "method": "estimated",
+                    "source": "tdp-estimate",
+                    "basis": BASIS["tdp-estimate"],
+                    "energy_j": ej,
+                    "as_of_ts": t_now,
+                    "power_w": ej / elapsed if elapsed > 0 else None,
+                    "power_basis": "rated power",
+                }
+            )
+    else:
+        estimate_note = "allocation not known yet (the job is not in cocaq's import of Slurm's accounting)"
+    measured_j = sum(p["energy_j"] for p in parts if p["method"] == "measured")
+    estimated_j = sum(p["energy_j"] for p in parts if p["method"] == "estimated")
+    energy_j = measured_j + estimated_j
+
+    # carbon: the job's zone and PUE as the import chose them, else the configuration's
+    if row is not None and _num(row[18]) is not None:
+        zone, g_per_kwh, pue = str(row[9] or ""), float(row[18]), float(row[17] or 1.0)
+        carbon_source = "the job's record"
+    else:
+        from datetime import UTC, datetime
+
+        from cocaq.carbon.zones import zone_intensity
+
+        hw, _ = cfg.hardware_for(partition, sorted(starts) or None)
+        zone = cfg.zone_and_pue(hw)[0]
+        pue = cfg.pue_at(hw, datetime.fromtimestamp(start, UTC))
+        ci = zone_intensity(zone)
+        zone, g_per_kwh, carbon_source = ci.zone, ci.g_per_kwh, ci.source
+    co2_kg = energy_j / J_PER_KWH * pue * g_per_kwh / 1000.0
+
+    # power now: the GPUs' last samples, the other parts' averages; the history in BINS bins
+    gpu_now: list[float] = [float(g["power_w"]) for g in gpus if g["power_w"] is not None]
+    other_w: list[float] = [
+        p["power_w"] for p in parts if p["component"] != "gpu" and p["power_w"] is not None
+    ]
+    est_gpu_w: list[float] = [
+        p["power_w"] or 0.0 for p in parts if p["component"] == "gpu" and p["method"] == "estimated"
+    ]
+    power_now = (sum(gpu_now) + sum(other_w) + sum(est_gpu_w)) if running else None
+    span = min(window_s, max(now - start, 60.0))  # a young job's history is its whole run
+    gaps = sorted(
+        b[0] - a[0] for (_, _, m), ser in samples.items() if m == "power_w" for a, b in pairwise(ser)
+    )
+    step = max(cfg.collector.interval_s, gaps[len(gaps) // 2] if gaps else 0.0)  # the sampling interval
+    series: list[tuple[float, float | None]] = _power_bins(samples, now, span, step) if running else []
+    gpu_recent = [w for _, w in series if w is not None]
+    projection = None
+    if running and limit and limit > elapsed:
+        w_recent = (sum(gpu_recent) / len(gpu_recent) if gpu_recent else sum(gpu_now)) + sum(other_w)
+        w_recent += sum(est_gpu_w)
+        left = limit - elapsed
+        proj_j = energy_j + w_recent * left
+        projection = {
+            "method": "estimated",
+            "basis": f"the power of the last {window_s / 60:.0f} min held to the time limit",
+            "until_ts": start + limit,
+            "energy_j": proj_j,
+            "energy_kwh": proj_j / J_PER_KWH,
+            "co2_kg": proj_j / J_PER_KWH * pue * g_per_kwh / 1000.0,
+        }
+    cpu_cores = [s[-1][1] for (n, d, m), s in samples.items() if m == "cpu_cores" and s]
+    return {
+        "cluster": cluster,
+        "job_id": str(row[8]) if row else raw,
+        "job_id_raw": raw,
+        "user": user,
+        "account": account,
+        "partition": partition,
+        "state": state,
+        "running": running,
+        "in_accounting": row is not None,
+        "nodes": sorted(starts) or ([str(row[3])] if row and row[3] else []),
+        "start_ts": start,
+        "end_ts": end,
+        "now_ts": now,
+        "elapsed_s": elapsed,
+        "time_limit_s": limit,
+        "energy_j": energy_j,
+        "energy_kwh": energy_j / J_PER_KWH,
+        "energy_measured_kwh": measured_j / J_PER_KWH,
+        "energy_estimated_kwh": estimated_j / J_PER_KWH,
+        "parts": parts,
+        "estimate_note": estimate_note,
+        "gpus": gpus,
+        "power_w": power_now,
+        "power_series": series,
+        "power_series_span_s": span if running else None,
+        "window_s": window_s,
+        "cpu_cores": sum(cpu_cores) if cpu_cores else None,
+        "co2_kg": co2_kg,
+        "carbon": {"zone": zone, "g_per_kwh": g_per_kwh, "pue": pue, "source": carbon_source},
+        "projection": projection,
+        "newest_sample_ts": newest_sample,
+        "final": None,
+        "accounted": row is not None and not is_open,
+    }
+
+
+def _power_bins(
+    samples: dict[tuple[str, str, str], list[tuple[float, float]]], now: float, span_s: float, step_s: float
+) -> list[tuple[float, float | None]]:
+    """The job's GPU power over the last `span_s` in at most BINS bins, none narrower than the sampling
+    interval `step_s`: per GPU the mean of its samples in a bin, summed over GPUs; None where no GPU had
+    a sample."""
+    n = max(min(BINS, int(span_s // max(step_s, 1e-3))), 1)
+    width = span_s / n
+    lo = now - span_s
+    sums = [0.0] * n
+    seen = [False] * n
+    for (_, _, metric), series in samples.items():
+        if metric != "power_w":
+            continue
+        acc: dict[int, list[float]] = defaultdict(list)
+        for ts, w in series:
+            b = int((ts - lo) // width)
+            if 0 <= b < n:
+                acc[b].append(w)
+        for b, ws in acc.items():
+            sums[b] += sum(ws) / len(ws)
+            seen[b] = True
+    return [(lo + (b + 1) * width, sums[b] if seen[b] else None) for b in range(n)]
+
+
+def live(db: Db, cfg: Config, ask: Ask, now: float | None = None, window_s: float = WINDOW_S) -> list[dict]:
+    """The live views of the jobs `ask` names: one query (`fetch`) and the arithmetic (`views`)."""
+    import time
+
+    t = time.time() if now is None else now
+    return views(fetch(db, ask, t, window_s), cfg, t, window_s)
