@@ -247,6 +247,7 @@ def write_inventory(wheel: Path, constraints: Path, passwords: dict[str, str], a
         "cocaq_api_port": api_port,
         "cocaq_server_log_dir": str(LOGS / "server"),
         "cocaq_mail_transport": "outbox",
+        "cocaq_prometheus_scrape_config_dir": str(WORK / "prometheus"),
     }
     node = {
         **common,
@@ -422,6 +423,14 @@ def test_a_changed_collector_setting_restarts_the_collector_only(deployed: Deplo
     assert before["scheduler"] == after["scheduler"] and alive(after["scheduler"]), (before, after)
     assert before["api"] == after["api"] and alive(after["api"]), (before, after)
     assert "interval_s = 2" in (ETC / "node.toml").read_text()
+
+
+def test_prometheus_lists_the_compute_nodes(deployed: Deployment) -> None:
+    """The server role's file_sd names every host of the compute group, at the default metrics port."""
+    targets = json.loads((WORK / "prometheus" / "cocaq-nodes.json").read_text())
+    assert targets == [{"targets": ["cocaq-node:9830"], "labels": {"cluster": CLUSTER, "node": "cocaq-node"}}]
+    jobs = yaml.safe_load((WORK / "prometheus" / "cocaq-scrape.yml").read_text())["scrape_configs"]
+    assert [j["job_name"] for j in jobs] == ["cocaq-nodes"]  # the API's /metrics is off by default
 
 
 def test_least_privilege_roles(deployed: Deployment) -> None:
