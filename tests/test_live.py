@@ -408,3 +408,59 @@ def test_watch_and_job_show_the_running_job(engine: Engine, tmp_path: Path, cloc
     assert r.code != 0 and "not a Slurm job id" in r.err
     r = run_cocaq(["watch", "421", "--window", "5s"], env)
     assert r.code != 0 and "--window" in r.err
+
+
+# --- the read API: /v1/live, only one's own jobs --------------------------------------------------------
+
+
+def test_the_api_serves_live_views_of_ones_own_jobs_only(
+    engine: Engine, tmp_path: Path, clock: Clock
+) -> None:
+    import pwd
+
+    from fastapi.testclient import TestClient
+
+    from cocaq.api.client import payload_for
+    from cocaq.api.server import create_app
+
+    url = engine.url.render_as_string(hide_password=False)
+    node, _rapl, _cg = _node(tmp_path, url)
+    # daemon (uid 1) runs the job; bin (uid 2) is another user; root an admin
+    node.hook("prolog", "431", SLURM_JOB_GPUS="0", SLURM_JOB_USER="daemon", SLURM_JOB_UID="1")
+    c = Collector(load_config(node.config, {}))
+    clock.now = max(clock.now, time.time()) + 1.0
+    c.sample()
+    clock.now += 10.0
+    c.sample()
+    assert c.ship().error is None
+    c.close()
+    with open(node.config, "a") as fh:
+        fh.write('[api]\nadmin_users = ["root"]\n')
+    cfg = load_config(node.config, {})
+
+    def decode(cred: str) -> tuple[int, bytes]:  # "uid path": what munged would vouch for
+        uid, _, path = cred.partition(" ")
+        return int(uid), payload_for("GET", path)
+
+    def get(who: str, **params: str) -> Any:
+        uid = pwd.getpwnam(who).pw_uid
+        return api.get("/v1/live", params=params, headers={"Authorization": f"MUNGE {uid} /v1/live"})
+
+    with TestClient(create_app(cfg, decode=decode), base_url="http://api") as api:
+        r = get("daemon", jobs="431")
+        assert r.status_code == 200, r.text
+        [v] = r.json()["jobs"]
+        assert v["job_id"] == "431" and v["user"] == "daemon" and v["running"]
+        with connect(url) as db:  # the same view as the database path, to the number
+            [direct] = live(db, cfg, Ask(("431",)), now=v["now_ts"])
+        assert v["energy_j"] == direct["energy_j"] and v["gpus"] == direct["gpus"]
+        assert get("root", jobs="431").json()["jobs"][0]["job_id"] == "431"
+        r = get("bin", jobs="431")
+        assert r.status_code == 403 and "not found, or not yours" in r.json()["detail"]
+        assert get("bin", jobs="999999").status_code == 403  # absent and someone else's read the same
+        assert [x["job_id"] for x in get("daemon", user="daemon").json()["jobs"]] == ["431"]
+        assert get("bin", user="daemon").status_code == 403
+        assert get("bin", user="bin").json()["jobs"] == []
+        assert get("daemon").status_code == 400
+        assert get("daemon", jobs="431;DROP").status_code == 422
+        assert get("daemon", jobs=",".join(["1"] * 101)).status_code == 422

@@ -40,6 +40,7 @@ from cocaq.slurm.record import JOB_ID_PATTERN
 NAME = r"^[A-Za-z0-9._@+-]{1,128}$"  # user and account names (as the hooks accept them)
 JOB = rf"^{JOB_ID_PATTERN}$"
 WHEN = r"^[0-9A-Za-z:.+ -]{1,40}$"
+LIVE_JOBS = rf"^{JOB_ID_PATTERN}(,{JOB_ID_PATTERN}){{0,99}}$"  # at most cocaq.footprint.live.MAX_JOBS
 
 
 @dataclass(frozen=True)
@@ -289,6 +290,31 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
         if not mine:  # not there and not yours read the same, from the same work
             raise HTTPException(403, f"job {job_id}: not found, or not yours")
         return {"jobs": mine}  # (FastAPI writes datetimes as ISO text, as cocaq.cli.terminal does)
+
+    @get("/v1/live", summary="Running jobs measured so far (as `cocaq watch -o json`): by id or a user's")
+    def live_jobs(
+        who: Who,
+        jobs: Annotated[str | None, Query(pattern=LIVE_JOBS, description="job ids, comma-separated")] = None,
+        user: Annotated[str | None, Query(pattern=NAME)] = None,
+        cluster: ClusterQ = None,
+        window: Annotated[float, Query(ge=60, le=6 * 3600, description="seconds of recent samples")] = 600.0,
+    ) -> dict[str, Any]:
+        from cocaq.footprint.live import Ask, live
+
+        if (jobs is None) == (user is None):
+            raise HTTPException(400, "ask for jobs=ID[,ID...] or user=NAME")
+        if user is not None and user != who.user and not (who.admin or who.heads):
+            raise HTTPException(403, f"{who.user} may not see user {user}'s jobs")
+        ask = Ask(user=user, cluster=cluster)
+        if jobs is not None:
+            ask = Ask(job_ids=tuple(jobs.split(",")), cluster=cluster)
+        with pool.db() as db:
+            views = live(db, cfg, ask, window_s=window)
+        # only one's own jobs, a headed lab's, or all for an admin: the same rule as /v1/jobs
+        mine = [v for v in views if who.admin or v.get("user") == who.user or v.get("account") in who.heads]
+        if jobs is not None and not mine:
+            raise HTTPException(403, f"job {jobs}: not found, or not yours")
+        return {"jobs": mine}
 
     @get("/v1/models", summary="Energy and CO2 by model and framework, runs, comparisons")
     def models(
