@@ -185,13 +185,13 @@ def test_metrics_over_http_match_the_footprint_and_pass_promtool(
     assert fr == zone_intensity("FR").g_per_kwh, "no series imported: the zone's annual figure"
     runs = v["cocaq_scheduler_runs_total"]
     assert runs == {
-        (("job", "aggregate"), ("outcome", "running")): 1.0,
-        (("job", "reconcile"), ("outcome", "error")): 1.0,
-        (("job", "reconcile"), ("outcome", "ok")): 2.0,
+        (("outcome", "running"), ("task", "aggregate")): 1.0,
+        (("outcome", "error"), ("task", "reconcile")): 1.0,
+        (("outcome", "ok"), ("task", "reconcile")): 2.0,
     }
     last = v["cocaq_scheduler_last_run_timestamp_seconds"]
-    assert last[(("job", "reconcile"), ("outcome", "ok"))] == (now - HOUR).timestamp()
-    assert last[(("job", "reconcile"), ("outcome", "error"))] == (now - 3 * HOUR).timestamp()
+    assert last[(("outcome", "ok"), ("task", "reconcile"))] == (now - HOUR).timestamp()
+    assert last[(("outcome", "error"), ("task", "reconcile"))] == (now - 3 * HOUR).timestamp()
     # OpenMetrics when the scraper asks for it (Prometheus does), with the same values
     om = client.get("/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
     assert om.headers["content-type"].startswith("application/openmetrics-text")

@@ -47,7 +47,7 @@ METRICS: dict[str, tuple[str, str]] = {
         "Carbon intensity now, g CO2/kWh: the imported series, else the zone's annual figure",
     ),
     "cocaq_pue": ("gauge", "Power usage effectiveness of the cluster now"),
-    "cocaq_scheduler_runs_total": ("counter", "Runs of each scheduler job in scheduler_runs, by outcome"),
+    "cocaq_scheduler_runs_total": ("counter", "Runs of each scheduler task in scheduler_runs, by outcome"),
     "cocaq_scheduler_last_run_timestamp_seconds": (
         "gauge",
         "When the scheduler job last ended with this outcome (its start while running), unix seconds",
@@ -188,9 +188,9 @@ class SiteCollector:
             pue.add_metric([cluster], v)
         yield pue
         runs = CounterMetricFamily(
-            "cocaq_scheduler_runs", METRICS["cocaq_scheduler_runs_total"][1], labels=["job", "outcome"]
+            "cocaq_scheduler_runs", METRICS["cocaq_scheduler_runs_total"][1], labels=["task", "outcome"]
         )
-        last = gauge("cocaq_scheduler_last_run_timestamp_seconds", ["job", "outcome"])
+        last = gauge("cocaq_scheduler_last_run_timestamp_seconds", ["task", "outcome"])
         for s in site.scheduler:
             runs.add_metric([s.job, s.outcome], s.runs)
             last.add_metric([s.job, s.outcome], s.last_s)
