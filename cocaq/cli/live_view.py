@@ -146,6 +146,7 @@ def live_renderable(v: dict[str, Any], console: Any, header: bool = True) -> Any
             )
         )
     if v["gpus"]:
+        span = v.get("power_series_span_s") or v["window_s"]
         grows = []
         for g in v["gpus"]:
             util = "-" if g["util_pct"] is None else f"{g['util_pct']:.0f}%"
@@ -167,7 +168,7 @@ def live_renderable(v: dict[str, Any], console: Any, header: bool = True) -> Any
         lines.append(
             fit_table(
                 console,
-                f"GPUs (utilisation now, and its mean over the last {v['window_s'] / 60:.0f} min)",
+                f"GPUs (utilisation now, and its mean over the last {_span(span)})",
                 [
                     ("node", 2),
                     ("GPU", 0),

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Benchmark: how fresh `cocaq watch` is, and what one refresh costs the database.
+
+    .venv/bin/python bench/bench_live.py                 # ~3 minutes: I = 2 s, S = 10 s, then 10 s / 60 s
+    .venv/bin/python bench/bench_live.py --quick         # ~1.5 minutes: the first setting only
+
+The issue's target: what the collector sampled reaches `cocaq watch` within one sampling interval (I)
+plus one shipping interval (S). The node, in a temporary directory: 8 fake A100s (`nvml = "fake:8"`), a
+RAPL and cgroup tree, 4 running jobs started by the real prolog (two GPUs each), the real collector as a
+subprocess (`cocaq collector`, I and S from its config) shipping to a scratch PostgreSQL database. In this
+process a poller does what `cocaq watch 4000` does at each refresh (cocaq.footprint.live.live on a new
+snapshot: one statement) every 0.25 s, and for every sample timestamp of the job it sees for the first
+time, records `latency = time seen - time sampled`. Reported: the largest and median latency over the run
+against I + S (the target), and the refresh statement's time (median, p90) with 8 GPUs on the node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import _common as c
+
+from tests.sysfs_tree import make_cgroup_v2, make_rapl
+
+DB = "cocaq_bench_live"
+JOBS = 4
+
+
+def setup(d: Path, interval: float, ship: float) -> tuple[Path, dict[str, str]]:
+    sysfs = d / "sys"
+    rapl = make_rapl(sysfs, packages=2)
+    cg = make_cgroup_v2(sysfs / "fs" / "cgroup", node_cpus="0-63")
+    cfg = d / "cocaq.toml"
+    cfg.write_text(
+        f'database_url = "{c.pg_url(DB)}"\nspool_dir = "{d / "spool"}"\n[cluster]\nname = "bench"\n'
+        f'[collector]\nsources = ["nvml", "rapl", "cgroup"]\nnvml = "fake:8"\nsysfs_root = "{sysfs}"\n'
+        f'hook_log = "{d / "hook.log"}"\nannotate_dir = "{d / "annotations"}"\n'
+        f"interval_s = {interval}\nship_interval_s = {ship}\n"
+    )
+    env = c.cocaq_env(DB)
+    env.pop("COCAQ_DATABASE_URL", None)
+    prolog = c.write_shims(d, cfg, env)["cocaq-prolog"]
+    for i in range(JOBS):
+        jid = str(4000 + i)
+        subprocess.run(
+            ["/bin/sh", prolog],
+            env={
+                "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
+                "SLURM_JOB_ID": jid,
+                "SLURM_JOB_USER": f"user{i}",
+                "SLURM_JOB_UID": str(2000 + i),
+                "SLURM_JOB_GID": str(2000 + i),
+                "SLURM_JOB_ACCOUNT": "lab",
+                "SLURM_JOB_PARTITION": "gpu",
+                "SLURMD_NODENAME": "gpu-n001",
+                "SLURM_JOB_GPUS": f"{2 * i},{2 * i + 1}",
+            },
+            check=True,
+        )
+        cg.add_job(jid, cpus=f"{16 * i}-{16 * i + 15}")
+    del rapl
+    return cfg, env
+
+
+def run(interval: float, ship: float, seconds: float) -> dict[str, float]:
+    from cocaq.config_load import load_config
+    from cocaq.db.dbapi import connect
+    from cocaq.footprint.live import Ask, fetch
+
+    c.recreate_database(DB)
+    with tempfile.TemporaryDirectory(prefix="cocaq-bench-live-") as tmp:
+        d = Path(tmp)
+        cfg_path, env = setup(d, interval, ship)
+        subprocess.run([c.COCAQ, "--config", str(cfg_path), "db", "upgrade"], env=env, check=True)
+        cfg = load_config(cfg_path, {})
+        log = open(d / "collector.log", "w")  # noqa: SIM115 - closed below
+        argv = [c.COCAQ, "--config", str(cfg_path), "collector"]
+        p = subprocess.Popen(argv, env=env, stdout=log, stderr=log)
+        seen: set[float] = set()
+        latencies: list[float] = []
+        query_ms: list[float] = []
+        try:
+            db = connect(cfg.database_url)
+            t_end = time.monotonic() + seconds
+            while time.monotonic() < t_end:
+                db.raw.rollback()  # a new snapshot, as each refresh of `cocaq watch`
+                t0 = time.perf_counter()
+                rows = fetch(db, Ask(("4000",)), time.time())
+                query_ms.append((time.perf_counter() - t0) * 1000)
+                now = time.time()
+                for r in rows:
+                    if r[0] == "s" and r[19] not in seen:
+                        seen.add(r[19])
+                        latencies.append(now - float(r[19]))
+                time.sleep(0.25)
+            db.close()
+        finally:
+            p.terminate()
+            p.wait(timeout=30)
+            log.close()
+        c.drop_database(DB)
+    warm = latencies  # (the collector and the poller start together: every sample counts)
+    return {
+        "interval_s": interval,
+        "ship_interval_s": ship,
+        "target_s": interval + ship,
+        "samples_seen": len(warm),
+        "latency_max_s": max(warm),
+        "latency_median_s": statistics.median(warm),
+        "max_over_target": max(warm) / (interval + ship),
+        "refresh_query_ms_median": statistics.median(query_ms),
+        "refresh_query_ms_p90": c.p90(query_ms),
+        "refreshes": len(query_ms),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="only I = 2 s, S = 10 s")
+    args = ap.parse_args()
+    c.print_machine(c.machine())
+    settings = [(2.0, 10.0, 75.0)] if args.quick else [(2.0, 10.0, 75.0), (10.0, 60.0, 150.0)]
+    results = []
+    for interval, ship, seconds in settings:
+        r = run(interval, ship, seconds)
+        results.append(r)
+        print(json.dumps(r))
+        verdict = "within" if r["latency_max_s"] <= r["target_s"] else "OVER"
+        print(
+            f"I = {interval:g} s, S = {ship:g} s: newest data reached the watcher after at most "
+            f"{r['latency_max_s']:.2f} s (median {r['latency_median_s']:.2f} s), {verdict} the target "
+            f"I + S = {r['target_s']:g} s ({r['max_over_target']:.2f} of it); one refresh = one statement, "
+            f"{r['refresh_query_ms_median']:.1f} ms median, {r['refresh_query_ms_p90']:.1f} ms p90"
+        )
+
+
+if __name__ == "__main__":
+    main()
