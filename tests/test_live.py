@@ -4,6 +4,7 @@ database, read back as `cocaq watch`, `cocaq job` and /v1/live show them, agains
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -215,6 +216,13 @@ def test_an_imported_running_job_gets_its_estimates_projection_and_carbon(
     assert p["until_ts"] == pytest.approx(start + 3600.0)
     assert v["energy_j"] < p["energy_j"] < v["energy_j"] + 3600 * (2 * 400 + 4 * hw.cpu_tdp_w_per_core + 40)
     c.close()
+    # `cocaq job`: the job's facts, then what was measured so far instead of the import's estimate
+    r = run_cocaq(["job", "402"], {**cocaq_env(node), "COLUMNS": "100"})
+    assert r.code == 0, r.err
+    assert "lab (account)" in r.out and "RUNNING for" in r.out and "At its time limit" in r.out
+    assert "Energy so far:" in r.out and "Energy: " not in r.out
+    r = run_cocaq(["job", "402", "-o", "json"], cocaq_env(node))
+    assert json.loads(r.out)["live"]["job_id"] == "402"
 
 
 def test_the_job_ends_then_waits_for_its_accounting(engine: Engine, tmp_path: Path, clock: Clock) -> None:
@@ -400,6 +408,23 @@ def test_watch_and_job_show_the_running_job(engine: Engine, tmp_path: Path, cloc
     assert r.code == 0, r.err
     got = json.loads(r.out.splitlines()[0])
     assert got["jobs"][0]["job_id"] == "421" and got["jobs"][0]["running"]
+    # `cocaq job` on it: the same view, once
+    r = run_cocaq(["job", "421"], env)
+    assert r.code == 0, r.err
+    assert "RUNNING for" in r.out and "Energy so far:" in r.out and "measured" in r.out
+    r = run_cocaq(["job", "421", "-o", "json"], env)
+    assert r.code == 0 and json.loads(r.out)["job_id"] == "421" and json.loads(r.out)["running"]
+    # in a terminal: rich's Live redraws in place (cursor movement), twice
+    import shutil
+    import subprocess
+
+    if shutil.which("script"):
+        cmd = f"{sys.executable} -m cocaq watch 421 -n 2 -i 0.5"
+        p = subprocess.run(
+            ["script", "-qec", cmd, "/dev/null"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "\x1b[" in p.stdout and p.stdout.count("Energy so far:") >= 2
     r = run_cocaq(["watch", "-n", "1"], {**env, "USER": "alice", "LOGNAME": "alice"})
     assert r.code == 0, r.err
     r = run_cocaq(["watch", "99999", "-n", "1"], env)
