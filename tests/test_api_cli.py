@@ -182,3 +182,81 @@ def test_tls_terminated_by_the_api(server: tuple[str, Path], tmp_path: Path) -> 
             assert r.returncode == 3, r.stderr
     finally:
         shutil.rmtree(d)
+
+
+def _running_on_a_node(cfg: Path, job_id: str, user: str, account: str) -> None:
+    """What a node's collector has shipped of a job still running (no sacct import yet): its prolog's
+    record, its GPU's energy so far and a minute of samples."""
+    from sqlalchemy import text
+
+    from cocaq.db.migrate import ensure_sample_partitions
+
+    now = datetime.now(UTC)
+    start = now - timedelta(minutes=5)
+    uuid = "GPU-a11ce000-0000-4000-8000-000000000007"
+    engine = make_engine(load_config(cfg, {}).database_url)
+    ensure_sample_partitions(engine, now)
+    payload = {
+        "ts": start.timestamp(),
+        "job": {"user": user, "uid": 1001, "account": account, "partition": "gpu"},
+        "gpus": [{"uuid": uuid, "slurm_index": 0, "energy_mj": 0, "power_w": 250.0, "ts": start.timestamp()}],
+    }
+    with engine.begin() as c:
+        cid = c.execute(text("SELECT id FROM clusters")).scalars().first()
+        c.execute(
+            text(
+                "INSERT INTO node_events (uid, cluster_id, node, job_id, event, ts, payload)"
+                " VALUES (:uid, :cid, 'vm', :job, 'start', :ts, CAST(:payload AS json))"
+            ),
+            {
+                "uid": f"t/vm/{job_id}/start",
+                "cid": cid,
+                "job": job_id,
+                "ts": start,
+                "payload": json.dumps(payload),
+            },
+        )
+        c.execute(
+            text(
+                "INSERT INTO node_energy (cluster_id, node, job_id, job_start, component, device, source,"
+                " method, energy_j, t0, t1, final) VALUES (:cid, 'vm', :job, :start, 'gpu', :uuid, 'nvml',"
+                " 'measured', 75000.0, :start, :t1, false)"
+            ),
+            {"cid": cid, "job": job_id, "start": start, "uuid": uuid, "t1": now - timedelta(seconds=20)},
+        )
+        for k in range(6):
+            ts = now - timedelta(seconds=20 + 10 * k)
+            for metric, value in (("power_w", 250.0 + k), ("util_pct", 90.0), ("mem_used_mb", 40000.0)):
+                c.execute(
+                    text(
+                        "INSERT INTO samples (ts, cluster_id, node, source, device, metric, job_id, value)"
+                        " VALUES (:ts, :cid, 'vm', 'nvml', :uuid, :metric, :job, :value)"
+                    ),
+                    {"ts": ts, "cid": cid, "uuid": uuid, "metric": metric, "job": job_id, "value": value},
+                )
+    engine.dispose()
+
+
+def test_watch_through_the_api_shows_ones_own_running_job_only(server: tuple[str, Path]) -> None:
+    base, cfg = server
+    _running_on_a_node(cfg, "77", "alice", "lab_vision")
+    api = {"COCAQ_API_URL": base}
+    r = run_as("alice", ["watch", "77", "-n", "1", "-o", "json"], api)
+    assert r.returncode == 0, r.stderr
+    direct = run_cocaq(
+        ["--config", str(cfg), "watch", "77", "-n", "1", "-o", "json"], {"PATH": "/usr/bin:/bin"}
+    )
+    assert direct.code == 0, direct.err
+    [mine], [root] = json.loads(r.stdout)["jobs"], json.loads(direct.out)["jobs"]
+    for k in ("job_id", "user", "energy_j", "gpus", "parts", "co2_kg", "start_ts", "power_w"):
+        assert mine[k] == root[k], k
+    assert mine["energy_j"] == 75000.0 and mine["power_w"] == 250.0
+    table = run_as("alice", ["watch", "77", "-n", "1"], api)
+    assert table.returncode == 0 and "Power now: 250 W" in table.stdout, table.stderr
+    job = run_as("alice", ["job", "77"], api)  # not imported yet: the live view
+    assert job.returncode == 0 and "RUNNING for" in job.stdout, job.stderr
+    mine_all = run_as("alice", ["watch", "-n", "1", "-o", "json"], api)
+    assert [v["job_id"] for v in json.loads(mine_all.stdout)["jobs"]] == ["77"]
+    r = run_as("bob", ["watch", "77", "-n", "1"], api)
+    assert r.returncode == 5 and r.stderr.strip().endswith("403: job 77: not found, or not yours")
+    assert json.loads(run_as("bob", ["watch", "-n", "1", "-o", "json"], api).stdout)["jobs"] == []
