@@ -124,11 +124,112 @@ def run(interval: float, ship: float, seconds: float) -> dict[str, float]:
     }
 
 
+def at_scale(jobs: int, refreshes: int = 50) -> dict[str, float]:
+    """One refresh's statement on a database as a busy site's: `jobs` jobs over 30 days (a tenth of the
+    running ones not imported yet, their prolog records unlinked), two GPUs each, 10 s samples of the last hour of
+    each running one (at most 1,000 running), 30 days of node events; one user's job by id, and one user's running jobs."""
+    import psycopg
+
+    from cocaq.config_load import load_config
+    from cocaq.db.dbapi import connect
+    from cocaq.footprint.live import Ask, fetch
+
+    c.recreate_database(DB)
+    with tempfile.TemporaryDirectory(prefix="cocaq-bench-live-") as tmp:
+        cfg_path = Path(tmp) / "cocaq.toml"
+        cfg_path.write_text(f'database_url = "{c.pg_url(DB)}"\n[cluster]\nname = "bench"\n')
+        env = c.cocaq_env(DB)
+        env.pop("COCAQ_DATABASE_URL", None)
+        subprocess.run([c.COCAQ, "--config", str(cfg_path), "db", "upgrade"], env=env, check=True)
+        cfg = load_config(cfg_path, {})
+    running = min(max(jobs // 50, 1), 1000)
+    sql = f"""
+INSERT INTO clusters (name) VALUES ('bench') ON CONFLICT DO NOTHING;
+INSERT INTO jobs (cluster_id, job_id, job_id_raw, user_name, account, partition, n_nodes, alloc_cpus,
+  alloc_gpus, submit_time, start_time, end_time, elapsed_s, time_limit_s, state, is_open, energy_j,
+  energy_measured_j, pue, co2_g, updated_at)
+SELECT 1, g::text, g, 'user' || (g % 500), 'lab' || (g % 40), 'gpu', 1, 8, 2,
+  now() - (g * interval '1 second' * {30 * 86400 // jobs}) - interval '1 minute',
+  now() - (g * interval '1 second' * {30 * 86400 // jobs}),
+  CASE WHEN g <= {running} THEN NULL ELSE now() - (g * interval '1 second' * {30 * 86400 // jobs})
+    + interval '1 hour' END,
+  3600, 86400, CASE WHEN g <= {running} THEN 'RUNNING' ELSE 'COMPLETED' END, g <= {running}, 1e6, 1e6,
+  1.2, 100, now()
+FROM generate_series(1, {jobs}) g WHERE g % 10 <> 0 OR g > {running};
+INSERT INTO node_events (uid, cluster_id, node, job_id, event, ts, payload, job_pk)
+SELECT 'b/' || g || '/' || e, 1, 'n' || (g % 200), g::text, e,
+  now() - (g * interval '1 second' * {30 * 86400 // jobs}) + CASE e WHEN 'end' THEN interval '1 hour'
+    ELSE interval '0' END,
+  json_build_object('ts', 0, 'job', json_build_object('user', 'user' || (g % 500), 'account',
+    'lab' || (g % 40), 'partition', 'gpu'), 'gpus', json_build_array(json_build_object('uuid',
+    'GPU-' || g || '-0', 'slurm_index', 0), json_build_object('uuid', 'GPU-' || g || '-1', 'slurm_index',
+    1))),
+  (SELECT id FROM jobs j WHERE j.cluster_id = 1 AND j.job_id_raw = g)
+FROM generate_series(1, {jobs}) g, (VALUES ('start'), ('end')) v(e)
+WHERE e = 'start' OR g > {running};
+INSERT INTO node_energy (cluster_id, node, job_id, job_start, component, device, source, method, energy_j,
+  t0, t1, final)
+SELECT 1, 'n' || (g % 200), g::text, now() - (g * interval '1 second' * {30 * 86400 // jobs}), 'gpu',
+  'GPU-' || g || '-' || d, 'nvml', 'measured', 5e5, now() - (g * interval '1 second' * {30 * 86400 // jobs}),
+  now(), g > {running}
+FROM generate_series(1, {jobs}) g, generate_series(0, 1) d;
+"""
+    samples = f"""
+INSERT INTO samples (ts, cluster_id, node, source, device, metric, job_id, value)
+SELECT now() - k * interval '10 seconds', 1, 'n' || (g % 200), 'nvml', 'GPU-' || g || '-' || d, m,
+  g::text, 250
+FROM generate_series(1, {running}) g, generate_series(0, 1) d, generate_series(0, 359) k,
+  (VALUES ('power_w'), ('util_pct'), ('mem_used_mb'), ('energy_j')) v(m);
+"""
+    from datetime import UTC, datetime
+
+    from cocaq.db.engine import make_engine
+    from cocaq.db.migrate import ensure_sample_partitions
+
+    engine = make_engine(c.pg_url(DB))
+    ensure_sample_partitions(engine, datetime.now(UTC))
+    engine.dispose()
+    with psycopg.connect(c.pg_url(DB, sqlalchemy=False), autocommit=True) as conn:
+        conn.execute(sql)
+        conn.execute(samples)
+        conn.execute("ANALYZE")
+        n_samples = conn.execute("SELECT count(*) FROM samples").fetchone()[0]
+        n_events = conn.execute("SELECT count(*) FROM node_events").fetchone()[0]
+    out: dict[str, float] = {"jobs": jobs, "running": running, "samples": n_samples, "node_events": n_events}
+    db = connect(cfg.database_url)
+    for name, ask in (("by_id", Ask(("7",))), ("by_user", Ask(user="user7")), ("not_imported", Ask(("10",)))):
+        ms = []
+        for _ in range(refreshes):
+            db.raw.rollback()
+            t0 = time.perf_counter()
+            rows = fetch(db, ask, time.time())
+            ms.append((time.perf_counter() - t0) * 1000)
+        out[f"{name}_rows"] = len(rows)
+        out[f"{name}_ms_median"] = statistics.median(ms)
+        out[f"{name}_ms_p90"] = c.p90(ms)
+    db.close()
+    c.drop_database(DB)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="only I = 2 s, S = 10 s")
+    ap.add_argument("--scale-only", action="store_true", help="only the refresh on a big database")
+    ap.add_argument("--jobs", type=int, default=200_000, help="jobs in the big database (default 200,000)")
     args = ap.parse_args()
     c.print_machine(c.machine())
+    big = at_scale(args.jobs)
+    print(json.dumps(big))
+    print(
+        f"A refresh on a database of {big['jobs']:,} jobs, {big['node_events']:,} node events and "
+        f"{big['samples']:,} samples: one job by id {big['by_id_ms_median']:.1f} ms median "
+        f"({big['by_id_ms_p90']:.1f} p90), a user's running jobs {big['by_user_ms_median']:.1f} ms "
+        f"({big['by_user_ms_p90']:.1f}), a job not imported yet {big['not_imported_ms_median']:.1f} ms "
+        f"({big['not_imported_ms_p90']:.1f})"
+    )
+    if args.scale_only:
+        return
     settings = [(2.0, 10.0, 75.0)] if args.quick else [(2.0, 10.0, 75.0), (10.0, 60.0, 150.0)]
     results = []
     for interval, ship, seconds in settings:

@@ -161,7 +161,9 @@ def test_a_running_job_not_yet_imported_is_measured_so_far_in_one_query(
     c.close()
 
 
-def _import_running(engine: Engine, job: str, start: float, limit_s: float = 3600.0) -> None:
+def _import_running(
+    engine: Engine, job: str, start: float, limit_s: float = 3600.0, raw: int | None = None
+) -> None:
     """The job as the importer writes a RUNNING one (the columns live reads)."""
     with engine.begin() as conn:
         cid = conn.execute(text("SELECT id FROM clusters WHERE name = 'cocaqtest'")).scalar_one()
@@ -176,7 +178,7 @@ def _import_running(engine: Engine, job: str, start: float, limit_s: float = 360
             {
                 "cid": cid,
                 "job": job,
-                "raw": int(job),
+                "raw": int(job) if raw is None else raw,
                 "t": datetime.fromtimestamp(start, UTC),
                 "limit": limit_s,
                 "open": True,
@@ -223,6 +225,27 @@ def test_an_imported_running_job_gets_its_estimates_projection_and_carbon(
     assert "Energy so far:" in r.out and "Energy: " not in r.out
     r = run_cocaq(["job", "402", "-o", "json"], cocaq_env(node))
     assert json.loads(r.out)["live"]["job_id"] == "402"
+
+
+def test_an_array_task_is_found_by_its_sacct_id_and_by_its_raw_id(
+    engine: Engine, tmp_path: Path, clock: Clock
+) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    node, rapl, cg = _node(tmp_path, url)
+    c = _run(node, rapl, cg, clock, "905", cycles=2)  # the node knows the raw id (SLURM_JOB_ID)
+    c.close()
+    with engine.connect() as conn:
+        t0 = conn.execute(text("SELECT min(t0) FROM node_energy WHERE job_id = '905'")).scalar_one()
+    start = (t0 if isinstance(t0, datetime) else datetime.fromisoformat(str(t0))).replace(tzinfo=UTC)
+    _import_running(engine, "900_3", start.timestamp(), raw=905)  # sacct shows it as 900_3
+    cfg = load_config(node.config, {})
+    with connect(url) as db:
+        for asked in ("900_3", "905"):
+            [v] = live(db, cfg, Ask((asked,)), now=clock.now)
+            assert (v["job_id"], v["job_id_raw"], v["in_accounting"]) == ("900_3", "905", True)
+            assert len(v["gpus"]) == 2 and all(g["energy_j"] for g in v["gpus"])
+        assert live(db, cfg, Ask(("900",)), now=clock.now) == []  # the array's own id is no task
+        assert live(db, cfg, Ask(("905",), cluster="elsewhere"), now=clock.now) == []
 
 
 def test_the_job_ends_then_waits_for_its_accounting(engine: Engine, tmp_path: Path, clock: Clock) -> None:

@@ -68,30 +68,42 @@ def fetch(db: Db, ask: Ask, now: float, window_s: float = WINDOW_S) -> list[tupl
         "from": datetime.fromtimestamp(now - window_s, UTC),
         "cluster": ask.cluster,
     }
-    cluster_j = cluster_s = ""
-    if ask.cluster is not None:
-        cluster_j = " AND j.cluster_id IN (SELECT id FROM clusters WHERE name = %(cluster)s)"
-        cluster_s = " AND s.cluster_id IN (SELECT id FROM clusters WHERE name = %(cluster)s)"
+    # (the cluster is named even when any will do: the indexes on jobs and node_events lead with it)
+    clusters = "SELECT id FROM clusters" + (" WHERE name = %(cluster)s" if ask.cluster is not None else "")
+    cluster_j = f" AND j.cluster_id IN ({clusters})"
+    cluster_s = f" AND s.cluster_id IN ({clusters})"
+    pick = "SELECT j.cluster_id AS cid, j.job_id_raw AS raw FROM jobs j WHERE j.job_id_raw IS NOT NULL"
     if ask.job_ids:
-        ors_j, ors_s = [], []
+        ids, nums, raws = [], [], []
         for i, jid in enumerate(ask.job_ids[:MAX_JOBS]):
-            p[f"id{i}"], p[f"raw{i}"] = jid, _raw(jid)
-            ors_j.append(f"j.job_id = %(id{i})s OR j.job_id_raw = %(raw{i})s")
+            p[f"id{i}"] = jid
+            ids.append(f"%(id{i})s")
             if _raw(jid) >= 0:
-                ors_s.append(f"s.job_id = %(id{i})s")
-        jobs_where = f"({' OR '.join(ors_j)})"
-        events_where = f"({' OR '.join(ors_s)})" if ors_s else "1 = 0"
+                p[f"raw{i}"] = _raw(jid)
+                nums.append(f"%(id{i})s")
+                raws.append(f"%(raw{i})s")
+        # as sacct shows it (123_4) or the raw id: two index lookups (an OR would scan jobs)
+        jobs = [f"{pick} AND j.job_id IN ({', '.join(ids)}){cluster_j}"]
+        if raws:
+            jobs.append(f"{pick} AND j.job_id_raw IN ({', '.join(raws)}){cluster_j}")
+        events_where = f"s.job_id IN ({', '.join(nums)})" if nums else "1 = 0"
     elif ask.user is not None:
         p["user"], p["open"] = ask.user, True
-        jobs_where = "j.user_name = %(user)s AND j.is_open = %(open)s AND j.start_time IS NOT NULL"
+        jobs = [
+            f"{pick} AND j.user_name = %(user)s AND j.is_open = %(open)s AND j.start_time IS NOT NULL"
+            f"{cluster_j}"
+        ]
         user = (
             "s.payload->'job'->>'user'"
             if db.dialect == "postgresql"
             else "json_extract(s.payload, '$.job.user')"
         )
+        # a running job not imported yet has prolog records not linked to a jobs row (job_pk NULL: an
+        # index); an imported one comes through its jobs row
         events_where = (
-            f"{user} = %(user)s AND NOT EXISTS (SELECT 1 FROM node_events e WHERE e.cluster_id = s.cluster_id"
-            " AND e.job_id = s.job_id AND e.node = s.node AND e.event = 'end' AND e.ts >= s.ts)"
+            f"s.job_pk IS NULL AND {user} = %(user)s AND NOT EXISTS (SELECT 1 FROM node_events e WHERE"
+            " e.cluster_id = s.cluster_id AND e.job_id = s.job_id AND e.node = s.node AND e.event = 'end'"
+            " AND e.ts >= s.ts)"
         )
     else:
         raise ValueError("ask for job ids or a user")
@@ -100,8 +112,7 @@ def fetch(db: Db, ask: Ask, now: float, window_s: float = WINDOW_S) -> list[tupl
     as_text = f"CAST(ids.raw AS {text})"
     sql = f"""
 WITH ids AS (
-  SELECT j.cluster_id AS cid, j.job_id_raw AS raw FROM jobs j
-   WHERE j.job_id_raw IS NOT NULL AND {jobs_where}{cluster_j}
+  {" UNION ".join(jobs)}
   UNION
   SELECT s.cluster_id, CAST(s.job_id AS BIGINT) FROM node_events s
    WHERE s.event = 'start' AND s.ts >= %(since)s AND {events_where}{cluster_s}
@@ -253,7 +264,8 @@ def _view(
     # the GPUs: what the prolog recorded (Slurm's index), what was measured and sampled
     index: dict[tuple[str, str], Any] = {}
     for node, (_, payload) in starts.items():
-        for g in payload.get("gpus") or []:
+        listed = payload.get("gpus")
+        for g in listed if isinstance(listed, list) else []:
             if isinstance(g, dict) and isinstance(g.get("uuid"), str):
                 index[(node, g["uuid"])] = g.get("slurm_index", g.get("minor"))
     gpu_keys = sorted(
