@@ -125,9 +125,10 @@ def run(interval: float, ship: float, seconds: float) -> dict[str, float]:
 
 
 def at_scale(jobs: int, refreshes: int = 50) -> dict[str, float]:
-    """One refresh's statement on a database as a busy site's: `jobs` jobs over 30 days (a tenth of the
-    running ones not imported yet, their prolog records unlinked), two GPUs each, 10 s samples of the last hour of
-    each running one (at most 1,000 running), 30 days of node events; one user's job by id, and one user's running jobs."""
+    """One refresh's statement on a database as a busy site's: `jobs` jobs over 30 days, two GPUs each
+    (a tenth of the running ones not imported yet: their prolog records unlinked), 10 s samples of the
+    last hour of each running one (at most 1,000), 30 days of node events. Timed: one job by id, one not
+    imported yet, and one user's running jobs."""
     import psycopg
 
     from cocaq.config_load import load_config
