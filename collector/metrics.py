@@ -11,15 +11,18 @@ it leaves the spool. Metric and label names: the contract in docs/node-side.md.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import socket
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import start_http_server
+from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 from prometheus_client.registry import Collector as PromCollector
 from prometheus_client.registry import CollectorRegistry
 
@@ -180,6 +183,11 @@ class SnapshotCollector(PromCollector):
         )
 
 
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No line per scrape in the collector's log."""
+
+
 class Exporter:
     """What the daemon holds when the endpoint is on: the registry, the server, the per-job model cache."""
 
@@ -194,14 +202,46 @@ class Exporter:
         self.thread: threading.Thread | None = None
 
     def serve(self, host: str, port: int) -> None:
-        """Listen on (host, port) in a daemon thread; raises OSError when it cannot."""
-        self.server, self.thread = start_http_server(port, addr=host, registry=self.registry)
+        """Listen on (host, port) in a daemon thread; raises OSError when it cannot.
+
+        prometheus_client's start_http_server, except that the server's thread sleeps until a
+        connection comes (its select wakes every 0.5 s otherwise: 0.02% of a core, as much as the
+        scrapes); `close` wakes it with a connection of its own."""
+        family, _, _, _, sockaddr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+
+        class Server(ThreadingWSGIServer):
+            address_family = family
+
+        self.server = make_server(
+            str(sockaddr[0]), port, make_wsgi_app(self.registry), Server, handler_class=_QuietHandler
+        )
+        self.thread = threading.Thread(
+            target=self.server.serve_forever,
+            kwargs={"poll_interval": None},
+            name="cocaq-metrics",
+            daemon=True,
+        )
+        self.thread.start()
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
+        """Stop serving: ask the loop to stop, and connect until it has seen the request (it sleeps
+        in select until a connection comes), then close the socket."""
+        srv, self.server = self.server, None
+        if srv is None:
+            return
+        stopper = threading.Thread(target=srv.shutdown, daemon=True)
+        stopper.start()
+        host, port = srv.server_address[:2]
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+        for _ in range(50):
+            with contextlib.suppress(OSError):
+                socket.create_connection((host, port), timeout=0.5).close()
+            stopper.join(0.1)
+            if not stopper.is_alive():
+                break
+        srv.server_close()
 
     def _model(self, jid: str, start: float, st: Mapping[str, Any], uid: int | None) -> str:
         """The model the job declared, once per job: its annotation file, else its comment's `model=`."""
