@@ -339,7 +339,7 @@ def metrics_in_process(cfg: Path, cycles: int, scrapes: int) -> dict[str, float]
             cyc = col.sample()
             states = running_jobs(conf.spool_dir)  # read outside the timing: sample() reads it anyway
             t0 = time.process_time()
-            col._update_metrics(cyc, states)
+            col._update_metrics(cyc, states, [])
             upd.append((time.process_time() - t0) * 1000)
         t0 = time.process_time()
         for _ in range(scrapes):

@@ -96,6 +96,7 @@ class Collector:
         self.cycles = 0
         self.hook_failures: dict[str, int] = {}
         self.last_ship_ts: float | None = None
+        self.last_jobs: set[str] = set()  # the last cycle's running jobs (whose end the metrics keep)
         self.stop = False
         self.metrics: Any = None  # cocaq.collector.metrics.Exporter, when the endpoint is on
         if serve_metrics and cfg.collector.metrics_listen:
@@ -136,7 +137,11 @@ class Collector:
                 self.errors += 1
                 log.error("source %s failed this cycle: %s: %s", s.name, type(exc).__name__, exc)
         self._hook_failures(cycle)
-        cycle.energy.extend(self._end_jobs(self._end_records()))
+        # with metrics on, also the epilog records of the jobs that left since the last cycle: their final
+        # counters stay on the endpoint a while (cocaq.collector.metrics.ENDED_KEEP_S)
+        left = self.last_jobs - set(cycle.jobs) if self.metrics is not None else set()
+        records = self._end_records(left)
+        cycle.energy.extend(self._end_jobs(records))
         state = {"sources": {s.name: s.state() for s in self.sources}, "last_ts": now}
         self.db.record_cycle(cycle.samples, cycle.energy, state)
         self._spool_events(cycle)
@@ -144,10 +149,19 @@ class Collector:
         self.last_ts = now
         self.cycles += 1
         if self.metrics is not None:
-            self._update_metrics(cycle, states)
+            ended = []
+            for rec in records:
+                if rec.get("job_id") in left and rec.get("event") == "end":
+                    for e in rec.get("energy") or []:
+                        with contextlib.suppress(KeyError, TypeError, ValueError):
+                            ended.append(EnergyRow.from_entry(rec["job_id"], e))
+            self._update_metrics(cycle, states, ended)
+        self.last_jobs = set(cycle.jobs)
         return cycle
 
-    def _update_metrics(self, cycle: sources_mod.Cycle, states: dict[str, dict[str, Any]]) -> None:
+    def _update_metrics(
+        self, cycle: sources_mod.Cycle, states: dict[str, dict[str, Any]], ended: list[EnergyRow]
+    ) -> None:
         """Swap in this cycle's metrics snapshot: the cycle's values and the collector's health."""
         from cocaq.collector.metrics import Health
         from cocaq.collector.spool import count_events
@@ -173,15 +187,17 @@ class Collector:
                 hook_failures=tuple(sorted(self.hook_failures.items())),
                 running_jobs=len(cycle.jobs),
             )
-            self.metrics.update(cycle, states, health)
+            self.metrics.update(cycle, states, health, ended)
         except Exception as exc:  # the metrics must never stop the collection
             log.error("metrics: this cycle's not updated: %s: %s", type(exc).__name__, exc)
 
-    def _end_records(self) -> list[dict[str, Any]]:
-        """The epilog records in the spool of the jobs a source waits on (to close an integral)."""
+    def _end_records(self, also: set[str] | None = None) -> list[dict[str, Any]]:
+        """The epilog records in the spool of the jobs a source waits on (to close an integral), and of
+        the jobs in `also`."""
         from cocaq.collector import spool
 
         waiting = set().union(*(s.waiting_jobs() for s in self.sources)) if self.sources else set()
+        waiting |= also or set()
         if not waiting:
             return []
         directory = os.path.join(self.cfg.spool_dir, spool.EVENTS)

@@ -16,7 +16,7 @@ import logging
 import math
 import socket
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector as PromCollector
 from prometheus_client.registry import CollectorRegistry
 
 from cocaq.collector import annotation_files
+from cocaq.collector.records import GPU_SOURCE_RANK, EnergyRow
 from cocaq.collector.sources import Cycle
 from cocaq.ml.meta import parse_comment
 
@@ -37,6 +38,12 @@ GPU_LABELS = (*JOB_LABELS, "gpu", "uuid")
 HOST_LABELS = (*JOB_LABELS, "component")
 NODE_LABELS = ("cluster", "node")
 MAX_LABEL = 256  # what a label value may hold (the spool's strings are bounded already; this bounds ours)
+# A job that has ended keeps its energy counters this long, at their final values (the epilog's counter
+# reading, the integral closed at the epilog), so that a scrape every minute or two sees what the job used
+# to its end; its gauges (power, utilisation, memory, cores) go at once, and then the counters go too.
+ENDED_KEEP_S = 120.0
+
+Key = tuple[str, str]  # ("gpu", uuid) or ("host", component)
 
 
 def label(v: Any) -> str:
@@ -198,6 +205,13 @@ class Exporter:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         self.models: dict[tuple[str, float], str] = {}  # (job, start) -> model declared
+        # the energy counters of the last cycle's running jobs, and of jobs ended less than
+        # ENDED_KEEP_S ago (with when they go): job -> {key: (labels, t1, joules)}
+        self.running: dict[str, dict[Key, tuple[tuple[str, ...], float, float]]] = {}
+        self.ended: dict[
+            str, tuple[float, dict[Key, tuple[tuple[str, ...], float, float]], dict[Key, int]]
+        ] = {}
+        self.sources: dict[tuple[str, Key], str] = {}  # (job, key) -> source of the running value
         self.server: Any = None
         self.thread: threading.Thread | None = None
 
@@ -260,8 +274,17 @@ class Exporter:
             self.models[key] = got
         return got
 
-    def update(self, cycle: Cycle, states: Mapping[str, Mapping[str, Any]], health: Health) -> None:
-        """Build this cycle's snapshot and swap it in (the daemon's thread; scrapes read the reference)."""
+    def update(
+        self,
+        cycle: Cycle,
+        states: Mapping[str, Mapping[str, Any]],
+        health: Health,
+        ended_rows: Iterable[EnergyRow] = (),
+    ) -> None:
+        """Build this cycle's snapshot and swap it in (the daemon's thread; scrapes read the reference).
+
+        `ended_rows`: the final energy rows of jobs that left the node since the last cycle, from their
+        epilog records (the counter's reading at the end)."""
         for ev in cycle.events:  # what jobmeta read from a job's annotation file since the last cycle
             model = (ev.get("meta") or {}).get("api", {}).get("model") if isinstance(ev, dict) else None
             rj = cycle.jobs.get(str(ev.get("job_id")))
@@ -311,6 +334,7 @@ class Exporter:
         # for one key (an epilog's closing row beside a running one), the later one, as the database keeps
         gpu_e: dict[tuple[str, str], tuple[float, float]] = {}
         host_e: dict[tuple[str, str], tuple[float, float]] = {}
+        sources: dict[tuple[str, Key], str] = {}
         for r in cycle.energy:
             if r.job_id not in jl or not _finite(r.energy_j) or r.energy_j < 0:
                 continue
@@ -320,13 +344,58 @@ class Exporter:
             old = store.get((r.job_id, dev))
             if old is None or r.t1 >= old[0]:
                 store[(r.job_id, dev)] = (r.t1, r.energy_j)
+                sources[(r.job_id, ("gpu", dev) if r.component == "gpu" else ("host", dev))] = r.source
+        self.sources = sources
+        running: dict[str, dict[Key, tuple[tuple[str, ...], float, float]]] = {}
+        for (j, u), (t1, e) in gpu_e.items():
+            running.setdefault(j, {})[("gpu", u)] = (gl(j, u), t1, e)
+        for (j, comp), (t1, e) in host_e.items():
+            running.setdefault(j, {})[("host", comp)] = ((*jl[j], comp), t1, e)
+        self._keep_ended(cycle, jl, running, ended_rows)
+        kept = [(k, v) for _, vals, _ in self.ended.values() for k, v in vals.items()]
         self.collector.snapshot = Snapshot(
             nl,
             gpu_power=tuple(power),
-            gpu_energy=tuple((gl(j, u), e) for (j, u), (_t, e) in gpu_e.items()),
+            gpu_energy=tuple((gl(j, u), e) for (j, u), (_t, e) in gpu_e.items())
+            + tuple((lab, e) for (kind, _), (lab, _t, e) in kept if kind == "gpu"),
             gpu_util=tuple(util),
             gpu_mem=tuple(mem),
-            host_energy=tuple(((*jl[j], c), e) for (j, c), (_t, e) in host_e.items()),
+            host_energy=tuple(((*jl[j], c), e) for (j, c), (_t, e) in host_e.items())
+            + tuple((lab, e) for (kind, _), (lab, _t, e) in kept if kind == "host"),
             cores=tuple(cores),
             health=health,
         )
+
+    def _keep_ended(
+        self,
+        cycle: Cycle,
+        jl: Mapping[str, tuple[str, ...]],
+        running: dict[str, dict[Key, tuple[tuple[str, ...], float, float]]],
+        ended_rows: Iterable[EnergyRow],
+    ) -> None:
+        """Move the jobs that left since the last cycle to `ended`, bring their counters to their final
+        values (this cycle's closing rows, the epilog's rows), and forget those ended ENDED_KEEP_S ago."""
+        for jid, vals in self.running.items():
+            if jid not in jl:
+                ranks = {k: GPU_SOURCE_RANK.get(self.sources.get((jid, k), ""), 9) for k in vals}
+                self.ended[jid] = (cycle.ts + ENDED_KEEP_S, dict(vals), ranks)
+        for jid in [j for j in self.ended if j in jl]:  # the id runs again (requeued): one series each
+            del self.ended[jid]
+        for r in [*cycle.energy, *ended_rows]:
+            got = self.ended.get(r.job_id)
+            if got is None or not _finite(r.energy_j) or r.energy_j < 0:
+                continue
+            key: Key = ("gpu", r.device) if r.component == "gpu" else ("host", r.component)
+            if r.component not in ("gpu", "cpu", "dram"):
+                continue
+            old = got[1].get(key)
+            if old is None:  # (a GPU never seen running has no labels to use)
+                continue
+            # the job's final energy: the better source (the accounting's rank), else the later row
+            rank = GPU_SOURCE_RANK.get(r.source, 9) if key[0] == "gpu" else 0
+            if (rank, -r.t1) <= (got[2].get(key, 9), -old[1]):
+                got[1][key] = (old[0], r.t1, r.energy_j)
+                got[2][key] = rank
+        for jid in [j for j, (until, _, _) in self.ended.items() if until < cycle.ts]:
+            del self.ended[jid]
+        self.running = running

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 VERSION = 1
 EVENT_KINDS = ("start", "end", "ctld-start", "ctld-end", "meta")
+# When one GPU has several measured sources, the better one wins: the exact counter, then the collector's
+# integral of the sampled power, then the epilog's trapezoid of its two edge readings.
+GPU_SOURCE_RANK = {"nvml": 0, "nvml-power-integral": 1, "nvml-power-edges": 2}
 _HOOK_EVENTS = {"prolog": "start", "epilog": "end", "prologslurmctld": "ctld-start"}
 
 # what every event needs to be shipped, and its type

@@ -222,31 +222,85 @@ def test_a_scrape_shows_the_cycle_exactly_with_the_prologs_labels(tmp_path: Path
         c.close()
 
 
-def test_a_finished_jobs_series_are_gone_after_the_next_cycle(tmp_path: Path, clock: Clock) -> None:
+def test_a_finished_jobs_gauges_go_at_once_and_its_counters_after_keeping_its_final_values(
+    tmp_path: Path, clock: Clock
+) -> None:
+    from cocaq.collector.metrics import ENDED_KEEP_S
+
     port = free_port()
-    # GPU 0 has no energy counter: job 311's energy is an integral the epilog's record closes, so the
-    # cycle after its end still carries a (final) row of it, which must not bring its series back
+    # GPU 0 has no energy counter: job 311's energy is an integral the epilog's record closes (a final
+    # row in the cycle after its end); GPU 1 has one: job 314's final energy is the epilog's own reading
     node, rapl, cg = _node(tmp_path, f"127.0.0.1:{port}", counter0=False)
-    for jid, gpus in (("311", "0"), ("312", "1"), ("313", "")):
+    for jid, gpus in (("311", "0"), ("314", "1"), ("313", "")):
         node.hook("prolog", jid, SLURM_JOB_GPUS=gpus) if gpus else node.hook("prolog", jid)
         cg.add_job(jid, cpus="0-3")
     c = Collector(load_config(node.config, {}))
+
+    def by_job(got: Series) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for (name, labels), _ in _per_job(got).items():
+            out.setdefault(str(dict(labels).get("job_id")), set()).add(name)
+        return out
+
+    real = time.monotonic() - clock.now  # the hooks run in real time (the fake GPUs too): keep in step
+
+    def at(t: float) -> None:
+        clock.now = t
+        while time.monotonic() - real < t:
+            time.sleep(0.05)
+
     try:
+        at(clock.now + 0.5)
         c.sample()
-        _busy_cycle(c, clock, rapl, cg, {"311": 1_000_000, "312": 1_000_000, "313": 1_000_000})
-        jobs = {dict(k[1]).get("job_id") for k in _per_job(_series(_scrape(port)[1]))}
-        assert jobs == {"311", "312", "313"}
+        at(clock.now + 1.0)
+        rapl.add_joules("package-0", 100.0)
+        for jid in ("311", "314", "313"):
+            cg.set_cpu(jid, 1_000_000)
+        c.sample()
+        assert set(by_job(_series(_scrape(port)[1]))) == {"311", "313", "314"}
+        running = _series(_scrape(port)[1])
+        at(clock.now + 0.5)
         node.hook("epilog", 311)  # ends: its end record arrives, its state goes
+        node.hook("epilog", 314)
         cg.remove_job("311")
+        cg.remove_job("314")
         (node.spool / "jobs" / "313.state").unlink()  # leaves the spool without an epilog (and its cgroup)
         cg.remove_job("313")
-        assert {dict(k[1]).get("job_id") for k in _per_job(_series(_scrape(port)[1]))} == jobs  # until...
-        cycle = _busy_cycle(c, clock, rapl, cg, {"312": 2_000_000})
+        at(time.monotonic() - real + 0.5)
+        cycle = c.sample()
         assert any(r.job_id == "311" and r.final for r in cycle.energy) and "311" not in cycle.jobs
         got = _series(_scrape(port)[1])
-        assert {dict(k[1]).get("job_id") for k in _per_job(got)} == {"312"}
-        assert got[("cocaq_collector_running_jobs", (("cluster", "cocaqtest"), ("node", c.node)))] == 1
-        assert c.metrics is not None and list(c.metrics.models) == [("312", cycle.jobs["312"].start)]
+        jobs = by_job(got)
+        gauges = {"cocaq_job_gpu_power_watts", "cocaq_job_gpu_utilization_ratio", "cocaq_job_cpu_cores"}
+        assert all(not (names & gauges) for names in jobs.values()), "an ended job's gauges go at once"
+        assert (
+            jobs["311"]
+            == jobs["314"]
+            == {"cocaq_job_gpu_energy_joules_total", "cocaq_job_host_energy_joules_total"}
+        )
+        assert jobs["313"] == {"cocaq_job_host_energy_joules_total"}
+        assert got[("cocaq_collector_running_jobs", (("cluster", "cocaqtest"), ("node", c.node)))] == 0
+
+        def gpu_energy(series: Series, job: str) -> float:
+            [v] = [
+                v
+                for (n, lab), v in series.items()
+                if n == "cocaq_job_gpu_energy_joules_total" and dict(lab)["job_id"] == job
+            ]
+            return v
+
+        # the final values: the integral closed at the epilog's reading, the epilog's counter reading
+        closed = [r for r in cycle.energy if r.job_id == "311" and r.final]
+        assert gpu_energy(got, "311") == closed[0].energy_j
+        end = next(e for e in node.events() if e["event"] == "end" and e["job_id"] == "314")
+        final = [e["energy_j"] for e in end["energy"] if e["component"] == "gpu"]
+        assert gpu_energy(got, "314") == final[0] >= gpu_energy(running, "314")
+        assert promtool_check_metrics(_scrape(port)[1]) == ""
+        # ENDED_KEEP_S later they are gone too: the series go stale
+        clock.now += ENDED_KEEP_S
+        _busy_cycle(c, clock, rapl, cg, {})
+        assert by_job(_series(_scrape(port)[1])) == {}
+        assert c.metrics is not None and c.metrics.ended == {} and list(c.metrics.models) == []
     finally:
         c.close()
 

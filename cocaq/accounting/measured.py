@@ -25,6 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from cocaq.accounting.estimate import SOURCE_CALIBRATED, SOURCE_TDP, tdp_components
 from cocaq.carbon.zones import co2_grams
+from cocaq.collector.records import GPU_SOURCE_RANK
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import Job, JobEnergy, NodeEnergy, NodeEvent
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 
 MARGIN = timedelta(minutes=10)
 # When one device has several measured sources, the better one wins (exact counter over integrated power).
-SOURCE_RANK = {"nvml": 0, "nvml-power-integral": 1, "nvml-power-edges": 2}
+SOURCE_RANK = GPU_SOURCE_RANK
 # The epilog's trapezoid of the two edge readings: only for a GPU that nothing else measured.
 EDGES_ONLY = "nvml-power-edges"
 

@@ -154,6 +154,7 @@ def _loop(
     no_final: bool,
     fmt: str,
 ) -> None:
+    from rich.console import Group
     from rich.live import Live
     from rich.text import Text
 
@@ -164,7 +165,7 @@ def _loop(
         live_display = Live(console=console, auto_refresh=False, transient=False)
         live_display.start()
     n = 0
-    ended_at: float | None = None
+    ended_seen = False
     try:
         while True:
             got = src.views(job_id, user, cluster)
@@ -174,45 +175,41 @@ def _loop(
                     f"no job {job_id} in cocaq's records (running jobs appear with their node's first "
                     "shipment, [collector] ship_interval_s after their start; ended ones within the hour)"
                 )
+            done = job_id is not None and not got[0]["running"]
+            waiting = done and not no_final and fmt != "json" and not _final_ready(got[0])
+            msg = Text(
+                f"Job {job_id} has ended; waiting for cocaq to import Slurm's accounting of it (the "
+                "scheduler's reconcile) to print its final footprint. Ctrl-C to stop.",
+                style="yellow",
+            )
             if fmt == "json":
                 click.echo(terminal.to_json({"now_ts": time.time(), "jobs": got}).replace("\n", " "))
-            else:
+            elif live_display is not None:
                 body = live_renderable(got[0], console) if job_id else summary_renderable(got, console, user)
-                if live_display is not None:
-                    live_display.update(body, refresh=True)
-                else:
-                    console.print(body)
-                    console.rule(style="dim")
-            done = job_id is not None and not got[0]["running"]
-            if done and ended_at is None:
-                ended_at = time.time()
+                live_display.update(Group(body, msg) if waiting else body, refresh=True)
+            elif not ended_seen:  # piped: a block per refresh while it runs, the last one once
+                console.print(
+                    live_renderable(got[0], console) if job_id else summary_renderable(got, console, user)
+                )
+                if waiting:
+                    console.print(msg)
+                console.rule(style="dim")
+            ended_seen = ended_seen or done
             if iterations is not None and n >= iterations:
                 return
-            if job_id is None and not any(v["running"] for v in got) and live_display is None:
-                return
-            if done:
+            if job_id is None and live_display is None and not any(v["running"] for v in got):
+                return  # piped, and none of the user's jobs runs: nothing more will come
+            if done and not waiting:
                 if no_final or fmt == "json":
                     return
-                if _final_ready(got[0]):
-                    if live_display is not None:
-                        live_display.stop()
-                        live_display = None
-                    for j in src.final_job(job_id or "", cluster)[:1]:
-                        terminal.print_job(j, console)
-                    return
-                msg = (
-                    f"Job {job_id} has ended; waiting for cocaq to import Slurm's accounting of it (the "
-                    "scheduler's reconcile) to print its final footprint. Ctrl-C to stop."
-                )
                 if live_display is not None:
-                    from rich.console import Group
-
-                    live_display.update(
-                        Group(live_renderable(got[0], console), Text(msg, style="yellow")), refresh=True
-                    )
-                elif n == 1 or (time.time() - (ended_at or 0)) < interval * 1.5:
-                    console.print(Text(msg, style="yellow"))
-            time.sleep(interval)
+                    live_display.stop()
+                    live_display = None
+                for j in src.final_job(job_id or "", cluster)[:1]:
+                    terminal.print_job(j, console)
+                return
+            # once ended, the import comes within the hour: no need to ask as often
+            time.sleep(max(interval, 10.0) if done else interval)
     finally:
         if live_display is not None:
             live_display.stop()
