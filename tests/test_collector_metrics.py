@@ -296,11 +296,23 @@ def test_a_finished_jobs_gauges_go_at_once_and_its_counters_after_keeping_its_fi
         final = [e["energy_j"] for e in end["energy"] if e["component"] == "gpu"]
         assert gpu_energy(got, "314") == final[0] >= gpu_energy(running, "314")
         assert promtool_check_metrics(_scrape(port)[1]) == ""
-        # ENDED_KEEP_S later they are gone too: the series go stale
+        # 314 is requeued: the same id runs again, with its running series and none kept
+        node.hook("prolog", 314, SLURM_JOB_GPUS="1")
+        cg.add_job("314", cpus="0-3")
+        at(time.monotonic() - real + 0.5)
+        c.sample()
+        text = _scrape(port)[1]
+        again = [k for k in _per_job(_series(text)) if dict(k[1])["job_id"] == "314"]
+        lines = [x for x in text.splitlines() if x.startswith("cocaq_job_gpu_energy_joules_total{")]
+        assert len([x for x in lines if 'job_id="314"' in x]) == 1, "one series, not a kept one beside it"
+        assert "cocaq_job_gpu_power_watts" in {k[0] for k in again}
+        assert promtool_check_metrics(text) == ""
+        # ENDED_KEEP_S later the others are gone too: their series go stale
         clock.now += ENDED_KEEP_S
         _busy_cycle(c, clock, rapl, cg, {})
-        assert by_job(_series(_scrape(port)[1])) == {}
-        assert c.metrics is not None and c.metrics.ended == {} and list(c.metrics.models) == []
+        assert set(by_job(_series(_scrape(port)[1]))) == {"314"}
+        assert c.metrics is not None and c.metrics.ended == {}
+        assert [k[0] for k in c.metrics.models] == ["314"]
     finally:
         c.close()
 

@@ -377,8 +377,10 @@ def test_a_reused_id_shows_only_its_newest_run_and_the_counter_wins_over_the_int
         _start("n1", old, [{"uuid": "GPU-a", "slurm_index": 3}]),
         _energy("n1", "gpu", "GPU-a", "nvml", 9e9, old, old + 50),  # the earlier run of the id
         _start("n1", new, [{"uuid": "GPU-a", "slurm_index": 0}]),
+        _energy("n1", "gpu", "GPU-a", "nvml-power-edges", 26_000.0, new, now - 1),  # the epilog's edges
         _energy("n1", "gpu", "GPU-a", "nvml-power-integral", 25_000.0, new, now - 5),
         _energy("n1", "gpu", "GPU-a", "nvml", 24_000.0, new, now - 5),
+        _energy("n1", "gpu", "GPU-a", "nvml", 23_000.0, new, now - 15),  # an older row of the counter
         _sample("n1", "GPU-a", "power_w", 250.0, now - 15),
         _sample("n1", "GPU-a", "power_w", 260.0, now - 5),
         _sample("n1", "GPU-a", "util_pct", 50.0, now - 15),

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
+from cocaq.collector.records import GPU_SOURCE_RANK
 from cocaq.footprint import dbsql
 from cocaq.units import J_PER_KWH
 
@@ -35,10 +36,10 @@ BINS = 60  # the power history's resolution (a sparkline's width)
 LOOKBACK_S = 30 * 86400.0  # prolog records of jobs not imported yet are looked for this far back
 MAX_JOBS = 100  # jobs one query may ask for (the read API's limit too)
 METRICS = ("power_w", "util_pct", "mem_used_mb", "cpu_cores", "mem_mb")
-GPU_SOURCES = ("nvml", "nvml-power-integral")  # the counter first: it wins where both are there
 BASIS = {
     "nvml": "GPU energy counter since the prolog",
     "nvml-power-integral": "integral of the sampled GPU power",
+    "nvml-power-edges": "the prolog's and the epilog's power readings",
     "rapl": "RAPL, the job's share of the node",
     "tdp-estimate": "rated power x run time so far",
 }
@@ -250,7 +251,9 @@ def _view(
         key = (node, comp, dev)
         cand = (float(r[12]), src, float(r[20]), bool(r[22]))
         have = best.get(key)
-        if have is None or (src == "nvml" and have[1] != "nvml"):
+        # the better source where a GPU has several, as the accounting ranks them (then the later row)
+        rank = GPU_SOURCE_RANK.get
+        if have is None or (rank(src, 9), -cand[2]) < (rank(have[1], 9), -have[2]):
             best[key] = cand
     samples: dict[tuple[str, str, str], list[tuple[float, float]]] = defaultdict(list)
     for r in kinds.get("s", []):
