@@ -239,8 +239,9 @@ def main() -> None:
         print(json.dumps(r))
         verdict = "within" if r["latency_max_s"] <= r["target_s"] else "OVER"
         print(
-            f"I = {interval:g} s, S = {ship:g} s: newest data reached the watcher after at most "
-            f"{r['latency_max_s']:.2f} s (median {r['latency_median_s']:.2f} s), {verdict} the target "
+            f"I = {interval:g} s, S = {ship:g} s: each sample reached the watcher at most "
+            f"{r['latency_max_s']:.2f} s after it was taken (median {r['latency_median_s']:.2f} s), "
+            f"{verdict} the target "
             f"I + S = {r['target_s']:g} s ({r['max_over_target']:.2f} of it); one refresh = one statement, "
             f"{r['refresh_query_ms_median']:.1f} ms median, {r['refresh_query_ms_p90']:.1f} ms p90"
         )
