@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
@@ -74,6 +76,16 @@ class Result:
     code: int
     out: str
     err: str
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """time.time under the test's control (tests.nodekit.Clock): step it with `clock.now += 10`."""
+    from tests.nodekit import Clock
+
+    c = Clock()
+    monkeypatch.setattr(time, "time", c)
+    yield c
 
 
 @pytest.fixture

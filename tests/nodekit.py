@@ -197,3 +197,14 @@ def cocaq_env(node: Node) -> dict[str, str]:
         if k.startswith("COCAQ_") and k not in ("COCAQ_CONFIG",) and not k.startswith("COCAQ_TEST_"):
             del env[k]
     return env
+
+
+class Clock:
+    """Wall-clock time under a test's control: the collector, RAPL deltas and the fake GPUs read it
+    (the `clock` fixture of tests/conftest.py puts it in place of time.time)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ from sqlalchemy import Engine, text
 from cocaq.collector.daemon import Collector
 from cocaq.config_load import load_config
 from tests.conftest import run_cocaq
-from tests.nodekit import UUID_BY_MINOR, cocaq_env, make_node
+from tests.nodekit import UUID_BY_MINOR, Clock, cocaq_env, make_node
 from tests.sysfs_tree import make_cgroup_v2, make_rapl
 
 
@@ -23,23 +22,6 @@ def _node(tmp_path: Path, url: str, baseline: float = 0.0):  # type: ignore[no-u
     with open(node.config, "a") as fh:
         fh.write(f"idle_baseline_w = {baseline}\n")
     return node, rapl, cg
-
-
-class Clock:
-    """Wall-clock time under the test's control (the collector, RAPL deltas and the fake GPUs read it)."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    c = Clock()
-    monkeypatch.setattr(time, "time", c)
-    return c
 
 
 def _step(c: Collector, clock: Clock, dt: float = 10.0):  # type: ignore[no-untyped-def]

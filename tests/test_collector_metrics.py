@@ -27,29 +27,12 @@ from cocaq.collector.sources import Cycle
 from cocaq.config_load import load_config
 from cocaq.ml.meta import parse_comment
 from tests.conftest import ROOT, run_cocaq
-from tests.nodekit import UUID_BY_MINOR, Node, cocaq_env, make_node
+from tests.nodekit import UUID_BY_MINOR, Clock, Node, cocaq_env, make_node
 from tests.promkit import Prometheus, free_port, promtool_check_metrics
 from tests.sysfs_tree import CgroupTree, RaplTree, make_cgroup_v2, make_rapl
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-class Clock:
-    """Wall-clock time under the test's control (the collector, RAPL deltas and the fake GPUs read it)."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    c = Clock()
-    monkeypatch.setattr(time, "time", c)
-    return c
 
 
 def _node(tmp_path: Path, listen: str | None, counter0: bool = True) -> tuple[Node, RaplTree, CgroupTree]:

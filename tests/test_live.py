@@ -21,26 +21,11 @@ from cocaq.footprint import live as live_mod
 from cocaq.footprint.live import Ask, live
 from cocaq.units import J_PER_KWH
 from tests.conftest import run_cocaq
-from tests.nodekit import UUID_BY_MINOR, cocaq_env, make_node
+from tests.nodekit import UUID_BY_MINOR, Clock, cocaq_env, make_node
 from tests.sysfs_tree import make_cgroup_v2, make_rapl
 
 # nodekit's fake GPUs: minor 1 is NVML index 0 (bus 07), minor 0 is NVML index 1 (bus 87)
 NVML_INDEX = {0: 1, 1: 0}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    c = Clock()
-    monkeypatch.setattr(time, "time", c)
-    return c
 
 
 def _node(tmp_path: Path, url: str, counter0: bool = False):  # type: ignore[no-untyped-def]
@@ -68,6 +53,17 @@ def _run(node: Any, rapl: Any, cg: Any, clock: Clock, job: str, cycles: int = 6)
         c.sample()
     res = c.ship()
     assert res is not None and res.error is None
+    return c
+
+
+def _two_cycles(node: Any, clock: Clock) -> Collector:
+    """Two collector cycles 10 s apart after the prologs already run, and one shipment."""
+    c = Collector(load_config(node.config, {}))
+    clock.now = max(clock.now, time.time()) + 1.0
+    c.sample()
+    clock.now += 10.0
+    c.sample()
+    assert c.ship().error is None
     return c
 
 
@@ -272,12 +268,7 @@ def test_a_users_running_jobs_in_one_query(engine: Engine, tmp_path: Path, clock
     node, _rapl, _cg = _node(tmp_path, url)
     node.hook("prolog", "411", SLURM_JOB_GPUS="0")
     node.hook("prolog", "412", SLURM_JOB_GPUS="1", SLURM_JOB_USER="bob", SLURM_JOB_UID="1002")
-    c = Collector(load_config(node.config, {}))
-    clock.now = max(clock.now, time.time()) + 1.0
-    c.sample()
-    clock.now += 10.0
-    c.sample()
-    assert c.ship().error is None
+    c = _two_cycles(node, clock)
     cfg = load_config(node.config, {})
     with connect(url) as raw:
         db = Counting(raw)
@@ -477,12 +468,7 @@ def test_the_api_serves_live_views_of_ones_own_jobs_only(
     node, _rapl, _cg = _node(tmp_path, url)
     # daemon (uid 1) runs the job; bin (uid 2) is another user; root an admin
     node.hook("prolog", "431", SLURM_JOB_GPUS="0", SLURM_JOB_USER="daemon", SLURM_JOB_UID="1")
-    c = Collector(load_config(node.config, {}))
-    clock.now = max(clock.now, time.time()) + 1.0
-    c.sample()
-    clock.now += 10.0
-    c.sample()
-    assert c.ship().error is None
+    c = _two_cycles(node, clock)
     c.close()
     with open(node.config, "a") as fh:
         fh.write('[api]\nadmin_users = ["root"]\n')

@@ -69,7 +69,7 @@ class LabDay:
 
 @dataclass(frozen=True)
 class SchedulerOutcome:
-    job: str
+    task: str  # the scheduler's job (its name in scheduler_runs): `task`, as Prometheus keeps `job`
     outcome: str
     runs: int
     last_s: float
@@ -192,8 +192,8 @@ class SiteCollector:
         )
         last = gauge("cocaq_scheduler_last_run_timestamp_seconds", ["task", "outcome"])
         for s in site.scheduler:
-            runs.add_metric([s.job, s.outcome], s.runs)
-            last.add_metric([s.job, s.outcome], s.last_s)
+            runs.add_metric([s.task, s.outcome], s.runs)
+            last.add_metric([s.task, s.outcome], s.last_s)
         yield from (runs, last)
 
 
