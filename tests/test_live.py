@@ -500,3 +500,28 @@ def test_the_api_serves_live_views_of_ones_own_jobs_only(
         assert get("daemon").status_code == 400
         assert get("daemon", jobs="431;DROP").status_code == 422
         assert get("daemon", jobs=",".join(["1"] * 101)).status_code == 422
+
+
+def test_a_running_job_on_a_node_without_a_collector_is_estimated_and_says_so(
+    engine: Engine, tmp_path: Path
+) -> None:
+    from tests.builders import write_config
+
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO clusters (name) VALUES ('cocaqtest')"))
+    start = time.time() - 1800
+    _import_running(engine, "441", start)
+    url = engine.url.render_as_string(hide_password=False)
+    cfg_path = write_config(tmp_path / "cocaq.toml", url)
+    cfg = load_config(cfg_path, {})
+    with connect(url) as db:
+        [v] = live(db, cfg, Ask(("441",)))
+    assert v["running"] and v["in_accounting"] and v["gpus"] == []
+    assert {p["method"] for p in v["parts"]} == {"estimated"}
+    hw, _ = cfg.hardware_for("gpu", None)
+    [gpu] = [p for p in v["parts"] if p["component"] == "gpu"]
+    assert gpu["energy_j"] == pytest.approx(2 * v["elapsed_s"] * hw.gpu_tdp_w * cfg.estimate.gpu_utilisation)
+    assert v["power_w"] == pytest.approx(sum(p["power_w"] for p in v["parts"]))
+    r = run_cocaq(["--config", str(cfg_path), "watch", "441", "-n", "1"], {"COLUMNS": "100"})
+    assert r.code == 0, r.err
+    assert "Nothing measured yet" in r.out and "estimated" in r.out

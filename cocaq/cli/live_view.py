@@ -188,14 +188,17 @@ def live_renderable(v: dict[str, Any], console: Any, header: bool = True) -> Any
         lines.append(
             Text(f"Newest sample: {_clock(v['newest_sample_ts'])} ({sample_age:,.0f} s ago)", style="dim")
         )
-    elif v["running"]:
+    elif v["running"] and not any(p["method"] == "measured" for p in v["parts"]):
         lines.append(
             Text(
-                "No samples from the collector yet: it ships every [collector] ship_interval_s "
-                "(the job's first figures come with its node's next shipment)",
+                "Nothing measured yet: no collector has shipped samples of this job (they come with its "
+                "node's next shipment, every [collector] ship_interval_s, where `cocaq collector` runs); "
+                "the figures above are estimates from rated power.",
                 style="dim",
             )
         )
+    elif v["running"]:
+        lines.append(Text("No GPU samples in the window.", style="dim"))
     return Group(*lines)
 
 
