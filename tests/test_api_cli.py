@@ -260,3 +260,8 @@ def test_watch_through_the_api_shows_ones_own_running_job_only(server: tuple[str
     r = run_as("bob", ["watch", "77", "-n", "1"], api)
     assert r.returncode == 5 and r.stderr.strip().endswith("403: job 77: not found, or not yours")
     assert json.loads(run_as("bob", ["watch", "-n", "1", "-o", "json"], api).stdout)["jobs"] == []
+    # the API down: those who can read the database (root, with the config) are told and read it
+    down = {"PATH": "/usr/bin:/bin", "COCAQ_API_URL": f"http://127.0.0.1:{_free_port()}"}
+    r = run_cocaq(["--config", str(cfg), "watch", "77", "-n", "1", "-o", "json"], down)
+    assert r.code == 0 and json.loads(r.out)["jobs"][0]["energy_j"] == 75000.0, r.err
+    assert "cannot reach the API" in r.err and "read the database directly" in r.err

@@ -29,27 +29,27 @@ class Source:
         self.db: Any = None
 
     def views(self, job_id: str | None, user: str | None, cluster: str | None) -> list[dict[str, Any]]:
+        """One refresh: one request to the API (the database if it cannot be reached, for those who
+        can read it, as `cocaq user` does), or one statement on the database."""
+        from cocaq.cli.footprint import _api_or_db
+
         cfg = self.obj.cfg
-        if cfg.api.url:
-            from cocaq.api.client import get
 
-            params = {
-                "jobs": job_id,
-                "user": None if job_id else user,
-                "cluster": cluster,
-                "window": self.window_s,
-            }
-            return list(get(cfg.api, ("live",), params)["jobs"])
-        from cocaq.footprint.live import Ask, live
+        def from_db() -> dict[str, Any]:
+            from cocaq.footprint.live import Ask, live
 
-        if self.db is None:
-            from cocaq.db.dbapi import connect
+            if self.db is None:
+                from cocaq.db.dbapi import connect
 
-            self.db = connect(cfg.database_url)
-        else:
-            self.db.raw.rollback()  # a new snapshot for each refresh
-        ask = Ask(job_ids=(job_id,), cluster=cluster) if job_id else Ask(user=user, cluster=cluster)
-        return live(self.db, cfg, ask, window_s=self.window_s)
+                self.db = connect(cfg.database_url)
+            else:
+                self.db.raw.rollback()  # a new snapshot for each refresh
+            ask = Ask(job_ids=(job_id,), cluster=cluster) if job_id else Ask(user=user, cluster=cluster)
+            return {"jobs": live(self.db, cfg, ask, window_s=self.window_s)}
+
+        params: dict[str, Any] = {"jobs": job_id, "user": None if job_id else user, "cluster": cluster}
+        params["window"] = self.window_s
+        return list(_api_or_db(self.obj, ("live",), params, from_db)["jobs"])
 
     def final_job(self, job_id: str, cluster: str | None) -> list[dict[str, Any]]:
         """The job as `cocaq job` shows it, once accounted."""
