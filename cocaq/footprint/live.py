@@ -161,16 +161,6 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
 
 
-@dataclass
-class _Job:
-    cid: int
-    raw: str
-    cluster: str = ""
-    row: tuple[Any, ...] | None = None  # the newest jobs row of this raw id
-    starts: dict[str, tuple[float, dict[str, Any]]] | None = None  # node -> (ts, payload) newest start
-    ends: dict[str, float] | None = None  # node -> newest end ts
-
-
 def _group(rows: Iterable[tuple[Any, ...]]) -> dict[tuple[int, str], dict[str, list[tuple[Any, ...]]]]:
     out: dict[tuple[int, str], dict[str, list[tuple[Any, ...]]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
