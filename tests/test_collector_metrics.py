@@ -522,3 +522,57 @@ def test_on_from_the_command_line_the_daemon_serves(tmp_path: Path) -> None:
     mods, ports, body = _run_daemon(node, ["--metrics-listen", f"127.0.0.1:{port}"], port)
     assert "prometheus_client" in mods and ports == {port}
     assert 'job_id="351"' in body and promtool_check_metrics(body) == ""
+
+
+def test_a_scrape_reads_no_gpu_no_file_and_no_database(tmp_path: Path, clock: Clock) -> None:
+    """Issue 20: metrics "from what it already samples, no extra NVML calls": scrapes in the server's
+    thread touch neither NVML nor the spool's database nor any file; only the main loop's cycles do."""
+    import threading
+
+    port = free_port()
+    node, rapl, cg = _node(tmp_path, f"127.0.0.1:{port}")
+    node.hook("prolog", 321, SLURM_JOB_GPUS="0,1")
+    cg.add_job("321", cpus="0-3")
+    c = Collector(load_config(node.config, {}))
+    calls: list[tuple[str, str]] = []  # (what, thread)
+
+    nvml = next(s for s in c.sources if s.name == "nvml")
+    read = nvml.nvml.read  # type: ignore[attr-defined]
+
+    def counted_read(d: object) -> object:
+        calls.append(("nvml", threading.current_thread().name))
+        return read(d)
+
+    nvml.nvml.read = counted_read  # type: ignore[attr-defined]
+
+    class Conn:  # collector.db's sqlite3 connection, counted
+        def __init__(self, real: object) -> None:
+            self.real = real
+
+        def __getattr__(self, name: str) -> object:
+            calls.append(("db", threading.current_thread().name))
+            return getattr(self.real, name)
+
+    c.db.conn = Conn(c.db.conn)  # type: ignore[assignment]
+    opened: list[str] = []
+    main = threading.main_thread()
+    active = [True]
+
+    def audit(event: str, args: tuple[object, ...]) -> None:  # the server's threads opening anything
+        if active[0] and event == "open" and threading.current_thread() is not main:
+            opened.append(str(args[0]))
+
+    sys.addaudithook(audit)
+    try:
+        c.sample()
+        _busy_cycle(c, clock, rapl, cg, {"321": 5_000_000})
+        main_calls = len(calls)
+        assert {w for w, _ in calls} == {"nvml", "db"}, "the cycles read the GPUs and write the spool"
+        for _ in range(5):
+            assert "cocaq_job_gpu_power_watts{" in _scrape(port)[1]
+        assert len(calls) == main_calls, f"a scrape read the GPUs or the database: {calls[main_calls:]}"
+        assert all(t == main.name for _, t in calls)
+        assert opened == [], f"a scrape opened files: {opened}"
+    finally:
+        active[0] = False  # (an audit hook cannot be removed: it stops recording)
+        c.close()
