@@ -208,6 +208,24 @@ FROM generate_series(1, {running}) g, generate_series(0, 1) d, generate_series(0
         out[f"{name}_rows"] = len(rows)
         out[f"{name}_ms_median"] = statistics.median(ms)
         out[f"{name}_ms_p90"] = c.p90(ms)
+    # the read API's GET /metrics on the same database (a scrape of the site's figures)
+    from datetime import UTC, datetime
+
+    from cocaq.api.site_metrics import read_site
+    from cocaq.db.engine import make_engine
+
+    engine = make_engine(cfg.database_url)
+    ms = []
+    with engine.connect() as conn:
+        for _ in range(10):
+            db.raw.rollback()
+            t0 = time.perf_counter()
+            site = read_site(db, conn, cfg, datetime.now(UTC))
+            ms.append((time.perf_counter() - t0) * 1000)
+    engine.dispose()
+    out["site_metrics_labs"] = len(site.labs)
+    out["site_metrics_ms_median"] = statistics.median(ms)
+    out["site_metrics_ms_p90"] = c.p90(ms)
     db.close()
     c.drop_database(DB)
     return out
@@ -227,7 +245,8 @@ def main() -> None:
         f"{big['samples']:,} samples: one job by id {big['by_id_ms_median']:.1f} ms median "
         f"({big['by_id_ms_p90']:.1f} p90), a user's running jobs {big['by_user_ms_median']:.1f} ms "
         f"({big['by_user_ms_p90']:.1f}), a job not imported yet {big['not_imported_ms_median']:.1f} ms "
-        f"({big['not_imported_ms_p90']:.1f})"
+        f"({big['not_imported_ms_p90']:.1f}); the API's GET /metrics ({big['site_metrics_labs']:.0f} labs) "
+        f"{big['site_metrics_ms_median']:.0f} ms ({big['site_metrics_ms_p90']:.0f})"
     )
     if args.scale_only:
         return
