@@ -126,3 +126,94 @@ def test_usage_errors(env: dict[str, str], tmp_path: Path) -> None:
     assert r.code == 2 and r.err.startswith("cocaq: error: bad date") and r.err.count("\n") == 1, r.err
     r = run_cocaq(["carbon", "zones"], env)
     assert r.code == 0 and "no carbon-intensity series imported" in r.err
+
+
+# --- `cocaq carbon when` (issue 21) ---------------------------------------------------------------------
+
+
+def _es_lca() -> dict[float, float]:
+    """The slice's hourly LCA values by hour start (epoch), read here independently of cocaq."""
+    from datetime import UTC, datetime
+
+    with open(ES, newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    col = next(i for i, h in enumerate(rows[0]) if "LCA" in h)
+    return {datetime.fromisoformat(r[0]).replace(tzinfo=UTC).timestamp(): float(r[col]) for r in rows[1:]}
+
+
+def _best(values: dict[float, float], at: float, hours: int, within_h: int) -> tuple[float, float, float]:
+    """Brute force over whole-hour starts (the series is hourly and `at` on the hour): (start, avg, now)."""
+
+    def avg(t: float) -> float:
+        return sum(values[t + 3600 * k] for k in range(hours)) / hours
+
+    starts = [at + 3600 * k for k in range(within_h + 1)]
+    g, t = min((avg(t), t) for t in starts)
+    return t, g, avg(at)
+
+
+def test_when_from_the_imported_series(env: dict[str, str]) -> None:
+    from datetime import UTC, datetime
+
+    assert run_cocaq(["carbon", "import", ES], env).code == 0
+    at = datetime(2023, 7, 2, tzinfo=UTC).timestamp()
+    r = run_cocaq(["carbon", "when", "--hours", "6", "--at", "2023-07-02T00:00", "-o", "json"], env)
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    start, g, now = _best(_es_lca(), at, 6, 24)
+    assert d["source"] == "forecast" and d["zone"] == "ES"
+    assert d["now_g_per_kwh"] == pytest.approx(now)
+    assert d["best"]["g_per_kwh"] == pytest.approx(g)
+    assert datetime.fromisoformat(d["best"]["start"]).timestamp() == start
+    assert d["best"]["saving"] == pytest.approx(1 - g / now)
+    assert d["interruptible_g_per_kwh"] <= d["best"]["g_per_kwh"]
+    # the cluster has no timezone here: --begin in the machine's local time, as sbatch reads it
+    local = datetime.fromtimestamp(start, UTC).astimezone()
+    assert d["sbatch"] == f"sbatch --begin={local:%Y-%m-%dT%H:%M}"
+    table = run_cocaq(["carbon", "when", "--hours", "6", "--at", "2023-07-02T00:00"], env)
+    assert table.code == 0 and f"{(1 - g / now):.0%} less CO2" in table.out
+    assert "from the imported lca series for these hours" in table.out
+
+
+def test_when_from_a_typical_day_and_in_the_clusters_time(env: dict[str, str], tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    cfg = tmp_path / "madrid.toml"
+    cfg.write_text('[cluster]\nname = "hal"\ncarbon_zone = "ES"\ntimezone = "Europe/Madrid"\n')
+    env = dict(env, COCAQ_CONFIG=str(cfg))
+    assert run_cocaq(["carbon", "import", ES], env).code == 0
+    # after the slice: each coming hour is the mean of the same UTC hour over the slice's four days
+    values = _es_lca()
+    typical: dict[float, float] = {}
+    at = datetime(2023, 7, 4, 6, tzinfo=UTC).timestamp()
+    for k in range(6 + 24 + 1):
+        t = at + 3600 * k
+        same = [v for u, v in values.items() if (t - u) % 86400 == 0 and u < at]
+        typical[t] = sum(same) / len(same)
+    start, g, now = _best(typical, at, 6, 24)
+    r = run_cocaq(["carbon", "when", "--hours", "6", "--at", "2023-07-04T06:00", "-o", "json"], env)
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert d["source"] == "typical" and "last 4 weeks (4 days with values)" in d["source_text"]
+    assert d["best"]["g_per_kwh"] == pytest.approx(g) and d["now_g_per_kwh"] == pytest.approx(now)
+    assert datetime.fromisoformat(d["best"]["start"]).timestamp() == start
+    madrid = datetime.fromtimestamp(start, UTC).astimezone(__import__("zoneinfo").ZoneInfo("Europe/Madrid"))
+    assert d["sbatch"] == f"sbatch --begin={madrid:%Y-%m-%dT%H:%M}"
+    r = run_cocaq(["carbon", "when", "--hours", "6", "--at", "2023-07-04T06:00"], env)
+    assert r.code == 0 and f"({madrid:%H:%M} CEST)" in r.out and d["sbatch"] in r.out
+
+
+def test_when_errors_are_one_line(env: dict[str, str]) -> None:
+    r = run_cocaq(["carbon", "when", "--hours", "6", "--zone", "FR"], env)
+    assert (
+        r.code == 4 and r.err.startswith("cocaq: error: no lca series for zone FR") and r.err.count("\n") == 1
+    )
+    for args, what in (
+        (["--hours", "0"], "--hours"),
+        (["--hours", "nan"], "--hours"),
+        (["--hours", "6", "--within", "40d"], "--within"),
+        (["--hours", "6", "--within", "soon"], "bad duration"),
+        (["--hours", "6", "--at", "someday"], "bad date"),
+    ):
+        r = run_cocaq(["carbon", "when", *args], env)
+        assert r.code == 2 and what in r.err and r.err.count("\n") == 1, (args, r.err)

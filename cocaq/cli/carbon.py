@@ -162,6 +162,116 @@ def carbon_show(obj: Ctx, zone: str, at: str, basis: str | None, fmt: str) -> No
         click.echo(f"  provenance: {_provenance(prov)}")
 
 
+@carbon.command("when")
+@click.option(
+    "--hours", "hours", type=float, required=True, help="How long the job runs, hours (like 6, 0.5)."
+)
+@click.option(
+    "--within", default="24h", show_default=True, help="How long it may wait to start (like 12h, 2d)."
+)
+@click.option("--zone", default=None, help="The zone (default: the cluster's carbon_zone).")
+@click.option(
+    "--at",
+    "at",
+    default="now",
+    show_default=True,
+    help="Plan as if submitted then: 2023-07-01T12:00 (UTC unless it has an offset or Z).",
+)
+@click.option(
+    "--weeks",
+    default=4,
+    show_default=True,
+    type=click.IntRange(1, 52),
+    help="Without a forecast, the typical day of this many past weeks.",
+)
+@click.option("--basis", type=BASIS, default=None, help="lca or direct (default: config [carbon] basis).")
+@click.option("-o", "--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.pass_obj
+def carbon_when(
+    obj: Ctx,
+    hours: float,
+    within: str,
+    zone: str | None,
+    at: str,
+    weeks: int,
+    basis: str | None,
+    fmt: str,
+) -> None:
+    """When to start a job of --hours to emit the least CO2, within --within from now: the best start,
+    its saving, and the `sbatch --begin=` line."""
+    import math
+    from datetime import UTC
+
+    from cocaq.carbon.when import plan
+    from cocaq.footprint.totals import now_utc
+    from cocaq.timeparse import parse_duration, parse_when
+
+    if not (math.isfinite(hours) and 0 < hours <= 24 * 31):
+        raise UsageError(f"--hours: expected a job length in hours, more than 0 and at most 744, got {hours}")
+    within_s = parse_duration(within).total_seconds()
+    if not 0 <= within_s <= 31 * 86400:
+        raise UsageError(f"--within: {within!r} is outside 0..31d")
+    z = (zone or obj.cfg.cluster.carbon_zone).strip()
+    if not z:
+        raise UsageError("--zone: expected a zone id (FR, ES, US-CAL-CISO, ...)")
+    when = parse_when(at, now_utc(), UTC)
+    with obj.engine().connect() as conn:
+        p = plan(conn, z, basis or obj.cfg.carbon.basis, hours * 3600.0, within_s, when.timestamp(), weeks)
+    if fmt == "json":
+        d = p.as_dict()
+        d["sbatch"] = _sbatch_line(p.best.start, obj.cfg.tz())
+        click.echo(json.dumps(d, indent=2, ensure_ascii=False))
+        return
+    tz = obj.cfg.tz()
+    click.echo(f"Zone {p.zone} ({p.basis}), from {p.source_text}.")
+    if p.filled_hours:
+        click.echo(f"  {p.filled_hours} of the hours had no value: the zone's annual figure stands in.")
+    click.echo(
+        f"A {_hours(p.length_s)} job started at {_local(p.at, tz)} would average "
+        f"{p.shift.now_g:.0f} gCO2eq/kWh."
+    )
+    b = p.best
+    if b.saving < 0.005:
+        click.echo(f"Starting now is as good as any start in the next {_hours(p.within_s)}.")
+    else:
+        click.echo(
+            f"Best start: {_local(b.start, tz)}: {b.g_per_kwh:.0f} gCO2eq/kWh, {b.saving:.0%} less CO2."
+        )
+        click.echo(f"  {_sbatch_line(b.start, tz)} job.sh")
+    for o in p.others:
+        click.echo(f"  or {_local(o.start, tz)}: {o.g_per_kwh:.0f} gCO2eq/kWh ({o.saving:.0%} less)")
+    inter = p.shift.saving("interruptible")
+    if inter >= b.saving + 0.005:
+        click.echo(
+            f"If the job could pause and resume (checkpoints), its cheapest hours in the window: "
+            f"{p.shift.interruptible_g:.0f} gCO2eq/kWh, {inter:.0%} less."
+        )
+
+
+def _hours(seconds: float) -> str:
+    h = seconds / 3600
+    return f"{h:g} h" if h >= 1 else f"{seconds / 60:.0f} min"
+
+
+def _local(ts: float, tz: object) -> str:
+    from datetime import UTC, datetime
+
+    d = datetime.fromtimestamp(ts, UTC)
+    local = d.astimezone(tz)  # type: ignore[arg-type]
+    if local.utcoffset() == d.utcoffset():
+        return f"{d:%Y-%m-%d %H:%M} UTC"
+    return f"{d:%Y-%m-%d %H:%M} UTC ({local:%H:%M} {local.tzname()})"
+
+
+def _sbatch_line(ts: float, tz: object) -> str:
+    """Slurm reads --begin in the submit host's local time: the cluster's (config [cluster] timezone)."""
+    import math
+    from datetime import UTC, datetime
+
+    d = datetime.fromtimestamp(math.ceil(ts / 60) * 60, UTC).astimezone(tz)  # type: ignore[arg-type]
+    return f"sbatch --begin={d:%Y-%m-%dT%H:%M}"
+
+
 def _why(p: Point, tol: float) -> str:
     span = (
         f"{p.row_start:%Y-%m-%d %H:%M}..{p.row_end:%Y-%m-%d %H:%M} UTC" if p.row_start and p.row_end else ""
