@@ -244,10 +244,10 @@ def summary_renderable(views: list[dict[str, Any]], console: Any, user: str) -> 
             ("GPU util", 2),
             ("energy", 0),
             ("CO2e", 0),
-            ("power, last min", 4),
+            ("recent power", 4),
         ],
         rows,
-        left=("job", "lab", "power, last min"),
+        left=("job", "lab", "recent power"),
         complete="--format json",
     )
     return Group(table, Text("cocaq watch JOBID for one job's GPUs and parts; Ctrl-C to stop", style="dim"))
