@@ -191,3 +191,38 @@ def users_by_jobs(dbname: str, since: datetime) -> tuple[list[tuple[str, int]], 
         while conn.execute("SELECT 1 FROM jobs WHERE user_name = %s LIMIT 1", (nobody,)).fetchone():
             nobody += "x"
     return [(str(u), int(n)) for u, n in rows], nobody
+
+
+def prolog_env(i: int, partition: str, gpus: str | None = None, node: str = "gpu-n001") -> dict[str, str]:
+    """slurmd's environment for the prolog of the benchmarks' job number i (id 4000 + i, user{i})."""
+    env = {
+        "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
+        "SLURM_JOB_ID": str(4000 + i),
+        "SLURM_JOB_USER": f"user{i}",
+        "SLURM_JOB_UID": str(2000 + i),
+        "SLURM_JOB_GID": str(2000 + i),
+        "SLURM_JOB_ACCOUNT": "lab",
+        "SLURM_JOB_PARTITION": partition,
+        "SLURMD_NODENAME": node,
+    }
+    if gpus:
+        env["SLURM_JOB_GPUS"] = gpus
+    return env
+
+
+def hourly_csv(path: Path, basis: str = "lca") -> tuple[float, list[float]]:
+    """An hourly intensity export as (its first hour, epoch s; the values), read by `cocaq carbon
+    import`'s own parser; a file that is not one value per hour stops the benchmark."""
+    from itertools import pairwise
+
+    from cocaq.carbon.series_import import parse_csv, read_file
+
+    parsed = parse_csv(read_file(path), path.name, basis=basis)
+    rows = sorted(parsed.rows, key=lambda r: r.start)
+    if (
+        not rows
+        or parsed.skipped
+        or any(b.start != a.end or a.end - a.start != 3600 for a, b in pairwise(rows))
+    ):
+        raise SystemExit(f"{path.name}: not one value per hour ({dict(parsed.skipped)} rows skipped)")
+    return rows[0].start, [r.g_per_kwh for r in rows]

@@ -136,18 +136,7 @@ def start_jobs(d: Path, cfg: Path, env: dict[str, str]) -> list[str]:
     jobs = []
     for i in range(JOBS):
         jid = str(4000 + i)
-        henv = {
-            "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
-            "SLURM_JOB_ID": jid,
-            "SLURM_JOB_USER": f"user{i}",
-            "SLURM_JOB_UID": str(2000 + i),
-            "SLURM_JOB_GID": str(2000 + i),
-            "SLURM_JOB_ACCOUNT": "lab",
-            "SLURM_JOB_PARTITION": "gpu_a100" if i < GPUS else "cpu",
-            "SLURMD_NODENAME": "gpu-n001",
-        }
-        if i < GPUS:
-            henv["SLURM_JOB_GPUS"] = str(i)
+        henv = c.prolog_env(i, "gpu_a100" if i < GPUS else "cpu", str(i) if i < GPUS else None)
         subprocess.run(["/bin/sh", prolog], env=henv, check=True)
         jobs.append(jid)
     log = (d / "hook.log").read_text()

@@ -51,23 +51,8 @@ def setup(d: Path, interval: float, ship: float) -> tuple[Path, dict[str, str]]:
     env.pop("COCAQ_DATABASE_URL", None)
     prolog = c.write_shims(d, cfg, env)["cocaq-prolog"]
     for i in range(JOBS):
-        jid = str(4000 + i)
-        subprocess.run(
-            ["/bin/sh", prolog],
-            env={
-                "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
-                "SLURM_JOB_ID": jid,
-                "SLURM_JOB_USER": f"user{i}",
-                "SLURM_JOB_UID": str(2000 + i),
-                "SLURM_JOB_GID": str(2000 + i),
-                "SLURM_JOB_ACCOUNT": "lab",
-                "SLURM_JOB_PARTITION": "gpu",
-                "SLURMD_NODENAME": "gpu-n001",
-                "SLURM_JOB_GPUS": f"{2 * i},{2 * i + 1}",
-            },
-            check=True,
-        )
-        cg.add_job(jid, cpus=f"{16 * i}-{16 * i + 15}")
+        subprocess.run(["/bin/sh", prolog], env=c.prolog_env(i, "gpu", f"{2 * i},{2 * i + 1}"), check=True)
+        cg.add_job(str(4000 + i), cpus=f"{16 * i}-{16 * i + 15}")
     del rapl
     return cfg, env
 

@@ -15,7 +15,6 @@ path (`Series.shift`) over the first 10,000 as the reference, with the largest r
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import os
@@ -26,6 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import _common as c  # noqa: E402
 
 from cocaq.carbon.shifting import HOUR, Series, batch  # noqa: E402
 
@@ -34,12 +36,7 @@ SHARED = ROOT.parent / "shared" / "data" / "carbon" / "ES_2023_hourly.csv"
 
 def year_series() -> tuple[Series, str]:
     if SHARED.exists():
-        with open(SHARED, newline="", encoding="utf-8") as fh:
-            rows = list(csv.reader(fh))
-        head = rows[0]
-        col = next(i for i, h in enumerate(head) if "LCA" in h)
-        t0 = datetime.fromisoformat(rows[1][0]).replace(tzinfo=UTC).timestamp()
-        vals = [float(r[col]) for r in rows[1:]]
+        t0, vals = c.hourly_csv(SHARED, "lca")
         return Series(t0, vals, outside=sum(vals) / len(vals)), f"{SHARED.name} ({len(vals)} hours, LCA)"
     t0 = datetime(2023, 1, 1, tzinfo=UTC).timestamp()
     vals = [150 + 90 * math.sin(2 * math.pi * (h % 24) / 24) + 40 * math.sin(h / 97.0) for h in range(8760)]

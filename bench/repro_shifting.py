@@ -19,15 +19,15 @@ total (1 - sum shifted / sum now). The series are the shared Electricity Maps ex
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
-from datetime import UTC, datetime
-from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import _common as c  # noqa: E402
 
 from cocaq.carbon.shifting import HOUR, Series, batch  # noqa: E402
 
@@ -35,16 +35,6 @@ SHARED = ROOT.parent / "shared" / "data" / "carbon"
 ZONES = {"ES": "ES_2023_hourly.csv", "US-CAL-CISO": "US-CAL-CISO_2023_hourly.csv"}
 LENGTHS_H = (1, 6, 24)
 SLACKS_H = (24, 168)
-
-
-def load(path: Path, basis: str) -> tuple[float, list[float]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.reader(fh))
-    col = next(i for i, h in enumerate(rows[0]) if ("LCA" if basis == "lca" else "(direct)") in h)
-    times = [datetime.fromisoformat(r[0]).replace(tzinfo=UTC).timestamp() for r in rows[1:]]
-    if any(b - a != HOUR for a, b in pairwise(times)):
-        raise SystemExit(f"{path.name}: not one row per hour")
-    return times[0], [float(r[col]) for r in rows[1:]]
 
 
 def main() -> None:
@@ -59,7 +49,7 @@ def main() -> None:
         path = SHARED / name
         if not path.exists():
             raise SystemExit(f"{path} is not there: this reproduction reads the shared series")
-        t0, vals = load(path, args.basis)
+        t0, vals = c.hourly_csv(path, args.basis)
         series = Series(t0, vals, outside=sum(vals) / len(vals))  # (never used: windows stay in the year)
         n = len(vals)
         for length_h in LENGTHS_H:
