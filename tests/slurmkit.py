@@ -202,3 +202,38 @@ def sbatch(user: str, outdir: Path, *args: str) -> str:
         f"--output={outdir}/%j.out", *args,
     )  # fmt: skip
     return out.strip().split(";")[0]
+
+
+# The fake GPUs, by minor number (= Slurm's gres index for File=/dev/...nvidia[01]). NVML enumerates by
+# PCI bus id, so minor 1 (bus 07) is NVML index 0 and minor 0 (bus 87) is NVML index 1.
+UUID = {0: "GPU-c0c0a000-0000-4000-8000-00000000a000", 1: "GPU-c0c0a001-0000-4000-8000-00000000a001"}
+PCI = {0: "00000000:87:00.0", 1: "00000000:07:00.0"}
+NVML_INDEX = {0: 1, 1: 0}
+COUNTER, NO_COUNTER = 0, 1  # minor 1 has no energy counter (pre-Volta style): only power to integrate
+# Where jobs' annotation files live: outside pytest's root-only tmp dirs, so that the job's user reaches it.
+ANNOTATE_DIR = "/run/cocaq-test-annotations"
+
+
+def write_inputs(tmp: Path, db_url: str, collector_extra: str = "") -> tuple[Path, Path, str]:
+    """The fake node the real-Slurm tests run cocaq's node side on: the two fake GPUs above, a RAPL and
+    cgroup tree, and a config (`collector_extra`: more [collector] lines). (config, spec, its text)."""
+    from tests.sysfs_tree import make_cgroup_v2, make_rapl
+
+    spec = tmp / "fake-gpus.toml"
+    spec.write_text(
+        f'[[gpu]]\nminor = 0\nuuid = "{UUID[0]}"\npci_bus_id = "{PCI[0]}"\ntrace = "inference"\n\n'
+        f'[[gpu]]\nminor = 1\nuuid = "{UUID[1]}"\npci_bus_id = "{PCI[1]}"\ntrace = "light"\n'
+        "energy_counter = false\n"
+    )
+    sysfs = tmp / "sys"
+    make_rapl(sysfs, packages=1)
+    make_cgroup_v2(sysfs / "fs" / "cgroup", node_cpus="0-1")
+    config_text = (
+        f'database_url = "{db_url}"\nspool_dir = "{tmp / "spool"}"\n\n[cluster]\nname = "{CLUSTER}"\n\n'
+        f'[collector]\nnvml = "fake:{spec}"\nsysfs_root = "{sysfs}"\nhook_log = "{tmp / "log" / "hook.log"}"\n'
+        f'interval_s = 1\nship_interval_s = 2\ndetect_interval_s = 1\nannotate_dir = "{ANNOTATE_DIR}"\n'
+        f"{collector_extra}"
+    )
+    config = tmp / "cocaq.toml"
+    config.write_text(config_text)
+    return config, spec, config_text

@@ -32,8 +32,9 @@ from cocaq.db.engine import make_engine
 from tests.conftest import ROOT, new_database, run_cocaq
 from tests.promkit import Prometheus, free_port, promtool_check_metrics
 from tests.slurmkit import (
-    CLUSTER,
+    NVML_INDEX,
     STATE_DIR,
+    UUID,
     activate,
     cluster_lock,
     cluster_sh,
@@ -43,16 +44,13 @@ from tests.slurmkit import (
     slurm_config,
     up_or_skip,
     wait_until,
+    write_inputs,
 )
-from tests.sysfs_tree import make_cgroup_v2, make_rapl
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 VERSION = "22.05"
 SHIM_DIR = STATE_DIR / "shims-live"
-UUID = {0: "GPU-11ve0000-0000-4000-8000-00000000b000", 1: "GPU-11ve0001-0000-4000-8000-00000000b001"}
-PCI = {0: "00000000:87:00.0", 1: "00000000:07:00.0"}
-NVML_INDEX = {0: 1, 1: 0}  # NVML enumerates by PCI bus id: minor 1 (bus 07) first
 DASHBOARD = ROOT / "ansible" / "roles" / "cocaq_server" / "files" / "grafana" / "cocaq.json"
 JOB_PANEL = "Job GPU energy so far (J)"
 
@@ -92,22 +90,8 @@ def node(
     procs: list[subprocess.Popen[str]] = []
     try:
         db_url = new_database("postgresql", tmp, request)
-        spec = tmp / "fake-gpus.toml"
-        spec.write_text(
-            f'[[gpu]]\nminor = 0\nuuid = "{UUID[0]}"\npci_bus_id = "{PCI[0]}"\ntrace = "training"\n\n'
-            f'[[gpu]]\nminor = 1\nuuid = "{UUID[1]}"\npci_bus_id = "{PCI[1]}"\ntrace = "inference"\n'
-            "energy_counter = false\n"
-        )
-        sysfs = tmp / "sys"
-        make_rapl(sysfs, packages=1)
-        make_cgroup_v2(sysfs / "fs" / "cgroup", node_cpus="0-1")
         port = free_port()
-        config = tmp / "cocaq.toml"
-        config.write_text(
-            f'database_url = "{db_url}"\nspool_dir = "{tmp / "spool"}"\n\n[cluster]\nname = "{CLUSTER}"\n\n'
-            f'[collector]\nnvml = "fake:{spec}"\nsysfs_root = "{sysfs}"\nhook_log = "{tmp / "hook.log"}"\n'
-            f'interval_s = 1\nship_interval_s = 2\nmetrics_listen = "127.0.0.1:{port}"\n'
-        )
+        config, spec, _ = write_inputs(tmp, db_url, f'metrics_listen = "127.0.0.1:{port}"\n')
         r = _cocaq(config, "db", "upgrade")
         assert r.code == 0, r.err
         r = _cocaq(config, "hook", "shims", "--dir", str(SHIM_DIR), "--hook-config", str(config))

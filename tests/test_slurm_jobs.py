@@ -35,10 +35,16 @@ from cocaq.collector import fakenvml
 from cocaq.db.engine import make_engine
 from tests.conftest import ROOT, Result, new_database, run_cocaq
 from tests.slurmkit import (
+    ANNOTATE_DIR,
     CLUSTER,
+    COUNTER,
+    NO_COUNTER,
     NO_SOURCE,
     NODE,
+    NVML_INDEX,
+    PCI,
     STATE_DIR,
+    UUID,
     VERSIONS,
     activate,
     cluster_lock,
@@ -55,24 +61,16 @@ from tests.slurmkit import (
     up_or_skip,
     wait_node_idle,
     wait_until,
+    write_inputs,
 )
-from tests.sysfs_tree import make_cgroup_v2, make_rapl
 from tests.userkit import user_python
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 SHIM_DIR = STATE_DIR / "shims"
 
-# The fake GPUs, by minor number (= Slurm's gres index for File=/dev/...nvidia[01]). NVML enumerates by
-# PCI bus id, so minor 1 (bus 07) is NVML index 0 and minor 0 (bus 87) is NVML index 1.
-UUID = {0: "GPU-c0c0a000-0000-4000-8000-00000000a000", 1: "GPU-c0c0a001-0000-4000-8000-00000000a001"}
-PCI = {0: "00000000:87:00.0", 1: "00000000:07:00.0"}
-NVML_INDEX = {0: 1, 1: 0}
-COUNTER, NO_COUNTER = 0, 1  # minor 1 has no energy counter (pre-Volta style): only power to integrate
 IDLE_W, MAX_W = 50.0, 400.0  # an A100's idle floor and TDP: any measured average must lie between
 COMMENT = "cocaq: model=resnet50 precision=bf16"
-# Where jobs' annotation files live: outside pytest's root-only tmp dirs, so that the job's user reaches it.
-ANNOTATE_DIR = "/run/cocaq-test-annotations"
 
 
 # alice's job declares more from inside, with both user-side interfaces, as a training script would.
@@ -119,26 +117,6 @@ class SlurmRun:
     once: Result | None = None
     reconcile: Result | None = None
     timings: dict[str, float] = field(default_factory=dict)
-
-
-def write_inputs(tmp: Path, db_url: str) -> tuple[Path, Path, str]:
-    spec = tmp / "fake-gpus.toml"
-    spec.write_text(
-        f'[[gpu]]\nminor = 0\nuuid = "{UUID[0]}"\npci_bus_id = "{PCI[0]}"\ntrace = "inference"\n\n'
-        f'[[gpu]]\nminor = 1\nuuid = "{UUID[1]}"\npci_bus_id = "{PCI[1]}"\ntrace = "light"\n'
-        "energy_counter = false\n"
-    )
-    sysfs = tmp / "sys"
-    make_rapl(sysfs, packages=1)
-    make_cgroup_v2(sysfs / "fs" / "cgroup", node_cpus="0-1")
-    config_text = (
-        f'database_url = "{db_url}"\nspool_dir = "{tmp / "spool"}"\n\n[cluster]\nname = "{CLUSTER}"\n\n'
-        f'[collector]\nnvml = "fake:{spec}"\nsysfs_root = "{sysfs}"\nhook_log = "{tmp / "log" / "hook.log"}"\n'
-        f'interval_s = 1\nship_interval_s = 2\ndetect_interval_s = 1\nannotate_dir = "{ANNOTATE_DIR}"\n'
-    )
-    config = tmp / "cocaq.toml"
-    config.write_text(config_text)
-    return config, spec, config_text
 
 
 @pytest.fixture(scope="module", params=VERSIONS)
