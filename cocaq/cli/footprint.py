@@ -188,19 +188,22 @@ def job(obj: Ctx, jobid: str, cluster: str | None, fmt: str) -> None:
 
 
 def _running_not_imported(obj: Ctx, job_id: str, cluster: str | None) -> list[dict[str, Any]]:
-    """Live views (cocaq.footprint.live) of a job known only from its node's shipments."""
-    if obj.cfg.api.url:
-        from cocaq.api.client import ApiRefused, get
+    """Live views (cocaq.footprint.live) of a job known only from its node's shipments, from the API or
+    the database as the other answers (`_api_or_db`)."""
+    from cocaq.api.client import ApiRefused
 
-        try:
-            return list(get(obj.cfg.api, ("live",), {"jobs": job_id, "cluster": cluster})["jobs"])
-        except ApiRefused:
-            return []
-    from cocaq.db.dbapi import connect
-    from cocaq.footprint.live import Ask, live
+    def from_db() -> dict[str, Any]:
+        from cocaq.db.dbapi import connect
+        from cocaq.footprint.live import Ask, live
 
-    with connect(obj.cfg.database_url) as db:
-        return [v for v in live(db, obj.cfg, Ask((job_id,), cluster=cluster)) if not v["in_accounting"]]
+        with connect(obj.cfg.database_url) as db:
+            return {"jobs": live(db, obj.cfg, Ask((job_id,), cluster=cluster))}
+
+    try:
+        got = _api_or_db(obj, ("live",), {"jobs": job_id, "cluster": cluster}, from_db)
+    except ApiRefused:  # not found, or not yours: the caller says so
+        return []
+    return [v for v in got["jobs"] if not v["in_accounting"]]
 
 
 def _revive(d: Any) -> Any:
