@@ -252,6 +252,24 @@ class Aggregate:
     )
 
 
+@dataclass(frozen=True)
+class Shifting:
+    """When to run: what past jobs would have emitted at their best start (cocaq.accounting.shifting)."""
+
+    slack_s: float = field(
+        default=86400.0,
+        metadata={
+            "doc": "how long a job could have waited (seconds or a duration like 24h), never more than its"
+            " time limit; 0 = no shifting figures"
+        },
+    )
+    min_share: float = field(
+        default=0.1,
+        metadata={"doc": "the e-mails suggest when to run if it would save this share of the user's CO2..."},
+    )
+    min_kg: float = field(default=1.0, metadata={"doc": "...and at least this many kg in the period"})
+
+
 MAIL_TRANSPORTS = ("smtp", "outbox")
 SMTP_SECURITY = ("starttls", "tls", "none")
 SMTP_DEFAULT_PORTS = {"none": 25, "starttls": 587, "tls": 465}
@@ -482,6 +500,7 @@ class Config:
     collector: Collector = field(default_factory=Collector)
     carbon: Carbon = field(default_factory=Carbon)
     embodied: Embodied = field(default_factory=Embodied)
+    shifting: Shifting = field(default_factory=Shifting)
     aggregate: Aggregate = field(default_factory=Aggregate)
     mail: Mail = field(default_factory=Mail)
     reports: Reports = field(default_factory=Reports)

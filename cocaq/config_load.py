@@ -42,6 +42,7 @@ from cocaq.config import (
     Mail,
     NodeGroup,
     Reports,
+    Shifting,
     Slurm,
     parse_listen,
 )
@@ -61,7 +62,7 @@ _NON_SETTING_ENV = {
 _NON_SETTING_PREFIXES = ("COCAQ_TEST_", "COCAQ_BENCH_")
 # The sections that `COCAQ_SECTION__KEY` may set (partitions and node groups only in the file).
 ENV_SECTIONS = (
-    "cluster", "estimate", "defaults", "collector", "carbon", "embodied", "aggregate",
+    "cluster", "estimate", "defaults", "collector", "carbon", "shifting", "embodied", "aggregate",
     "mail", "reports", "api", "advice", "alerts", "slurm",
 )  # fmt: skip
 # Short variables for the keys set most often, and the key each one sets (`_apply_env`); a short one
@@ -218,15 +219,16 @@ def _small_table(section: str, t: Any, cls: Any, ranges: dict[str, tuple[float, 
             if v not in ("lca", "direct"):
                 raise ConfigError(f"config: {section}.basis: expected 'lca' or 'direct', got {v!r}")
             values[k] = v
-        elif k == "gap_tolerance_s" and isinstance(v, str) and not v.replace(".", "").isdigit():
+        elif k in ("gap_tolerance_s", "slack_s") and isinstance(v, str) and not v.replace(".", "").isdigit():
             from cocaq.timeparse import parse_duration
 
             try:
-                values[k] = parse_duration(v).total_seconds()
+                seconds = parse_duration(v).total_seconds()
             except (ValueError, CocaqError):
                 raise ConfigError(
                     f"config: {section}.{k}: expected seconds or a duration like 2h, got {v!r}"
                 ) from None
+            values[k] = _num(f"{section}.{k}", seconds, *ranges[k])
         elif k == "workers":
             n = v if isinstance(v, int) and not isinstance(v, bool) else None
             if isinstance(v, str) and v.strip().isdigit():
@@ -526,6 +528,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
             "node_groups",
             "collector",
             "carbon",
+            "shifting",
             "embodied",
             "aggregate",
             "mail",
@@ -612,6 +615,12 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
         cfg,
         carbon=_small_table(
             "carbon", data.get("carbon", {}), Carbon, {"gap_tolerance_s": (0.0, 366 * 86400.0)}
+        ),
+        shifting=_small_table(
+            "shifting",
+            data.get("shifting", {}),
+            Shifting,
+            {"slack_s": (0.0, 31 * 86400.0), "min_share": (0.0, 1.0), "min_kg": (0.0, 1e9)},
         ),
         embodied=_small_table(
             "embodied",

@@ -34,6 +34,7 @@ from sqlalchemy import (
     Text,
     bindparam,
     delete,
+    func,
     insert,
     or_,
     select,
@@ -41,6 +42,7 @@ from sqlalchemy import (
 )
 from sqlalchemy import cast as sql_cast
 
+from cocaq.accounting import shifting
 from cocaq.accounting.gpu_hours import GpuUse, Scope, gpu_params_key, read_gpu_hours, refresh_gpu_hours
 from cocaq.accounting.ledger import SOURCE_NODE, SOURCE_SAMPLES, clamp_idle, split_node
 from cocaq.accounting.rollups import DAY, day_floor, day_starts, rebuild_days
@@ -56,6 +58,7 @@ log = logging.getLogger(__name__)
 BATCH = 20_000
 ONE_PASS = 50_000  # jobs to derive at or over which the GPU samples are read in one pass
 WATERMARK = "jobs"
+SHIFTS = "shifts"  # aggregator_state: the data and settings behind the jobs' when-to-run figures
 GPU_HOURS = "gpu_hours"  # aggregator_state: when job_gpu_hours were brought up to date, and with what
 # Changes are picked up from `watermark - MARGIN`: a transaction that started before the last run (its
 # now() is earlier) but committed after it is still seen. Re-deriving a few jobs twice costs little.
@@ -193,7 +196,8 @@ def _process_batch(
         select(
             J.id, J.cluster_id, J.job_id_raw, J.partition, J.node_list, _ts(J.start_time), J.elapsed_s,
             J.alloc_gpus, J.n_nodes, J.energy_j, J.pue, J.carbon_zone, J.carbon_g_per_kwh, J.co2_g,
-            J.carbon_source, J.carbon_flag, _ts(J.updated_at), J.energy_measured_j,
+            J.carbon_source, J.carbon_flag, _ts(J.updated_at), J.energy_measured_j, J.time_limit_s, J.name,
+            J.is_open,
         ).where(_among(conn, J.id, pks))
     ).all()  # fmt: skip
     if len(jobs) > len(pks):  # read by range: only the batch's jobs
@@ -236,6 +240,18 @@ def _process_batch(
         plans.append((j, hw, zone, t0, t1))
     if not plans:
         return 0, days
+    slack = cfg.shifting.slack_s
+    interactive = set(cfg.advice.interactive_names)
+    shift_jobs = [
+        shifting.Job(
+            j.id, zone, t0, t1 - t0, j.time_limit_s,
+            (j.name or "").strip().lower() in interactive or "interactive" in (j.partition or "").lower(),
+            bool(j.is_open),
+        )
+        for j, _, zone, t0, t1 in plans
+    ]  # fmt: skip
+    # the hours after the runs that their best starts read
+    t_hi = max([t_hi, *(shifting.window_end(s, slack) for s in shift_jobs if not s.running)])
     index = IntensityIndex.load(
         conn,
         zones,
@@ -244,6 +260,7 @@ def _process_batch(
         cfg.carbon.basis,
         cfg.carbon.gap_tolerance_s,
     )
+    shifts = shifting.derive(index, shift_jobs, slack)
     job_updates, metrics = [], []
     split_updates: list[tuple[int, list[tuple[str, str, float]]]] = []
     # Only the jobs whose ledger can need them: those with GPU samples (their GPU energy caps the idle
@@ -325,7 +342,11 @@ def _process_batch(
             j.n_nodes or 0, 1 if t1 > t0 else 0
         ) * elapsed_h * emb.g_per_node_hour
         detail = choice.detail_json or json.dumps(choice.detail)  # compared as stored (json keeps the text)
-        values = (embodied, *gpu, detail, d0, d1)
+        sh = shifts[j.id]
+        shift = (
+            sh.state, sh.slack_s, sh.now_g, sh.best_g, sh.best_start, sh.pause_g, *sh.saved(co2),
+        )  # fmt: skip
+        values = (embodied, *gpu, detail, *shift, d0, d1)
         prev = old.get(j.id)
         same = _same_metrics(prev, values, j.updated_at)
         if not same:
@@ -334,6 +355,10 @@ def _process_batch(
                     "job_pk": j.id,
                     **dict(zip(_METRIC_VALUES[:7], values[:7], strict=True)),
                     "carbon_detail": choice.detail,
+                    **dict(zip(_SHIFT_VALUES, shift, strict=True)),
+                    "shift_best_start": None
+                    if sh.best_start is None
+                    else datetime.fromtimestamp(sh.best_start, UTC),
                     "rolled_from": datetime.fromtimestamp(d0, UTC),
                     "rolled_to": datetime.fromtimestamp(d1, UTC),
                     "computed_at": datetime.now(UTC),
@@ -368,16 +393,13 @@ def _process_batch(
 # that is newer than the job's last change is left as it is (a full recompute then writes nothing).
 _METRIC_VALUES = (
     "co2_embodied_g", "gpu_util_pct", "gpu_samples_s", "idle_gpu_s", "idle_gpu_energy_j", "gpu_samples_j",
-    "gpu_mem_peak_mb", "carbon_detail", "rolled_from", "rolled_to",
+    "gpu_mem_peak_mb", "carbon_detail", "shift_state", "shift_slack_s", "shift_now_g", "shift_best_g",
+    "shift_best_start", "shift_pause_g", "shift_saved_g", "shift_pause_saved_g", "rolled_from", "rolled_to",
 )  # fmt: skip
+_SHIFT_VALUES = _METRIC_VALUES[8:-2]
 _N_PLAIN = len(_METRIC_VALUES) - 2  # compared as they are (the detail as JSON text); then the days
 _AT_SAMPLES_S = 1 + _METRIC_VALUES.index("gpu_samples_s")  # in a row read as _METRIC_READ
 _UNSAMPLED = (None,) * (2 + len(_METRIC_VALUES))
-_METRIC_READ = (
-    M.c.job_pk,
-    *(sql_cast(M.c[k], Text) if k == "carbon_detail" else M.c[k] for k in _METRIC_VALUES),
-    M.c.computed_at,
-)
 _JOB_UPDATE = (
     "co2_g", "pue", "carbon_zone", "carbon_g_per_kwh", "carbon_source", "carbon_flag", "carbon_year",
 )  # fmt: skip
@@ -464,6 +486,16 @@ def _ts(col: Any) -> Any:
     """A time as _process_batch reads it: epoch seconds, exact on both dialects (no datetime objects to
     make for a million rows)."""
     return epoch_exact(col).label(col.name)
+
+
+_METRIC_READ = (
+    M.c.job_pk,
+    *(
+        sql_cast(M.c[k], Text) if k == "carbon_detail" else _ts(M.c[k]) if k == "shift_best_start" else M.c[k]
+        for k in _METRIC_VALUES
+    ),
+    M.c.computed_at,
+)
 
 
 def _same_metrics(prev: Any, values: tuple[Any, ...], updated_at: datetime | None) -> bool:
@@ -563,7 +595,14 @@ def run_aggregate(
             res.gpu_hours_jobs = sum(len(v) for v in sampled.values())
         _set_state(conn, GPU_HOURS, db_now, key)
         t = res.lap("gpu hours from samples", t_start)
-        pks, must = _changed_jobs(conn, since, full, wm, sampled)
+        shift_key = _shift_params(conn, cfg)
+        redo_all = SHIFTS in state and state[SHIFTS].params is not None and shift_key[1] != _shift_part(state)
+        pks, must = _changed_jobs(conn, since, full or redo_all, wm, sampled)
+        if not (full or redo_all) and state.get(SHIFTS) is not None and state[SHIFTS].params != shift_key[0]:
+            # new intensity data: the jobs whose when-to-run window it did not reach may have it now
+            pending = conn.execute(select(M.c.job_pk).where(M.c.shift_state == shifting.PENDING)).scalars()
+            pks = sorted({*pks, *pending})
+        _set_state(conn, SHIFTS, db_now, shift_key[0])
         t = res.lap("choosing jobs", t)
     days: set[float] = set()
     done = 0
@@ -665,6 +704,29 @@ def _derive_in_processes(
     url = engine.url.render_as_string(hide_password=False)
     with ctx.Pool(workers, initializer=_init_worker, initargs=(url, cfg, all_use)) as pool:
         yield from pool.imap_unordered(_derive_in_worker, tasks)
+
+
+def _shift_params(conn: Connection, cfg: Config) -> tuple[str, str]:
+    """What the when-to-run figures depend on, as stored in aggregator_state 'shifts': the intensity
+    series (their newest row and count, of the configured basis) and the settings, which change rarely
+    and make every job's figures stale (the second part)."""
+    import hashlib
+
+    from cocaq.carbon.series import kind_of
+    from cocaq.db.schema import CarbonIntensity
+
+    ci = cast(Table, CarbonIntensity.__table__).c
+    kind = kind_of(cfg.carbon.basis)
+    top, n = conn.execute(select(func.max(ci.id), func.count()).where(ci.kind == kind)).one()
+    names = "\n".join(sorted(cfg.advice.interactive_names))
+    settings = hashlib.sha256(
+        f"{cfg.shifting.slack_s!r}|{kind}|{cfg.carbon.gap_tolerance_s!r}|{names}".encode()
+    ).hexdigest()[:16]
+    return f"{kind}:{top}:{n}|{settings}", settings
+
+
+def _shift_part(state: dict[str, Any]) -> str:
+    return str(state[SHIFTS].params).rpartition("|")[2]
 
 
 def _set_state(conn: Connection, name: str, watermark: datetime | None, params: str | None) -> None:

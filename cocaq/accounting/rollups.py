@@ -81,7 +81,8 @@ def rebuild_days(
                 J.id, J.cluster_id, J.user_name, J.account, J.partition, J.start_time, J.elapsed_s,
                 J.alloc_cpus, J.alloc_gpus, J.state, J.energy_j, J.energy_measured_j, J.co2_g,
                 J.energy_est_low_j, J.energy_est_high_j, M.c.co2_embodied_g, M.c.gpu_util_pct,
-                M.c.gpu_samples_s, M.c.idle_gpu_s, M.c.gpu_samples_j, M.c.idle_gpu_energy_j,
+                M.c.gpu_samples_s, M.c.idle_gpu_s, M.c.gpu_samples_j, M.c.idle_gpu_energy_j, M.c.shift_state,
+                M.c.shift_saved_g, M.c.shift_pause_saved_g,
             )
             .outerjoin(M, M.c.job_pk == J.id)
             .where(J.start_time < hi, or_(J.end_time >= lo, J.end_time.is_(None)), J.start_time.is_not(None))
@@ -188,6 +189,8 @@ WITH j AS (
            coalesce(j.co2_g, 0.0) AS co2, coalesce(m.co2_embodied_g, 0.0) AS embodied, m.gpu_util_pct AS util,
            coalesce(m.gpu_samples_j, 0.0) AS util_j,
            coalesce(m.idle_gpu_s, 0.0) AS idle_s, coalesce(m.idle_gpu_energy_j, 0.0) AS idle_j,
+           CASE WHEN m.shift_state = 'ok' THEN coalesce(j.co2_g, 0.0) ELSE 0.0 END AS shift_co2,
+           coalesce(m.shift_saved_g, 0.0) AS shift_saved, coalesce(m.shift_pause_saved_g, 0.0) AS shift_pause,
            coalesce(c.gpu, 0.0) AS e_gpu, coalesce(c.cpu, 0.0) AS e_cpu, coalesce(c.dram, 0.0) AS e_dram,
            coalesce(c.other, 0.0) AS e_other
     FROM jobs j LEFT JOIN job_metrics m ON m.job_pk = j.id
@@ -221,7 +224,9 @@ SELECT cluster_id, to_timestamp(day) AS day, user_name, account, partition, coun
        sum(co2 * frac) AS co2_g, sum(embodied * frac) AS co2_embodied_g,
        sum(CASE WHEN util IS NOT NULL THEN util_j * frac ELSE 0.0 END) AS gpu_util_energy_j,
        sum(CASE WHEN util IS NOT NULL THEN util * (util_j * frac) ELSE 0.0 END) AS gpu_util_weighted,
-       sum(idle_s * frac / 3600.0) AS idle_gpu_hours
+       sum(idle_s * frac / 3600.0) AS idle_gpu_hours,
+       sum(shift_co2 * frac) AS shift_co2_g, sum(shift_saved * frac) AS shift_saved_g,
+       sum(shift_pause * frac) AS shift_pause_saved_g
 FROM d
 WHERE frac > 0
 GROUP BY cluster_id, day, user_name, account, partition
@@ -264,7 +269,8 @@ FIELDS = (
     "energy_gpu_j", "energy_cpu_j", "energy_dram_j", "energy_other_j", "energy_measured_j",
     "energy_estimated_j", "energy_failed_j", "energy_oom_j", "energy_timeout_j", "energy_cancelled_j",
     "co2_g", "co2_embodied_g", "gpu_util_energy_j", "gpu_util_weighted", "idle_gpu_hours",
-    "idle_gpu_energy_j", "energy_est_low_j", "energy_est_high_j",
+    "idle_gpu_energy_j", "energy_est_low_j", "energy_est_high_j", "shift_co2_g", "shift_saved_g",
+    "shift_pause_saved_g",
 )  # fmt: skip
 _AT = {name: i for i, name in enumerate(FIELDS)}
 
@@ -311,6 +317,10 @@ def _add(
         v[a["gpu_util_weighted"]] += j.gpu_util_pct * ge
     v[a["idle_gpu_hours"]] += (j.idle_gpu_s or 0.0) * frac / 3600.0
     v[a["idle_gpu_energy_j"]] += parts.idle * frac
+    if j.shift_state == "ok":  # when to run (cocaq.accounting.shifting)
+        v[a["shift_co2_g"]] += (j.co2_g or 0.0) * frac
+        v[a["shift_saved_g"]] += (j.shift_saved_g or 0.0) * frac
+        v[a["shift_pause_saved_g"]] += (j.shift_pause_saved_g or 0.0) * frac
 
 
 def _rollup_row(key: tuple[Any, ...], v: list[float]) -> dict[str, Any]:

@@ -462,6 +462,31 @@ class IntensityIndex:
         g, m, _ = z.at(a)
         return z.choice(g, 1.0 if m == _SERIES else 0.0, 1.0 if m == _NEAREST else 0.0)
 
+    def has_series(self, zone: str) -> bool:
+        """Whether the zone has an hourly series at all (of this basis, at any time)."""
+        return self._zone(zone).has_series
+
+    def coverage(self, zone: str, a: float, c: float) -> tuple[float, float]:
+        """(share of [a, c] the series covers, its own or the nearest value within the tolerance; the
+        end of what was loaded of it, epoch seconds, -inf without rows). For when-to-run figures, which
+        need the series over a window rather than an intensity at any price."""
+        z = self._zone(zone)
+        end = z.b[-1] if z.b else float("-inf")
+        if c <= a:
+            return (0.0 if z.at(a)[1] == _FALLBACK else 1.0), end
+        _, sh, nh = z.average(a, c)
+        return sh + nh, end
+
+    def hourly(self, zone: str, lo: float, hi: float) -> Any:
+        """The zone's gap-filled intensity over [lo, hi] as an hourly `cocaq.carbon.shifting.Series` (each
+        UTC hour's mean; the annual figure outside), which the when-to-run model works on."""
+        from cocaq.carbon.shifting import HOUR, Series
+
+        z = self._zone(zone)
+        t0 = math.floor(lo / HOUR) * HOUR
+        n = max(math.ceil((hi - t0) / HOUR), 1)
+        return Series(t0, [z.average(t0 + i * HOUR, t0 + (i + 1) * HOUR)[0] for i in range(n)], z.fb)
+
     def point(self, zone: str, at: datetime | float) -> Point:
         """The value at one instant and why."""
         z = self._zone(zone)

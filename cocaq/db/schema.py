@@ -326,6 +326,18 @@ class JobMetrics(Base):
     gpu_samples_j: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_mem_peak_mb: Mapped[float | None] = mapped_column(Float)  # the most memory one of its GPUs held
     carbon_detail: Mapped[dict[str, Any] | None]  # how the intensity was chosen: series coverage, fallbacks
+    # When to run (cocaq.accounting.shifting): the job started at its best hour within its slack, and
+    # run in the cheapest hours of its window (pausing), against when it ran, over the zone's hourly
+    # series. shift_state says whether it has these figures ("ok") or why not; the grams are its CO2
+    # times the share saved (0 without figures).
+    shift_state: Mapped[str | None] = mapped_column(String(16))
+    shift_slack_s: Mapped[float | None] = mapped_column(Float)
+    shift_now_g: Mapped[float | None] = mapped_column(Float)  # g/kWh over its run (flat power)
+    shift_best_g: Mapped[float | None] = mapped_column(Float)  # ... at the best contiguous start
+    shift_best_start: Mapped[datetime | None]
+    shift_pause_g: Mapped[float | None] = mapped_column(Float)  # ... in the cheapest hours, pausing
+    shift_saved_g: Mapped[float] = mapped_column(Float, default=0.0)
+    shift_pause_saved_g: Mapped[float] = mapped_column(Float, default=0.0)
     # The days the job was last counted in (UTC midnights): if its times change, those days are redone too.
     rolled_from: Mapped[datetime | None]
     rolled_to: Mapped[datetime | None]
@@ -405,6 +417,11 @@ class DailyRollup(Base):
     gpu_util_weighted: Mapped[float] = mapped_column(Float, default=0.0)  # sum(util% x energy): mean = /above
     idle_gpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
     idle_gpu_energy_j: Mapped[float] = mapped_column(Float, default=0.0)  # at most the GPU energy
+    # When to run: the CO2 of the jobs with shifting figures (job_metrics.shift_state "ok"), and what
+    # their best start within the slack, or pausing, would have saved
+    shift_co2_g: Mapped[float] = mapped_column(Float, default=0.0)
+    shift_saved_g: Mapped[float] = mapped_column(Float, default=0.0)
+    shift_pause_saved_g: Mapped[float] = mapped_column(Float, default=0.0)
     computed_at: Mapped[datetime] = mapped_column(server_default=func.current_timestamp())
 
 

@@ -1,0 +1,223 @@
+"""When to run, for what already ran: the aggregator's per-job shifting figures and their daily sums
+(cocaq.accounting.shifting), on both databases."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, delete, insert, select, text
+
+from cocaq.accounting.aggregate import run_aggregate
+from cocaq.accounting.importer import import_records
+from cocaq.db.schema import CarbonIntensity, DailyRollup
+from tests.builders import config
+from tests.builders import job as _job
+
+DAY0 = datetime(2026, 10, 5, tzinfo=UTC)
+_cfg = partial(config, cluster={"carbon_zone": "FR", "pue": 1.2})
+
+
+def _series(engine: Engine, start: datetime, values: list[float], zone: str = "FR") -> None:
+    with engine.begin() as c:
+        c.execute(
+            insert(CarbonIntensity),
+            [
+                {"zone": zone, "ts_start": start + timedelta(hours=i), "ts_end": start + timedelta(hours=i + 1),
+                 "g_per_kwh": v, "kind": "lifecycle", "source": "test series"}
+                for i, v in enumerate(values)
+            ],
+        )  # fmt: skip
+
+
+def _shift(engine: Engine, raw: int) -> dict[str, Any]:
+    with engine.connect() as c:
+        row = c.execute(
+            text(
+                "SELECT j.co2_g, m.shift_state, m.shift_slack_s, m.shift_now_g, m.shift_best_g, m.shift_best_start,"
+                " m.shift_pause_g, m.shift_saved_g, m.shift_pause_saved_g"
+                " FROM jobs j JOIN job_metrics m ON m.job_pk = j.id WHERE j.job_id_raw = :r"
+            ),
+            {"r": raw},
+        ).one()
+    d = dict(row._mapping)
+    if d["shift_best_start"] is not None and isinstance(d["shift_best_start"], str):  # SQLite's text
+        d["shift_best_start"] = datetime.fromisoformat(d["shift_best_start"])
+    if d["shift_best_start"] is not None and d["shift_best_start"].tzinfo is None:
+        d["shift_best_start"] = d["shift_best_start"].replace(tzinfo=UTC)
+    return d
+
+
+def _day_sums(engine: Engine) -> tuple[float, float, float, float]:
+    r = DailyRollup.__table__.c
+    with engine.connect() as c:
+        row = c.execute(
+            select(
+                *(
+                    text(f"coalesce(sum({k}), 0)")
+                    for k in ("co2_g", "shift_co2_g", "shift_saved_g", "shift_pause_saved_g")
+                )
+            ).select_from(DailyRollup.__table__)
+        ).one()
+    assert r is not None
+    return tuple(float(x) for x in row)  # type: ignore[return-value]
+
+
+def test_one_cheap_hour_within_the_slack(engine: Engine, tmp_path: Path) -> None:
+    """A 2 h job at 10:00 on a flat 100 g/kWh day with one 20 g/kWh hour at 15:00: its best start is
+    14:00 or 15:00 (one cheap hour either way: the earlier wins), 60 g/kWh; pausing gets 20 and 100."""
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    day = [100.0] * 48
+    day[15] = 20.0
+    _series(engine, DAY0, day)
+    import_records(engine, [_job(1, DAY0 + timedelta(hours=10), 2.0)], cfg, source="sacct-json")
+    run_aggregate(engine, cfg)
+    s = _shift(engine, 1)
+    assert s["shift_state"] == "ok" and s["shift_slack_s"] == 86400.0  # no time limit: the site's 24 h
+    assert s["shift_now_g"] == pytest.approx(100.0)
+    assert s["shift_best_g"] == pytest.approx(60.0)
+    assert s["shift_best_start"] == DAY0 + timedelta(hours=14)
+    assert s["shift_pause_g"] == pytest.approx(60.0)  # the cheap hour and one at 100
+    assert s["shift_saved_g"] == pytest.approx(s["co2_g"] * 0.4)
+    assert s["shift_pause_saved_g"] == pytest.approx(s["co2_g"] * 0.4)
+    co2, shift_co2, saved, pause = _day_sums(engine)
+    assert shift_co2 == pytest.approx(co2) and saved == pytest.approx(co2 * 0.4)
+    assert pause == pytest.approx(co2 * 0.4)
+
+
+def test_slack_is_never_beyond_the_time_limit_and_pausing_beats_waiting(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Cheap hours at 12:00 and 14:00 (not adjacent). A 2 h job at 10:00 with a 3 h time limit may start
+    until 13:00: its best contiguous run holds one cheap hour (60 g/kWh), first from 11:00; pausing takes
+    12:00 and 14:00, both inside [10:00, 10:00 + 3 h + 2 h]."""
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    day = [100.0] * 48
+    day[12] = day[14] = 20.0
+    day[20] = 0.0  # cheaper still, but beyond what the job's limit lets it wait
+    _series(engine, DAY0, day)
+    import_records(
+        engine, [_job(2, DAY0 + timedelta(hours=10), 2.0, time_limit_s=3 * 3600.0)], cfg, source="sacct-json"
+    )
+    run_aggregate(engine, cfg)
+    s = _shift(engine, 2)
+    assert s["shift_state"] == "ok" and s["shift_slack_s"] == 3 * 3600.0
+    assert s["shift_best_g"] == pytest.approx(60.0) and s["shift_best_start"] == DAY0 + timedelta(hours=11)
+    assert s["shift_pause_g"] == pytest.approx(20.0)
+    assert s["shift_pause_saved_g"] == pytest.approx(s["co2_g"] * 0.8)
+
+
+def test_who_gets_no_figures_and_why(engine: Engine, tmp_path: Path) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url, "[partitions.other]\ncarbon_zone = 'DE'\n")
+    _series(engine, DAY0, [100.0] * 48)
+    t = DAY0 + timedelta(hours=2)
+    import_records(
+        engine,
+        [
+            _job(3, t, 1.0, name="jupyter"),  # an interactive session cannot wait
+            _job(4, t, 1.0, running=True),
+            _job(5, t, 0.0),  # never ran
+            _job(6, t, 1.0, partition="other"),  # its zone has no hourly series
+            _job(7, DAY0 + timedelta(hours=30), 1.0),  # its window runs past the series' end
+        ],
+        cfg,
+        source="sacct-json",
+    )
+    run_aggregate(engine, cfg)
+    states = {raw: _shift(engine, raw)["shift_state"] for raw in (3, 4, 5, 6, 7)}
+    assert states == {3: "interactive", 4: "running", 5: "no-run", 6: "no-series", 7: "pending"}
+    assert all(_shift(engine, raw)["shift_saved_g"] == 0.0 for raw in states)
+    co2, shift_co2, saved, _ = _day_sums(engine)
+    assert co2 > 0 and shift_co2 == 0.0 and saved == 0.0
+
+
+def test_pending_jobs_get_figures_when_the_series_reaches_their_window(
+    engine: Engine, tmp_path: Path
+) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    _series(engine, DAY0, [100.0] * 24)
+    import_records(engine, [_job(8, DAY0 + timedelta(hours=20), 1.0)], cfg, source="sacct-json")
+    run_aggregate(engine, cfg)
+    assert _shift(engine, 8)["shift_state"] == "pending"
+    run_aggregate(engine, cfg)  # nothing new: still pending, and not derived again for nothing
+    assert _shift(engine, 8)["shift_state"] == "pending"
+    _series(engine, DAY0 + timedelta(hours=24), [100.0] * 10 + [50.0] + [100.0] * 13)  # the next day arrives
+    res = run_aggregate(engine, cfg)
+    assert res.jobs >= 1
+    s = _shift(engine, 8)
+    assert s["shift_state"] == "ok" and s["shift_best_start"] == DAY0 + timedelta(hours=34)
+    assert s["shift_saved_g"] == pytest.approx(s["co2_g"] * 0.5)
+    assert _day_sums(engine)[2] == pytest.approx(s["co2_g"] * 0.5)  # its day was rebuilt with it
+
+
+def test_changing_the_slack_derives_every_job_again(engine: Engine, tmp_path: Path) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    day = [100.0] * 72
+    day[20] = 10.0
+    _series(engine, DAY0, day)
+    cfg = _cfg(tmp_path, url)
+    import_records(engine, [_job(9, DAY0 + timedelta(hours=2), 1.0)], cfg, source="sacct-json")
+    run_aggregate(engine, cfg)
+    assert _shift(engine, 9)["shift_best_g"] == pytest.approx(10.0)
+    short = _cfg(tmp_path, url, "[shifting]\nslack_s = '6h'\n", name="short.toml")
+    run_aggregate(engine, short)  # an incremental run: the job did not change, the settings did
+    s = _shift(engine, 9)
+    assert s["shift_slack_s"] == 6 * 3600.0 and s["shift_best_g"] == pytest.approx(100.0)
+    assert s["shift_saved_g"] == 0.0 and _day_sums(engine)[2] == 0.0
+    none = _cfg(tmp_path, url, "[shifting]\nslack_s = 0\n", name="none.toml")
+    run_aggregate(engine, none)
+    assert _shift(engine, 9)["shift_state"] == "no-slack"
+
+
+def test_a_gap_in_the_window_leaves_the_job_pending_not_priced_at_the_annual_figure(
+    engine: Engine, tmp_path: Path
+) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url, "[carbon]\ngap_tolerance_s = 1800\n")
+    _series(engine, DAY0, [100.0] * 48)
+    with engine.begin() as c:  # six hours missing in the job's window (more than the tolerance fills)
+        ci = CarbonIntensity.__table__.c
+        c.execute(
+            delete(CarbonIntensity).where(
+                ci.ts_start >= DAY0 + timedelta(hours=12), ci.ts_start < DAY0 + timedelta(hours=18)
+            )
+        )
+    import_records(engine, [_job(10, DAY0 + timedelta(hours=2), 1.0)], cfg, source="sacct-json")
+    run_aggregate(engine, cfg)
+    assert _shift(engine, 10)["shift_state"] == "pending"
+
+
+def test_rollups_in_sql_equal_the_python_ones_with_shifting(engine: Engine, tmp_path: Path) -> None:
+    if engine.dialect.name != "postgresql":
+        pytest.skip("the SQL rollups are PostgreSQL's")
+    from cocaq.accounting.rollups import DAY, day_floor, rebuild_days
+
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    day = [100.0 + 30 * (i % 5) for i in range(24 * 5)]
+    _series(engine, DAY0, day)
+    jobs = [_job(100 + i, DAY0 + timedelta(hours=3 * i + 0.5), 1.5 + i % 4) for i in range(20)]
+    import_records(engine, jobs, cfg, source="sacct-json")
+    run_aggregate(engine, cfg)
+    cols = [c for c in DailyRollup.__table__.columns if c.name not in ("id", "computed_at")]
+
+    def rows() -> list[tuple[Any, ...]]:
+        with engine.connect() as c:
+            got = c.execute(select(*cols).order_by(*cols[:5])).all()
+        return [tuple(round(v, 6) if isinstance(v, float) else v for v in r) for r in got]
+
+    days = {day_floor(DAY0.timestamp()) + k * DAY for k in range(4)}
+    with engine.begin() as c:
+        rebuild_days(c, days, in_sql=True)
+    in_sql = rows()
+    with engine.begin() as c:
+        rebuild_days(c, days, in_sql=False)
+    assert rows() == in_sql
+    assert any(r[[c.name for c in cols].index("shift_saved_g")] > 0 for r in in_sql)
