@@ -14,7 +14,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cocaq.reports.data import AdminMonth
+    from cocaq.reports.data import AdminMonth, ZoneWeek
 
 from cocaq.reports.charts import COLOURS, CYCLE
 from cocaq.reports.wording import before_after_tone, hours, pct, short
@@ -116,6 +116,46 @@ def _height(rows: int, least: int = 220) -> int:
 
 
 KWH_H = "%{y}: %{x:,.1f} kWh<extra>%{fullData.name}</extra>"
+WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+# Intensity from low to high: green (cleaner) through yellow to red (dirtier), the colours the reports give
+# good and bad news; every cell keeps its value in the hover.
+WEEK_SCALE = [[0.0, "rgb(22,163,74)"], [0.5, "rgb(250,204,21)"], [1.0, "rgb(220,38,38)"]]
+
+
+def _week(name: str, z: ZoneWeek) -> str:
+    """A zone's month as a heatmap: weekdays (Monday on top) by UTC hour, coloured by the mean intensity;
+    cells the series does not cover are left blank."""
+    grid: list[list[float | None]] = [[None] * 24 for _ in WEEKDAYS]
+    n: list[list[int]] = [[0] * 24 for _ in WEEKDAYS]
+    for c in z.cells:
+        grid[c.weekday][c.hour] = c.g_per_kwh
+        n[c.weekday][c.hour] = c.hours
+    heat = {
+        "type": "heatmap",
+        "x": [f"{h:02d}" for h in range(24)],
+        "y": list(WEEKDAYS),
+        "z": grid,
+        "customdata": n,
+        "colorscale": WEEK_SCALE,
+        "xgap": 1,
+        "ygap": 1,
+        "hoverongaps": False,
+        "colorbar": {"title": {"text": "g/kWh", "side": "right"}, "thickness": 10, "outlinewidth": 0},
+        "hovertemplate": "%{y} %{x}:00 UTC: %{z:,.0f} g CO2e/kWh<br>mean of %{customdata} hours"
+        "<extra></extra>",
+    }
+    return _div(
+        name,
+        [heat],
+        _layout(
+            f"Carbon intensity of {short(z.zone or 'unknown zone', 28)} by hour",
+            f"{z.basis} series, mean per weekday and UTC hour over {z.hours} of the month's {z.month_hours}"
+            " hours; green: cleaner",
+            height=300,
+            xaxis={"title": {"text": "hour of day (UTC)"}, "showgrid": False, "tickangle": 0},
+            yaxis={"autorange": "reversed", "showgrid": False},
+        ),
+    )
 
 
 def plotly_charts(m: AdminMonth) -> dict[str, str]:
@@ -298,6 +338,8 @@ def plotly_charts(m: AdminMonth) -> dict[str, str]:
                 yaxis={"title": {"text": "g CO2e/kWh"}, "rangemode": "tozero"},
             ),
         )
+    for k, z in enumerate(m.carbon_week):
+        out[f"carbon_week_{k}"] = _week(f"carbon_week_{k}", z)
     models = list(reversed(m.models[:25]))
     if models:
         hover = (

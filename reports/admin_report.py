@@ -18,19 +18,25 @@ from typing import Any
 from sqlalchemy import Connection, and_, func, select, union_all
 
 from cocaq.accounting.ledger import OUTCOMES, outcome_of
+from cocaq.carbon.series import basis_of, from_epoch, kind_of, zone_key
+from cocaq.carbon.shifting import HOUR
+from cocaq.carbon.when import hourly
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
+from cocaq.db.schema import CarbonIntensity
 from cocaq.db.sqlfuncs import floor_ as _floor
 from cocaq.db.sqlfuncs import greatest, least
 from cocaq.footprint.advice import advise_user
 from cocaq.footprint.jobfacts import JobFacts
 from cocaq.reports.data import (
+    WEEK_WINDOW_H,
     AdminMonth,
     BeforeAfter,
     BeforeAfterUser,
     Coverage,
     DayIntensity,
     GroupEnergy,
+    HourWindow,
     IdleWaste,
     Month,
     MonthWaste,
@@ -40,8 +46,10 @@ from cocaq.reports.data import (
     UtilBin,
     UtilHistogram,
     WasteBreakdown,
+    WeekCell,
     WindowUse,
     ZoneIntensity,
+    ZoneWeek,
 )
 from cocaq.reports.queries import (
     DAY_S,
@@ -174,6 +182,8 @@ def admin_month(
     ]
     coverage.sort(key=lambda c: (-c.energy_kwh, c.partition))
     carbon = _carbon(groups, _whole).get((), [])
+    intensity = _intensity(conn, y, month, carbon)
+    weeks, no_series = _carbon_week(conn, cfg, [z.zone for z in intensity], month)
     return AdminMonth(
         month=month,
         cluster=cluster,
@@ -190,7 +200,7 @@ def admin_month(
         waste_by_lab=tuple(failed),
         energy_by_state=_states(groups),
         coverage=tuple(coverage),
-        intensity=_intensity(conn, y, month, carbon),
+        intensity=intensity,
         top_users=tuple(table(people, people_js)[: opts.top_users]),
         before_after=None
         if first_report is None
@@ -206,6 +216,8 @@ def admin_month(
             cfg,
         ),
         waste_trend=_waste_trend(conn, month, scope, start, watermark, opts.trend_months),
+        carbon_week=weeks,
+        carbon_week_missing=no_series,
     )
 
 
@@ -280,6 +292,64 @@ def _intensity(
         )
     out.sort(key=lambda z: (-z.energy_kwh, z.zone))
     return tuple(out)
+
+
+def _carbon_week(
+    conn: Connection, cfg: Config, zones: Sequence[str], month: Month
+) -> tuple[tuple[ZoneWeek, ...], tuple[str, ...]]:
+    """The zones' series over the month by weekday and UTC hour (`ZoneWeek`), in the configured basis,
+    and the zones without any value in the month. Each hour's value is the one `cocaq carbon when` reads
+    (`cocaq.carbon.when.hourly`: finer rows weighted by the time they cover in it); a cell is the plain
+    mean of its hours, so a month's four or five Mondays at 14:00 count alike."""
+    kind = kind_of(cfg.carbon.basis)
+    lo, hi = month.start.timestamp(), month.end.timestamp()
+    t = CarbonIntensity.__table__
+    out, missing = [], []
+    for zone in zones:
+        if not zone:  # jobs with no zone: nothing to look up
+            continue
+        values = hourly(conn, zone, cfg.carbon.basis, lo, hi)
+        if not values:
+            missing.append(zone)
+            continue
+        acc: dict[tuple[int, int], list[float]] = defaultdict(list)
+        for h, g in values.items():
+            acc[((h // 24 + 3) % 7, h % 24)].append(g)  # 1 January 1970 was a Thursday
+        cells = tuple(WeekCell(d, h, statistics.fmean(v), len(v)) for (d, h), v in sorted(acc.items()))
+        day_profile = {
+            h: statistics.fmean(g for (_, hh), v in acc.items() if hh == h for g in v)
+            for h in sorted({h for _, h in acc})
+        }
+        spans = [[(h + k) % 24 for k in range(WEEK_WINDOW_H)] for h in range(24)]
+        windows = [
+            HourWindow(s[0], WEEK_WINDOW_H, statistics.fmean(day_profile[x] for x in s))
+            for s in spans
+            if all(x in day_profile for x in s)
+        ]
+        weekdays = [g for (d, _), v in acc.items() if d < 5 for g in v]
+        weekends = [g for (d, _), v in acc.items() if d >= 5 for g in v]
+        q = select(t.c.source).where(
+            t.c.zone == zone_key(zone),
+            t.c.kind == kind,
+            t.c.ts_end > from_epoch(lo),
+            t.c.ts_start < from_epoch(hi),
+        )
+        out.append(
+            ZoneWeek(
+                zone=zone,
+                basis=basis_of(kind),
+                cells=cells,
+                hours=len(values),
+                month_hours=int((hi - lo) // HOUR),
+                g_per_kwh=statistics.fmean(values.values()),
+                cheapest=min(windows, key=lambda w: (w.g_per_kwh, w.start)) if windows else None,
+                dearest=max(windows, key=lambda w: (w.g_per_kwh, -w.start)) if windows else None,
+                weekdays_g_per_kwh=statistics.fmean(weekdays) if weekdays else None,
+                weekends_g_per_kwh=statistics.fmean(weekends) if weekends else None,
+                sources=tuple(sorted(set(conn.execute(q.distinct()).scalars()))),
+            )
+        )
+    return tuple(out), tuple(missing)
 
 
 def _waste_trend(

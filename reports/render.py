@@ -57,6 +57,7 @@ from cocaq.reports.wording import (
     short,
     trend,
     waste_parts,
+    week_text,
     when,
     zone_name,
 )
@@ -150,6 +151,7 @@ def environments(template_dir: str | None) -> tuple[Environment, Environment]:
             saving_text=saving_text,
             saving_word=saving_word,
             waste=job_waste,
+            week_text=week_text,
         )
     return html, text
 
@@ -322,6 +324,8 @@ def render_lab_month(m: LabMonth, cfg: Config) -> Rendered:
 
 def _admin_context(m: AdminMonth, cfg: Config) -> dict[str, Any]:
     """What both admin renderings (e-mail and interactive page) show besides the charts."""
+    from cocaq.reports.data import WEEK_WINDOW_H
+
     ba = m.before_after
     return {
         "m": m,
@@ -330,6 +334,7 @@ def _admin_context(m: AdminMonth, cfg: Config) -> dict[str, Any]:
         "ba": ba,
         "ba_days": cfg.reports.before_after_days,
         "min_share": cfg.advice.min_share,
+        "week_window_h": WEEK_WINDOW_H,
         **_month_names(m),
     }
 

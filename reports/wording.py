@@ -21,7 +21,7 @@ from cocaq.footprint.advice_words import num
 
 if TYPE_CHECKING:
     from cocaq.footprint.by_model import Comparison
-    from cocaq.reports.data import Basis, Change, MonthTotals
+    from cocaq.reports.data import Basis, Change, HourWindow, MonthTotals, ZoneWeek
     from cocaq.reports.suggest import Suggestion
 
 # --- numbers as the reports write them ---------------------------------------------------------------
@@ -370,6 +370,37 @@ def basis_lines(b: Basis, t: MonthTotals | None = None) -> list[str]:
         out.append("The aggregator has not run yet: run `cocaq aggregate` before rendering reports.")
     out.append("Days and months are UTC. Everyday equivalents: US EPA Greenhouse Gas Equivalencies.")
     return out
+
+
+def hour_window(w: HourWindow) -> str:
+    """`11:00-15:00 UTC`."""
+    return f"{w.start:02d}:00-{w.end:02d}:00 UTC"
+
+
+def week_text(z: ZoneWeek) -> str:
+    """A zone's month by hour in one sentence: `cheapest 11:00-15:00 UTC, 180 g/kWh; dearest 19:00-23:00
+    UTC, 320 g/kWh; mean 250 g/kWh; weekends 8% below weekdays (series over 720 of 744 hours)`."""
+    parts = []
+    if (
+        z.cheapest is not None
+        and z.dearest is not None
+        and z.dearest.g_per_kwh <= z.cheapest.g_per_kwh * (1 + SAME_PCT / 100)
+    ):
+        parts.append(f"no hours of the day much cleaner than others (within {SAME_PCT:.0f}%)")
+    elif z.cheapest is not None and z.dearest is not None:
+        parts.append(f"cheapest {hour_window(z.cheapest)}, {num(z.cheapest.g_per_kwh)} g/kWh")
+        parts.append(f"dearest {hour_window(z.dearest)}, {num(z.dearest.g_per_kwh)} g/kWh")
+    else:
+        parts.append("too few hours of series to name the cheapest and dearest hours of the day")
+    parts.append(f"mean {num(z.g_per_kwh)} g/kWh")
+    wd, we = z.weekdays_g_per_kwh, z.weekends_g_per_kwh
+    if wd and we is not None:
+        d = (we / wd - 1) * 100
+        if abs(d) < SAME_PCT:
+            parts.append("weekends about the same as weekdays")
+        else:
+            parts.append(f"weekends {abs(d):.0f}% {'below' if d < 0 else 'above'} weekdays")
+    return "; ".join(parts) + f" (series over {z.hours} of {z.month_hours} hours)"
 
 
 # --- comparisons and lengths of time --------------------------------------------------------------------

@@ -219,10 +219,10 @@ def test_admin_interactive_page_is_standalone(month: Month) -> None:
     outside = page.replace(bundle, "")
     assert not re.search(r"<(script|link|img|iframe)[^>]*\b(src|href)\s*=", outside, re.I)
     assert "http://" not in outside and "https://" not in outside  # not even a link in our own markup
-    for name in ("labs", "partitions", "weeks", "util", "idle", "intensity", "models", "waste_trend",
-                 "before-after"):  # fmt: skip
+    for name in ("labs", "partitions", "weeks", "util", "idle", "intensity", "carbon_week_0", "models",
+                 "waste_trend", "before-after"):  # fmt: skip
         assert f'id="chart-{name}"' in page, name
-    assert outside.count("Plotly.newPlot") == 9 and "llama-7b" in outside
+    assert outside.count("Plotly.newPlot") == 10 and "llama-7b" in outside
     assert "observational, not a controlled effect" in outside and "carol" in outside
 
 
