@@ -95,7 +95,8 @@ SUMS = (
     "cpu_hours", "gpu_hours", "energy_gpu_j", "energy_cpu_j", "energy_dram_j", "energy_other_j",
     "energy_measured_j", "energy_estimated_j", "energy_failed_j", "energy_oom_j", "energy_timeout_j",
     "energy_cancelled_j", "co2_g", "co2_embodied_g", "gpu_util_energy_j", "gpu_util_weighted",
-    "idle_gpu_hours", "idle_gpu_energy_j", "energy_est_low_j", "energy_est_high_j",
+    "idle_gpu_hours", "idle_gpu_energy_j", "energy_est_low_j", "energy_est_high_j", "shift_co2_g",
+    "shift_saved_g", "shift_pause_saved_g",
 )  # fmt: skip
 # The range of the estimated part; days rolled up before it existed (NULL) read as the estimate itself.
 _EST_RANGE = ("energy_est_low_j", "energy_est_high_j")
@@ -521,6 +522,9 @@ def _totals(s: Mapping[str, float], js: _JobStats | None) -> MonthTotals:
         cpu_kwh=g["energy_cpu_j"] / J_PER_KWH,
         dram_kwh=g["energy_dram_j"] / J_PER_KWH,
         other_kwh=g["energy_other_j"] / J_PER_KWH,
+        shift_co2_kg=g["shift_co2_g"] / 1000,
+        shift_saved_kg=g["shift_saved_g"] / 1000,
+        shift_pause_saved_kg=g["shift_pause_saved_g"] / 1000,
     )
 
 

@@ -15,7 +15,7 @@ from cocaq.accounting.aggregate import run_aggregate
 from cocaq.accounting.importer import import_records
 from cocaq.config import Config
 from cocaq.db.dbapi import connect
-from cocaq.db.schema import AggregatorState, Cluster, DailyRollup, Sample
+from cocaq.db.schema import AggregatorState, CarbonIntensity, Cluster, DailyRollup, Sample
 from cocaq.footprint.totals import Footprint, Window, lab_footprint, plan_window, user_footprint
 from cocaq.slurm.record import JobRecord
 from tests.builders import config, job
@@ -87,6 +87,16 @@ def _scenario(engine: Engine, tmp_path: Path) -> str:
                 {**base, "metric": "util_pct", "value": util},
             ]
         c.execute(insert(Sample), rows)
+        # an hourly series for the zone, so that jobs have when-to-run figures (cheap nights, dear evenings)
+        t0 = DAY0 - 3 * D
+        c.execute(
+            insert(CarbonIntensity),
+            [
+                {"zone": "FRA", "ts_start": t0 + i * H, "ts_end": t0 + (i + 1) * H, "kind": "lifecycle",
+                 "g_per_kwh": 40.0 + 8.0 * abs(((i + 5) % 24) - 12), "source": "test series"}
+                for i in range(24 * 12)
+            ],
+        )  # fmt: skip
     run_aggregate(engine, cfg)
     return url
 
@@ -166,6 +176,10 @@ def test_rollups_plus_edges_equal_the_jobs_alone(engine: Engine, tmp_path: Path)
         assert t.idle_gpu_hours == pytest.approx(1.0) and t.idle_gpu_energy_kwh == pytest.approx(0.06)
         assert t.co2_embodied_kg > 0 and t.failed_energy_kwh > 0
         assert t.energy_kwh_with_pue == pytest.approx(t.energy_kwh * 1.3)
+        # when to run: the finished batch jobs have figures (the running one and the one that never ran
+        # do not), parts of their CO2; pausing saves at least what the best start does
+        assert t.shift_co2_kg == pytest.approx(t.co2_kg) and b.shift_co2_kg < b.co2_kg
+        assert 0 < t.shift_saved_kg <= t.shift_pause_saved_kg < t.shift_co2_kg
 
 
 def test_days_after_the_watermark_and_no_watermark_come_from_jobs(engine: Engine, tmp_path: Path) -> None:

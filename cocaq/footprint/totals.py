@@ -46,7 +46,8 @@ ROLLUP_SUMS = (
     "cpu_hours", "gpu_hours", "energy_gpu_j", "energy_cpu_j", "energy_dram_j", "energy_other_j",
     "energy_measured_j", "energy_estimated_j", "energy_failed_j", "energy_oom_j", "energy_timeout_j",
     "energy_cancelled_j", "co2_g", "co2_embodied_g", "gpu_util_energy_j", "gpu_util_weighted",
-    "idle_gpu_hours", "idle_gpu_energy_j", "energy_est_low_j", "energy_est_high_j",
+    "idle_gpu_hours", "idle_gpu_energy_j", "energy_est_low_j", "energy_est_high_j", "shift_co2_g",
+    "shift_saved_g", "shift_pause_saved_g",
 )  # fmt: skip
 # The range of the estimated part: days rolled up before it existed (NULL) read as the estimate itself.
 _ROLLUP_READ = {
@@ -62,7 +63,10 @@ READS: dict[str, tuple[str, ...]] = {
         "energy_est_low_j", "energy_est_high_j",
     ),
     "job_energy": ("job_pk", "component", "energy_j"),
-    "job_metrics": ("job_pk", "co2_embodied_g", "gpu_util_pct", "idle_gpu_s", "idle_gpu_energy_j"),
+    "job_metrics": (
+        "job_pk", "co2_embodied_g", "gpu_util_pct", "idle_gpu_s", "idle_gpu_energy_j", "shift_state",
+        "shift_saved_g", "shift_pause_saved_g",
+    ),
     "daily_rollups": ("cluster_id", "day", "user_name", "account", "partition", *ROLLUP_SUMS),
     "aggregator_state": ("name", "watermark"),
     "clusters": ("id", "name"),
@@ -165,6 +169,11 @@ class Totals:
     idle_gpu_hours: float = 0.0  # allocated GPU-hours under the idle threshold
     idle_gpu_energy_kwh: float = 0.0
     co2_embodied_kg: float = 0.0  # scope 3, reported apart from co2_kg
+    # When to run (cocaq.accounting.shifting): the CO2 of the jobs that could have waited and have figures,
+    # and what their best start within the slack, or pausing, would have saved (parts of that CO2)
+    shift_co2_kg: float = 0.0
+    shift_saved_kg: float = 0.0
+    shift_pause_saved_kg: float = 0.0
 
     @classmethod
     def from_sums(cls, s: Mapping[str, float]) -> Totals:
@@ -201,6 +210,9 @@ class Totals:
             idle_gpu_hours=g["idle_gpu_hours"],
             idle_gpu_energy_kwh=g["idle_gpu_energy_j"] / J_PER_KWH,
             co2_embodied_kg=g["co2_embodied_g"] / 1000,
+            shift_co2_kg=g["shift_co2_g"] / 1000,
+            shift_saved_kg=g["shift_saved_g"] / 1000,
+            shift_pause_saved_kg=g["shift_pause_saved_g"] / 1000,
         )
 
 
@@ -424,7 +436,8 @@ WITH y AS (
                     ELSE 0.0 END) AS other
     FROM job_energy q WHERE q.job_pk IN (SELECT id FROM e) GROUP BY q.job_pk
 ), m AS (
-    SELECT job_pk, co2_embodied_g, gpu_util_pct, idle_gpu_s, idle_gpu_energy_j
+    SELECT job_pk, co2_embodied_g, gpu_util_pct, idle_gpu_s, idle_gpu_energy_j, shift_state, shift_saved_g,
+           shift_pause_saved_g
     FROM job_metrics WHERE job_pk IN (SELECT id FROM e)
 ), es AS (
     SELECT e.k,
@@ -441,7 +454,10 @@ WITH y AS (
                AS gpu_util_energy_j,
            sum(CASE WHEN m.gpu_util_pct IS NOT NULL THEN m.gpu_util_pct * (coalesce(c.gpu, 0.0) * e.fe)
                     ELSE 0.0 END) AS gpu_util_weighted,
-           sum(coalesce(m.idle_gpu_s, 0.0) * e.fe / 3600.0) AS idle_gpu_hours
+           sum(coalesce(m.idle_gpu_s, 0.0) * e.fe / 3600.0) AS idle_gpu_hours,
+           sum(CASE WHEN m.shift_state = 'ok' THEN e.co2 * e.fe ELSE 0.0 END) AS shift_co2_g,
+           sum(coalesce(m.shift_saved_g, 0.0) * e.fe) AS shift_saved_g,
+           sum(coalesce(m.shift_pause_saved_g, 0.0) * e.fe) AS shift_pause_saved_g
     FROM e LEFT JOIN c ON c.job_pk = e.id LEFT JOIN m ON m.job_pk = e.id
     GROUP BY e.k
 ), n AS (
