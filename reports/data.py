@@ -521,6 +521,55 @@ class ZoneIntensity:
     sources: tuple[str, ...]
 
 
+@dataclass(slots=True)
+class WeekCell:
+    """One weekday and UTC hour of a zone's series over the month: the mean of the hours it covers."""
+
+    weekday: int  # 0 = Monday
+    hour: int  # 0..23, UTC
+    g_per_kwh: float  # plain mean of those hours' values (each hour time-weighted over its rows)
+    hours: int  # the month's hours in this cell with a value
+
+
+@dataclass(frozen=True)
+class HourWindow:
+    """`hours` consecutive hours of the day from `start` (UTC; it may run past midnight), over every day of
+    the month, and their mean intensity."""
+
+    start: int
+    hours: int
+    g_per_kwh: float
+
+    @property
+    def end(self) -> int:
+        return (self.start + self.hours) % 24
+
+
+WEEK_WINDOW_H = 4  # the cheapest and dearest hours of a zone's day (`ZoneWeek`): windows this long
+
+
+@dataclass(frozen=True)
+class ZoneWeek:
+    """A zone's imported series over the month by weekday and UTC hour: when its electricity was cleaner.
+
+    A reading of the series itself (not of when the jobs ran), for the zones the month's jobs used, in the
+    configured basis. `cheapest` and `dearest` are the WEEK_WINDOW_H-hour windows of the day (over every
+    day) with the lowest and highest mean, among those the series covers at every hour.
+    """
+
+    zone: str
+    basis: str  # lca or direct
+    cells: tuple[WeekCell, ...]  # the cells with a value, Monday 00:00 first
+    hours: int  # hours of the month with a value
+    month_hours: int
+    g_per_kwh: float  # the mean over those hours
+    cheapest: HourWindow | None
+    dearest: HourWindow | None
+    weekdays_g_per_kwh: float | None  # Monday to Friday
+    weekends_g_per_kwh: float | None
+    sources: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class WindowUse:
     start: datetime
@@ -596,6 +645,9 @@ class AdminMonth:
     data_days: DataDays | None = None
     advice: tuple[SiteLever, ...] = ()  # the users' suggestions added up by kind, and power caps
     waste_trend: tuple[MonthWaste, ...] = ()  # this month and the ones before it with data, oldest first
+    # the series of the zones the jobs used, by weekday and hour (those with none in the month: `_missing`)
+    carbon_week: tuple[ZoneWeek, ...] = ()
+    carbon_week_missing: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
