@@ -253,12 +253,15 @@ def render_user_month(m: UserMonth, suggestions: Sequence[Suggestion], cfg: Conf
             ),
         )
     kg_per_kwh = t.co2_kg / t.energy_kwh if t.energy_kwh > 0 else None
+    from cocaq.footprint.when_advice import settings, when_to_run
+
     subject, text, html = _render(
         cfg,
         "user_month",
         m=m,
         t=t,
         suggestions=list(suggestions),
+        when_to_run=when_to_run(m.jobs, settings(cfg), f"in {m.month.start:%B}"),
         kg_per_kwh=kg_per_kwh,
         clusters=", ".join(m.clusters) or site_name(cfg),
         chart=charts,

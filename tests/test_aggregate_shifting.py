@@ -221,3 +221,103 @@ def test_rollups_in_sql_equal_the_python_ones_with_shifting(engine: Engine, tmp_
         rebuild_days(c, days, in_sql=False)
     assert rows() == in_sql
     assert any(r[[c.name for c in cols].index("shift_saved_g")] > 0 for r in in_sql)
+
+
+def _evenings(engine: Engine, tmp_path: Path, extra: str = "") -> dict[str, str]:
+    """A week of a grid that is dear in the evening and clean at night, alice's 2 h jobs every evening at
+    18:00 and an interactive session, bob's one small job; aggregated. Returns the CLI's environment."""
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = config(tmp_path, url, extra, cluster={"carbon_zone": "FR", "pue": 1.2, "timezone": "UTC"})
+    hourly = [50.0 if h < 6 else 300.0 if 16 <= h < 22 else 150.0 for h in range(24)]
+    _series(engine, DAY0 - timedelta(days=1), hourly * 10)
+    jobs = [_job(200 + d, DAY0 + timedelta(days=d, hours=18), 2.0, gpus=4, name="train") for d in range(6)]
+    jobs.append(_job(299, DAY0 + timedelta(hours=18), 3.0, name="jupyter"))  # cannot wait
+    jobs.append(_job(300, DAY0 + timedelta(hours=18), 0.1, user="bob", gpus=0, cpus=1))  # too little to say
+    import_records(engine, jobs, cfg, source="sacct-json")
+    run_aggregate(engine, cfg)
+    return {"COCAQ_CONFIG": str(tmp_path / "c.toml"), "TZ": "UTC"}
+
+
+def test_cocaq_user_shows_what_jobs_that_could_wait_would_have_saved(
+    engine: Engine, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    import json
+
+    from tests.conftest import run_cocaq
+
+    env = dict(cli_env, **_evenings(engine, tmp_path))
+    window = ["-S", "2026-10-05", "-E", "2026-10-12"]
+    d = json.loads(run_cocaq(["user", "alice", *window, "-o", "json"], env).out)
+    # the batch jobs started at 18:00 (300 g/kWh); best start 00:00 (50 g/kWh) within 24 h: 5/6 less
+    assert d["shift_co2_kg"] < d["co2_kg"]  # the notebook's CO2 is not among them
+    assert d["shift_saved_kg"] == pytest.approx(d["shift_co2_kg"] * (1 - 50 / 300), rel=1e-6)
+    w = d["when_to_run"]
+    assert w["id"] == "when-to-run" and w["saving_kg"] == pytest.approx(d["shift_saved_kg"], rel=1e-6)
+    assert w["saving_kwh"] is None  # the same energy at other hours
+    assert (
+        "sbatch --begin=now+6hours job.sh" in w["change"]
+        and "cocaq carbon when --hours 2 --within 24h" in w["change"]
+    )
+    assert len(w["job_ids"]) == 6 and "299" not in w["job_ids"]
+    assert "would have emitted 83% less starting at 00:00 (6 h later)" in w["body"], w["body"]
+    # the table at 60 columns: the totals row and the suggestion, with its commands whole
+    r = run_cocaq(["user", "alice", *window], dict(env, COLUMNS="60"))
+    assert r.code == 0, r.err
+    assert "could wait" in r.out and "When to run" in r.out and "sbatch --begin=now+6hours job.sh" in r.out
+    assert max(len(line) for line in r.out.splitlines()) <= 60
+    # bob's job would have saved grams: below the floor, no suggestion (the totals still say it)
+    b = json.loads(run_cocaq(["user", "bob", *window, "-o", "json"], env).out)
+    assert b["when_to_run"] is None and 0 < b["shift_saved_kg"] < 1.0
+    # a lab: the sums, as for its members
+    lab = json.loads(run_cocaq(["lab", "lab", *window, "-o", "json"], env).out)
+    assert lab["shift_saved_kg"] == pytest.approx(d["shift_saved_kg"] + b["shift_saved_kg"], rel=1e-9)
+
+
+def test_the_suggestion_needs_a_material_saving(
+    engine: Engine, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    import json
+
+    from tests.conftest import run_cocaq
+
+    env = dict(cli_env, **_evenings(engine, tmp_path, "[shifting]\nmin_kg = 1000\n"))
+    d = json.loads(
+        run_cocaq(["user", "alice", "-S", "2026-10-05", "-E", "2026-10-12", "-o", "json"], env).out
+    )
+    assert d["shift_saved_kg"] > 0 and d["when_to_run"] is None
+
+
+def test_the_monthly_email_says_it_with_the_same_numbers_as_cocaq_user(
+    engine: Engine, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    import json
+
+    from cocaq.config_load import load_config
+    from cocaq.reports import render, user_report
+    from cocaq.reports.suggest import suggest_for_user
+    from tests.conftest import run_cocaq
+
+    env = dict(cli_env, **_evenings(engine, tmp_path))
+    cfg = load_config(env["COCAQ_CONFIG"], environ={})
+    with engine.connect() as conn:
+        m = user_report.user_month(conn, cfg, "alice", datetime(2026, 10, 1, tzinfo=UTC))
+    r = render.render_user_month(m, suggest_for_user(m, cfg), cfg)
+    d = json.loads(
+        run_cocaq(["user", "alice", "-S", "2026-10-01", "-E", "2026-11-01", "-o", "json"], env).out
+    )
+    kg = d["when_to_run"]["saving_kg"]
+    assert m.totals.shift_saved_kg == pytest.approx(d["shift_saved_kg"], rel=1e-9)
+    said = f"{kg:.2f} kg CO2e"  # the e-mails' co2 filter
+    assert "WHEN TO RUN" in r.text and f"about {said} less" in r.text, r.text
+    assert "sbatch --begin=now+6hours job.sh" in r.text and "median wait to the best start: 6 h" in r.text
+    assert 'id="when-to-run"' in r.html and f"about {said} less" in r.html
+    if not suggest_for_user(
+        m, cfg
+    ):  # nothing saves energy: the timing is the one change the e-mail opens with
+        assert f"{said} less by starting jobs that can wait" in r.subject, r.subject
+        assert "the one change worth making: Start jobs that can wait" in r.text
+    # bob's month: no suggestion (grams), no section
+    with engine.connect() as conn:
+        b = user_report.user_month(conn, cfg, "bob", datetime(2026, 10, 1, tzinfo=UTC))
+    rb = render.render_user_month(b, [], cfg)
+    assert "WHEN TO RUN" not in rb.text and "when-to-run" not in rb.html

@@ -288,6 +288,14 @@ def print_footprint(fp: Footprint, console: Console) -> None:
     tab.add_row("like driving", f"{eq['car_km']:,.0f} km by car")
     if t.co2_embodied_kg:
         tab.add_row("embodied CO2e", f"{_kg(t.co2_embodied_kg)} (making the hardware; not in CO2e above)")
+    if t.shift_co2_kg > 0:  # when to run (cocaq.accounting.shifting)
+        tab.add_row(
+            "could wait",
+            f"{_kg(t.shift_co2_kg)} of the CO2e, from jobs that could have waited: "
+            f"{_kg(t.shift_saved_kg)} less{_share(t.shift_saved_kg, t.shift_co2_kg)} at each one's best "
+            f"start, {_kg(t.shift_pause_saved_kg)} less{_share(t.shift_pause_saved_kg, t.shift_co2_kg)} "
+            "pausing",
+        )
     console.print(tab)
     if fp.members:
         rows = []
@@ -344,6 +352,9 @@ def print_footprint(fp: Footprint, console: Console) -> None:
         )
     if fp.advice:
         print_advice(fp.advice, console, lab=fp.scope == "account")
+    if fp.when_to_run:
+        heading = "[bold]When to run[/] (the same work at cleaner hours)"
+        print_advice([fp.when_to_run], console, heading=heading)
     console.print(f"[dim]{_source_line(fp)}[/]")
 
 
@@ -429,6 +440,8 @@ def print_advice(
             saving = f": {up}{_kwh(a['saving_kwh'])}"
             if a.get("saving_kg"):
                 saving += f", {_kg(a['saving_kg'])} CO2e"
+        elif a.get("saving_kg"):  # CO2 alone: the same energy at cleaner hours
+            saving = f": about {_kg(a['saving_kg'])} CO2e"
         # wrapped lines hang under the title's text, not at the screen's edge
         head = Table.grid()
         head.add_column(width=4, no_wrap=True)

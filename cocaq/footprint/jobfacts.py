@@ -102,6 +102,14 @@ class JobFacts:
     epochs: float | None = None
     tokens: int | None = None
     devices: tuple[DeviceUse, ...] = ()  # filled only where the reports examined the GPUs one by one
+    # When to run (cocaq.accounting.shifting; whole job): "ok" where it has figures, else why not
+    shift_state: str | None = None
+    shift_slack_h: float | None = None
+    shift_best_start: datetime | None = None
+    shift_now_g: float | None = None  # g/kWh over its run, and at its best start
+    shift_best_g: float | None = None
+    shift_saved_kg: float = 0.0  # what its best start, and pausing, would have saved
+    shift_pause_saved_kg: float = 0.0
 
     # --- derived -------------------------------------------------------------------------------------
 
@@ -255,6 +263,8 @@ SELECT w.id, w.job_id, w.job_id_raw, w.cluster_id, w.cluster, w.name, w.user_nam
        coalesce(m.idle_gpu_s, 0.0) / 3600.0, {idle} / {J_PER_KWH!r}, m.gpu_mem_peak_mb,
        CASE WHEN m.gpu_samples_s > 0 THEN coalesce(m.gpu_samples_j, 0.0) / m.gpu_samples_s END,
        mm.model_name, mm.precision, mm.extra, mm.batch_size, mm.epochs, mm.tokens,
+       m.shift_state, m.shift_slack_s / 3600.0, m.shift_best_start, m.shift_now_g, m.shift_best_g,
+       coalesce(m.shift_saved_g, 0.0) / 1000.0, coalesce(m.shift_pause_saved_g, 0.0) / 1000.0,
        {energy_j} * w.f
 FROM w {energy}
        LEFT JOIN job_metrics m ON m.job_pk = w.id
@@ -341,6 +351,9 @@ def _facts(
         prec_class = prec_label = None
     else:
         prec_class, prec_label = precision_of(prec, extra)
+    state, slack_h, best_start, now_g, best_g, saved, pause_saved = r[_N_PLAIN + 6 : _N_PLAIN + 13]
+    if best_start is not None and (not pg or best_start.tzinfo is not UTC):
+        best_start = db.timestamp(best_start)
     plain += (
         float(hw.gpu_tdp_w),
         float(hw.gpu_mem_gb),
@@ -350,6 +363,14 @@ def _facts(
         int(batch) if batch is not None else None,
         float(epochs) if epochs is not None else None,
         int(tokens) if tokens is not None else None,
+        (),
+        state,
+        slack_h,
+        best_start,
+        now_g,
+        best_g,
+        float(saved),
+        float(pause_saved),
     )
     return JobFacts(*plain)
 

@@ -75,7 +75,11 @@ def add_advice(db: Db, cfg: Config, fp: Footprint, *, cluster: str | None = None
     )
     ctx = advice.site_context(cfg, fp.since, fp.until, period="in this window")
     if fp.scope == "user":
+        from cocaq.footprint.when_advice import settings, when_to_run
+
         fp.advice = [a.as_dict() for a in advice.advise_user(jobs, ctx, fp.totals.energy_kwh, cfg)]
+        when = when_to_run(jobs, settings(cfg), ctx.period)
+        fp.when_to_run = when.as_dict() if when is not None else None
         return fp
     totals = {m["user"]: float(m["energy_kwh"]) for m in fp.members}
     by_user: dict[str, list[Any]] = {}

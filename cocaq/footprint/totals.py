@@ -254,6 +254,9 @@ class Footprint:
     # cocaq.footprint.advice.Advice.as_dict() of what the window's jobs suggest (`add_advice`), largest saving
     # first; a lab's: each member's largest, with its "user"
     advice: list[dict[str, Any]] = field(default_factory=list)
+    # cocaq.footprint.when_advice's suggestion (Advice.as_dict()), where a user's jobs that could wait
+    # would have saved enough by starting at a cleaner hour; None otherwise (and for a lab)
+    when_to_run: dict[str, Any] | None = None
     # only the jobs in these labs (a lab head's view of a member); None: all of the key's jobs
     within: tuple[str, ...] | None = None
 
@@ -276,6 +279,7 @@ class Footprint:
             members=list(d.get("users", [])),
             sourced={k: d.get(k) for k in ("rollups_through", "rollup_days", "from_jobs")},
             advice=list(d.get("advice", [])),
+            when_to_run=d.get("when_to_run"),
             within=tuple(str(a) for a in d["within_labs"]) if d.get("within_labs") is not None else None,
         )
 
@@ -307,6 +311,7 @@ class Footprint:
             ],
         }
         d["advice"] = self.advice
+        d["when_to_run"] = self.when_to_run
         if self.within is not None:
             d["within_labs"] = list(self.within)
         if self.scope == "account":

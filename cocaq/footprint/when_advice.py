@@ -1,0 +1,116 @@
+"""When to run: the one suggestion about timing, from the shifting figures of the user's own jobs that
+could have waited (cocaq.accounting.shifting: finished batch jobs in a zone with an hourly series).
+
+It saves CO2, not energy (the same job at a cleaner hour), so it is not one of cocaq.footprint.advice's
+rules, which are ranked and filtered by the energy they save: it has its own test, a share of the user's
+CO2 in the window and a floor in kg (`[shifting] min_share`, `min_kg`), on what starting each job at its
+best hour within its slack would have saved (what `sbatch --begin` can do). Pausing (the cheapest hours,
+for jobs that checkpoint) is evidence beside it, never the claim.
+
+Pure functions over JobFacts, no database: `cocaq user`, the read API and the monthly e-mail call the same.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import tzinfo
+from typing import TYPE_CHECKING
+
+from cocaq.footprint.advice import Advice, Evidence
+from cocaq.footprint.advice_words import hours, n_jobs, num, pct, shorten
+
+if TYPE_CHECKING:
+    from cocaq.config import Config
+    from cocaq.footprint.jobfacts import JobFacts
+
+ID = "when-to-run"
+
+
+@dataclass(frozen=True)
+class Settings:
+    slack_h: float
+    min_share: float
+    min_kg: float
+    tz: tzinfo | None = None  # the hours people read: the site's zone
+
+
+def settings(cfg: Config) -> Settings:
+    s = cfg.shifting
+    return Settings(s.slack_s / 3600.0, s.min_share, s.min_kg, cfg.tz())
+
+
+def _kg(x: float) -> str:
+    return f"{num(x)} kg" if x >= 1 else f"{num(x * 1000)} g"
+
+
+def when_to_run(jobs: Sequence[JobFacts], s: Settings, period: str = "in this window") -> Advice | None:
+    """The suggestion, or None where the user's jobs that could wait would not have saved enough."""
+    flex = [j for j in jobs if j.shift_state == "ok" and j.share > 0 and j.start is not None]
+    if not flex or s.slack_h <= 0:
+        return None
+    total = sum(j.co2_kg * j.share for j in jobs)
+    co2 = sum(j.co2_kg * j.share for j in flex)
+    saved = sum(j.shift_saved_kg * j.share for j in flex)
+    paused = sum(j.shift_pause_saved_kg * j.share for j in flex)
+    if saved <= 0 or saved < max(s.min_share * total, s.min_kg):
+        return None
+    movers = sorted(
+        (j for j in flex if j.shift_saved_kg > 0 and j.shift_best_start is not None),
+        key=lambda j: (-j.shift_saved_kg * j.share, j.job_id),
+    )
+    delays = [(j.shift_best_start - j.start).total_seconds() / 3600 for j in movers]  # type: ignore[operator]
+    wait = statistics.median(delays)
+    run_h = statistics.median(j.elapsed_h for j in movers)
+    # the hour of the day the best starts fall in most (weighted by what they save), in the site's zone
+    by_hour: Counter[int] = Counter()  # (Counter's counts are any numbers: kg here)
+    for j in movers:
+        hour = j.shift_best_start.astimezone(s.tz).hour  # type: ignore[union-attr]
+        by_hour[hour] += j.shift_saved_kg * j.share  # type: ignore[assignment]
+    best_hour = by_hour.most_common(1)[0][0]
+    e = movers[0]
+    e_start, e_best = e.start.astimezone(s.tz), e.shift_best_start.astimezone(s.tz)  # type: ignore[union-attr]
+    e_share = e.shift_saved_kg / e.co2_kg if e.co2_kg > 0 else 0.0
+    zone = e_start.strftime("%Z")
+    slack = hours(s.slack_h)
+    body = (
+        f"{n_jobs(len(flex))} {period} could have waited (batch jobs, up to {slack} or their time limit, "
+        f"whichever is shorter). Started at the hour with the cleanest electricity within that, they would "
+        f"have emitted {_kg(saved)} less: {pct(saved / co2)} of their {_kg(co2)}, for the same work and "
+        f"energy. For example job {e.job_id}"
+        + (f" ({shorten(e.name)})" if e.name else "")
+        + f", started {e_start:%a %d %b %H:%M} {zone}, would have emitted {pct(e_share)} less starting at "
+        f"{e_best:%H:%M} ({hours(max((e_best - e_start).total_seconds() / 3600, 0.0))} later). Most of the "
+        f"saving was in starts around {best_hour:02d}:00 {zone}. Before you submit a job that can wait, "
+        "`cocaq carbon when --hours N` gives the best start in the coming hours and the sbatch line."
+    )
+    within = statistics.median(j.shift_slack_h or s.slack_h for j in movers)
+    change = [f"cocaq carbon when --hours {max(1, math.ceil(run_h))} --within {max(1, round(within))}h"]
+    if wait >= 1:
+        change.append(f"sbatch --begin=now+{round(wait)}hours job.sh")
+    evidence = [
+        Evidence("CO2 of your jobs that could wait", co2, "kg"),
+        Evidence("saved at each one's best start", saved, "kg"),
+        Evidence("saved if they could pause and resume (checkpoints)", paused, "kg"),
+    ]
+    if delays:
+        evidence.append(Evidence("median wait to the best start", wait, "h"))
+    return Advice(
+        id=ID,
+        title="Start jobs that can wait when the electricity is cleaner",
+        body=body,
+        change=tuple(change),
+        evidence=tuple(evidence),
+        job_ids=tuple(j.job_id for j in movers),
+        saving_kwh=None,
+        saving_kg=saved,
+        upper_bound=False,
+        basis=(
+            "the zone's hourly carbon intensity over each job's window: the same energy at its best start "
+            f"within {slack} (never beyond its time limit), its power taken as flat over its run"
+        ),
+        test=f"saved >= {pct(s.min_share)} of your CO2 and >= {num(s.min_kg)} kg",
+    )
