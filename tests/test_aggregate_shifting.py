@@ -265,6 +265,17 @@ def test_cocaq_user_shows_what_jobs_that_could_wait_would_have_saved(
     assert r.code == 0, r.err
     assert "could wait" in r.out and "When to run" in r.out and "sbatch --begin=now+6hours job.sh" in r.out
     assert max(len(line) for line in r.out.splitlines()) <= 60
+    # one job: its own figures, in words
+    j = json.loads(run_cocaq(["job", "200", "-o", "json"], env).out)["metrics"]["when_to_run"]
+    assert j["state"] == "ok" and j["best_start"].startswith("2026-10-06T00:00")
+    assert j["g_per_kwh_as_run"] == pytest.approx(300.0) and j["g_per_kwh_best_start"] == pytest.approx(50.0)
+    r = run_cocaq(["job", "200"], dict(env, COLUMNS="200"))
+    assert (
+        "When to run: started at 2026-10-06 00:00 UTC (6.0 h later), within 24 h, it would have emitted 83% less"
+        in r.out
+    ), r.out
+    r = run_cocaq(["job", "299"], dict(env, COLUMNS="200"))  # the notebook: nothing to say
+    assert r.code == 0 and "When to run" not in r.out
     # bob's job would have saved grams: below the floor, no suggestion (the totals still say it)
     b = json.loads(run_cocaq(["user", "bob", *window, "-o", "json"], env).out)
     assert b["when_to_run"] is None and 0 < b["shift_saved_kg"] < 1.0

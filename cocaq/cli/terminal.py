@@ -610,6 +610,9 @@ def print_job(job: dict[str, Any], console: Console) -> None:
         if m["co2_embodied_kg"]:
             embodied = _kg(m["co2_embodied_kg"])
             console.print(f"Embodied CO2e (making the hardware; not in the CO2e above): {embodied}")
+        when = when_to_run_line(m.get("when_to_run"), job.get("start_time"), job["co2_kg"])
+        if when:
+            console.print(when)
     from cocaq.accounting.estimate import ESTIMATED_BASES
 
     if job.get("assumptions") and job["assumptions"].get("basis") in ESTIMATED_BASES:
@@ -626,6 +629,32 @@ def print_job(job: dict[str, Any], console: Console) -> None:
         print_advice(
             notes, console, heading="[bold]Notes[/] (what to change next time, largest saving first)"
         )
+
+
+def when_to_run_line(w: dict[str, Any] | None, start: Any, co2_kg: float) -> str | None:
+    """A finished job's when-to-run figures in one sentence (cocaq.accounting.shifting), or None."""
+    if not w or w.get("state") not in ("ok", "pending"):
+        return None
+    slack = f"{w['slack_h']:,.0f} h" if w.get("slack_h") else "its slack"
+    if w["state"] == "pending":
+        return (
+            f"[dim]When to run: not known yet (the hourly intensity does not cover the {slack} after its "
+            "start; the aggregator works it out after the next `cocaq carbon import`).[/]"
+        )
+    saved, paused = w.get("saved_kg") or 0.0, w.get("pause_saved_kg") or 0.0
+    if saved <= 0 or not w.get("best_start") or not co2_kg:
+        return f"When to run: it started at the cleanest time within {slack}: no later start emits less."
+    best = datetime.fromisoformat(w["best_start"])
+    try:
+        began = datetime.fromisoformat(str(start))
+        later = f" ({(best - began).total_seconds() / 3600:,.1f} h later)"
+    except (TypeError, ValueError):
+        later = ""
+    return (
+        f"When to run: started at {best:%Y-%m-%d %H:%M} UTC{later}, within {slack}, it would have emitted "
+        f"{saved / co2_kg:.0%} less ({_kg(saved)}); run in the cleanest hours of that window (pausing), "
+        f"{paused / co2_kg:.0%} less."
+    )
 
 
 def gpu_basis_text(a: dict[str, Any]) -> str:

@@ -195,6 +195,17 @@ def _job_metrics(conn: Connection, job_pk: int) -> dict[str, Any] | None:
         "idle_gpu_hours": (m["idle_gpu_s"] or 0.0) / 3600,
         "idle_gpu_energy_kwh": (m["idle_gpu_energy_j"] or 0.0) / J_PER_KWH,
         "carbon_detail": m["carbon_detail"],
+        # when to run (cocaq.accounting.shifting): "ok" with figures, else why none
+        "when_to_run": {
+            "state": m["shift_state"],
+            "slack_h": None if m["shift_slack_s"] is None else m["shift_slack_s"] / 3600,
+            "g_per_kwh_as_run": m["shift_now_g"],
+            "best_start": m["shift_best_start"].isoformat() if m["shift_best_start"] is not None else None,
+            "g_per_kwh_best_start": m["shift_best_g"],
+            "g_per_kwh_pausing": m["shift_pause_g"],
+            "saved_kg": (m["shift_saved_g"] or 0.0) / 1000,
+            "pause_saved_kg": (m["shift_pause_saved_g"] or 0.0) / 1000,
+        },
     }
 
 
