@@ -340,6 +340,36 @@ def plotly_charts(m: AdminMonth) -> dict[str, str]:
         )
     for k, z in enumerate(m.carbon_week):
         out[f"carbon_week_{k}"] = _week(f"carbon_week_{k}", z)
+    shifts = list(m.shift_trend)
+    if shifts:
+        x = [f"{w.month.start:%b %Y}" + ("*" if w.data_days < len(w.month.days()) else "") for w in shifts]
+        bars = (
+            ("as they ran", "co2", lambda w: w.co2_kg, lambda w: 0.0),
+            ("at the best start", "after", lambda w: w.best_start_kg, lambda w: (w.saved_share or 0.0) * 100),
+            ("pausing", "pause", lambda w: w.paused_kg, lambda w: (w.pause_saved_share or 0.0) * 100),
+        )
+        out["shift"] = _div(
+            "shift",
+            [
+                _bar(
+                    label,
+                    x,
+                    [f(w) for w in shifts],
+                    colour,
+                    "%{x}: %{y:,.1f} kg CO2e, %{customdata:.0f}% less<extra>" + label + "</extra>",
+                    customdata=[less(w) for w in shifts],
+                )
+                for label, colour, f, less in bars
+            ],
+            _layout(
+                "The jobs that could have waited: CO2 as they ran and at their best start",
+                "operational CO2 of the jobs with when-to-run figures; best start: each at its cleanest "
+                "hour within its slack; pausing: run in the cleanest hours of that window"
+                + ("; * a month the data covers in part" if "*" in "".join(x) else ""),
+                barmode="group",
+                yaxis={"title": {"text": "kg CO2e"}, "rangemode": "tozero"},
+            ),
+        )
     models = list(reversed(m.models[:25]))
     if models:
         hover = (

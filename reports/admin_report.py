@@ -1,10 +1,10 @@
 """The site's month (`admin_month`): what the admins' e-mail and interactive report show.
 
 Beyond the shared blocks (`reports.queries`): tables by lab, partition and user, the GPU-utilisation
-histogram, energy by job state, measured coverage per partition, the carbon intensity per zone and day,
-the waste trend over the last months, the site's levers (the users' suggestions added up by kind, and
-GPU power caps, which only admins hold) and `before_after`, the observational comparison of users'
-GPU use around their first report.
+histogram, energy by job state, measured coverage per partition, the carbon intensity per zone and day
+and each zone's series by weekday and hour, the waste and when-to-run trends over the last months, the
+site's levers (the users' suggestions added up by kind, and GPU power caps, which only admins hold) and
+`before_after`, the observational comparison of users' GPU use around their first report.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from cocaq.reports.data import (
     HourWindow,
     IdleWaste,
     Month,
+    MonthShift,
     MonthWaste,
     ReportOptions,
     SiteLever,
@@ -184,6 +185,7 @@ def admin_month(
     carbon = _carbon(groups, _whole).get((), [])
     intensity = _intensity(conn, y, month, carbon)
     weeks, no_series = _carbon_week(conn, cfg, [z.zone for z in intensity], month)
+    waste_trend, shift_trend = _trends(conn, month, scope, start, watermark, opts.trend_months)
     return AdminMonth(
         month=month,
         cluster=cluster,
@@ -215,9 +217,10 @@ def admin_month(
             month,
             cfg,
         ),
-        waste_trend=_waste_trend(conn, month, scope, start, watermark, opts.trend_months),
+        waste_trend=waste_trend,
         carbon_week=weeks,
         carbon_week_missing=no_series,
+        shift_trend=shift_trend,
     )
 
 
@@ -352,15 +355,16 @@ def _carbon_week(
     return tuple(out), tuple(missing)
 
 
-def _waste_trend(
+def _trends(
     conn: Connection,
     month: Month,
     scope: _Scope,
     start: datetime | None,
     watermark: datetime | None,
     n: int,
-) -> tuple[MonthWaste, ...]:
-    """The ledger's parts per month, from the rollups, for `n` months up to this one (those with data)."""
+) -> tuple[tuple[MonthWaste, ...], tuple[MonthShift, ...]]:
+    """For `n` months up to this one (those with data), from one read of the rollups: the ledger's parts,
+    and the when-to-run figures of the months whose jobs have any."""
     months = [month]
     while len(months) < n:
         months.insert(0, months[0].previous())
@@ -370,15 +374,18 @@ def _waste_trend(
     for (d,), v in rows.items():
         m = Month.of(as_utc(d))
         _add(acc.setdefault(m.start, {}), v)
-    out = []
+    waste, shift = [], []
     for m in months:
         v = acc.get(m.start, {})
         days = _data_days(m, start, watermark).days
         if days == 0:
             continue
         parts = [v.get(f"energy_{o}_j", 0.0) / J_PER_KWH for o in OUTCOMES]
-        out.append(MonthWaste(m, days, _kwh(v), v.get("idle_gpu_energy_j", 0.0) / J_PER_KWH, *parts))
-    return tuple(out)
+        waste.append(MonthWaste(m, days, _kwh(v), v.get("idle_gpu_energy_j", 0.0) / J_PER_KWH, *parts))
+        kg = [v.get(f"shift_{k}_g", 0.0) / 1000 for k in ("co2", "saved", "pause_saved")]
+        if kg[0] > 0:
+            shift.append(MonthShift(m, days, *kg))
+    return tuple(waste), tuple(shift)
 
 
 # What each kind of suggestion is, site-wide, and what the admins can do about it.

@@ -40,6 +40,7 @@ COLOURS: dict[str, tuple[int, int, int]] = {
     "before": (148, 163, 184),
     "after": (22, 163, 74),  # better than before
     "worse": (217, 119, 6),  # an "after" that is worse than before
+    "pause": (8, 145, 178),  # a job run in the cleanest hours of its window, pausing in between
 }
 # Lines of several zones or groups, in order.
 CYCLE = ((37, 99, 235), (217, 119, 6), (22, 163, 74), (147, 51, 234), (220, 38, 38), (8, 145, 178))

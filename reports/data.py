@@ -378,6 +378,36 @@ class MonthWaste:
 
 
 @dataclass(frozen=True)
+class MonthShift:
+    """When to run, for one month of the site (MonthTotals' shift_* figures, from the rollups): the
+    operational CO2 of the jobs that have when-to-run figures, as they ran, and what starting each at its
+    best hour within its slack, or running it in the cheapest hours of that window (pausing), would have
+    saved (cocaq.accounting.shifting)."""
+
+    month: Month
+    data_days: int  # days of it the data covers
+    co2_kg: float
+    saved_kg: float
+    pause_saved_kg: float
+
+    @property
+    def best_start_kg(self) -> float:
+        return self.co2_kg - self.saved_kg
+
+    @property
+    def paused_kg(self) -> float:
+        return self.co2_kg - self.pause_saved_kg
+
+    @property
+    def saved_share(self) -> float | None:
+        return self.saved_kg / self.co2_kg if self.co2_kg > 0 else None
+
+    @property
+    def pause_saved_share(self) -> float | None:
+        return self.pause_saved_kg / self.co2_kg if self.co2_kg > 0 else None
+
+
+@dataclass(frozen=True)
 class MemberAdvice:
     """A lab member's largest suggestion of the month (cocaq.footprint.advice), for the lab head."""
 
@@ -648,6 +678,8 @@ class AdminMonth:
     # the series of the zones the jobs used, by weekday and hour (those with none in the month: `_missing`)
     carbon_week: tuple[ZoneWeek, ...] = ()
     carbon_week_missing: tuple[str, ...] = ()
+    # when to run: this month and the ones before it whose jobs have figures, oldest first
+    shift_trend: tuple[MonthShift, ...] = ()
 
 
 @dataclass(frozen=True)

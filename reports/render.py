@@ -338,6 +338,7 @@ def _admin_context(m: AdminMonth, cfg: Config) -> dict[str, Any]:
         "ba_days": cfg.reports.before_after_days,
         "min_share": cfg.advice.min_share,
         "week_window_h": WEEK_WINDOW_H,
+        "shift_slack": duration(cfg.shifting.slack_s),
         **_month_names(m),
     }
 
@@ -434,6 +435,22 @@ def admin_charts(m: AdminMonth) -> list[tuple[str, str, bytes]]:
             unit="g CO2e/kWh",
             subtitle="per UTC day, weighted by the energy of the jobs that ran",
             label_every=7,
+        ))  # fmt: skip
+    shifts = list(m.shift_trend)
+    if shifts:
+        labels = [f"{w.month.start:%b}" + ("*" if w.data_days < len(w.month.days()) else "") for w in shifts]
+        add("shift", "The jobs that could have waited", lambda title: ch.bar_chart(
+            title,
+            labels,
+            [ch.Series("as they ran", [w.co2_kg for w in shifts], ch.COLOURS["co2"]),
+             ch.Series("at the best start", [w.best_start_kg for w in shifts], ch.COLOURS["after"]),
+             ch.Series("pausing", [w.paused_kg for w in shifts], ch.COLOURS["pause"])],
+            unit="kg CO2e",
+            subtitle="operational CO2 as they ran, each at its cleanest start within its slack, and run in "
+            "the cleanest hours of that window" + ("; * a month the data covers in part" if any(
+                "*" in x for x in labels) else ""),
+            stacked=False,
+            value_labels=num,
         ))  # fmt: skip
     models = list(m.models[:12])
     if models:

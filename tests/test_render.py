@@ -180,7 +180,8 @@ def test_admin_email_covers_the_site(month: Month) -> None:
     assert r.subject.startswith("[HAL] Site report March 2025 (all clusters): ")
     cids = [cid for cid, _ in r.images]
     assert cids == [
-        "labs", "partitions", "weeks", "util", "idle", "intensity", "models", "waste_trend", "before-after"
+        "labs", "partitions", "weeks", "util", "idle", "intensity", "shift", "models", "waste_trend",
+        "before-after",
     ]  # fmt: skip
     assert all(f'src="cid:{cid}"' in r.html and png.startswith(PNG_MAGIC) for cid, png in r.images)
     for part in (r.text, plain(r.html)):
@@ -219,10 +220,10 @@ def test_admin_interactive_page_is_standalone(month: Month) -> None:
     outside = page.replace(bundle, "")
     assert not re.search(r"<(script|link|img|iframe)[^>]*\b(src|href)\s*=", outside, re.I)
     assert "http://" not in outside and "https://" not in outside  # not even a link in our own markup
-    for name in ("labs", "partitions", "weeks", "util", "idle", "intensity", "carbon_week_0", "models",
-                 "waste_trend", "before-after"):  # fmt: skip
+    for name in ("labs", "partitions", "weeks", "util", "idle", "intensity", "carbon_week_0", "shift",
+                 "models", "waste_trend", "before-after"):  # fmt: skip
         assert f'id="chart-{name}"' in page, name
-    assert outside.count("Plotly.newPlot") == 10 and "llama-7b" in outside
+    assert outside.count("Plotly.newPlot") == 11 and "llama-7b" in outside
     assert "observational, not a controlled effect" in outside and "carol" in outside
 
 

@@ -17,14 +17,14 @@ from datetime import UTC, datetime, timedelta
 from statistics import fmean
 
 import pytest
-from sqlalchemy import Engine, insert
+from sqlalchemy import Engine, insert, text, update
 
 from cocaq.accounting.aggregate import run_aggregate
 from cocaq.accounting.importer import import_records
 from cocaq.config import Config
 from cocaq.db import migrate
 from cocaq.db.engine import make_engine
-from cocaq.db.schema import CarbonIntensity
+from cocaq.db.schema import CarbonIntensity, DailyRollup
 from cocaq.reports import admin_report, data, render, wording
 from tests import builders
 from tests.conftest import new_database
@@ -33,6 +33,8 @@ MONTH = datetime(2025, 3, 1, tzinfo=UTC)
 NEXT = datetime(2025, 4, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)
 FR_HOLE = (datetime(2025, 3, 10, tzinfo=UTC), datetime(2025, 3, 10, 6, tzinfo=UTC))  # a Monday, no rows
+FEB_DAY = datetime(2025, 2, 20, tzinfo=UTC)
+FEB_SHIFT_G = (4000.0, 400.0, 1000.0)  # February's when-to-run sums, written into its rollup by hand
 
 
 def fr_value(t: datetime) -> float:
@@ -64,6 +66,7 @@ def build(engine: Engine, cfg: Config) -> None:
         builders.job(2, datetime(2025, 3, 6, 10, tzinfo=UTC), 2, partition="cpu", gpus=0),  # DEU
         builders.job(3, datetime(2025, 3, 3, 8, tzinfo=UTC), 4, partition="es"),  # ES
         builders.job(4, datetime(2025, 3, 12, 8, tzinfo=UTC), 1, partition="se", gpus=0),  # SE
+        builders.job(5, FEB_DAY + 2 * HOUR, 2, partition="cpu", gpus=0),  # February: the data starts then
     ]
     import_records(engine, jobs, cfg, source="sacct-json")
     rows = []
@@ -83,6 +86,14 @@ def build(engine: Engine, cfg: Config) -> None:
     with engine.begin() as c:
         c.execute(insert(CarbonIntensity), rows)
     run_aggregate(engine, cfg)
+    co2, saved, paused = FEB_SHIFT_G
+    with engine.begin() as c:
+        n = c.execute(
+            update(DailyRollup)
+            .where(DailyRollup.day == FEB_DAY)
+            .values(shift_co2_g=co2, shift_saved_g=saved, shift_pause_saved_g=paused)
+        ).rowcount
+    assert n == 1
 
 
 @dataclass
@@ -218,3 +229,57 @@ def test_heatmap_on_the_admin_page_and_words_in_the_emails(month: Setup) -> None
     assert sentence in mail.html.replace("&#39;", "'")
     assert "no hourly series in March 2025 for DEU, SE" in mail.text
     assert "No hourly series in March 2025 for DEU, SE" in mail.html
+
+
+def test_realised_against_best_start_this_month_and_before(month: Setup) -> None:
+    """March's figures are the aggregator's, job by job (job_metrics); February's were written by hand."""
+    adm = month.admin
+    with month.engine.connect() as c:
+        rows = c.execute(
+            text(
+                "SELECT j.co2_g, m.shift_saved_g, m.shift_pause_saved_g FROM jobs j JOIN job_metrics m "
+                "ON m.job_pk = j.id WHERE m.shift_state = 'ok'"
+            )
+        ).all()
+    assert rows, "the FR job (whole in March, its window in the series) has when-to-run figures"
+    co2, saved, paused = (sum(r[i] for r in rows) / 1000 for i in range(3))
+    t = adm.totals
+    assert (t.shift_co2_kg, t.shift_saved_kg, t.shift_pause_saved_kg) == (
+        pytest.approx(co2),
+        pytest.approx(saved),
+        pytest.approx(paused),
+    )
+    assert 0 < saved <= paused < co2
+    feb, mar = adm.shift_trend
+    assert (feb.month.label, feb.data_days) == ("2025-02", 9)  # from 20 February, the first job's day
+    assert (feb.co2_kg, feb.best_start_kg, feb.paused_kg) == (4.0, pytest.approx(3.6), pytest.approx(3.0))
+    assert (feb.saved_share, feb.pause_saved_share) == (pytest.approx(0.1), pytest.approx(0.25))
+    assert mar.month.label == "2025-03" and (mar.co2_kg, mar.saved_kg, mar.pause_saved_kg) == (
+        pytest.approx(co2),
+        pytest.approx(saved),
+        pytest.approx(paused),
+    )
+    # the chart on the page: three bars a month, as run, at the best start, pausing
+    page = render.render_admin_html(adm, month.cfg)
+    m = re.search(r'Plotly\.newPlot\(\s*"chart-shift",\s*(\[.*?\]),\s*\{', page, re.S)
+    assert m is not None
+    traces = json.loads(m.group(1))
+    assert [x["name"] for x in traces] == ["as they ran", "at the best start", "pausing"]
+    assert all(x["x"] == ["Feb 2025*", "Mar 2025"] for x in traces)
+    assert traces[0]["y"] == [pytest.approx(4.0), pytest.approx(co2)]
+    assert traces[1]["y"] == [pytest.approx(3.6), pytest.approx(co2 - saved)]
+    assert traces[2]["y"] == [pytest.approx(3.0), pytest.approx(co2 - paused)]
+    # the words in the e-mails, and the static chart the HTML e-mail shows
+    mail = render.render_admin_email(adm, month.cfg)
+    sentence = (
+        f"Each started at its cleanest hour within its slack (24 h at most, never more than its time limit), "
+        f"they would have emitted {wording.co2(co2 - saved)}: {wording.co2(saved)} less "
+        f"({wording.share(saved / co2)})"
+    )
+    assert sentence in mail.text
+    assert f"emitted {wording.co2(co2)} ({wording.share(co2 / t.co2_kg)} of the month's CO2)" in mail.text
+    assert "- February 2025 (9 days of data): 4 kg CO2e as run, 3.6 kg CO2e at the best start (10% less)" in (
+        mail.text
+    )
+    assert "shift" in dict(mail.images) and 'src="cid:shift"' in mail.html
+    assert f"<b>{wording.co2(saved)} less</b>" in mail.html
