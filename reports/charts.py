@@ -450,6 +450,86 @@ def line_chart(
     return c.png()
 
 
+def _blend(c: tuple[int, int, int], a: float) -> tuple[int, int, int]:
+    """`c` over white at opacity `a` (eighths keep to the palette, `_palette`)."""
+    r, g, b = (round(255 * (1 - a) + x * a) for x in c)
+    return (r, g, b)
+
+
+# A heatmap's bins, from the lowest values to the highest: green (cleaner) to red, the reports' good and bad.
+HEAT = (
+    _blend(COLOURS["after"], 1.0),
+    _blend(COLOURS["after"], 0.5),
+    _blend(COLOURS["util"], 0.5),
+    _blend(COLOURS["util"], 1.0),
+    _blend(COLOURS["idle"], 1.0),
+)
+
+
+def _round(v: float, span: float) -> str:
+    """A legend's bound: whole numbers where the values span 10 or more, else as many decimals as needed."""
+    decimals = 0 if span >= 10 or span == 0 else min(6, 1 - math.floor(math.log10(span)))
+    return f"{v:,.{decimals}f}"
+
+
+def heatmap_chart(
+    title: str,
+    rows: Sequence[str],
+    columns: Sequence[str],
+    values: Sequence[Sequence[float | None]],
+    *,
+    unit: str,
+    subtitle: str | None = None,
+    label_every: int = 1,
+    width: int = WIDTH,
+    empty: str = "nothing to show this month",
+) -> bytes:
+    """A grid of rows x columns coloured by value in len(HEAT) equal bins from the lowest value to the
+    highest (a palette image cannot hold a smooth scale), the bins' ranges in a legend under it; None
+    cells are left grey."""
+    c = _Canvas(width, 400)
+    top = _header(c, title, subtitle, [])
+    vals = [v for r in values for v in r if v is not None]
+    left = 12 + max((c.text_width(r, 11) for r in rows), default=0.0) + 6
+    right = float(width - 12)
+    cell_w = (right - left) / max(len(columns), 1)
+    cell_h = 18.0
+    bottom = top + cell_h * len(rows)
+    if not vals:
+        _no_data(c, left, top, right, bottom, empty)
+        c.crop(bottom + 8)
+        return c.png()
+    lo, hi = min(vals), max(vals)
+    step = (hi - lo) / len(HEAT) if hi > lo else 1.0
+
+    def colour(v: float) -> tuple[int, int, int]:
+        return HEAT[min(int((v - lo) / step), len(HEAT) - 1)]
+
+    for i, name in enumerate(rows):
+        y = top + cell_h * i
+        c.text((left - 6, y + cell_h / 2), name, 11, fill=MUTED, anchor="rm")
+        for j, v in enumerate(values[i]):
+            x = left + cell_w * j
+            c.rect(x, y, x + cell_w - 1, y + cell_h - 1, GRID if v is None else colour(v))
+    for j, name in enumerate(columns):
+        if j % label_every == 0:
+            c.text((left + cell_w * j, bottom + 4), name, 11, fill=MUTED, anchor="la")
+    y = bottom + 24
+    c.text((12, y), unit, 11, fill=MUTED)
+    x = 12 + c.text_width(unit, 11) + 10
+    bins = [(lo + step * k, lo + step * (k + 1)) for k in range(len(HEAT))] if hi > lo else [(lo, lo)]
+    for k, (a, b) in enumerate(bins):
+        label = f"{_round(a, hi - lo)}-{_round(b, hi - lo)}" if hi > lo else _round(a, abs(a))
+        w = c.text_width(label, 11) + 24
+        if x + w > width - 8:
+            x, y = 12.0, y + 16
+        c.rect(x, y + 2, x + 10, y + 12, HEAT[k] if hi > lo else colour(lo))
+        c.text((x + 14, y), label, 11)
+        x += w
+    c.crop(y + 22)
+    return c.png()
+
+
 def _clip(c: _Canvas, s: str, size: int, max_w: float, bold: bool = False) -> str:
     """`s` shortened with an ellipsis to fit `max_w` display pixels."""
     if c.text_width(s, size, bold) <= max_w:

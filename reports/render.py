@@ -70,6 +70,7 @@ if TYPE_CHECKING:
         JobReport,
         LabMonth,
         UserMonth,
+        ZoneWeek,
     )
     from cocaq.reports.idle_jobs import IdleAlert
     from cocaq.reports.suggest import Suggestion
@@ -436,6 +437,24 @@ def admin_charts(m: AdminMonth) -> list[tuple[str, str, bytes]]:
             subtitle="per UTC day, weighted by the energy of the jobs that ran",
             label_every=7,
         ))  # fmt: skip
+
+    def week(zw: ZoneWeek) -> Callable[[str], bytes]:
+        grid: list[list[float | None]] = [[None] * 24 for _ in range(7)]
+        for cell in zw.cells:
+            grid[cell.weekday][cell.hour] = cell.g_per_kwh
+        return lambda title: ch.heatmap_chart(
+            title,
+            ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
+            [f"{h:02d}" for h in range(24)],
+            grid,
+            unit="g CO2e/kWh",
+            subtitle=f"{zw.basis} series, mean per weekday and UTC hour over {zw.hours} of the month's "
+            f"{zw.month_hours} hours; green: cleaner, grey: no data",
+            label_every=3,
+        )
+
+    for k, zw in enumerate(m.carbon_week[:6]):
+        add(f"carbon_week_{k}", f"Carbon intensity of {short(zw.zone, 28)} by hour", week(zw))
     shifts = list(m.shift_trend)
     if shifts:
         labels = [f"{w.month.start:%b}" + ("*" if w.data_days < len(w.month.days()) else "") for w in shifts]

@@ -180,8 +180,8 @@ def test_admin_email_covers_the_site(month: Month) -> None:
     assert r.subject.startswith("[HAL] Site report March 2025 (all clusters): ")
     cids = [cid for cid, _ in r.images]
     assert cids == [
-        "labs", "partitions", "weeks", "util", "idle", "intensity", "shift", "models", "waste_trend",
-        "before-after",
+        "labs", "partitions", "weeks", "util", "idle", "intensity", "carbon_week_0", "shift", "models",
+        "waste_trend", "before-after",
     ]  # fmt: skip
     assert all(f'src="cid:{cid}"' in r.html and png.startswith(PNG_MAGIC) for cid, png in r.images)
     for part in (r.text, plain(r.html)):

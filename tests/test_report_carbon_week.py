@@ -25,7 +25,7 @@ from cocaq.config import Config
 from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.db.schema import CarbonIntensity, DailyRollup
-from cocaq.reports import admin_report, data, render, wording
+from cocaq.reports import admin_report, charts, data, render, wording
 from tests import builders
 from tests.conftest import new_database
 
@@ -227,6 +227,12 @@ def test_heatmap_on_the_admin_page_and_words_in_the_emails(month: Setup) -> None
     mail = render.render_admin_email(adm, month.cfg)
     assert f"- FR: {sentence}" in mail.text
     assert sentence in mail.html.replace("&#39;", "'")
+    # the e-mail's static heatmaps, one a zone, where the page has its Plotly ones
+    assert [cid for cid, _ in mail.images if cid.startswith("carbon_week_")] == [
+        "carbon_week_0",
+        "carbon_week_1",
+    ]
+    assert f'src="cid:carbon_week_{fr_i}"' in mail.html
     assert "no hourly series in March 2025 for DEU, SE" in mail.text
     assert "No hourly series in March 2025 for DEU, SE" in mail.html
 
@@ -283,3 +289,24 @@ def test_realised_against_best_start_this_month_and_before(month: Setup) -> None
     )
     assert "shift" in dict(mail.images) and 'src="cid:shift"' in mail.html
     assert f"<b>{wording.co2(saved)} less</b>" in mail.html
+
+
+def test_static_heatmap_colours_its_cells_by_bin() -> None:
+    from io import BytesIO
+
+    from PIL import Image
+
+    png = charts.heatmap_chart(
+        "t", ["a", "b"], ["0", "1", "2"], [[0.0, None, 10.0], [5.0, 2.0, 8.0]], unit="g"
+    )
+    assert png.startswith(b"\x89PNG")
+    colours = {rgb for _, rgb in Image.open(BytesIO(png)).convert("RGB").getcolors(1 << 16)}
+    assert {charts.HEAT[0], charts.HEAT[1], charts.HEAT[2], charts.HEAT[-1], charts.GRID} <= colours
+    # one value everywhere: a single bin; nothing at all: said so, no cells
+    flat = charts.heatmap_chart("t", ["a"], ["0", "1"], [[3.0, 3.0]], unit="g")
+    flat_colours = {rgb for _, rgb in Image.open(BytesIO(flat)).convert("RGB").getcolors(1 << 16)}
+    assert charts.HEAT[0] in flat_colours and charts.HEAT[-1] not in flat_colours
+    none = charts.heatmap_chart("t", ["a"], ["0"], [[None]], unit="g")
+    assert not {charts.HEAT[0], charts.HEAT[-1]} & {
+        rgb for _, rgb in Image.open(BytesIO(none)).convert("RGB").getcolors(1 << 16)
+    }
