@@ -255,15 +255,15 @@ def test_cocaq_user_shows_what_jobs_that_could_wait_would_have_saved(
     assert w["id"] == "when-to-run" and w["saving_kg"] == pytest.approx(d["shift_saved_kg"], rel=1e-6)
     assert w["saving_kwh"] is None  # the same energy at other hours
     assert (
-        "sbatch --begin=now+6hours job.sh" in w["change"]
+        "sbatch --begin=00:00 job.sh" in w["change"]
         and "cocaq carbon when --hours 2 --within 24h" in w["change"]
     )
     assert len(w["job_ids"]) == 6 and "299" not in w["job_ids"]
-    assert "would have emitted 83% less starting at 00:00 (6 h later)" in w["body"], w["body"]
+    assert "would have emitted 83% less starting at 00:00 on Tue (6 h later)" in w["body"], w["body"]
     # the table at 60 columns: the totals row and the suggestion, with its commands whole
     r = run_cocaq(["user", "alice", *window], dict(env, COLUMNS="60"))
     assert r.code == 0, r.err
-    assert "could wait" in r.out and "When to run" in r.out and "sbatch --begin=now+6hours job.sh" in r.out
+    assert "could wait" in r.out and "When to run" in r.out and "sbatch --begin=00:00 job.sh" in r.out
     assert max(len(line) for line in r.out.splitlines()) <= 60
     # one job: its own figures, in words
     j = json.loads(run_cocaq(["job", "200", "-o", "json"], env).out)["metrics"]["when_to_run"]
@@ -320,7 +320,10 @@ def test_the_monthly_email_says_it_with_the_same_numbers_as_cocaq_user(
     assert m.totals.shift_saved_kg == pytest.approx(d["shift_saved_kg"], rel=1e-9)
     said = f"{kg:.2f} kg CO2e"  # the e-mails' co2 filter
     assert "WHEN TO RUN" in r.text and f"about {said} less" in r.text, r.text
-    assert "sbatch --begin=now+6hours job.sh" in r.text and "median wait to the best start: 6 h" in r.text
+    assert (
+        "sbatch --begin=00:00 job.sh" in r.text
+        and "typical wait to the best start (by CO2 saved): 6 h" in r.text
+    )
     assert 'id="when-to-run"' in r.html and f"about {said} less" in r.html
     if not suggest_for_user(
         m, cfg

@@ -47,6 +47,19 @@ def _kg(x: float) -> str:
     return f"{num(x)} kg" if x >= 1 else f"{num(x * 1000)} g"
 
 
+def _weighted_median(values: Sequence[float], weights: Sequence[float]) -> float:
+    """The value below which half the weight lies (the plain median where the weights are all 0)."""
+    total = sum(weights)
+    if total <= 0:
+        return statistics.median(values)
+    acc = 0.0
+    for v, w in sorted(zip(values, weights, strict=True)):
+        acc += w
+        if acc >= total / 2:
+            return v
+    return max(values)
+
+
 def when_to_run(jobs: Sequence[JobFacts], s: Settings, period: str = "in this window") -> Advice | None:
     """The suggestion, or None where the user's jobs that could wait would not have saved enough."""
     flex = [j for j in jobs if j.shift_state == "ok" and j.share > 0 and j.start is not None]
@@ -62,9 +75,11 @@ def when_to_run(jobs: Sequence[JobFacts], s: Settings, period: str = "in this wi
         (j for j in flex if j.shift_saved_kg > 0 and j.shift_best_start is not None),
         key=lambda j: (-j.shift_saved_kg * j.share, j.job_id),
     )
+    weights = [j.shift_saved_kg * j.share for j in movers]
     delays = [(j.shift_best_start - j.start).total_seconds() / 3600 for j in movers]  # type: ignore[operator]
-    wait = statistics.median(delays)
-    run_h = statistics.median(j.elapsed_h for j in movers)
+    # what is typical of the jobs that carry the saving, not of the many small ones
+    wait = _weighted_median(delays, weights)
+    run_h = _weighted_median([j.elapsed_h for j in movers], weights)
     # the hour of the day the best starts fall in most (weighted by what they save), in the site's zone
     by_hour: Counter[int] = Counter()  # (Counter's counts are any numbers: kg here)
     for j in movers:
@@ -83,21 +98,21 @@ def when_to_run(jobs: Sequence[JobFacts], s: Settings, period: str = "in this wi
         f"energy. For example job {e.job_id}"
         + (f" ({shorten(e.name)})" if e.name else "")
         + f", started {e_start:%a %d %b %H:%M} {zone}, would have emitted {pct(e_share)} less starting at "
-        f"{e_best:%H:%M} ({hours(max((e_best - e_start).total_seconds() / 3600, 0.0))} later). Most of the "
-        f"saving was in starts around {best_hour:02d}:00 {zone}. Before you submit a job that can wait, "
-        "`cocaq carbon when --hours N` gives the best start in the coming hours and the sbatch line."
+        f"{e_best:%H:%M}{'' if e_best.date() == e_start.date() else f' on {e_best:%a}'} "
+        f"({hours(max((e_best - e_start).total_seconds() / 3600, 0.0))} later). Most of the saving was in "
+        f"starts around {best_hour:02d}:00 {zone} (sbatch --begin={best_hour:02d}:00 holds a job until the "
+        "next one). Before you submit a job that can wait, `cocaq carbon when --hours N` gives the "
+        "best start in the coming hours and the sbatch line."
     )
-    within = statistics.median(j.shift_slack_h or s.slack_h for j in movers)
+    within = _weighted_median([j.shift_slack_h or s.slack_h for j in movers], weights)
     change = [f"cocaq carbon when --hours {max(1, math.ceil(run_h))} --within {max(1, round(within))}h"]
-    if wait >= 1:
-        change.append(f"sbatch --begin=now+{round(wait)}hours job.sh")
+    change.append(f"sbatch --begin={best_hour:02d}:00 job.sh")  # Slurm: the next such time, today or tomorrow
     evidence = [
         Evidence("CO2 of your jobs that could wait", co2, "kg"),
         Evidence("saved at each one's best start", saved, "kg"),
         Evidence("saved if they could pause and resume (checkpoints)", paused, "kg"),
     ]
-    if delays:
-        evidence.append(Evidence("median wait to the best start", wait, "h"))
+    evidence.append(Evidence("typical wait to the best start (by CO2 saved)", wait, "h"))
     return Advice(
         id=ID,
         title="Start jobs that can wait when the electricity is cleaner",
