@@ -138,19 +138,27 @@ def test_who_gets_no_figures_and_why(engine: Engine, tmp_path: Path) -> None:
 
 
 def test_pending_jobs_get_figures_when_the_series_reaches_their_window(
-    engine: Engine, tmp_path: Path
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from cocaq.accounting import aggregate
+
+    monkeypatch.setattr(aggregate, "MARGIN", timedelta(0))  # (runs re-derive what changed just before them)
     url = engine.url.render_as_string(hide_password=False)
-    cfg = _cfg(tmp_path, url)
+    cfg = _cfg(tmp_path, url, "[partitions.other]\ncarbon_zone = 'DE'\n")
     _series(engine, DAY0, [100.0] * 24)
-    import_records(engine, [_job(8, DAY0 + timedelta(hours=20), 1.0)], cfg, source="sacct-json")
+    _series(engine, DAY0, [100.0] * 24, zone="DE")
+    jobs = [
+        _job(8, DAY0 + timedelta(hours=20), 1.0),
+        _job(18, DAY0 + timedelta(hours=20), 1.0, partition="other"),
+    ]
+    import_records(engine, jobs, cfg, source="sacct-json")
     run_aggregate(engine, cfg)
-    assert _shift(engine, 8)["shift_state"] == "pending"
-    run_aggregate(engine, cfg)  # nothing new: still pending, and not derived again for nothing
-    assert _shift(engine, 8)["shift_state"] == "pending"
-    _series(engine, DAY0 + timedelta(hours=24), [100.0] * 10 + [50.0] + [100.0] * 13)  # the next day arrives
+    assert _shift(engine, 8)["shift_state"] == _shift(engine, 18)["shift_state"] == "pending"
+    assert run_aggregate(engine, cfg).jobs == 0  # nothing new: not derived again for nothing
+    _series(engine, DAY0 + timedelta(hours=24), [100.0] * 10 + [50.0] + [100.0] * 13)  # FR's next day arrives
     res = run_aggregate(engine, cfg)
-    assert res.jobs >= 1
+    assert res.jobs == 1  # the FR job only: DE got no new hours
+    assert _shift(engine, 18)["shift_state"] == "pending"
     s = _shift(engine, 8)
     assert s["shift_state"] == "ok" and s["shift_best_start"] == DAY0 + timedelta(hours=34)
     assert s["shift_saved_g"] == pytest.approx(s["co2_g"] * 0.5)

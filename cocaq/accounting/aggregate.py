@@ -49,7 +49,15 @@ from cocaq.accounting.rollups import DAY, day_floor, day_starts, rebuild_days
 from cocaq.carbon.zones import co2_grams
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
-from cocaq.db.schema import AggregatorState, DailyRollup, Job, JobEnergy, JobMetrics, NodeShipment
+from cocaq.db.schema import (
+    AggregatorState,
+    CarbonIntensity,
+    DailyRollup,
+    Job,
+    JobEnergy,
+    JobMetrics,
+    NodeShipment,
+)
 from cocaq.db.sqlfuncs import epoch_exact, utcnow
 from cocaq.hostlist import expand_hostlist
 
@@ -69,6 +77,7 @@ M = cast(Table, JobMetrics.__table__)
 R = cast(Table, DailyRollup.__table__)
 E = cast(Table, JobEnergy.__table__).c
 NS = cast(Table, NodeShipment.__table__).c
+CI = cast(Table, CarbonIntensity.__table__).c
 
 
 @dataclass
@@ -596,13 +605,14 @@ def run_aggregate(
         _set_state(conn, GPU_HOURS, db_now, key)
         t = res.lap("gpu hours from samples", t_start)
         shift_key = _shift_params(conn, cfg)
-        redo_all = SHIFTS in state and state[SHIFTS].params is not None and shift_key[1] != _shift_part(state)
+        before = _parse_shift_params(state[SHIFTS].params) if SHIFTS in state else None
+        redo_all = before is not None and before[2] != shift_key[2]
         pks, must = _changed_jobs(conn, since, full or redo_all, wm, sampled)
-        if not (full or redo_all) and state.get(SHIFTS) is not None and state[SHIFTS].params != shift_key[0]:
-            # new intensity data: the jobs whose when-to-run window it did not reach may have it now
-            pending = conn.execute(select(M.c.job_pk).where(M.c.shift_state == shifting.PENDING)).scalars()
-            pks = sorted({*pks, *pending})
-        _set_state(conn, SHIFTS, db_now, shift_key[0])
+        if not (full or redo_all) and before is not None and before[1] < shift_key[1]:
+            # new intensity rows: the pending jobs of their zones (whose when-to-run window the series did
+            # not reach) may have it now
+            pks = sorted({*pks, *_pending_in(conn, shift_key[0], before[1])})
+        _set_state(conn, SHIFTS, db_now, f"{shift_key[0]}:{shift_key[1]}|{shift_key[2]}")
         t = res.lap("choosing jobs", t)
     days: set[float] = set()
     done = 0
@@ -706,27 +716,45 @@ def _derive_in_processes(
         yield from pool.imap_unordered(_derive_in_worker, tasks)
 
 
-def _shift_params(conn: Connection, cfg: Config) -> tuple[str, str]:
-    """What the when-to-run figures depend on, as stored in aggregator_state 'shifts': the intensity
-    series (their newest row and count, of the configured basis) and the settings, which change rarely
-    and make every job's figures stale (the second part)."""
+def _shift_params(conn: Connection, cfg: Config) -> tuple[str, int, str]:
+    """What the when-to-run figures depend on, as aggregator_state 'shifts' keeps it: the basis, the
+    newest intensity row of it (ids only grow: rows added since are new hours, or new zones), and a hash
+    of the settings, whose change makes every job's figures stale."""
     import hashlib
 
     from cocaq.carbon.series import kind_of
-    from cocaq.db.schema import CarbonIntensity
 
-    ci = cast(Table, CarbonIntensity.__table__).c
     kind = kind_of(cfg.carbon.basis)
-    top, n = conn.execute(select(func.max(ci.id), func.count()).where(ci.kind == kind)).one()
+    top = conn.execute(select(func.max(CI.id)).where(CI.kind == kind)).scalar()
     names = "\n".join(sorted(cfg.advice.interactive_names))
     settings = hashlib.sha256(
         f"{cfg.shifting.slack_s!r}|{kind}|{cfg.carbon.gap_tolerance_s!r}|{names}".encode()
     ).hexdigest()[:16]
-    return f"{kind}:{top}:{n}|{settings}", settings
+    return kind, int(top or 0), settings
 
 
-def _shift_part(state: dict[str, Any]) -> str:
-    return str(state[SHIFTS].params).rpartition("|")[2]
+def _parse_shift_params(params: str | None) -> tuple[str, int, str] | None:
+    """`kind:top|settings` as _shift_params' caller stored it; None for anything else."""
+    head, bar, settings = (params or "").partition("|")
+    kind, colon, top = head.rpartition(":")
+    if not (bar and colon and top.isdigit()):
+        return None
+    return kind, int(top), settings
+
+
+def _pending_in(conn: Connection, kind: str, after: int) -> set[int]:
+    """The pending jobs (when to run) in the zones with intensity rows newer than id `after`."""
+    from cocaq.carbon.series import zone_key
+
+    zones = set(conn.execute(select(CI.zone).where(CI.kind == kind, CI.id > after).distinct()).scalars())
+    if not zones:
+        return set()
+    rows = conn.execute(
+        select(M.c.job_pk, J.carbon_zone)
+        .join(cast(Table, Job.__table__), J.id == M.c.job_pk)
+        .where(M.c.shift_state == shifting.PENDING)
+    )
+    return {pk for pk, zone in rows if zone is not None and zone_key(zone) in zones}
 
 
 def _set_state(conn: Connection, name: str, watermark: datetime | None, params: str | None) -> None:
