@@ -319,7 +319,9 @@ def render_lab_month(m: LabMonth, cfg: Config) -> Rendered:
                     value_labels=lambda i: kwh(top[i].energy_kwh),
                 ),
             )
-    subject, text, html = _render(cfg, "lab_month", m=m, t=m.totals, chart=charts, **names)
+    subject, text, html = _render(
+        cfg, "lab_month", m=m, t=m.totals, chart=charts, shift_slack=duration(cfg.shifting.slack_s), **names
+    )
     return Rendered(subject, text, html, tuple(charts.images))
 
 

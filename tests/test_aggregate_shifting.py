@@ -343,3 +343,25 @@ def test_the_monthly_email_says_it_with_the_same_numbers_as_cocaq_user(
         b = user_report.user_month(conn, cfg, "bob", datetime(2026, 10, 1, tzinfo=UTC))
     rb = render.render_user_month(b, [], cfg)
     assert "WHEN TO RUN" not in rb.text and "when-to-run" not in rb.html
+
+
+def test_the_lab_email_says_what_its_jobs_that_could_wait_would_have_saved(
+    engine: Engine, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    import json
+
+    from cocaq.config_load import load_config
+    from cocaq.reports import lab_report, render
+    from cocaq.reports.wording import co2
+    from tests.conftest import run_cocaq
+
+    env = dict(cli_env, **_evenings(engine, tmp_path))
+    cfg = load_config(env["COCAQ_CONFIG"], environ={})
+    with engine.connect() as conn:
+        m = lab_report.lab_month(conn, cfg, "lab", datetime(2026, 10, 1, tzinfo=UTC))
+    r = render.render_lab_month(m, cfg)
+    d = json.loads(run_cocaq(["lab", "lab", "-S", "2026-10-01", "-E", "2026-11-01", "-o", "json"], env).out)
+    said = f"{co2(d['shift_saved_kg'])} less (83%)"  # as the e-mails write kg
+    assert f"When to run: {co2(d['shift_co2_kg'])} of the lab's CO2" in r.text, r.text
+    assert said in r.text and "up to 24 h or their time limit" in r.text
+    assert "<b>When to run:</b>" in r.html and f"{co2(d['shift_saved_kg'])} less</b> (83%)" in r.html
