@@ -273,6 +273,11 @@ def test_cocaq_user_shows_what_jobs_that_could_wait_would_have_saved(
     assert r.code == 0, r.err
     assert "could wait" in r.out and "When to run" in r.out and "sbatch --begin=00:00 job.sh" in r.out
     assert max(len(line) for line in r.out.splitlines()) <= 60
+    # CSV: the sums among the totals' columns, the suggestion among the advice rows
+    out = run_cocaq(["user", "alice", *window, "-o", "csv"], env).out.splitlines()
+    head, row = out[0].split(","), out[1].split(",")
+    assert float(row[head.index("shift_saved_kg")]) == pytest.approx(d["shift_saved_kg"], rel=1e-5)
+    assert any(line.startswith("when-to-run,Start jobs that can wait") for line in out)
     # one job: its own figures, in words
     j = json.loads(run_cocaq(["job", "200", "-o", "json"], env).out)["metrics"]["when_to_run"]
     assert j["state"] == "ok" and j["best_start"].startswith("2026-10-06T00:00")

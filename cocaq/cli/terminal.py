@@ -58,6 +58,11 @@ SUMMARY_FIELDS = [
     # the range of the estimated part (calibrated GPU estimates, cocaq.accounting.calibrate)
     "energy_estimated_low_kwh",
     "energy_estimated_high_kwh",
+    # when to run (cocaq.accounting.shifting): the jobs that could have waited, what their best starts and
+    # pausing would have saved
+    "shift_co2_kg",
+    "shift_saved_kg",
+    "shift_pause_saved_kg",
 ]
 
 
@@ -144,11 +149,12 @@ def footprint_csv(fp: Footprint) -> str:
         w.writerow(["top_job_" + c if c == "share" else c for c in TOP_JOB_FIELDS])
         for j in d["top_jobs"]:
             w.writerow([csv_cell(j.get(c)) for c in TOP_JOB_FIELDS])
-    if d.get("advice"):
+    advice = [*d.get("advice", []), *([d["when_to_run"]] if d.get("when_to_run") else [])]
+    if advice:
         w.writerow([])
         lead = ["user"] if fp.scope == "account" else []
         w.writerow([*lead, *("advice_" + c if c == "id" else c for c in ADVICE_FIELDS)])
-        for a in d["advice"]:
+        for a in advice:
             row = [a.get(c) for c in ADVICE_FIELDS]
             row = [" ; ".join(v) if isinstance(v, list | tuple) else v for v in row]
             w.writerow([*(csv_cell(a.get("user")) for _ in lead), *(csv_cell(v) for v in row)])
