@@ -90,36 +90,34 @@ def derive(index: IntensityIndex, jobs: list[Job], site_slack_s: float) -> dict[
         elif not index.has_series(j.zone):
             out[j.pk] = Figures(NO_SERIES)
         else:
-            slack = slack_of(site_slack_s, j.time_limit_s)
-            end = j.start + slack + j.run_s
-            covered, series_end = index.coverage(j.zone, j.start, end)
-            if series_end < end or covered < MIN_COVER:
-                out[j.pk] = Figures(PENDING, slack)
-            else:
-                todo[j.zone].append((j, slack))
+            todo[j.zone].append((j, slack_of(site_slack_s, j.time_limit_s)))
     if not todo:
         return out
     import numpy as np
 
-    from cocaq.carbon.shifting import batch
+    from cocaq.carbon.shifting import averages, batch
 
     for zone, items in todo.items():
-        lo = min(j.start for j, _ in items)
-        hi = max(j.start + s + j.run_s for j, s in items)
-        series = index.hourly(zone, lo, hi)
-        r = batch(
-            series,
-            np.array([j.start for j, _ in items]),
-            np.array([j.run_s for j, _ in items]),
-            np.array([s for _, s in items]),
-        )
+        start = np.array([j.start for j, _ in items])
+        run = np.array([j.run_s for j, _ in items])
+        slack = np.array([s for _, s in items])
+        end = start + slack + run
+        series, covered = index.hourly(zone, float(start.min()), float(end.max()))
+        # figures only where the series reaches the window's end and covers (nearly) all of it
+        ok = (end <= index.series_end(zone)) & (averages(covered, start, end) >= MIN_COVER)
+        r = batch(series, start[ok], run[ok], slack[ok])
+        at = np.cumsum(ok) - 1
         for i, (j, s) in enumerate(items):
+            if not ok[i]:
+                out[j.pk] = Figures(PENDING, s)
+                continue
+            k = at[i]
             out[j.pk] = Figures(
                 OK,
                 s,
-                float(r["now_g"][i]),
-                float(r["contiguous_g"][i]),
-                float(r["contiguous_start"][i]),
-                float(r["interruptible_g"][i]),
+                float(r["now_g"][k]),
+                float(r["contiguous_g"][k]),
+                float(r["contiguous_start"][k]),
+                float(r["interruptible_g"][k]),
             )
     return out

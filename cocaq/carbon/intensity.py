@@ -466,26 +466,22 @@ class IntensityIndex:
         """Whether the zone has an hourly series at all (of this basis, at any time)."""
         return self._zone(zone).has_series
 
-    def coverage(self, zone: str, a: float, c: float) -> tuple[float, float]:
-        """(share of [a, c] the series covers, its own or the nearest value within the tolerance; the
-        end of what was loaded of it, epoch seconds, -inf without rows). For when-to-run figures, which
-        need the series over a window rather than an intensity at any price."""
-        z = self._zone(zone)
-        end = z.b[-1] if z.b else float("-inf")
-        if c <= a:
-            return (0.0 if z.at(a)[1] == _FALLBACK else 1.0), end
-        _, sh, nh = z.average(a, c)
-        return sh + nh, end
-
-    def hourly(self, zone: str, lo: float, hi: float) -> Any:
+    def hourly(self, zone: str, lo: float, hi: float) -> tuple[Any, Any]:
         """The zone's gap-filled intensity over [lo, hi] as an hourly `cocaq.carbon.shifting.Series` (each
-        UTC hour's mean; the annual figure outside), which the when-to-run model works on."""
+        UTC hour's mean; the annual figure outside), which the when-to-run model works on, and beside it
+        the share of each hour that the series (or its nearest value) covers, 0 outside, as a Series too."""
         from cocaq.carbon.shifting import HOUR, Series
 
         z = self._zone(zone)
         t0 = math.floor(lo / HOUR) * HOUR
         n = max(math.ceil((hi - t0) / HOUR), 1)
-        return Series(t0, [z.average(t0 + i * HOUR, t0 + (i + 1) * HOUR)[0] for i in range(n)], z.fb)
+        hours = [z.average(t0 + i * HOUR, t0 + (i + 1) * HOUR) for i in range(n)]
+        return Series(t0, [g for g, _, _ in hours], z.fb), Series(t0, [sh + nh for _, sh, nh in hours], 0.0)
+
+    def series_end(self, zone: str) -> float:
+        """The end of what was loaded of the zone's series with its nearest values (-inf without rows)."""
+        z = self._zone(zone)
+        return z.b[-1] if z.b else float("-inf")
 
     def point(self, zone: str, at: datetime | float) -> Point:
         """The value at one instant and why."""

@@ -134,6 +134,29 @@ class Series:
         )
 
 
+def averages(series: Series, a: Any, b: Any) -> np.ndarray:
+    """The series' average over each [a, b] (numpy arrays; its value at a where b <= a)."""
+    import numpy as np
+
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    vals = np.asarray(series.values, dtype=float)
+    prefix = np.asarray(series.prefix, dtype=float)
+    t0, t1, outside, m = series.t0, series.t1, series.outside, len(series.values)
+
+    def integral(t: np.ndarray) -> np.ndarray:
+        i = np.clip(np.floor((t - t0) / HOUR).astype(np.int64), 0, max(m - 1, 0))
+        inside = prefix[i] + (t - (t0 + i * HOUR)) * (vals[i] if m else outside)
+        return np.where(
+            t <= t0, (t - t0) * outside, np.where(t >= t1, prefix[-1] + (t - t1) * outside, inside)
+        )
+
+    span = b - a
+    i = np.clip(np.floor((a - t0) / HOUR).astype(np.int64), 0, max(m - 1, 0))
+    at = np.where((a < t0) | (a >= t1), outside, vals[i] if m else outside)
+    return np.where(span > 0, (integral(b) - integral(a)) / np.where(span > 0, span, 1.0), at)
+
+
 def batch(
     series: Series, submit: Any, length_s: Any, slack_s: Any, chunk: int = 20_000
 ) -> dict[str, np.ndarray]:
@@ -162,8 +185,12 @@ def batch(
         i = np.clip(np.floor((t - t0) / HOUR).astype(np.int64), 0, max(m - 1, 0))
         return np.where((t < t0) | (t >= t1), outside, vals[i] if m else outside)
 
+    # Chunks of similar windows: a chunk's arrays are as wide as its longest window, so one week-long job
+    # among 20,000 short ones would make every row of its chunk a week wide.
+    order = np.argsort(s_all + np.maximum(l_all, 0.0), kind="stable")
     for lo in range(0, n, chunk):
-        a, ln, sl = a_all[lo : lo + chunk], l_all[lo : lo + chunk], s_all[lo : lo + chunk]
+        rows = order[lo : lo + chunk]
+        a, ln, sl = a_all[rows], l_all[rows], s_all[rows]
         pos = ln > 0
         safe = np.where(pos, ln, 1.0)
         now = np.where(pos, (integral(a + ln) - integral(a)) / safe, value_at(a))
@@ -205,8 +232,8 @@ def batch(
         before = np.cumsum(ds, axis=1) - ds
         take = np.clip(ln[:, None] - before, 0.0, ds)
         inter = np.where(pos, (vs * take).sum(axis=1) / safe, now)
-        out["now_g"][lo : lo + chunk] = now
-        out["contiguous_g"][lo : lo + chunk] = contiguous
-        out["contiguous_start"][lo : lo + chunk] = np.where(pos, best_start, a)
-        out["interruptible_g"][lo : lo + chunk] = inter
+        out["now_g"][rows] = now
+        out["contiguous_g"][rows] = contiguous
+        out["contiguous_start"][rows] = np.where(pos, best_start, a)
+        out["interruptible_g"][rows] = inter
     return out
