@@ -427,6 +427,39 @@ class Alerts:
     min_gpus: int = field(default=1, metadata={"doc": "jobs holding fewer GPUs are left alone"})
 
 
+STUDY_ARMS = ("emailed", "hold-out")
+
+
+@dataclass(frozen=True)
+class Study:
+    """A controlled study of the e-mails (docs/study.md): a hold-out share of users gets none."""
+
+    start: str | None = field(
+        default=None, metadata={"doc": 'the first month of the study, "YYYY-MM"; unset: no study'}
+    )
+    end: str | None = field(
+        default=None, metadata={"doc": 'its last month, "YYYY-MM" (inclusive); unset: until it is ended'}
+    )
+    holdout_share: float = field(
+        default=0.2, metadata={"doc": "the share of users drawn into the hold-out arm, 0.05 to 0.5"}
+    )
+    seed: int = field(
+        default=1, metadata={"doc": "the draw's seed: with the start month, it names the study"}
+    )
+    baseline_months: int = field(
+        default=3,
+        metadata={"doc": "months before the start that stratify the draw and are each user's baseline"},
+    )
+    bootstrap: int = field(
+        default=2000, metadata={"doc": "bootstrap resamples for the intervals, 200 to 100000"}
+    )
+
+    @property
+    def key(self) -> str | None:
+        """The study's name in the database: its start month and seed (None: no study)."""
+        return None if self.start is None else f"{self.start}/seed {self.seed}"
+
+
 @dataclass(frozen=True)
 class Api:
     """The read API (`cocaq serve`) and its clients (`cocaq user` on login nodes); see docs/api.md."""
@@ -507,6 +540,7 @@ class Config:
     api: Api = field(default_factory=Api)
     advice: Advice = field(default_factory=Advice)
     alerts: Alerts = field(default_factory=Alerts)
+    study: Study = field(default_factory=Study)
     slurm: Slurm = field(default_factory=Slurm)
     pue_monthly: dict[str, float] = field(
         default_factory=dict,

@@ -44,6 +44,7 @@ from cocaq.config import (
     Reports,
     Shifting,
     Slurm,
+    Study,
     parse_listen,
 )
 from cocaq.errors import CocaqError, ConfigError
@@ -63,7 +64,7 @@ _NON_SETTING_PREFIXES = ("COCAQ_TEST_", "COCAQ_BENCH_")
 # The sections that `COCAQ_SECTION__KEY` may set (partitions and node groups only in the file).
 ENV_SECTIONS = (
     "cluster", "estimate", "defaults", "collector", "carbon", "shifting", "embodied", "aggregate",
-    "mail", "reports", "api", "advice", "alerts", "slurm",
+    "mail", "reports", "api", "advice", "alerts", "study", "slurm",
 )  # fmt: skip
 # Short variables for the keys set most often, and the key each one sets (`_apply_env`); a short one
 # wins over its `COCAQ_SECTION__KEY` form where both are set, except COCAQ_CLUSTER and COCAQ_API_URL.
@@ -460,6 +461,38 @@ def _alerts(t: Any) -> Alerts:
     return replace(Alerts(), **v)
 
 
+def _month(key: str, value: Any) -> str:
+    text = _str(key, value).strip()
+    import re
+
+    m = re.fullmatch(r"(\d{4})-(\d{2})", text)
+    if not m or not 1 <= int(m.group(2)) <= 12 or not 2000 <= int(m.group(1)) <= 2200:
+        raise ConfigError(f'config: {key}: expected a month like "2026-09", got {value!r}')
+    return text
+
+
+def _study(t: Any) -> Study:
+    if not isinstance(t, dict):
+        raise ConfigError(f"config: study: expected a table, got {t!r}")
+    _check_keys("study", t, {f.name for f in fields(Study)})
+    v: dict[str, Any] = {}
+    for k in ("start", "end"):
+        if k in t and not (isinstance(t[k], str) and not t[k].strip()):  # "" (an empty variable): unset
+            v[k] = _month(f"study.{k}", t[k])
+    if "holdout_share" in t:
+        v["holdout_share"] = _num("study.holdout_share", t["holdout_share"], 0.05, 0.5)
+    for k, lo, hi in (("seed", 0, 2**31 - 1), ("baseline_months", 1, 24), ("bootstrap", 200, 100_000)):
+        if k in t:
+            n = _num(f"study.{k}", t[k], lo, hi)
+            if n != int(n):
+                raise ConfigError(f"config: study.{k}: expected a whole number, got {t[k]!r}")
+            v[k] = int(n)
+    out = replace(Study(), **v)
+    if out.end is not None and (out.start is None or out.end < out.start):
+        raise ConfigError(f"config: study.end ({out.end}) needs a study.start on or before it")
+    return out
+
+
 def _slurm(t: Any) -> Slurm:
     if not isinstance(t, dict):
         raise ConfigError(f"config: slurm: expected a table, got {t!r}")
@@ -536,6 +569,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
             "api",
             "advice",
             "alerts",
+            "study",
             "slurm",
         },
     )
@@ -638,6 +672,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
         api=_api(data.get("api", {})),
         advice=_advice(data.get("advice", {})),
         alerts=_alerts(data.get("alerts", {})),
+        study=_study(data.get("study", {})),
         slurm=_slurm(data.get("slurm", {})),
         cluster=cluster,
         estimate=estimate,

@@ -560,3 +560,25 @@ class GpuPowerCalibration(Base):
     jobs: Mapped[int] = mapped_column(default=0)
     gpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
     computed_at: Mapped[datetime]
+
+
+class StudyArm(Base):
+    """A user's arm in the e-mail study (`[study]`, cocaq.study): drawn once, never changed while it runs.
+
+    `draw` is the user's uniform number from the study's seed and their name (cocaq.study.assign), the
+    documented randomness; `stratum` their GPU-hours band over the baseline months (0: none, 1-4: the
+    quartiles of those with some; -1: joined after the start). A user who opted out of the e-mails stays
+    in their arm (the analysis is by arm as drawn) and is recorded apart (`opted_out_at`).
+    """
+
+    __tablename__ = "study_arms"
+    __table_args__ = (Index("ix_study_arms_arm", "study", "arm"),)
+
+    study: Mapped[str] = mapped_column(String(64), primary_key=True)  # Study.key: "2026-09/seed 7"
+    user_name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    arm: Mapped[str] = mapped_column(String(16))  # emailed, hold-out
+    stratum: Mapped[int]
+    gpu_hours_before: Mapped[float] = mapped_column(Float, default=0.0)
+    draw: Mapped[float] = mapped_column(Float)
+    assigned_at: Mapped[datetime]
+    opted_out_at: Mapped[datetime | None]
