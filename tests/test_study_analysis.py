@@ -1,0 +1,156 @@
+"""The study's analysis (cocaq.study.analysis) finds a planted effect within its interval and no false
+one: simulated panels of users and months, where the truth is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cocaq.study.analysis import EMAILED, HOLDOUT, OUTCOMES, Estimate, analyse, compare, sentence
+
+BASELINE = ("2026-06", "2026-07", "2026-08")
+MONTHS = ("2026-09", "2026-10", "2026-11")
+
+
+def _population(
+    seed: int, n: int = 200, effect: float = 0.0, holdout: float = 0.2
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """n users, their arms (a stratified draw by GPU use, as cocaq.study.assign makes it) and six months of
+    sums: each user's GPU energy and idle share vary around their own level month to month; e-mailed users'
+    idle energy is cut by `effect` from the month after their first e-mail (the study's second month)."""
+    rng = np.random.default_rng(seed)
+    users = [f"u{i:03d}" for i in range(n)]
+    gpu = rng.lognormal(np.log(300.0), 1.0, n)  # kWh of GPU energy a month
+    idle = rng.beta(2, 6, n)  # the share of it idle
+    util = rng.uniform(30, 90, n)
+    order = np.argsort(gpu)
+    arm = np.empty(n, dtype=object)
+    for stratum in np.array_split(order, 5):  # quintiles of use, a fifth of each held out
+        draw = rng.permutation(stratum)
+        k = round(holdout * len(stratum))
+        arm[draw[:k]] = HOLDOUT
+        arm[draw[k:]] = EMAILED
+    rows = []
+    for month in (*BASELINE, *MONTHS):
+        noise_g = rng.lognormal(0.0, 0.3, n)
+        noise_i = rng.lognormal(0.0, 0.2, n)
+        active = rng.random(n) < 0.9  # a user runs nothing in a tenth of the months
+        for i, u in enumerate(users):
+            if not active[i]:
+                continue
+            g = gpu[i] * noise_g[i]
+            idle_kwh = g * min(idle[i] * noise_i[i], 0.95)
+            if arm[i] == EMAILED and month in MONTHS[1:]:
+                idle_kwh *= 1.0 - effect
+            rows.append(
+                {
+                    "user": u, "month": month, "energy_kwh": g * 1.15, "gpu_kwh": g, "idle_kwh": idle_kwh,
+                    "failed_kwh": g * 0.05 * rng.random(), "gpu_hours": g / 0.3,
+                    "util_weighted": util[i] * g, "util_energy": g, "co2_kg": g * 1.15 * 0.2,
+                }
+            )  # fmt: skip
+    p = pd.DataFrame(rows)
+    arms = pd.DataFrame(
+        {"arm": arm, "stratum": 1, "assigned_at": pd.Timestamp("2026-09-01", tz="UTC"), "opted_out_at": None},
+        index=pd.Index(users, name="user"),
+    )
+    return p, arms
+
+
+def _report(p: pd.DataFrame, arms: pd.DataFrame, resamples: int = 1000, seed: int = 1):  # type: ignore[no-untyped-def]
+    return analyse(
+        p, arms, study="2026-09/seed 1", start="2026-09", end=None, baseline=BASELINE, months=MONTHS,
+        resamples=resamples, seed=seed,
+    )  # fmt: skip
+
+
+def _result(rep, name: str):  # type: ignore[no-untyped-def]
+    return next(r for r in rep.outcomes if r.outcome.name == name)
+
+
+def test_a_planted_cut_of_idle_gpus_is_found_within_its_interval() -> None:
+    p, arms = _population(7, effect=0.2)
+    truth_p, _ = _population(7, effect=0.0)  # the same users and noise without the e-mails' effect
+    rep = _report(p, arms)
+    idle = _result(rep, "idle_share")
+    # the truth of the pooled difference-in-differences, relative to the counterfactual: the e-mailed arm's
+    # idle share in the study months with the effect against the same without it
+    e = arms.index[arms["arm"] == EMAILED]
+    post = p[p["month"].isin(MONTHS) & p["user"].isin(e)]
+    post0 = truth_p[truth_p["month"].isin(MONTHS) & truth_p["user"].isin(e)]
+    true_rel = (post["idle_kwh"].sum() / post["gpu_kwh"].sum()) / (
+        post0["idle_kwh"].sum() / post0["gpu_kwh"].sum()
+    ) - 1
+    assert true_rel == pytest.approx(-0.2 * 2 / 3, abs=0.03)  # two of the three study months
+    d = idle.did
+    assert d.rel is not None and d.rel_lo is not None and d.rel_hi is not None
+    assert d.rel_lo <= true_rel <= d.rel_hi, (d, true_rel)
+    assert d.rel_hi < 0  # found: the interval excludes no effect
+    with_baseline = set(p[p["month"].isin(BASELINE)]["user"])  # (a user may have run nothing then)
+    assert d.n_emailed == sum(u in with_baseline for u in e) and d.n_emailed + d.n_holdout == len(
+        with_baseline
+    )
+    # the months: no effect in the first (the e-mail just arrived), 20% in the next two
+    first, *later = idle.by_month
+    assert first[1].rel_lo is not None and first[1].rel_lo < 0 < (first[1].rel_hi or 0)
+    assert all(m[1].rel is not None and m[1].rel < -0.05 for m in later)
+    assert "lower for e-mailed users than it would have been without the e-mails" in idle.sentence
+    # outcomes the effect did not touch show no clear difference
+    assert "no clear difference" in _result(rep, "gpu_util").sentence
+
+
+def test_no_effect_planted_the_interval_covers_zero_in_at_least_nine_seeds_of_ten() -> None:
+    covered = {"did": 0, "pooled": 0}
+    seeds = range(40)
+    for seed in seeds:
+        p, arms = _population(100 + seed, n=150, effect=0.0)
+        rep = _report(p, arms, resamples=400, seed=seed)
+        idle = _result(rep, "idle_share")
+        covered["did"] += (idle.did.diff_lo or 0) <= 0 <= (idle.did.diff_hi or 0)
+        covered["pooled"] += (idle.pooled.diff_lo or 0) <= 0 <= (idle.pooled.diff_hi or 0)
+    assert covered["did"] >= 0.9 * len(seeds), covered
+    assert covered["pooled"] >= 0.9 * len(seeds), covered
+
+
+def test_users_who_left_joined_or_were_never_drawn_are_counted() -> None:
+    p, arms = _population(3, n=100)
+    # a joiner (drawn after the start, no baseline), a user who left (no study months), a stranger
+    arms.loc["new1"] = {
+        "arm": HOLDOUT,
+        "stratum": -1,
+        "assigned_at": pd.Timestamp("2026-10-02", tz="UTC"),
+        "opted_out_at": None,
+    }
+    p = pd.concat([p, pd.DataFrame([{**p.iloc[0].to_dict(), "user": "new1", "month": "2026-10"},
+                                    {**p.iloc[0].to_dict(), "user": "zz-stranger", "month": "2026-10"}])])  # fmt: skip
+    p = p[~((p["user"] == "u000") & p["month"].isin(MONTHS))]
+    arms.loc["u001", "opted_out_at"] = pd.Timestamp("2026-09-15", tz="UTC")
+    rep = _report(p, arms, resamples=200)
+    assert rep.joined == {EMAILED: 0, HOLDOUT: 1}
+    assert sum(rep.arms.values()) == 101 and sum(rep.opted_out.values()) == 1
+    assert any("1 users with jobs in the study months were never drawn" in n for n in rep.notes)
+    idle = _result(rep, "idle_share")
+    assert idle.did.n_emailed + idle.did.n_holdout <= 100  # the joiner has no baseline: not in the DiD
+    assert idle.pooled.n_emailed + idle.pooled.n_holdout == 101  # ... but in the comparison of arms
+    # per-user outcomes count a user without jobs as zero, not as absent
+    co2 = _result(rep, "co2_per_user").pooled
+    e = arms.index[arms["arm"] == EMAILED]
+    months = p[p["month"].isin(MONTHS) & p["user"].isin(e)]
+    assert co2.emailed == pytest.approx(months["co2_kg"].sum() / len(e))
+
+
+def test_an_arm_without_users_or_data_says_so() -> None:
+    p, arms = _population(5, n=30)
+    only = arms[arms["arm"] == EMAILED]
+    e = compare(
+        p.groupby("user")[["idle_kwh", "gpu_kwh"]].sum(),
+        only["arm"],
+        OUTCOMES[0],
+        200,
+        np.random.default_rng(0),
+    )
+    assert e.diff is None and e.n_holdout == 0
+    assert sentence(OUTCOMES[0], e).endswith("not enough data to compare the arms yet.")
+    wrong = Estimate(0.1, 0.0, 0.1, 0.05, 0.15, 0.3, 0.1, 0.5, 10, 10)
+    assert sentence(OUTCOMES[0], wrong).endswith("higher), the wrong way.")
