@@ -47,6 +47,7 @@ ROOMS: dict[str, str] = {
     "cocaq.prolog_epilog": "hooks",
     "cocaq.reports": "reports",
     "cocaq.api": "api",
+    "cocaq.frames": "frames",  # the tables as pandas DataFrames, from the database or the read API
     "cocaq.cli": "cli",
     "cocaq.__main__": "cli",
 }
@@ -68,6 +69,7 @@ ALLOWED: dict[str, set[str]] = {
     "hooks": {"core", "formats", "collector"},
     "reports": _BELOW_ACCOUNTING | {"accounting", "footprint"},
     "api": _BELOW_ACCOUNTING | {"accounting", "footprint"},
+    "frames": _BELOW_ACCOUNTING | {"accounting", "footprint", "api"},
     "cli": set(),  # the front-end: anything (filled below)
 }
 ALLOWED["cli"] = set(ALLOWED) - {"cli"}
