@@ -221,7 +221,22 @@ def admin_month(
         carbon_week=weeks,
         carbon_week_missing=no_series,
         shift_trend=shift_trend,
+        study=_study(conn, cfg, month) if cluster is None else None,
     )
+
+
+def _study(conn: Connection, cfg: Config, month: Month) -> Any:
+    """The e-mail study through this month (its users are the site's, not a cluster's), or None where
+    none runs yet or nobody has been drawn."""
+    if cfg.study.start is None or month.label < cfg.study.start:
+        return None
+    from cocaq.errors import UsageError
+    from cocaq.study.analysis import study_report
+
+    try:
+        return study_report(conn, cfg, month.end - timedelta(seconds=1))
+    except UsageError:
+        return None
 
 
 def _histogram(groups: Iterable[_Group]) -> UtilHistogram:

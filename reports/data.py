@@ -680,6 +680,9 @@ class AdminMonth:
     carbon_week_missing: tuple[str, ...] = ()
     # when to run: this month and the ones before it whose jobs have figures, oldest first
     shift_trend: tuple[MonthShift, ...] = ()
+    # the e-mail study's estimates through this month (cocaq.study.analysis.StudyReport), where `[study]`
+    # runs and has begun; None otherwise
+    study: Any = None
 
 
 @dataclass(frozen=True)
