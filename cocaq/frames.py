@@ -36,6 +36,7 @@ INSTALL = "pip install 'cocaq[analysis]'"
 _DTYPES = {
     "str": "string", "int": "Int64", "float": "float64", "time": "datetime64[ns, UTC]", "bool": "boolean",
 }  # fmt: skip
+PAGE_ROWS = 10_000  # rows per page read (from the API: per request)
 log = logging.getLogger("cocaq")
 When = str | datetime
 
@@ -138,7 +139,7 @@ def _from_db(cfg: Config, table: str, w: Window, **kw: Any) -> Iterator[tuple[An
     from cocaq.footprint import export_rows
 
     with connect(cfg.database_url) as db:
-        for page in export_rows.read_all(db, table, w, **kw):
+        for page in export_rows.read_all(db, table, w, limit=PAGE_ROWS, **kw):
             yield from page.rows
 
 
@@ -148,7 +149,7 @@ def _from_api(cfg: Config, table: str, w: Window, **kw: Any) -> Iterator[tuple[A
     params: dict[str, Any] = {"since": w.since.isoformat(), "until": w.until.isoformat(), **kw}
     after = 0
     while True:
-        page = get(cfg.api, ("export", table), {**params, "after": after})
+        page = get(cfg.api, ("export", table), {**params, "after": after, "limit": PAGE_ROWS})
         if tuple(page["columns"]) != tuple(COLUMNS[table]):  # (another version's server)
             raise CocaqError(f"{cfg.api.url}: the API's {table} columns are not this cocaq's: upgrade both")
         for r in page["rows"]:

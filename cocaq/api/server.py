@@ -361,6 +361,50 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
             rows = group_totals(db, w, by, cluster=cluster)[:limit]
         return {"since": w.since.isoformat(), "until": w.until.isoformat(), "by": by, "rows": rows}
 
+    @get("/v1/export/{table}", summary="A table's rows over a window, a page at a time (as `cocaq export`)")
+    def export(
+        who: Who,
+        table: Annotated[str, Path(pattern=NAME)],
+        since: Since = "30d",
+        until: Until = None,
+        user: Annotated[str | None, Query(pattern=NAME)] = None,
+        account: Annotated[str | None, Query(pattern=NAME)] = None,
+        cluster: ClusterQ = None,
+        after: Annotated[int, Query(ge=0, le=2**63 - 1, description="the previous page's `next`")] = 0,
+        limit: Annotated[int, Query(ge=1, le=50_000)] = 10_000,
+    ) -> Response:
+        """Rows of cocaq.footprint.export_rows (what cocaq.frames reads): one's own, a headed lab's
+        (and what a lab head may see of a member: their jobs in the labs they head), everything for
+        admins; `sent` and `study_arms` for admins only."""
+        from cocaq.footprint import export_rows as ex
+
+        if table not in ex.COLUMNS:
+            raise HTTPException(404, f"no table {table!r}: export one of {', '.join(ex.TABLES)}")
+        w = window(since, until)
+        with pool.db() as db:
+            within: tuple[str, ...] | None = None
+            if not who.admin:
+                if table in ex.ADMIN_ONLY:
+                    raise HTTPException(403, f"{who.user} is not an admin: {table} is for admins")
+                if account is not None and account not in who.heads and user != who.user:
+                    mine = f"your own rows in it: user={who.user}"
+                    raise HTTPException(403, f"{who.user} does not head lab {account} ({mine})")
+                if account is None:
+                    user = user or who.user
+                    if user != who.user:
+                        within = headed_labs(db, who, user)
+                        if not within:
+                            raise HTTPException(403, f"{who.user} may not see user {user}'s rows")
+            page = ex.read(
+                db, table, w, user=user, account=account, cluster=cluster, within=within, after=after,
+                limit=limit,
+            )  # fmt: skip
+        rows = [[v.isoformat() if isinstance(v, datetime) else v for v in r] for r in page.rows]
+        return JSONResponse(
+            {"table": table, "since": w.since.isoformat(), "until": w.until.isoformat(),
+             "columns": list(page.columns), "rows": rows, "next": page.next}
+        )  # fmt: skip
+
     # --- GET /metrics: the site's figures for Prometheus (cocaq.api.site_metrics), off by default -----
     metrics_token = _metrics_token(api.metrics_token_file) if api.metrics else None
 
