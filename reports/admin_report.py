@@ -221,13 +221,13 @@ def admin_month(
         carbon_week=weeks,
         carbon_week_missing=no_series,
         shift_trend=shift_trend,
-        study=_study(conn, cfg, month) if cluster is None else None,
+        study=_study(conn, cfg, month),
     )
 
 
 def _study(conn: Connection, cfg: Config, month: Month) -> Any:
-    """The e-mail study through this month (its users are the site's, not a cluster's), or None where
-    none runs yet or nobody has been drawn."""
+    """The e-mail study through this month, or None where none runs yet or nobody has been drawn. Its
+    users are the site's, whichever cluster the report is for."""
     if cfg.study.start is None or month.label < cfg.study.start:
         return None
     from cocaq.errors import UsageError

@@ -46,7 +46,7 @@ def _population(
             rows.append(
                 {
                     "user": u, "month": month, "energy_kwh": g * 1.15, "gpu_kwh": g, "idle_kwh": idle_kwh,
-                    "failed_kwh": g * 0.05 * rng.random(), "gpu_hours": g / 0.3,
+                    "failed_kwh": g * 0.05 * rng.random(), "gpu_hours": g / 0.3, "idle_hours": idle_kwh / 0.06,
                     "util_weighted": util[i] * g, "util_energy": g, "co2_kg": g * 1.15 * 0.2,
                 }
             )  # fmt: skip

@@ -49,13 +49,17 @@ OUTCOMES: tuple[Outcome, ...] = (
     Outcome(
         "idle_share", "the share of GPU energy drawn by idle GPUs", "%", "idle_kwh", "gpu_kwh", True, 100.0
     ),
+    Outcome(
+        "idle_hours_share", "the share of GPU-hours held idle", "%", "idle_hours", "gpu_hours", True, 100.0
+    ),
     Outcome("failed_kwh", "the energy of failed jobs per user", "kWh", "failed_kwh", None, True),
     Outcome("gpu_util", "energy-weighted GPU utilisation", "%", "util_weighted", "util_energy", False),
     Outcome("kwh_per_gpu_hour", "energy per GPU-hour", "kWh/GPU-h", "energy_kwh", "gpu_hours", True),
     Outcome("co2_per_user", "CO2 per user", "kg", "co2_kg", None, True),
 )
 PANEL_COLUMNS = (
-    "energy_kwh", "gpu_kwh", "idle_kwh", "failed_kwh", "gpu_hours", "util_weighted", "util_energy", "co2_kg",
+    "energy_kwh", "gpu_kwh", "idle_kwh", "failed_kwh", "gpu_hours", "idle_hours", "util_weighted",
+    "util_energy", "co2_kg",
 )  # fmt: skip
 
 
@@ -256,15 +260,26 @@ def panel(conn: Connection, first: str, last: str) -> pd.DataFrame:
             func.sum(r.energy_measured_j + r.energy_estimated_j), func.sum(r.energy_gpu_j),
             func.sum(r.idle_gpu_energy_j), func.sum(r.energy_failed_j), func.sum(r.gpu_hours),
             func.sum(r.gpu_util_weighted), func.sum(r.gpu_util_energy_j), func.sum(r.co2_g),
+            func.sum(r.idle_gpu_hours),
         )
         .where(r.day >= _month_start(first), r.day < _month_start(add_months(last, 1)))
         .group_by(r.user_name, r.day)
     )  # fmt: skip
     rows = conn.execute(q).all()
-    df = pd.DataFrame(
-        rows,
-        columns=["user", "day", "energy_j", "gpu_j", "idle_j", "failed_j", "gpu_hours", "uw", "ue", "co2"],
-    )
+    cols = [
+        "user",
+        "day",
+        "energy_j",
+        "gpu_j",
+        "idle_j",
+        "failed_j",
+        "gpu_hours",
+        "uw",
+        "ue",
+        "co2",
+        "idle_h",
+    ]
+    df = pd.DataFrame(rows, columns=cols)
     if df.empty:
         return pd.DataFrame(columns=["user", "month", *PANEL_COLUMNS])
     day = pd.to_datetime(df["day"], utc=True)
@@ -277,6 +292,7 @@ def panel(conn: Connection, first: str, last: str) -> pd.DataFrame:
             "idle_kwh": df["idle_j"].astype(float) / J_PER_KWH,
             "failed_kwh": df["failed_j"].astype(float) / J_PER_KWH,
             "gpu_hours": df["gpu_hours"].astype(float),
+            "idle_hours": df["idle_h"].astype(float),
             "util_weighted": df["uw"].astype(float) / J_PER_KWH,
             "util_energy": df["ue"].astype(float) / J_PER_KWH,
             "co2_kg": df["co2"].astype(float) / 1000.0,
