@@ -90,10 +90,13 @@ def test_installed_wheel_works_without_the_checkout(wheel: Path, tmp_path: Path)
 
 
 def test_node_side_packages_import_light() -> None:
-    """Hooks and collector run as root on every node: no pandas, ORM or codecarbon at import time."""
+    """Hooks and collector run as root on every node: no pandas (nor pyarrow, cocaq.frames), ORM or
+    codecarbon at import time, in the hook's and the collector's own modules too."""
     code = (
-        "import sys, cocaq.prolog_epilog, cocaq.collector;"
-        "heavy = [m for m in ('pandas', 'sqlalchemy', 'codecarbon', 'rich', 'click') if m in sys.modules];"
+        "import sys, cocaq.prolog_epilog, cocaq.collector, cocaq.prolog_epilog.hook, cocaq.collector.daemon,"
+        " cocaq.collector.ship, cocaq.collector.spool;"
+        "heavy = [m for m in ('pandas', 'pyarrow', 'cocaq.frames', 'sqlalchemy', 'codecarbon', 'rich', 'click')"
+        " if m in sys.modules];"
         "print(','.join(heavy))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)

@@ -15,7 +15,8 @@ from sqlalchemy import Engine
 
 from tests.conftest import ROOT, run_cocaq
 
-HEAVY = ("sqlalchemy", "alembic", "rich")
+HEAVY = ("sqlalchemy", "alembic", "rich", "pandas", "pyarrow")
+ANALYSIS = ("pandas", "pyarrow", "cocaq.frames")  # cocaq[analysis]: cocaq.frames and `cocaq export` only
 
 
 def _imported(args: list[str], env: dict[str, str]) -> set[str]:
@@ -71,6 +72,26 @@ def test_json_and_csv_paths_import_no_sqlalchemy(
         assert "psycopg2" in mods and "psycopg" not in mods and "sqlite3" not in mods
     else:
         assert "sqlite3" in mods and not {"psycopg", "psycopg2"} & mods
+
+
+def test_user_lab_and_job_import_no_pandas(engine: Engine, cli_env: dict[str, str]) -> None:
+    """Every output of `cocaq user`, `lab` and `job` (tables too): no pandas, pyarrow or cocaq.frames,
+    which only `cocaq export` and notebooks load."""
+    from datetime import UTC, datetime, timedelta
+
+    from cocaq.accounting.importer import import_records
+    from cocaq.config import Config
+    from tests.builders import job
+
+    url = engine.url.render_as_string(hide_password=False)
+    import_records(engine, [job(1, datetime.now(UTC) - timedelta(days=1), account="lab_a")], Config(database_url=url),
+                   source="sacct-json")  # fmt: skip
+    env = dict(cli_env, COCAQ_DATABASE_URL=url)
+    for args in (["user", "alice"], ["user", "alice", "-o", "csv"], ["lab", "lab_a"], ["job", "1"],
+                 ["job", "1", "-o", "json"]):  # fmt: skip
+        mods = _imported(args, env)
+        assert "cocaq.cli.app" in mods and not set(ANALYSIS) & mods, (args, set(ANALYSIS) & mods)
+    assert "cocaq.frames" in _imported(["export", "jobs", "-u", "alice"], env)  # (the listing sees it)
 
 
 @pytest.mark.parametrize("driver", ["psycopg2", "psycopg"])
