@@ -47,6 +47,7 @@ ROOMS: dict[str, str] = {
     "cocaq.prolog_epilog": "hooks",
     "cocaq.reports": "reports",
     "cocaq.api": "api",
+    "cocaq.study": "study",  # the e-mail study: the draw (assign) and the analysis
     "cocaq.frames": "frames",  # the tables as pandas DataFrames, from the database or the read API
     "cocaq.cli": "cli",
     "cocaq.__main__": "cli",
@@ -67,7 +68,8 @@ ALLOWED: dict[str, set[str]] = {
     "footprint": _BELOW_ACCOUNTING | {"accounting"},
     "collector": {"core", "formats"},
     "hooks": {"core", "formats", "collector"},
-    "reports": _BELOW_ACCOUNTING | {"accounting", "footprint"},
+    "study": _BELOW_ACCOUNTING | {"accounting", "footprint"},
+    "reports": _BELOW_ACCOUNTING | {"accounting", "footprint", "study"},
     "api": _BELOW_ACCOUNTING | {"accounting", "footprint"},
     "frames": _BELOW_ACCOUNTING | {"accounting", "footprint", "api"},
     "cli": set(),  # the front-end: anything (filled below)

@@ -1,0 +1,414 @@
+"""Who is in which arm of the e-mail study, drawn once and kept (`study_arms`), and who is held out now.
+
+The draw, documented so that anyone can redo it:
+
+* Each user's number is `draw(seed, user)`: the first 8 bytes of SHA-256 of the UTF-8 text
+  f"{seed}:{user}", as a big-endian integer, shifted right by 11 bits and divided by 2**53: uniform in
+  [0, 1), the same on every machine and Python version (no `random`, no hash randomisation).
+* The baseline is the `[study] baseline_months` whole UTC months before the start month S. Its users are
+  those with a job in it; their GPU-hours there (daily_rollups; from the jobs themselves where the
+  aggregator has rolled up none of those days) put them in a stratum: 0 for none, 1 to 4 for the
+  quartiles of those with some (ranked by GPU-hours, ties by name), so that heavy users are balanced.
+* Within each stratum (0 to 4 in turn), users sorted by their number: the first k are hold-out, the rest
+  e-mailed, where k = R(share x (users so far, this stratum included)) - R(share x (users before it)) and
+  R rounds half up. So the hold-out count of a stratum is within one of share x its users, and the total
+  is exactly R(share x all).
+* Everyone first seen after that (a user with no job in the baseline, found with a job since S or about
+  to be sent an e-mail) is a joiner: stratum -1, hold-out iff their number < share.
+
+When: the draw is made when the study's start month has begun and a sender (monthly, job or alert
+e-mail) or `cocaq study assign` first runs, so that the baseline is complete; `cocaq study assign` may
+also make it earlier, from the baseline so far (users who first run a job after that are joiners).
+A row, once written, never changes while the study runs (a re-run, or a changed `holdout_share`, only
+adds users not drawn yet); rows of another study (another start month or seed) are left alone. A user
+who opted out of the e-mails (`users.opted_out`, or the `[mail] opt_out_file` as the senders see it)
+keeps their arm; `opted_out_at` records when that was first seen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, exists, func, or_, select, update
+
+from cocaq.config import STUDY_ARMS, Config, Study
+from cocaq.db.coltypes import as_utc
+from cocaq.db.schema import DailyRollup, Job, SentReport, StudyArm, User
+from cocaq.errors import UsageError
+
+EMAILED, HOLDOUT = STUDY_ARMS
+JOINER = -1  # the stratum of users first seen after the draw
+QUARTILES = 4
+NO_STUDY = "no study configured: set [study] start"
+_CHUNK = 500  # names per IN (...) list
+
+
+def draw(seed: int, user: str) -> float:
+    """The user's uniform number in [0, 1) for this seed (see the module doc: stable everywhere)."""
+    digest = hashlib.sha256(f"{seed}:{user}".encode()).digest()
+    return (int.from_bytes(digest[:8], "big") >> 11) / 2**53
+
+
+def _round(x: float) -> int:
+    """Half up (Python's round() goes to even, which the documented rule does not)."""
+    return math.floor(x + 0.5)
+
+
+# --- the study's months ------------------------------------------------------------------------------------
+
+
+def month_start(label: str, add: int = 0) -> datetime:
+    """The first instant (UTC) of `YYYY-MM`, `add` months on."""
+    y, m = (int(x) for x in label.split("-"))
+    n = y * 12 + (m - 1) + add
+    return datetime(n // 12, n % 12 + 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Window:
+    """The study's instants: baseline [baseline_start, start), study [start, end) (end None: open)."""
+
+    key: str
+    baseline_start: datetime
+    start: datetime
+    end: datetime | None
+
+    def running(self, now: datetime) -> bool:
+        return self.start <= now and (self.end is None or now < self.end)
+
+
+def window(study: Study) -> Window:
+    if study.key is None or study.start is None:
+        raise UsageError(NO_STUDY)
+    return Window(
+        study.key,
+        month_start(study.start, -study.baseline_months),
+        month_start(study.start),
+        month_start(study.end, 1) if study.end is not None else None,
+    )
+
+
+def running(study: Study, now: datetime) -> bool:
+    """Whether the study holds e-mails back at `now`: from its start month to its end month inclusive."""
+    return study.key is not None and window(study).running(as_utc(now))
+
+
+# --- the baseline ------------------------------------------------------------------------------------------
+
+
+def _chunks(names: Sequence[str]) -> Iterator[Sequence[str]]:
+    for i in range(0, len(names), _CHUNK):
+        yield names[i : i + _CHUNK]
+
+
+def baseline_hours(
+    conn: Connection, lo: datetime, hi: datetime, users: Sequence[str] | None = None
+) -> dict[str, float]:
+    """user -> GPU-hours in [lo, hi) of every user with a job there (or of `users` only, those with one).
+
+    From daily_rollups (whole UTC days, as the reports read them); where the aggregator has rolled up
+    none of those days, from the jobs with the same window share (cocaq.accounting.window)."""
+    R = DailyRollup
+    in_window = (R.day >= lo, R.day < hi)
+    if conn.execute(select(exists().where(*in_window))).scalar():
+        q = select(R.user_name, func.sum(R.gpu_hours)).where(*in_window, R.jobs > 0).group_by(R.user_name)
+        out: dict[str, float] = {}
+        for part in _chunks(sorted(users)) if users is not None else [None]:
+            qq = q if part is None else q.where(R.user_name.in_(part))
+            out.update({str(u): float(h or 0.0) for u, h in conn.execute(qq)})
+        return out
+    return _jobs_hours(conn, lo, hi, users)
+
+
+def _jobs_hours(
+    conn: Connection, lo: datetime, hi: datetime, users: Sequence[str] | None
+) -> dict[str, float]:
+    from cocaq.accounting.window import overlap, share
+
+    J = Job
+    q = select(J.user_name, J.start_time, J.elapsed_s, J.alloc_gpus).where(
+        J.start_time.is_not(None), J.start_time < hi, or_(J.end_time >= lo, J.end_time.is_(None))
+    )
+    lo_s, hi_s = lo.timestamp(), hi.timestamp()
+    out: dict[str, float] = {}
+    for part in _chunks(sorted(users)) if users is not None else [None]:
+        qq = q if part is None else q.where(J.user_name.in_(part))
+        for u, t0, el, gpus in conn.execute(qq):
+            if t0 is None:
+                continue
+            t = as_utc(t0).timestamp()
+            e = max(float(el or 0.0), 0.0)
+            if share(t, e, lo_s, hi_s) > 0:
+                out[str(u)] = out.get(str(u), 0.0) + (gpus or 0) * overlap(t, e, lo_s, hi_s) / 3600
+    return out
+
+
+def strata(hours: Mapping[str, float]) -> dict[str, int]:
+    """0 for no GPU-hours, else 1 to 4: the quartile of the user's rank among those with some."""
+    out = {u: 0 for u, h in hours.items() if h <= 0}
+    ranked = sorted((h, u) for u, h in hours.items() if h > 0)
+    for i, (_, u) in enumerate(ranked):
+        out[u] = 1 + QUARTILES * i // len(ranked)
+    return out
+
+
+def split(stratum: Mapping[str, int], seed: int, share: float) -> dict[str, str]:
+    """Each user's arm: within each stratum the lowest draws are hold-out, the rounding carried across
+    strata so that the total is R(share x N) (module doc)."""
+    arms: dict[str, str] = {}
+    before = 0
+    for s in sorted(set(stratum.values())):
+        members = sorted((u for u, v in stratum.items() if v == s), key=lambda u: (draw(seed, u), u))
+        k = _round(share * (before + len(members))) - _round(share * before)
+        before += len(members)
+        for i, u in enumerate(members):
+            arms[u] = HOLDOUT if i < k else EMAILED
+    return arms
+
+
+# --- the draw ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AssignSummary:
+    """What `assign` added: (arm, stratum) -> users, and whether it made the study's first draw."""
+
+    key: str
+    first_draw: bool = False
+    drawn: Counter[tuple[str, int]] = field(default_factory=Counter)
+    already: int = 0  # users found drawn before
+    opted_out: int = 0  # users found opted out for the first time
+
+    @property
+    def added(self) -> int:
+        return sum(self.drawn.values())
+
+    def line(self) -> str:
+        by_arm = Counter[str]()
+        for (arm, _), n in self.drawn.items():
+            by_arm[arm] += n
+        what = "drew" if self.first_draw else "added"
+        text = (
+            f"study {self.key}: {what} {self.added} user(s) ({by_arm[HOLDOUT]} hold-out, "
+            f"{by_arm[EMAILED]} e-mailed), {self.already} drawn before"
+        )
+        if self.opted_out:
+            text += f", {self.opted_out} found opted out"
+        return text
+
+
+def _insert_ignore(conn: Connection, table: Any, rows: list[dict[str, Any]]) -> list[Any]:
+    """Insert the rows, leaving any whose key is there (a concurrent run drew it: the same row); the
+    primary keys of those that went in."""
+    if not rows:
+        return []
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    dialect: Any = postgresql if conn.dialect.name == "postgresql" else sqlite
+    # RETURNING says what went in (an executemany's rowcount is not reliable on every driver)
+    stmt = dialect.insert(table).on_conflict_do_nothing().returning(*table.primary_key.columns)
+    return [r for i in range(0, len(rows), _CHUNK) for r in conn.execute(stmt, rows[i : i + _CHUNK]).all()]
+
+
+def _users_since(conn: Connection, start: datetime) -> list[str]:
+    """Users with a job submitted, running or ended since `start`."""
+    J = Job
+    q = select(J.user_name).where(or_(J.end_time >= start, J.end_time.is_(None), J.submit_time >= start))
+    return sorted({str(u) for u in conn.execute(q.distinct()).scalars() if u})
+
+
+def _drawn(conn: Connection, key: str, names: Sequence[str]) -> set[str]:
+    out: set[str] = set()
+    for part in _chunks(names):
+        q = select(StudyArm.user_name).where(StudyArm.study == key, StudyArm.user_name.in_(part))
+        out.update(conn.execute(q).scalars())
+    return out
+
+
+def assign(
+    conn: Connection,
+    cfg: Config,
+    now: datetime,
+    *,
+    users: Iterable[str] | None = None,
+    opted_out: Iterable[str] = (),
+) -> AssignSummary:
+    """Draw the study's users not drawn yet (the whole baseline, the first time) and note opt-outs.
+
+    `users`: the users about to be e-mailed (a sender's); None: everyone with a job since the start
+    month. `opted_out`: users a sender found opted out (the opt-out file; `users.opted_out` is read
+    here). Idempotent; the caller commits.
+    """
+    study = cfg.study
+    w = window(study)
+    seed, share = study.seed, study.holdout_share
+    s = AssignSummary(w.key)
+    rows: list[dict[str, Any]] = []
+
+    def row(user: str, arm: str, stratum: int, hours: float) -> dict[str, Any]:
+        return {"study": w.key, "user_name": user, "arm": arm, "stratum": stratum,
+                "gpu_hours_before": hours, "draw": draw(seed, user), "assigned_at": now}  # fmt: skip
+
+    taken: set[str] = set()
+    if not conn.execute(select(exists().where(StudyArm.study == w.key))).scalar():
+        s.first_draw = True
+        hours = baseline_hours(conn, w.baseline_start, w.start)
+        stratum = strata(hours)
+        arms = split(stratum, seed, share)
+        rows += [row(u, arms[u], stratum[u], hours[u]) for u in sorted(hours)]
+        taken = set(hours)
+    seen = sorted({u for u in (users if users is not None else _users_since(conn, w.start)) if u} - taken)
+    drawn = _drawn(conn, w.key, seen)
+    s.already = len(drawn) if not s.first_draw else 0
+    joiners = [u for u in seen if u not in drawn]
+    if joiners:
+        hours = baseline_hours(conn, w.baseline_start, w.start, joiners)
+        for u in joiners:
+            rows.append(row(u, HOLDOUT if draw(seed, u) < share else EMAILED, JOINER, hours.get(u, 0.0)))
+    added = {str(u) for _, u in _insert_ignore(conn, StudyArm.__table__, rows)}
+    s.drawn.update((r["arm"], r["stratum"]) for r in rows if r["user_name"] in added)
+    s.already += len(rows) - len(added)  # a concurrent run drew them first
+    s.opted_out = note_opted_out(conn, w.key, now, opted_out)
+    return s
+
+
+def note_opted_out(conn: Connection, key: str, now: datetime, users: Iterable[str] = ()) -> int:
+    """Set `opted_out_at` of the study's users opted out (users.opted_out, or `users`) where unset."""
+    A = StudyArm
+    base = update(A).where(A.study == key, A.opted_out_at.is_(None)).values(opted_out_at=now)
+    flagged = select(User.name).where(User.opted_out.is_(True))
+    n = conn.execute(base.where(A.user_name.in_(flagged))).rowcount or 0
+    for part in _chunks(sorted(set(users))):
+        n += conn.execute(base.where(A.user_name.in_(part))).rowcount or 0
+    return n
+
+
+# --- the senders' side -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HoldOut:
+    """The users a sender must not e-mail now, and the reason its ledger records for them."""
+
+    key: str
+    users: frozenset[str]
+
+    @property
+    def reason(self) -> str:
+        return f"study hold-out ({self.key})"
+
+    def __contains__(self, user: object) -> bool:
+        return user in self.users
+
+
+def hold_out(
+    engine: Engine,
+    cfg: Config,
+    now: datetime,
+    users: Iterable[str],
+    *,
+    opted_out: Iterable[str] = (),
+    dry_run: bool = False,
+    judged_at: datetime | None = None,
+) -> HoldOut | None:
+    """None when no study runs at `judged_at` (default `now`); else, after drawing those of `users` not
+    drawn yet (so that no e-mail goes to a user before their draw), the hold-out among them. A dry run
+    draws and forgets."""
+    if not running(cfg.study, judged_at if judged_at is not None else now):
+        return None
+    names = sorted(set(users))
+    key = str(cfg.study.key)
+    with engine.connect() as conn:
+        assign(conn, cfg, as_utc(now), users=names, opted_out=opted_out)
+        held: set[str] = set()
+        for part in _chunks(names):
+            q = select(StudyArm.user_name).where(
+                StudyArm.study == key, StudyArm.arm == HOLDOUT, StudyArm.user_name.in_(part)
+            )
+            held.update(conn.execute(q).scalars())
+        if dry_run:
+            conn.rollback()
+        else:
+            conn.commit()
+    return HoldOut(key, frozenset(held))
+
+
+def record_skips(
+    engine: Engine,
+    hold: HoldOut,
+    items: Iterable[tuple[str, str, str, datetime, datetime]],
+    now: datetime,
+) -> int:
+    """Record each e-mail held back, (kind, address, user, period_start, period_end), as a `skipped`
+    sent_reports row with the reason in `error`; a row already there is left as it is. How many new."""
+    rows = [
+        {"kind": k, "recipient": a, "user_name": u, "period_start": p0, "period_end": p1, "sent_at": now,
+         "status": "skipped", "error": hold.reason, "message_id": None}
+        for k, a, u, p0, p1 in items
+    ]  # fmt: skip
+    with engine.begin() as conn:
+        return len(_insert_ignore(conn, SentReport.__table__, rows))
+
+
+# --- what `cocaq study status` shows -----------------------------------------------------------------------
+
+
+@dataclass
+class StudyStatus:
+    key: str
+    start: str
+    end: str | None
+    baseline_months: int
+    holdout_share: float
+    seed: int
+    running: bool
+    drawn_at: datetime | None
+    arms: dict[str, dict[int, int]]  # arm -> stratum -> users
+    opted_out: dict[str, int]  # arm -> users found opted out
+
+    def total(self, arm: str) -> int:
+        return sum(self.arms.get(arm, {}).values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "study": self.key,
+            "start": self.start,
+            "end": self.end,
+            "baseline_months": self.baseline_months,
+            "holdout_share": self.holdout_share,
+            "seed": self.seed,
+            "running": self.running,
+            "drawn_at": self.drawn_at.isoformat() if self.drawn_at else None,
+            "arms": {
+                arm: {
+                    "users": self.total(arm),
+                    "opted_out": self.opted_out.get(arm, 0),
+                    "by_stratum": {str(k): v for k, v in sorted(self.arms.get(arm, {}).items())},
+                }
+                for arm in STUDY_ARMS
+            },
+        }
+
+
+def status(conn: Connection, cfg: Config, now: datetime) -> StudyStatus:
+    """The configured study's arms as drawn so far (nothing drawn: empty arms)."""
+    study = cfg.study
+    w = window(study)
+    A = StudyArm
+    arms: dict[str, dict[int, int]] = {a: {} for a in STUDY_ARMS}
+    q = select(A.arm, A.stratum, func.count()).where(A.study == w.key).group_by(A.arm, A.stratum)
+    for arm, stratum, n in conn.execute(q):
+        arms.setdefault(str(arm), {})[int(stratum)] = int(n)
+    q2 = select(A.arm, func.count()).where(A.study == w.key, A.opted_out_at.is_not(None)).group_by(A.arm)
+    opted = {str(a): int(n) for a, n in conn.execute(q2)}
+    first = conn.execute(select(func.min(A.assigned_at)).where(A.study == w.key)).scalar()
+    return StudyStatus(
+        w.key, str(study.start), study.end, study.baseline_months, study.holdout_share, study.seed,
+        w.running(as_utc(now)), as_utc(first) if first is not None else None, arms, opted,
+    )  # fmt: skip
