@@ -6,7 +6,10 @@ Which running jobs idle, and what an alert about one says, is `reports.idle_jobs
 Who gets what: at most one idle alert per job, ever (`job_alerts`, primary key (job, kind)); at most
 one alert per user in `[alerts] throttle_hours` (the user's job with the most idle GPU time goes first,
 the others wait; they go when the throttle allows, if they still idle); never to opted-out users
-(`users.opted_out`, `[mail] opt_out_file`); none at all with `[alerts] idle_gpu = false`.
+(`users.opted_out`, `[mail] opt_out_file`); none at all with `[alerts] idle_gpu = false`. While an
+e-mail study runs (`[study]`, cocaq.study.assign), users in its hold-out arm get none: their alerts are
+bound as usual (one per job, within the throttle) and recorded as `skipped` in the ledger with the reason
+instead of being sent.
 
 Exactly once, in two committed steps, as job e-mails (reports/jobmail.py):
 
@@ -134,6 +137,7 @@ class AlertSummary:
     opted_out: int = 0  # idle jobs of opted-out users
     no_address: int = 0  # idle jobs of users without an address
     raced: int = 0  # left to a concurrent run that bound them (or another alert of their user) first
+    held_out: int = 0  # alerts not sent: their user is in the study's hold-out arm (recorded `skipped`)
     alerts: list[IdleAlert] = field(default_factory=list)  # the new ones
     delivery: DeliverySummary | None = None
 
@@ -164,6 +168,8 @@ class AlertSummary:
             left.append(f"{self.no_address} of users without an address")
         if self.raced:
             left.append(f"{self.raced} left to a concurrent run")
+        if self.held_out:
+            left.append(f"{self.held_out} held back for the e-mail study's hold-out")
         if left:
             parts.append("not alerted: " + ", ".join(left))
         if self.delivery is not None:
@@ -189,7 +195,10 @@ def _open_alerts(engine: Engine, now: datetime, cluster_id: int | None) -> list[
     LEAVE_TO_BINDER), not sent, whose job still runs."""
     A, J, S = JobAlert, Job, SentReport
     sent = exists().where(
-        S.kind == KIND, S.user_name == A.user_name, S.period_start == A.alerted_at, S.status == "sent"
+        S.kind == KIND,
+        S.user_name == A.user_name,
+        S.period_start == A.alerted_at,
+        S.status.in_(("sent", "skipped")),
     )
     q = (
         select(A.job_pk, A.user_name, A.alerted_at)
@@ -291,6 +300,7 @@ def send_idle_alerts(
     `dry_run` binds and sends nothing and says what would go.
     """
     from cocaq.reports.recipients import AddressBook
+    from cocaq.study.assign import hold_out, record_skips
 
     now = as_utc(now) if now is not None else clock()
     s = AlertSummary(dry_run=dry_run, cluster=cluster)
@@ -307,7 +317,12 @@ def send_idle_alerts(
         by_user[c.user].append(c)
     throttle = timedelta(hours=cfg.alerts.throttle_hours)
     recent = _recently_alerted(engine, list(by_user), now - throttle) if throttle > timedelta(0) else set()
-    book = AddressBook.load(engine, cfg.mail, by_user)
+    whom = set(by_user) | {u for _, u, _ in opened}
+    book = AddressBook.load(engine, cfg.mail, whom)
+    hold = None
+    if whom:
+        opted = [u for u in whom if book.for_user(u).opted_out]
+        hold = hold_out(engine, cfg, now, whom, opted_out=opted, dry_run=dry_run)
     chosen: list[Candidate] = []
     for user, cands in sorted(by_user.items()):
         rcpt = book.for_user(user)
@@ -329,6 +344,9 @@ def send_idle_alerts(
     made: list[tuple[int, str, datetime]] = []
     for c in chosen:
         alert = describe(engine, cfg, c, now)
+        if dry_run and hold is not None and c.user in hold:
+            s.held_out += 1
+            continue
         if dry_run:
             s.new += 1
             s.alerts.append(alert)
@@ -344,12 +362,19 @@ def send_idle_alerts(
         s.new += 1
         s.alerts.append(_with_key(alert, at))
         made.append((c.pk, c.user, at))
-    s.open = len(opened) if dry_run else len(opened) + len(made)
-    if dry_run or not (opened or made):
+    todo = opened + made
+    if hold is not None:
+        held = [(pk, u, at) for pk, u, at in todo if u in hold]
+        todo = [(pk, u, at) for pk, u, at in todo if u not in hold]
+        s.held_out += len(held)
+        if not dry_run:
+            addrs = {u: book.for_user(u).address for _, u, _ in held}
+            rows = [(KIND, str(addrs[u]), u, at, at) for _, u, at in held if addrs[u]]
+            record_skips(engine, hold, rows, now)
+    s.open = len(todo)
+    if dry_run or not todo:
         log.info("%s", s.line())
         return s
-
-    todo = opened + made
 
     def build() -> Iterator[Outgoing]:
         from cocaq.reports.deliver import Outgoing

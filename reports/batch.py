@@ -19,6 +19,13 @@ The order of work, and why:
    `admin-YYYY-MM[-CLUSTER].html` and the e-mail says where; without an archive_dir it is not kept (the
    e-mail says `cocaq report admin --out DIR` makes it).
 
+While an e-mail study runs (`[study]`, cocaq.study.assign), users drawn into its hold-out arm get no
+user report: each one held back is recorded as a `skipped` ledger row with the reason ("study hold-out
+(2026-09/seed 7)"), and users not drawn yet are drawn first. A report is judged at the later of the time
+it goes and the end of its month (UTC), so the report of the month before the start is the first held
+back and that of the end month goes, whatever the scheduler's timezone. Lab and admin reports are not
+held back.
+
 Ledger keys (`sent_reports`: kind, recipient address, period_start = the month's UTC start): user
 reports are kind `user-monthly`, labs `lab:ACCOUNT` (one head may lead several labs: the lab is in the
 kind), the admin report `admin-monthly`; with `-M CLUSTER` the kind gets `@CLUSTER`, so one cluster's
@@ -34,7 +41,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -169,9 +176,16 @@ class _Sender:
     """Shares one transport (one SMTP connection) and the stop condition across the batch's sections."""
 
     def __init__(
-        self, engine: Engine, cfg: Config, transport: Transport | None, force: bool, dry_run: bool
+        self,
+        engine: Engine,
+        cfg: Config,
+        transport: Transport | None,
+        force: bool,
+        dry_run: bool,
+        now: datetime | None = None,
     ) -> None:
         self.engine, self.cfg, self.force, self.dry_run = engine, cfg, force, dry_run
+        self.now = now if now is not None else datetime.now(UTC)  # what the study's months are judged by
         self._given = transport
         self._transport: Any = transport
         self.stopped = False
@@ -232,11 +246,13 @@ def send_month(
     dry_run: bool = False,
     only: Sequence[str] | None = None,
     transport: Transport | None = None,
+    now: datetime | None = None,
 ) -> SendSummary:
     """Send the month's reports (all sections, or `only` some), exactly once each; see the module doc.
 
     `force` sends again what the ledger says was sent (not to opted-out users). `dry_run` reads and
-    decides but renders, writes and sends nothing. `transport` defaults to the configured one.
+    decides but renders, writes and sends nothing. `transport` defaults to the configured one. `now`
+    (default: the clock) is when the e-mails go, for the study's hold-out.
     """
     from cocaq.reports.data import Month
 
@@ -245,7 +261,7 @@ def send_month(
         if s not in SECTIONS:
             raise UsageError(f"--only {s!r}: expected one of {', '.join(SECTIONS)}")
     month = Month.of(date(month_start.year, month_start.month, 1))
-    sender = _Sender(engine, cfg, transport, force, dry_run)
+    sender = _Sender(engine, cfg, transport, force, dry_run, now)
     what = "" if dry_run else sender.transport().describe()
     sections = {name: Section(name, _new_summary(what), ran=name in wanted) for name in SECTIONS}
     summary = SendSummary(month.label, cluster, dry_run, sections, transport=what)
@@ -293,6 +309,7 @@ def _send_users(sender: _Sender, month: Month, cluster: str | None, section: Sec
     from cocaq.db.schema import User
     from cocaq.reports.recipients import AddressBook
     from cocaq.reports.user_report import users_month
+    from cocaq.study.assign import hold_out, record_skips
 
     engine, cfg = sender.engine, sender.cfg
     names = _month_users(engine, month, cluster)
@@ -307,6 +324,12 @@ def _send_users(sender: _Sender, month: Month, cluster: str | None, section: Sec
     # Decided before the month is computed, for every user with a job that may have run in it (so a
     # job that ended as the month began may put a user in these counts); users_month settles the rest.
     d = section.delivery
+    opted = [u for u in names if book.for_user(u).opted_out]
+    # judged when the report goes, or when its month ends if that is later: the report of the month before
+    # the study is the first one held back, wherever the scheduler's timezone puts the 1st
+    at = max(sender.now, month.end)
+    hold = hold_out(engine, cfg, sender.now, names, opted_out=opted, dry_run=sender.dry_run, judged_at=at)
+    held: list[tuple[str, str, str, datetime, datetime]] = []
     candidates: list[str] = []
     for u in names:
         if u in off:
@@ -320,8 +343,13 @@ def _send_users(sender: _Sender, month: Month, cluster: str | None, section: Sec
             d.already_sent += 1
         elif rcpt.opted_out:
             d.opted_out += 1
+        elif hold is not None and u in hold:
+            section.skipped[hold.reason] += 1
+            held.append((kind, rcpt.address, u, month.start, month.end))
         else:
             candidates.append(u)
+    if hold is not None and held and not sender.dry_run:
+        record_skips(engine, hold, held, sender.now)
     months: dict[str, UserMonth] = {}
     if candidates:
         whole = len(candidates) == len(names)

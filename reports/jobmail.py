@@ -12,7 +12,10 @@ Which jobs: those that asked, and those that wasted energy.
   to stop these e-mails. A job's idle GPU energy is known once the aggregator has derived its metrics;
   until then only its state can make it wasted.
 
-Opted-out users (`users.opted_out`, `[mail] opt_out_file`) get none.
+Opted-out users (`users.opted_out`, `[mail] opt_out_file`) get none. While an e-mail study runs
+(`[study]`, cocaq.study.assign), users in its hold-out arm get none either: their digests are made as
+usual, so that each job is decided once, and recorded as `skipped` in the ledger with the reason instead
+of being sent (a digest made before the study began and not sent yet is held back the same way).
 
 When a job is ready (`ready`): its energy is final (`data.job_footprint`: the job is not open, its state
 is a final Slurm state, and every measured node record is the epilog's final one) and the aggregator has
@@ -33,7 +36,8 @@ Exactly once per job, in two committed steps:
    The digest's content is from then on fixed: its bound jobs, read back from `job_notices`.
 2. Send: the digest goes through `deliver` as kind "job" with period_start = `digest_at`, so the ledger
    (`sent_reports`, which keeps the user name) makes its sending exactly once, crash or not (in-doubt
-   rows per `[mail] in_doubt`). A digest is open until its ledger row is `sent`: each run sends the open
+   rows per `[mail] in_doubt`). A digest is open until its ledger row is `sent` (or `skipped`: held
+   back by the study): each run sends the open
    ones again (a crash before sending, a server that was down, the daily throttle), for `RETRY_FOR`; then
    it is left, visible in `sent_reports` as failed or sending.
 
@@ -108,6 +112,7 @@ class JobMailSummary:
     open_digests: int = 0  # digests handed to deliver this run (new ones included)
     no_address: int = 0  # users left out before binding (no address or opted out in the file)
     opted_out: int = 0
+    held_out: int = 0  # digests not sent: their user is in the study's hold-out arm (recorded `skipped`)
     raced: int = 0  # digests rolled back: another run bound some of their jobs first
     dry_run: bool = False
     delivery: DeliverySummary | None = None
@@ -146,6 +151,8 @@ class JobMailSummary:
             left.append(f"{self.no_address} without an address")
         if left:
             parts.append("users left out: " + ", ".join(left))
+        if self.held_out:
+            parts.append(f"{self.held_out} digest(s) held back for the e-mail study's hold-out")
         if self.raced:
             parts.append(f"{self.raced} digest(s) left to a concurrent run")
         if self.delivery is not None:
@@ -230,7 +237,10 @@ def _open_digests(engine: Engine, now: datetime) -> list[tuple[str, datetime]]:
 
     N, S = JobNotice, SentReport
     sent = exists().where(
-        S.kind == KIND, S.user_name == N.user_name, S.period_start == N.digest_at, S.status == "sent"
+        S.kind == KIND,
+        S.user_name == N.user_name,
+        S.period_start == N.digest_at,
+        S.status.in_(("sent", "skipped")),
     )
     q = (
         select(N.user_name, N.digest_at)
@@ -290,6 +300,7 @@ def send_job_mail(
     """
     from cocaq.reports.job_report import job_footprint
     from cocaq.reports.recipients import AddressBook
+    from cocaq.study.assign import hold_out, record_skips
 
     now = as_utc(now) if now is not None else clock()
     window = digest_window(cfg) if window is None else window
@@ -317,7 +328,11 @@ def send_job_mail(
             s.in_window += len(jobs)
         else:
             due[user] = [pk for pk, _ in jobs[:MAX_JOBS_PER_DIGEST]]
-    book = AddressBook.load(engine, cfg.mail, due)
+    book = AddressBook.load(engine, cfg.mail, set(due) | busy)
+    hold = None
+    if due or opened:
+        opted = [u for u in set(due) | busy if book.for_user(u).opted_out]
+        hold = hold_out(engine, cfg, now, set(due) | busy, opted_out=opted, dry_run=dry_run)
     made: list[tuple[str, datetime]] = []
     for user, pks in sorted(due.items()):
         rcpt = book.for_user(user)
@@ -327,6 +342,9 @@ def send_job_mail(
             continue
         if rcpt.opted_out:
             s.opted_out += 1
+            continue
+        if dry_run and hold is not None and user in hold:
+            s.held_out += 1
             continue
         if dry_run:
             s.new_digests += 1
@@ -342,8 +360,18 @@ def send_job_mail(
         s.unasked_jobs += len(unasked.intersection(pks))
         made.append((user, at))
     todo = opened + made
-    s.open_digests = len(todo) if not dry_run else len(opened) + s.new_digests
+    if hold is not None:
+        held = [(u, at) for u, at in todo if u in hold]
+        todo = [(u, at) for u, at in todo if u not in hold]
+        s.held_out += len(held)
+        if not dry_run:
+            addrs = {u: book.for_user(u).address for u, _ in held}
+            rows = [(KIND, str(addrs[u]), u, at, at) for u, at in held if addrs[u]]
+            record_skips(engine, hold, rows, now)
+    s.open_digests = len(todo) + (s.new_digests if dry_run else 0)
     if dry_run or not todo:
+        if s.held_out:
+            log.info("%s", s.line())
         return s
 
     def build() -> Iterator[Outgoing]:

@@ -1,0 +1,398 @@
+"""The e-mail study's design (cocaq.study.assign): the draw, the arms kept in `study_arms`, and the
+hold-out arm getting no e-mail while the study runs, on SQLite and PostgreSQL.
+
+Jobs are imported as `cocaq import sacct` writes them and rolled up by the aggregator; e-mails go to a
+real SMTP server (aiosmtpd) and are counted there; the ledger is read back from the database.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, delete, insert, select, update
+
+from cocaq.accounting.aggregate import run_aggregate
+from cocaq.accounting.importer import import_records
+from cocaq.config import Config
+from cocaq.db.schema import DailyRollup, SentReport, StudyArm, User
+from cocaq.errors import UsageError
+from cocaq.reports.alerts import send_idle_alerts
+from cocaq.reports.batch import send_month
+from cocaq.reports.jobmail import send_job_mail
+from cocaq.slurm.record import JobRecord
+from cocaq.study import assign as sa
+from tests import builders
+from tests.builders import config
+from tests.conftest import run_cocaq
+from tests.mailkit import SmtpServer, mail_toml
+from tests.test_alerts import TWO, idle_from, samples
+
+START = "2026-11"  # the study's first month; the baseline is August to October
+T0 = datetime(2026, 11, 1, 0, 30, tzinfo=UTC)
+NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+USERS = ["alice", "bob", "carol", "dave", "erin", "frank"]
+
+
+@pytest.fixture
+def server() -> Iterator[SmtpServer]:
+    with SmtpServer() as s:
+        yield s
+
+
+def make_cfg(
+    tmp_path: Path, url: str, server: SmtpServer | None = None, *, name: str = "cocaq.toml", **study: Any
+) -> Config:
+    study = {"start": START, "seed": 7, "holdout_share": 0.2, **study}
+    return config(
+        tmp_path, url, mail_toml(server, address_template="{user}@example.org"), name=name,
+        cluster={"carbon_zone": "FRA", "pue": 1.2}, collector={"interval_s": 60},
+        aggregate={"idle_gpu_util_pct": 5}, alerts={"idle_minutes": 60, "throttle_hours": 24},
+        study={k: v for k, v in study.items() if v is not None},
+    )  # fmt: skip
+
+
+def url_of(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=False)
+
+
+def job(raw: int, user: str, start: datetime, hours: float, gpus: int = 1, **kw: Any) -> JobRecord:
+    return builders.job(raw, start, hours, user=user, account="lab_a", gpus=gpus, queued=timedelta(minutes=1),
+                        name=f"train-{raw}", **kw)  # fmt: skip
+
+
+def load(engine: Engine, cfg: Config, records: list[JobRecord], aggregate: bool = True) -> None:
+    import_records(engine, records, cfg, source="sacct-json")
+    if aggregate:
+        run_aggregate(engine, cfg)
+
+
+def arms(engine: Engine, key: str = "2026-11/seed 7") -> dict[str, tuple[str, int, float, datetime]]:
+    """user -> (arm, stratum, GPU-hours before, assigned_at) of the study's rows."""
+    A = StudyArm
+    with engine.connect() as c:
+        rows = c.execute(select(A.user_name, A.arm, A.stratum, A.gpu_hours_before, A.assigned_at)
+                         .where(A.study == key))  # fmt: skip
+        return {r[0]: (r[1], r[2], round(r[3], 6), r[4]) for r in rows}
+
+
+def draw_now(engine: Engine, cfg: Config, now: datetime, **kw: Any) -> sa.AssignSummary:
+    with engine.begin() as c:
+        return sa.assign(c, cfg, now, **kw)
+
+
+# --- the draw itself ------------------------------------------------------------------------------------
+
+
+def test_draw_is_stable_and_uniform() -> None:
+    # Known values: SHA-256 of "seed:user", the first 53 bits (module doc); any machine, any Python.
+    assert sa.draw(1, "alice") == 0.29961116527222964
+    assert sa.draw(1, "bob") == 0.17543523580017983
+    assert sa.draw(7, "alice") == 0.5845461100182635
+    assert sa.draw(7, "bob") == 0.26868360736246544
+    xs = [sa.draw(3, f"u{i}") for i in range(20000)]
+    assert all(0.0 <= x < 1.0 for x in xs)
+    assert sum(xs) / len(xs) == pytest.approx(0.5, abs=0.01)
+    assert sum(x < 0.2 for x in xs) / len(xs) == pytest.approx(0.2, abs=0.01)
+
+
+def test_strata_and_split_balance_each_stratum_and_the_total() -> None:
+    # 200 users: 36 without GPU-hours, 164 with (41 per quartile)
+    hours = {f"u{i:03d}": 0.0 if i < 36 else float(i) for i in range(200)}
+    st = sa.strata(hours)
+    assert Counter(st.values()) == {0: 36, 1: 41, 2: 41, 3: 41, 4: 41}
+    assert st["u036"] == 1 and st["u199"] == 4  # by rank: the lightest and the heaviest
+    for share, seed in ((0.2, 7), (0.25, 1), (0.33, 11), (0.5, 2)):
+        arm = sa.split(st, seed, share)
+        held = Counter(st[u] for u, a in arm.items() if a == sa.HOLDOUT)
+        for s, n in Counter(st.values()).items():
+            assert abs(held[s] - share * n) < 1, (share, s, held[s], n)
+        assert sum(held.values()) == int(share * 200 + 0.5)
+        # within a stratum the hold-out are the lowest draws
+        for s in range(5):
+            members = sorted((u for u in st if st[u] == s), key=lambda u: sa.draw(seed, u))
+            assert {u for u in members if arm[u] == sa.HOLDOUT} == set(members[: held[s]])
+    # the same draw whatever order the users come in
+    assert sa.split(dict(reversed(list(st.items()))), 7, 0.2) == sa.split(st, 7, 0.2)
+
+
+# --- in the database ------------------------------------------------------------------------------------
+
+
+def baseline(engine: Engine, cfg: Config) -> None:
+    """12 users in the baseline (August to October): u00-u02 with CPU jobs only, u03-u11 with 1 to 9 GPU-hours
+    (u11's split by the baseline's end); old-timer only in July (before it); newbie only from November."""
+    recs = [job(100 + i, f"u{i:02d}", datetime(2026, 9, 1 + i, 8, tzinfo=UTC), 2.0, gpus=0) for i in range(3)]
+    recs += [
+        job(100 + i, f"u{i:02d}", datetime(2026, 8, 3 + i, 8, tzinfo=UTC), i - 2.0) for i in range(3, 11)
+    ]
+    recs.append(job(111, "u11", datetime(2026, 10, 31, 20, tzinfo=UTC), 8.0, gpus=3))  # 4 h in, 4 after
+    recs.append(job(120, "old-timer", datetime(2026, 7, 10, tzinfo=UTC), 5.0))
+    recs.append(job(121, "newbie", datetime(2026, 11, 2, tzinfo=UTC), 5.0))
+    load(engine, cfg, recs)
+
+
+def test_assign_from_the_baseline_then_joiners(engine: Engine, tmp_path: Path) -> None:
+    cfg = make_cfg(tmp_path, url_of(engine), holdout_share=0.25)
+    baseline(engine, cfg)
+    s = draw_now(engine, cfg, T0, users=[])
+    assert s.first_draw and s.added == 12, s.line()
+    got = arms(engine)
+    assert set(got) == {f"u{i:02d}" for i in range(12)}  # not old-timer, and newbie not asked about
+    assert {u: got[u][2] for u in got} == {
+        **{f"u{i:02d}": 0.0 for i in range(3)}, **{f"u{i:02d}": i - 2.0 for i in range(3, 11)}, "u11": 12.0,
+    }  # fmt: skip
+    strata = {u: got[u][1] for u in got}
+    assert Counter(strata.values()) == {0: 3, 1: 3, 2: 2, 3: 2, 4: 2}  # 9 with GPU-hours: 9 * i // 9 ranks
+    assert strata["u03"] == 1 and strata["u11"] == 4
+    assert sum(a == "hold-out" for a, *_ in got.values()) == 3  # R(0.25 x 12)
+    assert all(at == T0 for *_, at in got.values())
+    # The same from the jobs where the aggregator has rolled up nothing
+    with engine.begin() as c:
+        c.execute(delete(DailyRollup))
+        assert sa.baseline_hours(c, datetime(2026, 8, 1, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC)) == (
+            pytest.approx({u: h for u, (_, _, h, _) in got.items()})
+        )
+        c.rollback()
+    # A re-run adds nobody and changes nothing; the CLI's sweep finds the newbie, a joiner.
+    later = T0 + timedelta(days=3)
+    s = draw_now(engine, cfg, later, users=[])
+    assert (s.first_draw, s.added, arms(engine)) == (False, 0, got)
+    s = draw_now(engine, cfg, later)
+    assert s.added == 1 and s.already == 1, s.line()  # u11's job ran into November
+    new = arms(engine)
+    assert new["newbie"][:3] == ("hold-out" if sa.draw(7, "newbie") < 0.25 else "emailed", -1, 0.0)
+    assert new["newbie"][3] == later and {u: new[u] for u in got} == got
+    # A changed share, or another run, leaves every row as drawn: only users not drawn yet are added.
+    cfg2 = replace(cfg, study=replace(cfg.study, holdout_share=0.5))
+    load(engine, cfg2, [job(122, "late", datetime(2026, 11, 25, tzinfo=UTC), 1.0)], aggregate=False)
+    s = draw_now(engine, cfg2, later + timedelta(days=30))
+    assert s.added == 1 and s.already == 2, s.line()
+    after = arms(engine)
+    assert {u: after[u] for u in new} == new
+    assert after["late"][0] == ("hold-out" if sa.draw(7, "late") < 0.5 else "emailed")
+    # Another study (another seed) is drawn apart, and leaves this one alone.
+    cfg3 = replace(cfg, study=replace(cfg.study, seed=8))
+    assert draw_now(engine, cfg3, later).first_draw
+    assert arms(engine) == after and len(arms(engine, "2026-11/seed 8")) == 12 + 2
+
+
+def test_opted_out_users_keep_their_arm(engine: Engine, tmp_path: Path) -> None:
+    cfg = make_cfg(tmp_path, url_of(engine))
+    baseline(engine, cfg)
+    with engine.begin() as c:
+        c.execute(insert(User).values(name="u04", opted_out=True))
+    s = draw_now(engine, cfg, T0, opted_out=["u05"])
+    assert s.opted_out == 2
+    with engine.begin() as c:
+        c.execute(insert(User).values(name="u06", opted_out=True))
+    draw_now(engine, cfg, T0 + timedelta(days=1))
+    with engine.connect() as c:
+        seen = dict(c.execute(select(StudyArm.user_name, StudyArm.opted_out_at)
+                              .where(StudyArm.opted_out_at.is_not(None))).all())  # fmt: skip
+    assert seen == {"u04": T0, "u05": T0, "u06": T0 + timedelta(days=1)}
+    # drawn as everyone is: the arms are those of the baseline's draw, opt-outs or not
+    got = {u: v for u, v in arms(engine).items() if v[1] >= 0}  # not newbie, who joined since
+    hours = {u: h for u, (_, _, h, _) in got.items()}
+    assert {u: a for u, (a, *_) in got.items()} == sa.split(sa.strata(hours), 7, 0.2)
+
+
+def test_window() -> None:
+    study = builders.default_config().study
+    w = sa.window(replace(study, start="2026-11", end="2027-01", baseline_months=3))
+    assert (w.baseline_start, w.start, w.end) == (
+        datetime(2026, 8, 1, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC), datetime(2027, 2, 1, tzinfo=UTC),
+    )  # fmt: skip
+    assert not w.running(datetime(2026, 10, 31, 23, 59, tzinfo=UTC)) and w.running(
+        datetime(2027, 1, 31, tzinfo=UTC)
+    )
+    assert not w.running(datetime(2027, 2, 1, tzinfo=UTC))
+    assert sa.window(replace(study, start="2026-01", baseline_months=2)).baseline_start.month == 11
+    with pytest.raises(UsageError, match=r"^no study configured: set \[study\] start$"):
+        sa.window(study)
+
+
+# --- the hold-out gets no e-mail ------------------------------------------------------------------------
+
+REASON = "study hold-out (2026-11/seed 7)"
+
+
+def team(engine: Engine, cfg: Config, month: int = 10, **user: Any) -> None:
+    """USERS with jobs in `month` of 2026 (the baseline: 1 to 6 GPU-hours), each with `user` in their
+    users row."""
+    with engine.begin() as c:
+        c.execute(insert(User), [{"name": u, **user} for u in USERS])
+    load(engine, cfg, [job(200 + i, u, datetime(2026, month, 5 + i, 8, tzinfo=UTC), i + 1.0)
+                       for i, u in enumerate(USERS)])  # fmt: skip
+
+
+def split_arms(engine: Engine, key: str = "2026-11/seed 7") -> tuple[set[str], set[str]]:
+    got = arms(engine, key)
+    held = {u for u, (a, *_) in got.items() if a == "hold-out"}
+    return held, set(got) - held
+
+
+def to(users: set[str]) -> set[str]:
+    return {f"{u}@example.org" for u in users}
+
+
+def rcpts(server: SmtpServer) -> list[str]:
+    return sorted(r for m in server.messages for r in m.rcpt_tos)
+
+
+def ledger(engine: Engine, kind: str) -> dict[str, tuple[str, str | None]]:
+    """user -> (status, error) of the kind's rows (one per user here)."""
+    t = SentReport
+    with engine.connect() as c:
+        rows = c.execute(select(t.user_name, t.status, t.error).where(t.kind == kind)).all()
+    assert len(rows) == len({r[0] for r in rows})
+    return {str(r[0]): (r[1], r[2]) for r in rows}
+
+
+def test_monthly_reports_held_back_during_the_study_only(
+    engine: Engine, tmp_path: Path, server: SmtpServer
+) -> None:
+    cfg = make_cfg(tmp_path, url_of(engine), server, holdout_share=0.5, end="2026-11")
+    team(engine, cfg)
+    with engine.begin() as c:
+        c.execute(update(User).where(User.name == "frank").values(opted_out=True))
+    load(engine, cfg, [job(300 + i, u, datetime(2026, 11, 5 + i, 8, tzinfo=UTC), 1.0)
+                       for i, u in enumerate(USERS)])  # fmt: skip
+    # October's reports go on the 1st of November, the study's first month: the draw is made then.
+    first = datetime(2026, 11, 1, 6, tzinfo=UTC)
+    s = send_month(engine, cfg, datetime(2026, 10, 1, tzinfo=UTC), now=first, only=["users"])
+    held, emailed = split_arms(engine)
+    assert len(held) == 3 and held - {"frank"} and emailed - {"frank"}, (held, emailed)
+    assert all(at == first for *_, at in arms(engine).values())
+    assert rcpts(server) == sorted(to(emailed - {"frank"}))
+    assert s.sections["users"].skipped[REASON] == len(held - {"frank"}), s.line()
+    assert REASON in s.line()
+    rows = ledger(engine, "user-monthly")
+    assert rows == {u: ("skipped", REASON) for u in held - {"frank"}} | {
+        u: ("sent", None) for u in emailed - {"frank"}
+    }
+    with engine.connect() as c:
+        opted = c.execute(select(StudyArm.opted_out_at).where(StudyArm.user_name == "frank")).scalar_one()
+    assert opted == first  # frank opted out: kept in the arm drawn, recorded apart
+    # The weekly retry during the study sends nothing more and records nothing twice.
+    s = send_month(
+        engine, cfg, datetime(2026, 10, 1, tzinfo=UTC), now=first + timedelta(days=8), only=["users"]
+    )
+    assert s.sections["users"].delivery.sent == 0 and len(server.messages) == len(emailed - {"frank"})
+    assert ledger(engine, "user-monthly") == rows
+    # November's reports go in December, after the end month: to everyone (frank still opted out).
+    server.messages.clear()
+    s = send_month(engine, cfg, datetime(2026, 11, 1, tzinfo=UTC), now=datetime(2026, 12, 1, 6, tzinfo=UTC),
+                   only=["users"])  # fmt: skip
+    assert rcpts(server) == sorted(to(set(USERS) - {"frank"})), s.line()
+    assert REASON not in s.line()
+
+
+def test_job_mail_held_back_and_recorded(engine: Engine, tmp_path: Path, server: SmtpServer) -> None:
+    """A study of October (the machine's clock allows no job after today: it is the past here)."""
+    cfg = make_cfg(tmp_path, url_of(engine), server, holdout_share=0.5, start="2026-10", end="2026-10")
+    team(engine, cfg, 9, job_email=True)
+    oct20 = datetime(2026, 10, 20, 12, tzinfo=UTC)
+    load(engine, cfg, [job(400 + i, u, oct20 - timedelta(hours=2), 1.0) for i, u in enumerate(USERS)])
+    s = send_job_mail(engine, cfg, now=oct20, window=timedelta(minutes=30))
+    held, emailed = split_arms(engine, "2026-10/seed 7")
+    assert held and emailed
+    assert rcpts(server) == sorted(to(emailed)), s.line()
+    assert s.held_out == len(held) and "held back for the e-mail study" in s.line(), s.line()
+    reason = "study hold-out (2026-10/seed 7)"
+    assert ledger(engine, "job") == {u: ("skipped", reason) for u in held} | {
+        u: ("sent", None) for u in emailed
+    }
+    # Held-back digests are closed: a later run neither sends nor records them again.
+    s = send_job_mail(engine, cfg, now=oct20 + timedelta(minutes=10), window=timedelta(minutes=30))
+    assert (s.open_digests, s.held_out, len(server.messages)) == (0, 0, len(emailed)), s.line()
+    # After the end month, the hold-out's jobs are mailed again.
+    u = sorted(held)[0]
+    load(engine, cfg, [job(499, u, NOW - timedelta(hours=2), 1.0)])
+    s = send_job_mail(engine, cfg, now=NOW, window=timedelta(minutes=30))
+    assert rcpts(server) == sorted(to(emailed) | to({u})), s.line()
+
+
+def test_alerts_held_back_and_recorded(engine: Engine, tmp_path: Path, server: SmtpServer) -> None:
+    from tests.test_alerts import job as running_job
+
+    cfg = make_cfg(tmp_path, url_of(engine), server, holdout_share=0.5)
+    team(engine, cfg)
+    draw_now(engine, cfg, T0)
+    held, emailed = split_arms(engine)
+    h, e = sorted(held)[0], sorted(emailed)[0]
+    start = NOW - timedelta(hours=3)
+    load(engine, cfg, [running_job(501, start, user=h), running_job(502, start, user=e)], aggregate=False)
+    for raw in (501, 502):
+        samples(engine, raw, start, NOW, {g: idle_from(NOW - timedelta(hours=2)) for g in TWO})
+    s = send_idle_alerts(engine, cfg, now=NOW)
+    assert rcpts(server) == [f"{e}@example.org"], s.line()
+    assert s.held_out == 1 and s.new == 2 and "held back for the e-mail study" in s.line(), s.line()
+    assert ledger(engine, "idle-gpu") == {h: ("skipped", REASON), e: ("sent", None)}
+    # The held-back alert is closed, not retried while its job runs
+    s = send_idle_alerts(engine, cfg, now=NOW + timedelta(minutes=10))
+    assert (s.open, s.held_out, len(server.messages)) == (0, 0, 1), s.line()
+
+
+def test_before_the_start_nothing_is_held_back_or_drawn(
+    engine: Engine, tmp_path: Path, server: SmtpServer
+) -> None:
+    cfg = make_cfg(tmp_path, url_of(engine), server, start="2026-12")
+    team(engine, cfg, job_email=True)
+    load(engine, cfg, [job(600 + i, u, NOW - timedelta(hours=2), 1.0) for i, u in enumerate(USERS)])
+    s = send_job_mail(engine, cfg, now=NOW, window=timedelta(minutes=30))
+    assert rcpts(server) == sorted(to(set(USERS))) and s.held_out == 0, s.line()
+    assert arms(engine, "2026-12/seed 7") == {}
+
+
+# --- the commands ---------------------------------------------------------------------------------------
+
+
+def test_cli_assign_and_status(engine: Engine, tmp_path: Path, cli_env: dict[str, str]) -> None:
+    import json
+
+    cfg = make_cfg(tmp_path, url_of(engine), holdout_share=0.25)
+    baseline(engine, cfg)
+    env = dict(cli_env, COCAQ_CONFIG=str(tmp_path / "cocaq.toml"))
+    r = run_cocaq(["study", "status"], env)
+    assert r.code == 0 and "study 2026-11/seed 7: from 2026-11 (no end month set)" in r.out, r.err
+    assert "not drawn yet" in r.out
+    r = run_cocaq(["study", "assign"], env)
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert lines[0] == "study 2026-11/seed 7: drew 13 user(s) (3 hold-out, 10 e-mailed), 0 drawn before", (
+        r.out
+    )
+    assert any(line.split()[:2] == ["-1", "joined"] for line in lines)  # newbie
+    got = arms(engine)
+    assert len(got) == 13
+    r = run_cocaq(["study", "assign"], env)
+    assert r.code == 0 and r.out.startswith("study 2026-11/seed 7: added 0 user(s)"), r.out
+    assert arms(engine) == got
+    r = run_cocaq(["study", "status", "--format", "json"], env)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["study"] == "2026-11/seed 7" and doc["start"] == "2026-11" and doc["end"] is None
+    by_arm = Counter(a for a, *_ in got.values())
+    for arm in ("emailed", "hold-out"):
+        assert doc["arms"][arm]["users"] == by_arm[arm]
+        assert doc["arms"][arm]["by_stratum"] == {
+            str(s): n for s, n in sorted(Counter(st for a, st, *_ in got.values() if a == arm).items())
+        }
+        assert doc["arms"][arm]["opted_out"] == 0
+    r = run_cocaq(["study", "status"], env)
+    assert r.code == 0 and "hold-out" in r.out and "opted out (kept in arm)" in r.out, r.out
+    # No study configured: one line.
+    (tmp_path / "plain.toml").write_text(config_toml_without_study(url_of(engine)))
+    r = run_cocaq(["study", "status"], dict(env, COCAQ_CONFIG=str(tmp_path / "plain.toml")))
+    assert r.code != 0 and r.err.strip().endswith("no study configured: set [study] start"), r.err
+    assert len(r.err.strip().splitlines()) == 1
+
+
+def config_toml_without_study(url: str) -> str:
+    return builders.config_toml(url)
