@@ -89,3 +89,24 @@ def test_the_admin_report_has_the_study_section(engine: Engine, tmp_path: Path) 
     said = str(escape(co2.sentence))  # (as the HTML templates escape it)
     assert 'id="study"' in mail.html and said in mail.html
     assert said in render.render_admin_html(m, cfg)
+
+
+def test_cocaq_study_report_through_the_cli(engine: Engine, tmp_path: Path, cli_env: dict[str, str]) -> None:
+    import json
+
+    from tests.conftest import run_cocaq
+
+    _site(engine, tmp_path)
+    env = dict(cli_env, COCAQ_CONFIG=str(tmp_path / "c.toml"))
+    r = run_cocaq(["study", "report", "-o", "json"], env)
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert d["study"] == "2026-09/seed 7" and d["arms"] == {"emailed": 24, "hold-out": 6}
+    names = [o["outcome"]["name"] for o in d["outcomes"]]
+    assert names[:2] == ["idle_share", "idle_hours_share"] and "co2_per_user" in names
+    co2 = d["outcomes"][names.index("co2_per_user")]
+    assert co2["did"]["n_emailed"] == 24 and [m["month"] for m in co2["by_month"]] == d["months"]
+    t = run_cocaq(["study", "report"], dict(env, COLUMNS="100"))
+    assert t.code == 0 and "change from baseline" in t.out and co2["sentence"][:40] in " ".join(t.out.split())
+    none = run_cocaq(["study", "report"], dict(cli_env))  # no [study]: one line
+    assert none.code != 0 and "no study configured" in none.err and len(none.err.strip().splitlines()) == 1

@@ -142,6 +142,8 @@ LazyGroup.lazy.update(
         "report": ("cocaq.cli.report:report", "cocaq.cli.report_send"),  # the latter adds `report send`
         "scheduler": ("cocaq.cli.scheduler:scheduler",),
         "serve": ("cocaq.cli.serve:serve",),
+        "study": ("cocaq.cli.study:study", "cocaq.cli.study_report"),  # the latter adds `study report`
+        "export": ("cocaq.cli.export:export",),
     }
 )
 
