@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 import shutil
 import sys
@@ -26,7 +25,9 @@ from sqlalchemy.engine import make_url
 from cocaq.cli.app import Ctx
 from cocaq.cli.demo_month import (
     DEMO_CLUSTER,
+    DEMO_CONFIG,
     Generator,
+    demo_series,
     model_metadata,
     sacct_lines,
     ship_metadata,
@@ -34,59 +35,6 @@ from cocaq.cli.demo_month import (
 )
 from cocaq.config_load import load_config
 from cocaq.errors import UsageError
-
-DEMO_CONFIG = """\
-# The demo cluster's description; a real site writes one like it to /etc/cocaq/cocaq.toml.
-[cluster]
-name = "demo"
-carbon_zone = "ES"       # Spain: its hourly intensity (real 2023 hours, replayed onto the demo's weeks)
-pue = 1.35
-timezone = "UTC"
-
-[estimate]
-gpu_utilisation = 0.8    # share of GPU TDP assumed when nothing measured the GPUs
-
-[partitions.gpu_a100]     # nodes with IPMI energy accounting: Slurm measures their energy
-cpu_model = "AMD EPYC 7763 (64 cores, 280 W)"
-cpu_tdp_w_per_core = 4.4
-gpu_model = "NVIDIA A100-SXM4-80GB"
-gpu_tdp_w = 400
-gpu_mem_gb = 80
-mem_gb = 1024
-
-[partitions.gpu_v100]
-cpu_model = "Intel Xeon Gold 6248 (20 cores, 150 W)"
-cpu_tdp_w_per_core = 7.5
-gpu_model = "NVIDIA V100-SXM2-32GB"
-gpu_tdp_w = 300
-gpu_mem_gb = 32
-mem_gb = 384
-
-[partitions.cpu]
-cpu_model = "AMD EPYC 9654 (96 cores, 360 W)"
-cpu_tdp_w_per_core = 3.75
-gpu_tdp_w = 0
-mem_gb = 768
-
-[collector]
-interval_s = 300         # the demo's GPU samples (A100 nodes) are 5 minutes apart; a real collector: 10 s
-
-[embodied]               # manufacturing (scope 3), reported apart from operational CO2
-g_per_gpu_hour = 25
-g_per_node_hour = 10
-
-[mail]
-transport = "outbox"
-address_template = "{user}@example.org"
-from_address = "Demo cluster reports <hpc-reports@demo-cluster.example.org>"
-reply_to = "Demo cluster HPC support <hpc-support@example.org>"   # where replies and "unsubscribe" go
-
-[reports]
-site_name = "Demo cluster"
-contact = "hpc-support@example.org"
-admins = ["hpc-admins@example.org"]
-lab_heads = { lab_nlp = ["nlp-head@example.org"], lab_vision = ["vision-head@example.org"] }
-"""
 
 
 def _prog_name() -> str:
@@ -99,31 +47,6 @@ def _prog_name() -> str:
         return "cocaq"
     rel = os.path.relpath(me)
     return rel if len(rel) < len(me) else me
-
-
-DEMO_SERIES = "ES_2023-04-03_6weeks_hourly.csv"  # in cocaq/carbon/data, with its NOTICE.md
-
-
-def demo_series(engine: Any, end: datetime) -> int:
-    """Import six real weeks of Spain's hourly intensity (Electricity Maps, 2023) with `cocaq carbon
-    import`'s parser, moved by whole weeks to end four days after `end` (weekdays and hours of the day
-    kept): the demo's jobs get their CO2 by the hour and when-to-run figures, and `cocaq carbon when`
-    has hours ahead. The source says it is a replay. Returns the hours written."""
-    from dataclasses import replace as dc_replace
-    from importlib.resources import files
-
-    from cocaq.carbon.series_import import parse_csv, write_rows
-
-    data = files("cocaq.carbon").joinpath("data", DEMO_SERIES).read_bytes()
-    parsed = parse_csv(data, DEMO_SERIES, basis="lca")
-    last = max(r.end for r in parsed.rows)
-    week = 7 * 86400.0
-    shift = math.ceil(((end + timedelta(days=4)).timestamp() - last) / week) * week
-    parsed.rows = [dc_replace(r, start=r.start + shift, end=r.end + shift) for r in parsed.rows]
-    parsed.source = "Electricity Maps ES 2023-04-03..05-14, replayed onto the demo's weeks (ODbL)"
-    with engine.begin() as conn:
-        write_rows(conn, parsed)
-    return len(parsed.rows)
 
 
 def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
@@ -398,7 +321,31 @@ def _write_reports(engine: Any, cfg: Any, out: Path, end: datetime, days: int) -
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="cocaq-demo", show_default=True)
 @click.option("--seed", default=42, show_default=True, type=int)
 @click.option("--days", default=30, show_default=True, type=click.IntRange(1, 366))
+@click.option(
+    "--study",
+    is_flag=True,
+    help="Instead: a larger site over six months running the e-mail study, with a known effect planted "
+    "(docs/study.md).",
+)
+@click.option(
+    "--study-effect",
+    default=0.2,
+    show_default=True,
+    type=click.FloatRange(0.0, 0.9),
+    help="With --study: how much less of the time e-mailed users' GPUs sit idle (0: none, an A/A run).",
+)
 @click.pass_obj
-def demo(obj: Ctx, out_dir: str, seed: int, days: int) -> None:
+def demo(obj: Ctx, out_dir: str, seed: int, days: int, study: bool, study_effect: float) -> None:
     """Fill a database with a realistic month of a small GPU cluster and show what cocaq makes of it."""
+    if study:
+        from cocaq.cli.demo_study import run_study_demo
+        from cocaq.db.engine import mask_url
+
+        if make_url(obj.cfg.database_url).get_backend_name() != "sqlite":
+            raise UsageError(
+                f"cocaq demo writes made-up jobs, so it only uses an embedded SQLite database, not "
+                f"{mask_url(obj.cfg.database_url)}"
+            )
+        run_study_demo(obj, out_dir, seed=seed, effect=study_effect)
+        return
     run_demo(obj, out_dir, seed=seed, days=days)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,6 +38,85 @@ METERED_V100 = {"v100-01", "v100-02", "v100-03"}
 
 def metered_v100(nodes: list[str]) -> bool:
     return bool(nodes) and all(n in METERED_V100 for n in nodes)
+
+
+DEMO_CONFIG = """\
+# The demo cluster's description; a real site writes one like it to /etc/cocaq/cocaq.toml.
+[cluster]
+name = "demo"
+carbon_zone = "ES"       # Spain: its hourly intensity (real 2023 hours, replayed onto the demo's weeks)
+pue = 1.35
+timezone = "UTC"
+
+[estimate]
+gpu_utilisation = 0.8    # share of GPU TDP assumed when nothing measured the GPUs
+
+[partitions.gpu_a100]     # nodes with IPMI energy accounting: Slurm measures their energy
+cpu_model = "AMD EPYC 7763 (64 cores, 280 W)"
+cpu_tdp_w_per_core = 4.4
+gpu_model = "NVIDIA A100-SXM4-80GB"
+gpu_tdp_w = 400
+gpu_mem_gb = 80
+mem_gb = 1024
+
+[partitions.gpu_v100]
+cpu_model = "Intel Xeon Gold 6248 (20 cores, 150 W)"
+cpu_tdp_w_per_core = 7.5
+gpu_model = "NVIDIA V100-SXM2-32GB"
+gpu_tdp_w = 300
+gpu_mem_gb = 32
+mem_gb = 384
+
+[partitions.cpu]
+cpu_model = "AMD EPYC 9654 (96 cores, 360 W)"
+cpu_tdp_w_per_core = 3.75
+gpu_tdp_w = 0
+mem_gb = 768
+
+[collector]
+interval_s = 300         # the demo's GPU samples (A100 nodes) are 5 minutes apart; a real collector: 10 s
+
+[embodied]               # manufacturing (scope 3), reported apart from operational CO2
+g_per_gpu_hour = 25
+g_per_node_hour = 10
+
+[mail]
+transport = "outbox"
+address_template = "{user}@example.org"
+from_address = "Demo cluster reports <hpc-reports@demo-cluster.example.org>"
+reply_to = "Demo cluster HPC support <hpc-support@example.org>"   # where replies and "unsubscribe" go
+
+[reports]
+site_name = "Demo cluster"
+contact = "hpc-support@example.org"
+admins = ["hpc-admins@example.org"]
+lab_heads = { lab_nlp = ["nlp-head@example.org"], lab_vision = ["vision-head@example.org"] }
+"""
+
+
+DEMO_SERIES = "ES_2023-04-03_6weeks_hourly.csv"  # in cocaq/carbon/data, with its NOTICE.md
+
+
+def demo_series(engine: Any, end: datetime) -> int:
+    """Import six real weeks of Spain's hourly intensity (Electricity Maps, 2023) with `cocaq carbon
+    import`'s parser, moved by whole weeks to end four days after `end` (weekdays and hours of the day
+    kept): the demo's jobs get their CO2 by the hour and when-to-run figures, and `cocaq carbon when`
+    has hours ahead. The source says it is a replay. Returns the hours written."""
+    from dataclasses import replace as dc_replace
+    from importlib.resources import files
+
+    from cocaq.carbon.series_import import parse_csv, write_rows
+
+    data = files("cocaq.carbon").joinpath("data", DEMO_SERIES).read_bytes()
+    parsed = parse_csv(data, DEMO_SERIES, basis="lca")
+    last = max(r.end for r in parsed.rows)
+    week = 7 * 86400.0
+    shift = math.ceil(((end + timedelta(days=4)).timestamp() - last) / week) * week
+    parsed.rows = [dc_replace(r, start=r.start + shift, end=r.end + shift) for r in parsed.rows]
+    parsed.source = "Electricity Maps ES 2023-04-03..05-14, replayed onto the demo's weeks (ODbL)"
+    with engine.begin() as conn:
+        write_rows(conn, parsed)
+    return len(parsed.rows)
 
 
 # user -> (lab, uid, habits: kind -> jobs per day)
@@ -87,8 +167,31 @@ def _ts(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
+def population(copies: int, seed: int) -> dict[str, tuple[str, int, dict[str, float]]]:
+    """USERS, and `copies - 1` more of each GPU user (alice2, alice3, ...) with their own habits (the
+    rates times a factor around 1): a site large enough for the e-mail study's arms (cocaq.cli.demo_study).
+    The CPU-only users are not copied: the study's outcomes are about GPUs."""
+    rng = random.Random(seed + 11)
+    out = dict(USERS)
+    gpu_kinds = {"llm", "train", "debug", "notebook"}
+    for k in range(2, copies + 1):
+        for user, (lab, uid, habits) in USERS.items():
+            if not gpu_kinds & set(habits):
+                continue
+            mine = {kind: r * rng.lognormvariate(0.0, 0.35) for kind, r in habits.items()}
+            out[f"{user}{k}"] = (lab, uid + 100 * k, mine)
+    return out
+
+
 class Generator:
-    def __init__(self, seed: int, end: datetime, days: int) -> None:
+    def __init__(
+        self,
+        seed: int,
+        end: datetime,
+        days: int,
+        users: dict[str, tuple[str, int, dict[str, float]]] | None = None,
+    ) -> None:
+        self.users = USERS if users is None else users
         self.rng = random.Random(seed)
         self.end = end
         self.begin = end - timedelta(days=days)
@@ -118,7 +221,7 @@ class Generator:
         return "COMPLETED"
 
     def add(self, user: str, kind: str, when: datetime) -> None:
-        lab, uid, _ = USERS[user]
+        lab, uid, _ = self.users[user]
         r = self.rng
         array: list[int | None] = []
         hours: float
@@ -233,7 +336,7 @@ class Generator:
             )
 
     def generate(self) -> list[DemoJob]:
-        for user, (_, _, habits) in USERS.items():
+        for user, (_, _, habits) in self.users.items():
             for kind, per_day in habits.items():
                 n = self._poisson(per_day * self.days)
                 for _ in range(n):
@@ -451,9 +554,17 @@ GPU_USE = {
 _GPU_MEM_GB = {"llm": (62.0, 76.0), "train": (9.0, 38.0), "debug": (3.0, 14.0), "notebook": (1.5, 6.0)}
 
 
-def write_samples(engine: Any, jobs: list[DemoJob], seed: int, step_s: float) -> int:
+def write_samples(
+    engine: Any,
+    jobs: list[DemoJob],
+    seed: int,
+    step_s: float,
+    idle_factor: Callable[[DemoJob], float] | None = None,
+) -> int:
     """NVML samples (power, utilisation) of the GPU jobs on the A100 nodes, as the collector ships them:
-    one per GPU every `step_s`, each job's GPUs named by their index on the node.
+    one per GPU every `step_s`, each job's GPUs named by their index on the node. `idle_factor(job)`
+    scales the chance that a sample finds a GPU idle (the e-mail study's planted effect: 0.8 = a fifth less
+    idle time); the draws are the same either way, so only the samples it turns busy differ.
 
     What they show: notebooks that hold GPUs idle, training that keeps them busy, some training with one
     GPU doing nothing (the `fewer-gpus` suggestion), a data-starved user (frank) and communication-bound
@@ -474,12 +585,14 @@ def write_samples(engine: Any, jobs: list[DemoJob], seed: int, step_s: float) ->
         n = 0
         for j in jobs:
             if j.gpus and j.partition == "gpu_v100" and metered_v100(j.nodes) and j.elapsed >= step:
-                rows += _v100_samples(j, cid, step, v100_rng)
+                rows += _v100_samples(j, cid, step, v100_rng, 1.0 if idle_factor is None else idle_factor(j))
             if not j.gpus or j.partition not in ("gpu_a100", "interactive") or j.elapsed < step:
                 continue
             busy_share, (lo, hi) = GPU_USE.get(j.kind, (0.8, (40.0, 90.0)))
             if j.user == "frank" and j.kind == "train":
                 busy_share, (lo, hi) = 0.95, (22.0, 36.0)
+            if idle_factor is not None:
+                busy_share = 1.0 - (1.0 - busy_share) * idle_factor(j)
             per_node = max(j.gpus // len(j.nodes), 1)
             # a fifth of the multi-GPU training jobs left GPUs after the first unused (single-GPU code)
             one_gpu = j.kind == "train" and per_node > 1 and j.user != "frank" and rng.random() < 0.2
@@ -513,11 +626,14 @@ def write_samples(engine: Any, jobs: list[DemoJob], seed: int, step_s: float) ->
     return n
 
 
-def _v100_samples(j: DemoJob, cid: int, step: int, rng: random.Random) -> list[dict[str, Any]]:
+def _v100_samples(
+    j: DemoJob, cid: int, step: int, rng: random.Random, idle_factor: float = 1.0
+) -> list[dict[str, Any]]:
     """NVML samples of a job on a metered V100 node (300 W TDP, ~40 W idle), as write_samples' A100s."""
     busy_share, (lo, hi) = GPU_USE.get(j.kind, (0.8, (40.0, 90.0)))
     if j.user == "frank" and j.kind == "train":
         busy_share, (lo, hi) = 0.95, (22.0, 36.0)
+    busy_share = 1.0 - (1.0 - busy_share) * idle_factor
     rows: list[dict[str, Any]] = []
     offset = j.raw_id % step
     for node in j.nodes:
