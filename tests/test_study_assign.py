@@ -396,3 +396,22 @@ def test_cli_assign_and_status(engine: Engine, tmp_path: Path, cli_env: dict[str
 
 def config_toml_without_study(url: str) -> str:
     return builders.config_toml(url)
+
+
+def test_a_report_sent_by_hand_is_held_back_too(
+    engine: Engine, tmp_path: Path, server: SmtpServer, cli_env: dict[str, str]
+) -> None:
+    cfg = make_cfg(tmp_path, url_of(engine), server, holdout_share=0.5)
+    team(engine, cfg)
+    draw_now(engine, cfg, T0)
+    held, emailed = split_arms(engine)
+    h, e = sorted(held)[0], sorted(emailed)[0]
+    env = dict(cli_env, COCAQ_CONFIG=str(tmp_path / "cocaq.toml"))
+    r = run_cocaq(["report", "user", h, "--month", "2026-10", "--send", "--force"], env)
+    assert r.code != 0 and f"{h} is in the hold-out of the e-mail study 2026-11/seed 7: not sent" in r.err, (
+        r.err
+    )
+    assert len(r.err.strip().splitlines()) == 1 and not server.messages
+    r = run_cocaq(["report", "user", e, "--month", "2026-10", "--send"], env)
+    assert r.code == 0, r.err
+    assert rcpts(server) == [f"{e}@example.org"]

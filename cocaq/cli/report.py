@@ -128,6 +128,15 @@ def report_user(
             write_email(Path(out_dir), file_stem("user", user, um.month.label), r, obj.cfg, to, user=user)
         )
     if send:
+        from cocaq.study.assign import hold_out
+
+        # the study's hold-out gets no e-mail, sent by hand or not (judged as `cocaq report send` does)
+        now = datetime.now(UTC)
+        hold = hold_out(engine, obj.cfg, now, [user], judged_at=max(now, um.month.end))
+        if hold is not None and user in hold:
+            raise UsageError(
+                f"{user} is in the hold-out of the e-mail study {hold.key}: not sent (--out writes the files)"
+            )
         kind = _kind("user", cluster)  # as `cocaq report send` records it: the same report goes once
         _send(obj, [_outgoing(kind, Month.of(start), r, user=user)], force)
 
