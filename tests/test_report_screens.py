@@ -210,7 +210,9 @@ def test_interactive_admin_page_draws_its_charts(pages: Pages) -> None:
             for w in (PHONE, DESKTOP)
         }
         got = {w: f.result() for w, f in probes.items()}
-    assert pages.charts == 9  # seven of the month, the ML models (issue 6), the waste trend (issue 15)
+    # seven of the month, the ML models (issue 6), the waste trend (issue 15), each zone's intensity by
+    # weekday and hour and the jobs that could have waited (issue 21)
+    assert pages.charts == 11
     for w, probe in got.items():
         png = pages.dir / f"admin-interactive-{w}px.png"
         not_blank(png)
