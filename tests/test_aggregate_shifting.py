@@ -9,28 +9,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, delete, insert, select, text
+from sqlalchemy import Engine, delete, select, text
 
 from cocaq.accounting.aggregate import run_aggregate
 from cocaq.accounting.importer import import_records
 from cocaq.db.schema import CarbonIntensity, DailyRollup
 from tests.builders import config
 from tests.builders import job as _job
+from tests.test_aggregate import _series as hourly_series
 
 DAY0 = datetime(2026, 10, 5, tzinfo=UTC)
 _cfg = partial(config, cluster={"carbon_zone": "FR", "pue": 1.2})
 
 
 def _series(engine: Engine, start: datetime, values: list[float], zone: str = "FR") -> None:
-    with engine.begin() as c:
-        c.execute(
-            insert(CarbonIntensity),
-            [
-                {"zone": zone, "ts_start": start + timedelta(hours=i), "ts_end": start + timedelta(hours=i + 1),
-                 "g_per_kwh": v, "kind": "lifecycle", "source": "test series"}
-                for i, v in enumerate(values)
-            ],
-        )  # fmt: skip
+    """An hourly series from `start` (tests.test_aggregate's writer, the zone last)."""
+    hourly_series(engine, zone, start, values)
 
 
 def _shift(engine: Engine, raw: int) -> dict[str, Any]:

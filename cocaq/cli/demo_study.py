@@ -23,17 +23,6 @@ SAMPLE_STEP_S = 3600.0
 COPIES = 20
 
 
-def add_months(label: str, n: int) -> str:
-    y, m = (int(x) for x in label.split("-"))
-    k = y * 12 + (m - 1) + n
-    return f"{k // 12:04d}-{k % 12 + 1:02d}"
-
-
-def _start(label: str) -> datetime:
-    y, m = (int(x) for x in label.split("-"))
-    return datetime(y, m, 1, tzinfo=UTC)
-
-
 def run_study_demo(
     obj: Any, out_dir: str, *, seed: int = 42, effect: float = 0.2, copies: int = COPIES
 ) -> dict[str, Any]:
@@ -62,8 +51,9 @@ def run_study_demo(
     from cocaq.reports.admin_report import admin_month
     from cocaq.reports.render import render_admin_email, render_admin_html
     from cocaq.slurm.sacct import ParseStats, iter_parsable
-    from cocaq.study.analysis import study_report
+    from cocaq.study.analysis import add_months, study_report
     from cocaq.study.assign import assign
+    from cocaq.study.assign import month_start as _start
 
     t0 = time.monotonic()
     console = Console(highlight=False)

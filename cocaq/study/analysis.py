@@ -235,14 +235,10 @@ def month_label(d: datetime) -> str:
 
 
 def add_months(label: str, n: int) -> str:
-    y, m = (int(x) for x in label.split("-"))
-    k = y * 12 + (m - 1) + n
-    return f"{k // 12:04d}-{k % 12 + 1:02d}"
+    """`YYYY-MM` moved by n months (cocaq.study.assign.month_start does the arithmetic)."""
+    from cocaq.study.assign import month_start
 
-
-def _month_start(label: str) -> datetime:
-    y, m = (int(x) for x in label.split("-"))
-    return datetime(y, m, 1, tzinfo=UTC)
+    return month_label(month_start(label, n))
 
 
 def panel(conn: Connection, first: str, last: str) -> pd.DataFrame:
@@ -252,6 +248,7 @@ def panel(conn: Connection, first: str, last: str) -> pd.DataFrame:
     from sqlalchemy import func, select
 
     from cocaq.db.schema import DailyRollup
+    from cocaq.study.assign import month_start
 
     r = DailyRollup.__table__.c
     q = (
@@ -262,7 +259,7 @@ def panel(conn: Connection, first: str, last: str) -> pd.DataFrame:
             func.sum(r.gpu_util_weighted), func.sum(r.gpu_util_energy_j), func.sum(r.co2_g),
             func.sum(r.idle_gpu_hours),
         )
-        .where(r.day >= _month_start(first), r.day < _month_start(add_months(last, 1)))
+        .where(r.day >= month_start(first), r.day < month_start(last, 1))
         .group_by(r.user_name, r.day)
     )  # fmt: skip
     rows = conn.execute(q).all()
