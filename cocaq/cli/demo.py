@@ -49,6 +49,18 @@ def _prog_name() -> str:
     return rel if len(rel) < len(me) else me
 
 
+def require_sqlite(url: str) -> None:
+    """Either demo writes made-up jobs: never into a site's real database."""
+    from cocaq.db.engine import mask_url
+
+    if make_url(url).get_backend_name() != "sqlite":
+        raise UsageError(
+            "cocaq demo writes made-up jobs, so it only uses an embedded SQLite database, "
+            f"not {mask_url(url)}: "
+            "unset COCAQ_DATABASE_URL (or point it at a sqlite:/// file) to run it"
+        )
+
+
 def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -64,12 +76,7 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
     t0 = time.monotonic()
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     url = obj.cfg.database_url
-    if make_url(url).get_backend_name() != "sqlite":
-        raise UsageError(
-            "cocaq demo writes made-up jobs, so it only uses an embedded SQLite database, "
-            f"not {mask_url(url)}: "
-            "unset COCAQ_DATABASE_URL (or point it at a sqlite:/// file) to run it"
-        )
+    require_sqlite(url)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = out / "cocaq-demo.toml"
@@ -339,13 +346,8 @@ def demo(obj: Ctx, out_dir: str, seed: int, days: int, study: bool, study_effect
     """Fill a database with a realistic month of a small GPU cluster and show what cocaq makes of it."""
     if study:
         from cocaq.cli.demo_study import run_study_demo
-        from cocaq.db.engine import mask_url
 
-        if make_url(obj.cfg.database_url).get_backend_name() != "sqlite":
-            raise UsageError(
-                f"cocaq demo writes made-up jobs, so it only uses an embedded SQLite database, not "
-                f"{mask_url(obj.cfg.database_url)}"
-            )
+        require_sqlite(obj.cfg.database_url)
         run_study_demo(obj, out_dir, seed=seed, effect=study_effect)
         return
     run_demo(obj, out_dir, seed=seed, days=days)
