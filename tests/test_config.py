@@ -123,6 +123,13 @@ def test_default_database_is_sqlite_in_user_data_dir(tmp_path: Path, monkeypatch
             {"COCAQ_ESTIMATE__CPU_USAGE": "guess"},
             "estimate.cpu_usage: expected 'totalcpu' or 'allocated'",
         ),
+        ('[shifting]\nslack_s = "40d"\n', {}, "shifting.slack_s: expected a number between 0.0 and"),
+        ("", {"COCAQ_SHIFTING__SLACK_S": "soon"}, "shifting.slack_s: expected seconds or a duration like 2h"),
+        ("[shifting]\nmin_share = 2\n", {}, "shifting.min_share: expected a number between 0.0 and 1.0"),
+        ('[study]\nstart = "2026-9"\n', {}, 'study.start: expected a month like "2026-09"'),
+        ('[study]\nstart = "2026-09"\nend = "2026-08"\n', {}, "study.end (2026-08) needs a study.start"),
+        ("[study]\nholdout_share = 0.9\n", {}, "study.holdout_share: expected a number between 0.05 and 0.5"),
+        ("", {"COCAQ_STUDY__SEED": "1.5"}, "study.seed: expected a whole number"),
     ],
 )
 def test_bad_config_names_key_and_problem(
