@@ -69,35 +69,88 @@ def _result(rep, name: str):  # type: ignore[no-untyped-def]
     return next(r for r in rep.outcomes if r.outcome.name == name)
 
 
+def _true_rel(p: pd.DataFrame, truth_p: pd.DataFrame, arms: pd.DataFrame, months: tuple[str, ...]) -> float:
+    """What the difference-in-differences estimates, from the truth: the e-mailed users' idle shares in
+    `months` with the effect against the same without it, weighted as the estimate weighs them (GPU
+    energy before x after / (before + after))."""
+    e = arms.index[arms["arm"] == EMAILED]
+
+    def sums(frame: pd.DataFrame, ms: tuple[str, ...]) -> pd.DataFrame:
+        rows = frame[frame["month"].isin(ms) & frame["user"].isin(e)]
+        return rows.groupby("user")[["idle_kwh", "gpu_kwh"]].sum()
+
+    pre, post, post0 = sums(p, BASELINE), sums(p, months), sums(truth_p, months)
+    j = pre.join(post.add_suffix("_1"), how="inner").join(post0.add_suffix("_0"), how="inner")
+    w = j["gpu_kwh"] * j["gpu_kwh_1"] / (j["gpu_kwh"] + j["gpu_kwh_1"])
+    with_effect = (w * j["idle_kwh_1"] / j["gpu_kwh_1"]).sum()
+    without = (w * j["idle_kwh_0"] / j["gpu_kwh_0"]).sum()
+    return float(with_effect / without - 1.0)
+
+
 def test_a_planted_cut_of_idle_gpus_is_found_within_its_interval() -> None:
-    p, arms = _population(7, effect=0.2)
-    truth_p, _ = _population(7, effect=0.0)  # the same users and noise without the e-mails' effect
+    """Over 20 simulated sites: the truth inside the 95% interval in at least 17 (coverage), the interval
+    excluding no change in at least 16 (power), for the study months together and for each month after the
+    first e-mail; the first month (the e-mail just arrived) shows no effect as often as chance allows."""
+    seeds = range(20)
+    hits = {"pooled": 0, "pooled found": 0, "months": 0, "months found": 0, "first covers 0": 0}
+    for seed in seeds:
+        p, arms = _population(seed, effect=0.2)
+        truth_p, _ = _population(seed, effect=0.0)  # the same users and noise without the e-mails' effect
+        idle = _result(_report(p, arms, resamples=500), "idle_share")
+        true_rel = _true_rel(p, truth_p, arms, MONTHS)
+        assert true_rel == pytest.approx(-0.2 * 2 / 3, abs=0.03)  # two of the three study months
+        d = idle.did
+        assert d.rel is not None and d.rel_lo is not None and d.rel_hi is not None
+        hits["pooled"] += d.rel_lo <= true_rel <= d.rel_hi
+        hits["pooled found"] += d.rel_hi < 0
+        (m1, first), *later = idle.did_by_month
+        assert m1 == MONTHS[0] and first.rel_lo is not None and first.rel_hi is not None
+        hits["first covers 0"] += first.rel_lo <= 0 <= first.rel_hi
+        for m, e in later:
+            assert e.rel_lo is not None and e.rel_hi is not None
+            hits["months"] += e.rel_lo <= _true_rel(p, truth_p, arms, (m,)) <= e.rel_hi
+            hits["months found"] += e.rel_hi < 0
+    n = len(seeds)
+    assert hits["pooled"] >= 17 and hits["pooled found"] >= 16, hits
+    assert hits["months"] >= 2 * 17 and hits["months found"] >= 2 * 14 and hits["first covers 0"] >= 17, hits
+    assert n == 20
+
+
+def test_the_report_of_a_planted_effect_reads_as_found() -> None:
+    p, arms = _population(2, effect=0.2)
     rep = _report(p, arms)
     idle = _result(rep, "idle_share")
-    # the truth of the pooled difference-in-differences, relative to the counterfactual: the e-mailed arm's
-    # idle share in the study months with the effect against the same without it
-    e = arms.index[arms["arm"] == EMAILED]
-    post = p[p["month"].isin(MONTHS) & p["user"].isin(e)]
-    post0 = truth_p[truth_p["month"].isin(MONTHS) & truth_p["user"].isin(e)]
-    true_rel = (post["idle_kwh"].sum() / post["gpu_kwh"].sum()) / (
-        post0["idle_kwh"].sum() / post0["gpu_kwh"].sum()
-    ) - 1
-    assert true_rel == pytest.approx(-0.2 * 2 / 3, abs=0.03)  # two of the three study months
     d = idle.did
-    assert d.rel is not None and d.rel_lo is not None and d.rel_hi is not None
-    assert d.rel_lo <= true_rel <= d.rel_hi, (d, true_rel)
-    assert d.rel_hi < 0  # found: the interval excludes no effect
+    assert d.rel is not None and d.rel_hi is not None and d.rel_hi < 0
     with_baseline = set(p[p["month"].isin(BASELINE)]["user"])  # (a user may have run nothing then)
-    assert d.n_emailed == sum(u in with_baseline for u in e) and d.n_emailed + d.n_holdout == len(
-        with_baseline
-    )
-    # the months: no effect in the first (the e-mail just arrived), 20% in the next two
-    first, *later = idle.by_month
-    assert first[1].rel_lo is not None and first[1].rel_lo < 0 < (first[1].rel_hi or 0)
-    assert all(m[1].rel is not None and m[1].rel < -0.05 for m in later)
+    # (a user weighs in the change from baseline when they used GPUs both before and during)
+    with_both = with_baseline & set(p[p["month"].isin(MONTHS)]["user"])
+    assert d.n_emailed == sum(u in with_both for u in arms.index[arms["arm"] == EMAILED])
+    assert d.n_emailed + d.n_holdout == len(with_both)
+    assert [m for m, _ in idle.did_by_month] == list(MONTHS) == [m for m, _ in idle.by_month]
+    assert idle.months_text.startswith(f"{MONTHS[0]}: ") and f"; {MONTHS[1]}: " in idle.months_text
     assert "lower for e-mailed users than it would have been without the e-mails" in idle.sentence
     # outcomes the effect did not touch show no clear difference
     assert "no clear difference" in _result(rep, "gpu_util").sentence
+
+
+def test_a_heavy_users_busy_month_does_not_move_the_change_from_baseline() -> None:
+    """The change from baseline is within users: where nobody's habits change (each user's idle share the
+    same every month), GPU use that swings from month to month (a heavy user five times as busy in one
+    month) moves the arms' ratio of sums, and not the estimate, which stays at no change."""
+    p, arms = _population(11, effect=0.0)
+    share = p.groupby("user")["idle_kwh"].sum() / p.groupby("user")["gpu_kwh"].sum()
+    p["idle_kwh"] = p["gpu_kwh"] * p["user"].map(share)
+    heavy = p[p["month"].isin(BASELINE) & p["user"].isin(arms.index[arms["arm"] == EMAILED])]
+    heavy_user = heavy.groupby("user")["gpu_kwh"].sum().idxmax()
+    at = (p["user"] == heavy_user) & (p["month"] == MONTHS[1])
+    p.loc[
+        at, ["energy_kwh", "gpu_kwh", "idle_kwh", "gpu_hours", "idle_hours", "util_energy", "util_weighted"]
+    ] *= 5.0
+    idle = _result(_report(p, arms), "idle_share")
+    for _, e in (*idle.did_by_month, ("pooled", idle.did)):
+        assert e.rel == pytest.approx(0.0, abs=1e-12) and e.diff == pytest.approx(0.0, abs=1e-12)
+    assert abs(dict(idle.by_month)[MONTHS[1]].rel or 0.0) > 0.01  # the arms' ratios of sums did move
 
 
 def test_no_effect_planted_the_interval_covers_zero_in_at_least_nine_seeds_of_ten() -> None:
@@ -137,7 +190,10 @@ def test_users_who_left_joined_or_were_never_drawn_are_counted() -> None:
     co2 = _result(rep, "co2_per_user").pooled
     e = arms.index[arms["arm"] == EMAILED]
     months = p[p["month"].isin(MONTHS) & p["user"].isin(e)]
-    assert co2.emailed == pytest.approx(months["co2_kg"].sum() / len(e))
+    assert co2.emailed == pytest.approx(months["co2_kg"].sum() / len(e) / len(MONTHS))  # per month
+    # ... and the one who left stays in the change from baseline, at zero after
+    co2_did = _result(rep, "co2_per_user").did
+    assert co2_did.n_emailed + co2_did.n_holdout == len(set(p[p["month"].isin(BASELINE)]["user"]))
 
 
 def test_an_arm_without_users_or_data_says_so() -> None:

@@ -86,6 +86,7 @@ def test_the_admin_report_has_the_study_section(engine: Engine, tmp_path: Path) 
     assert "6 held out, 24 e-mailed" in mail.text
     co2 = next(r for r in m.study.outcomes if r.outcome.name == "co2_per_user")
     assert co2.sentence in mail.text and "17% lower" in co2.sentence  # (6 held out: a wide interval)
+    assert co2.months_text.startswith("2026-09: ") and f"month by month: {co2.months_text}" in mail.text
     said = str(escape(co2.sentence))  # (as the HTML templates escape it)
     assert 'id="study"' in mail.html and said in mail.html
     assert said in render.render_admin_html(m, cfg)
@@ -106,7 +107,12 @@ def test_cocaq_study_report_through_the_cli(engine: Engine, tmp_path: Path, cli_
     assert names[:2] == ["idle_share", "idle_hours_share"] and "co2_per_user" in names
     co2 = d["outcomes"][names.index("co2_per_user")]
     assert co2["did"]["n_emailed"] == 24 and [m["month"] for m in co2["by_month"]] == d["months"]
+    assert [m["month"] for m in co2["did_by_month"]] == d["months"]  # each month against the baseline
+    assert all(m["rel"] is not None and m["rel_lo"] <= m["rel"] <= m["rel_hi"] for m in co2["did_by_month"])
     t = run_cocaq(["study", "report"], dict(env, COLUMNS="100"))
     assert t.code == 0 and "change from baseline" in t.out and co2["sentence"][:40] in " ".join(t.out.split())
+    assert "2026-09 vs baseline" in t.out and "2026-10 vs baseline" in t.out
+    narrow = run_cocaq(["study", "report"], dict(env, COLUMNS="60"))
+    assert narrow.code == 0 and max(len(line) for line in narrow.out.splitlines()) <= 60
     none = run_cocaq(["study", "report"], dict(cli_env))  # no [study]: one line
     assert none.code != 0 and "no study configured" in none.err and len(none.err.strip().splitlines()) == 1

@@ -67,6 +67,9 @@ def print_report(rep: StudyReport, console: Any) -> None:
         p = r.pooled
         t.add_row("study months", _num(p.emailed, o.unit), _num(p.holdout, o.unit),
                   f"{p.n_emailed}/{p.n_holdout}", _rel(p))  # fmt: skip
+        for m, d in r.did_by_month:
+            t.add_row(f"{m} vs baseline", _num(d.emailed, o.unit), _num(d.holdout, o.unit),
+                      f"{d.n_emailed}/{d.n_holdout}", _rel(d))  # fmt: skip
         d = r.did
         t.add_row("change from baseline", _num(d.emailed, o.unit), _num(d.holdout, o.unit),
                   f"{d.n_emailed}/{d.n_holdout}", _rel(d))  # fmt: skip

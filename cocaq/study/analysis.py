@@ -52,10 +52,10 @@ OUTCOMES: tuple[Outcome, ...] = (
     Outcome(
         "idle_hours_share", "the share of GPU-hours held idle", "%", "idle_hours", "gpu_hours", True, 100.0
     ),
-    Outcome("failed_kwh", "the energy of failed jobs per user", "kWh", "failed_kwh", None, True),
+    Outcome("failed_kwh", "the energy of failed jobs per user and month", "kWh", "failed_kwh", None, True),
     Outcome("gpu_util", "energy-weighted GPU utilisation", "%", "util_weighted", "util_energy", False),
     Outcome("kwh_per_gpu_hour", "energy per GPU-hour", "kWh/GPU-h", "energy_kwh", "gpu_hours", True),
-    Outcome("co2_per_user", "CO2 per user", "kg", "co2_kg", None, True),
+    Outcome("co2_per_user", "CO2 per user and month", "kg", "co2_kg", None, True),
 )
 PANEL_COLUMNS = (
     "energy_kwh", "gpu_kwh", "idle_kwh", "failed_kwh", "gpu_hours", "idle_hours", "util_weighted",
@@ -87,6 +87,8 @@ class OutcomeResult:
     pooled: Estimate  # the study months together: the arms compared
     did: Estimate  # the study months against each user's baseline months
     sentence: str
+    did_by_month: tuple[tuple[str, Estimate], ...] = ()  # each study month against the baseline
+    months_text: str = ""  # did_by_month in a line: when an effect began
 
 
 @dataclass
@@ -109,6 +111,7 @@ class StudyReport:
         for o, r in zip(d["outcomes"], self.outcomes, strict=True):
             o["outcome"] = asdict(r.outcome)
             o["by_month"] = [{"month": m, **asdict(e)} for m, e in r.by_month]
+            o["did_by_month"] = [{"month": m, **asdict(e)} for m, e in r.did_by_month]
         return d
 
 
@@ -145,58 +148,113 @@ def _interval(x: np.ndarray) -> tuple[float | None, float | None]:
     return float(lo), float(hi)
 
 
+def _values(
+    frame: pd.DataFrame, users: pd.Index, outcome: Outcome, months: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The users' numerators (a mean per user: per month) and denominators; users absent count as zeros."""
+    rows = frame.reindex(users).fillna(0.0)
+    num = rows[outcome.num].to_numpy(dtype=float) * outcome.scale
+    if outcome.den is None:
+        return num / max(months, 1), None
+    return num, rows[outcome.den].to_numpy(dtype=float)
+
+
 def compare(
     post: pd.DataFrame, arms: pd.Series, outcome: Outcome, resamples: int, rng: np.random.Generator,
-    pre: pd.DataFrame | None = None,
+    months: int = 1,
 ) -> Estimate:  # fmt: skip
     """The arms compared on `outcome`: over the users of `arms` (user -> arm), their sums in `post` (one
-    row per user, the panel's columns; users absent count as zeros); with `pre`, the difference of
-    differences over the users who have a baseline (a row in `pre`)."""
+    row per user, the panel's columns, over `months` months; users absent count as zeros)."""
     import numpy as np
 
-    if pre is not None:
-        arms = arms[arms.index.isin(pre.index)]
     groups = {a: arms.index[arms == a] for a in (EMAILED, HOLDOUT)}
     n_e, n_h = len(groups[EMAILED]), len(groups[HOLDOUT])
-
-    def cols(frame: pd.DataFrame, users: pd.Index) -> tuple[np.ndarray, np.ndarray | None]:
-        rows = frame.reindex(users).fillna(0.0)
-        num = rows[outcome.num].to_numpy(dtype=float) * outcome.scale
-        den = None if outcome.den is None else rows[outcome.den].to_numpy(dtype=float)
-        return num, den
-
     if n_e == 0 or n_h == 0:
         return Estimate(None, None, None, None, None, None, None, None, n_e, n_h)
-    e_post, h_post = cols(post, groups[EMAILED]), cols(post, groups[HOLDOUT])
+    e_post = _values(post, groups[EMAILED], outcome, months)
+    h_post = _values(post, groups[HOLDOUT], outcome, months)
     ve, vh = _arm_value(*e_post, n_e), _arm_value(*h_post, n_h)
+    if ve is None or vh is None:
+        return Estimate(ve, vh, None, None, None, None, None, None, n_e, n_h)
     ie = rng.integers(0, n_e, size=(resamples, n_e))
     ih = rng.integers(0, n_h, size=(resamples, n_h))
     be, bh = _boot_values(*e_post, ie), _boot_values(*h_post, ih)
-    if pre is None:
-        if ve is None or vh is None:
-            return Estimate(ve, vh, None, None, None, None, None, None, n_e, n_h)
-        diff = ve - vh
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rel_b = be / bh - 1.0
-        lo, hi = _interval(be - bh)
-        rlo, rhi = _interval(rel_b)
-        return Estimate(ve, vh, diff, lo, hi, (ve / vh - 1.0) if vh else None, rlo, rhi, n_e, n_h)
-    e_pre, h_pre = cols(pre, groups[EMAILED]), cols(pre, groups[HOLDOUT])
-    ve0, vh0 = _arm_value(*e_pre, n_e), _arm_value(*h_pre, n_h)
-    if None in (ve, vh, ve0, vh0):
-        return Estimate(None, None, None, None, None, None, None, None, n_e, n_h)
-    assert ve is not None and vh is not None and ve0 is not None and vh0 is not None
-    be0, bh0 = _boot_values(*e_pre, ie), _boot_values(*h_pre, ih)
-    did = (ve - ve0) - (vh - vh0)
-    did_b = (be - be0) - (bh - bh0)
-    counterfactual = ve0 + (vh - vh0)  # the e-mailed arm had it moved as the hold-out did
     with np.errstate(divide="ignore", invalid="ignore"):
-        cf_b = be0 + (bh - bh0)
-        rel_b = np.where(cf_b != 0, did_b / cf_b, np.nan)
-    lo, hi = _interval(did_b)
+        rel_b = be / bh - 1.0
+    lo, hi = _interval(be - bh)
     rlo, rhi = _interval(rel_b)
-    rel = did / counterfactual if counterfactual else None
-    return Estimate(ve - ve0, vh - vh0, did, lo, hi, rel, rlo, rhi, n_e, n_h)
+    return Estimate(ve, vh, ve - vh, lo, hi, (ve / vh - 1.0) if vh else None, rlo, rhi, n_e, n_h)
+
+
+def _changes(
+    pre: pd.DataFrame, post: pd.DataFrame, users: pd.Index, outcome: Outcome, pre_months: int,
+    post_months: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Per user: (weight, value before, value after). A mean per user weighs every user alike (one absent
+    after counts as zero); a ratio is each user's own, weighted by the inverse of its sampling variance's
+    scale, den_before * den_after / (den_before + den_after), zero where either period has none."""
+    import numpy as np
+
+    n0, d0 = _values(pre, users, outcome, pre_months)
+    n1, d1 = _values(post, users, outcome, post_months)
+    if d0 is None or d1 is None:
+        return np.ones(len(users)), n0, n1
+    ok = (d0 > 0) & (d1 > 0)
+    safe0, safe1 = np.where(ok, d0, 1.0), np.where(ok, d1, 1.0)
+    w = np.where(ok, safe0 * safe1 / (safe0 + safe1), 0.0)
+    return w, np.where(ok, n0 / safe0, 0.0), np.where(ok, n1 / safe1, 0.0)
+
+
+def did(
+    pre: pd.DataFrame, post: pd.DataFrame, arms: pd.Series, outcome: Outcome, resamples: int,
+    rng: np.random.Generator, pre_months: int, post_months: int,
+) -> Estimate:  # fmt: skip
+    """The difference in differences: each arm's change from its users' own baseline (`pre`: a row per
+    user with jobs in the baseline months), the e-mailed arm's against the hold-out's.
+
+    Within-user changes, not the change of the arm's ratio of sums: an arm's ratio moves when a heavy
+    user has a busy month, whatever anyone's habits; a user's own ratio moves only when their habits or
+    their luck do. The arm's change is the weighted mean of its users' changes (weights: _changes).
+    `emailed`/`holdout` are the arms' changes; `rel` is the difference over the e-mailed arm's value had
+    it changed as the hold-out did; n counts the users who weigh."""
+    import numpy as np
+
+    arms = arms[arms.index.isin(pre.index)]
+    groups = {a: arms.index[arms == a] for a in (EMAILED, HOLDOUT)}
+    e = _changes(pre, post, groups[EMAILED], outcome, pre_months, post_months)
+    h = _changes(pre, post, groups[HOLDOUT], outcome, pre_months, post_months)
+    n_e, n_h = int((e[0] > 0).sum()), int((h[0] > 0).sum())
+    if n_e == 0 or n_h == 0:
+        return Estimate(None, None, None, None, None, None, None, None, n_e, n_h)
+
+    def arm(w: np.ndarray, v0: np.ndarray, v1: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ws = w[idx].sum(axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            before = np.where(ws > 0, (w[idx] * v0[idx]).sum(axis=-1) / ws, np.nan)
+            after = np.where(ws > 0, (w[idx] * v1[idx]).sum(axis=-1) / ws, np.nan)
+        return before, after
+
+    # resample each arm's users (those with no weight too: an arm's makeup is part of the chance)
+    ie = np.vstack([np.arange(len(e[0]))[None, :], rng.integers(0, len(e[0]), size=(resamples, len(e[0])))])
+    ih = np.vstack([np.arange(len(h[0]))[None, :], rng.integers(0, len(h[0]), size=(resamples, len(h[0])))])
+    e0, e1 = arm(*e, ie)
+    h0, h1 = arm(*h, ih)
+    d = (e1 - e0) - (h1 - h0)
+    cf = e0 + (h1 - h0)  # the e-mailed arm, had it changed as the hold-out did
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(cf != 0, d / cf, np.nan)
+    lo, hi = _interval(d[1:])
+    rlo, rhi = _interval(rel[1:])
+    r0 = float(rel[0]) if np.isfinite(rel[0]) else None
+    return Estimate(float(e1[0] - e0[0]), float(h1[0] - h0[0]), float(d[0]), lo, hi, r0, rlo, rhi, n_e, n_h)
+
+
+def _way(x: float) -> str:
+    return "lower" if x < 0 else "higher"
+
+
+def _pct(x: float) -> str:
+    return "under 1%" if abs(x) < 0.005 else f"{abs(x):.0%}"
 
 
 def sentence(o: Outcome, e: Estimate) -> str:
@@ -205,13 +263,7 @@ def sentence(o: Outcome, e: Estimate) -> str:
     lower)", or that the data cannot tell."""
     if e.rel is None or e.rel_lo is None or e.rel_hi is None:
         return f"{o.label}: not enough data to compare the arms yet."
-
-    def way(x: float) -> str:
-        return "lower" if x < 0 else "higher"
-
-    def pct(x: float) -> str:
-        return "under 1%" if abs(x) < 0.005 else f"{abs(x):.0%}"
-
+    way, pct = _way, _pct
     size = f"{pct(e.rel)} {way(e.rel)}"
     if e.rel_lo <= 0 <= e.rel_hi:
         return (
@@ -225,6 +277,25 @@ def sentence(o: Outcome, e: Estimate) -> str:
         f"{o.label[0].upper()}{o.label[1:]}: {size} for e-mailed users than it would have been without the "
         f"e-mails (95% interval: {lo:.0%} to {hi:.0%} {way(e.rel)}){'' if good else ', the wrong way'}."
     )
+
+
+def months_text(by_month: Sequence[tuple[str, Estimate]]) -> str:
+    """Each study month against the baseline, in a line: "2026-08: 1% higher (3% lower to 4% higher);
+    2026-09: 21% lower (24% to 20% lower); ..." (when an effect began, and whether it lasted)."""
+
+    parts = []
+    for m, e in by_month:
+        if e.rel is None or e.rel_lo is None or e.rel_hi is None:
+            parts.append(f"{m}: not enough data")
+        elif _way(e.rel_lo) == _way(e.rel_hi):
+            lo, hi = sorted((e.rel_lo, e.rel_hi), key=abs)
+            parts.append(f"{m}: {_pct(e.rel)} {_way(e.rel)} ({_pct(lo)} to {_pct(hi)} {_way(e.rel_lo)})")
+        else:
+            parts.append(
+                f"{m}: {_pct(e.rel)} {_way(e.rel)} ({_pct(e.rel_lo)} {_way(e.rel_lo)} to "
+                f"{_pct(e.rel_hi)} {_way(e.rel_hi)})"
+            )
+    return "; ".join(parts)
 
 
 # --- the data -------------------------------------------------------------------------------------------
@@ -307,7 +378,9 @@ def arms_frame(conn: Connection, study: str) -> pd.DataFrame:
 
     t = StudyArm.__table__.c
     rows = conn.execute(
-        select(t.user_name, t.arm, t.stratum, t.assigned_at, t.opted_out_at).where(t.study == study)
+        select(t.user_name, t.arm, t.stratum, t.assigned_at, t.opted_out_at)
+        .where(t.study == study)
+        .order_by(t.user_name)  # (the bootstrap draws by position: the same data, the same report)
     ).all()
     df = pd.DataFrame(rows, columns=["user", "arm", "stratum", "assigned_at", "opted_out_at"])
     return df.set_index("user")
@@ -345,14 +418,22 @@ def analyse(
     if not months:
         rep.notes.append("no study month has data yet")
         return rep
+    n_pre = max(int(base_rows["month"].nunique()), 1)  # baseline months with data (a new site has fewer)
+    per_month = {
+        m: study_rows[study_rows["month"] == m].groupby("user")[list(PANEL_COLUMNS)].sum() for m in months
+    }
     for o in OUTCOMES:
-        by_month = []
-        for m in months:
-            rows = study_rows[study_rows["month"] == m].groupby("user")[list(PANEL_COLUMNS)].sum()
-            by_month.append((m, compare(rows, arm, o, resamples, rng)))
-        pooled = compare(post_all, arm, o, resamples, rng)
-        did = compare(post_all, arm, o, resamples, rng, pre=pre_all)
-        rep.outcomes.append(OutcomeResult(o, tuple(by_month), pooled, did, sentence(o, did)))
+        by_month = tuple((m, compare(rows, arm, o, resamples, rng)) for m, rows in per_month.items())
+        did_by_month = tuple(
+            (m, did(pre_all, rows, arm, o, resamples, rng, n_pre, 1)) for m, rows in per_month.items()
+        )
+        pooled = compare(post_all, arm, o, resamples, rng, len(months))
+        headline = did(pre_all, post_all, arm, o, resamples, rng, n_pre, len(months))
+        rep.outcomes.append(
+            OutcomeResult(
+                o, by_month, pooled, headline, sentence(o, headline), did_by_month, months_text(did_by_month)
+            )
+        )
     return rep
 
 
