@@ -562,9 +562,15 @@ def write_samples(
     idle_factor: Callable[[DemoJob], float] | None = None,
 ) -> int:
     """NVML samples (power, utilisation) of the GPU jobs on the A100 nodes, as the collector ships them:
-    one per GPU every `step_s`, each job's GPUs named by their index on the node. `idle_factor(job)`
-    scales the chance that a sample finds a GPU idle (the e-mail study's planted effect: 0.8 = a fifth less
-    idle time); the draws are the same either way, so only the samples it turns busy differ.
+    one per GPU every `step_s`, each job's GPUs named by their index on the node.
+
+    `idle_factor(job)` is the e-mail study's planted effect (cocaq.cli.demo_study): it scales a job's idle
+    GPU time (0.8 = a fifth less), both the chance of leaving GPUs unused and the share of samples that
+    find a GPU idle. With it, the idle samples of each GPU are spread evenly through the job (systematic,
+    from a random phase) instead of one coin flip per sample: an hour-apart sample that flips a coin stands
+    for a whole hour, a measurement noise a collector sampling every few seconds does not have, and it
+    would hide the planted effect in noise the real data lacks. Without it (the one-month demo) the draws
+    are as they always were.
 
     What they show: notebooks that hold GPUs idle, training that keeps them busy, some training with one
     GPU doing nothing (the `fewer-gpus` suggestion), a data-starved user (frank) and communication-bound
@@ -584,27 +590,32 @@ def write_samples(
         rows: list[dict[str, Any]] = []
         n = 0
         for j in jobs:
+            factor = None if idle_factor is None else idle_factor(j)
             if j.gpus and j.partition == "gpu_v100" and metered_v100(j.nodes) and j.elapsed >= step:
-                rows += _v100_samples(j, cid, step, v100_rng, 1.0 if idle_factor is None else idle_factor(j))
+                rows += _v100_samples(j, cid, step, v100_rng, factor)
             if not j.gpus or j.partition not in ("gpu_a100", "interactive") or j.elapsed < step:
                 continue
             busy_share, (lo, hi) = GPU_USE.get(j.kind, (0.8, (40.0, 90.0)))
             if j.user == "frank" and j.kind == "train":
                 busy_share, (lo, hi) = 0.95, (22.0, 36.0)
-            if idle_factor is not None:
-                busy_share = 1.0 - (1.0 - busy_share) * idle_factor(j)
+            if factor is not None:
+                busy_share = 1.0 - (1.0 - busy_share) * factor
             per_node = max(j.gpus // len(j.nodes), 1)
             # a fifth of the multi-GPU training jobs left GPUs after the first unused (single-GPU code)
-            one_gpu = j.kind == "train" and per_node > 1 and j.user != "frank" and rng.random() < 0.2
+            unused = 0.2 * (1.0 if factor is None else factor)
+            one_gpu = j.kind == "train" and per_node > 1 and j.user != "frank" and rng.random() < unused
             offset = j.raw_id % step  # jobs' samples interleave rather than collide on a shared node
             lo_gb, hi_gb = _GPU_MEM_GB.get(j.kind, (4.0, 30.0))
             mem_mb = mem_rng.uniform(lo_gb, hi_gb) * 1024  # what the job's GPUs hold once it is loaded
             for node in j.nodes:
                 for k in range(per_node):
                     dev = f"GPU-{k}"
+                    idle_at = None if factor is None else _spread(1.0 - busy_share, rng.random())
                     for i in range(int(j.elapsed // step)):
                         ts = j.start + timedelta(seconds=offset + i * step)
-                        if (one_gpu and k > 0) or rng.random() > busy_share:
+                        if (one_gpu and k > 0) or (
+                            idle_at(i) if idle_at is not None else rng.random() > busy_share
+                        ):
                             util = rng.uniform(0.0, 2.0)
                             power = rng.uniform(52.0, 66.0)
                         else:
@@ -626,21 +637,32 @@ def write_samples(
     return n
 
 
+def _spread(share: float, phase: float) -> Callable[[int], bool]:
+    """Whether sample i of a GPU is idle, for `share` of its samples spread evenly from `phase` in [0, 1)."""
+
+    def idle(i: int) -> bool:
+        return math.floor(phase + (i + 1) * share) > math.floor(phase + i * share)
+
+    return idle
+
+
 def _v100_samples(
-    j: DemoJob, cid: int, step: int, rng: random.Random, idle_factor: float = 1.0
+    j: DemoJob, cid: int, step: int, rng: random.Random, idle_factor: float | None = None
 ) -> list[dict[str, Any]]:
     """NVML samples of a job on a metered V100 node (300 W TDP, ~40 W idle), as write_samples' A100s."""
     busy_share, (lo, hi) = GPU_USE.get(j.kind, (0.8, (40.0, 90.0)))
     if j.user == "frank" and j.kind == "train":
         busy_share, (lo, hi) = 0.95, (22.0, 36.0)
-    busy_share = 1.0 - (1.0 - busy_share) * idle_factor
+    if idle_factor is not None:
+        busy_share = 1.0 - (1.0 - busy_share) * idle_factor
     rows: list[dict[str, Any]] = []
     offset = j.raw_id % step
     for node in j.nodes:
         for k in range(max(j.gpus // len(j.nodes), 1)):
+            idle_at = None if idle_factor is None else _spread(1.0 - busy_share, rng.random())
             for i in range(int(j.elapsed // step)):
                 ts = j.start + timedelta(seconds=offset + i * step)
-                if rng.random() > busy_share:
+                if idle_at(i) if idle_at is not None else rng.random() > busy_share:
                     util, power = rng.uniform(0.0, 2.0), rng.uniform(36.0, 45.0)
                 else:
                     util = rng.uniform(lo, hi)

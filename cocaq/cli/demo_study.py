@@ -6,10 +6,12 @@ Three baseline months, then three study months ending with the last whole month;
 and nineteen more of each GPU user (their own habits around the originals'), drawn into the arms by
 the real draw (cocaq.study.assign) at the study's start and as they first run jobs. The effect: from
 the month after their first e-mail (the study's second month: the first e-mail goes out as its first
-month begins), e-mailed users' GPUs are idle a fifth less of the time (`effect`): the GPU samples'
-chance of being idle is scaled by 1 - effect for their jobs, the same draws otherwise. Samples are an
-hour apart here (five minutes in the one-month demo) to keep six months of a 150-user site quick to
-build.
+month begins), e-mailed users' GPUs are idle a fifth less of the time (`effect`): their jobs' idle
+GPU time, both the share of samples that find a GPU idle and the chance of leaving GPUs unused, is
+scaled by 1 - effect (the time turned busy: they use the GPUs they hold better; cocaq.cli.demo_month.
+write_samples). Samples are an hour apart here (five minutes in the one-month demo) to keep six months
+of a 150-user site quick to build, and the config's collector step says so, so that each stands for
+its hour.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ COPIES = 20
 
 
 def run_study_demo(
-    obj: Any, out_dir: str, *, seed: int = 42, effect: float = 0.2, copies: int = COPIES
-) -> dict[str, Any]:
+    obj: Any, out_dir: str, *, seed: int = 42, effect: float = 0.2, copies: int = COPIES,
+    now: datetime | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Build the site, run the study, write its reports; returns what was planted and where it went."""
     from dataclasses import replace
 
@@ -57,15 +60,18 @@ def run_study_demo(
 
     t0 = time.monotonic()
     console = Console(highlight=False)
-    now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    now = (now or datetime.now(UTC)).replace(minute=0, second=0, microsecond=0)
     current = f"{now:%Y-%m}"
     start, end = add_months(current, -3), add_months(current, -1)
     first = _start(add_months(start, -3))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = out / "cocaq-demo-study.toml"
+    # the samples are an hour apart: each stands for its hour (the one-month demo's are 5 minutes apart)
+    config = DEMO_CONFIG.replace("\ninterval_s = 300 ", f"\ninterval_s = {SAMPLE_STEP_S:.0f}")
+    assert config != DEMO_CONFIG, "the demo's [collector] interval_s moved"
     cfg_path.write_text(
-        DEMO_CONFIG + f'\n[study]\nstart = "{start}"\nend = "{end}"\nholdout_share = 0.2\nseed = {seed}\n'
+        config + f'\n[study]\nstart = "{start}"\nend = "{end}"\nholdout_share = 0.2\nseed = {seed}\n'
     )
     cfg = replace(load_config(cfg_path, environ={}), database_url=obj.cfg.database_url)
     engine = make_engine(cfg.database_url)
