@@ -4,6 +4,7 @@ the admin report's section (text, e-mail HTML and the interactive page), on both
 from __future__ import annotations
 
 import random
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -112,6 +113,15 @@ def test_cocaq_study_report_through_the_cli(engine: Engine, tmp_path: Path, cli_
     t = run_cocaq(["study", "report"], dict(env, COLUMNS="100"))
     assert t.code == 0 and "change from baseline" in t.out and co2["sentence"][:40] in " ".join(t.out.split())
     assert "2026-09 vs baseline" in t.out and "2026-10 vs baseline" in t.out
+    # an arm's change from its baseline is signed; a share's is in percentage points, not a relative %
+    co2_rows = t.out[t.out.index("CO2 per user and month") :].splitlines()
+    row = next(line for line in co2_rows if line.startswith("change from baseline"))
+    assert re.search(r"│ +[+-][\d.,]+ │ +[+-][\d.,]+ │", row), row
+    from cocaq.cli.study_report import _change
+
+    assert (_change(-0.61, "%"), _change(0.0, "%"), _change(1.5, "kg"), _change(None, "%")) == (
+        "-0.6 pt", "+0.0 pt", "+1.5", "-",
+    )  # fmt: skip
     narrow = run_cocaq(["study", "report"], dict(env, COLUMNS="60"))
     assert narrow.code == 0 and max(len(line) for line in narrow.out.splitlines()) <= 60
     none = run_cocaq(["study", "report"], dict(cli_env))  # no [study]: one line

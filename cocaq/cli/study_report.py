@@ -26,6 +26,15 @@ def _num(x: float | None, unit: str) -> str:
     return f"{x:,.3g}" if abs(x) < 100 else f"{x:,.0f}"
 
 
+def _change(x: float | None, unit: str) -> str:
+    """An arm's change from its baseline: signed, a share's in percentage points (not a relative %)."""
+    if x is None:
+        return "-"
+    if unit == "%":
+        return f"{x:+.1f} pt"
+    return f"{x:+,.3g}" if abs(x) < 100 else f"{x:+,.0f}"
+
+
 def _rel(e: Estimate) -> str:
     if e.rel is None:
         return "-"
@@ -68,10 +77,10 @@ def print_report(rep: StudyReport, console: Any) -> None:
         t.add_row("study months", _num(p.emailed, o.unit), _num(p.holdout, o.unit),
                   f"{p.n_emailed}/{p.n_holdout}", _rel(p))  # fmt: skip
         for m, d in r.did_by_month:
-            t.add_row(f"{m} vs baseline", _num(d.emailed, o.unit), _num(d.holdout, o.unit),
+            t.add_row(f"{m} vs baseline", _change(d.emailed, o.unit), _change(d.holdout, o.unit),
                       f"{d.n_emailed}/{d.n_holdout}", _rel(d))  # fmt: skip
         d = r.did
-        t.add_row("change from baseline", _num(d.emailed, o.unit), _num(d.holdout, o.unit),
+        t.add_row("change from baseline", _change(d.emailed, o.unit), _change(d.holdout, o.unit),
                   f"{d.n_emailed}/{d.n_holdout}", _rel(d))  # fmt: skip
         console.print(t)
         console.print(f"  {r.sentence}", soft_wrap=False)
