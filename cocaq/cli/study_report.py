@@ -18,21 +18,19 @@ if TYPE_CHECKING:
     from cocaq.study.analysis import Estimate, StudyReport
 
 
-def _num(x: float | None, unit: str) -> str:
+def _num(x: float | None, unit: str, *, signed: bool = False) -> str:
+    """A value in its unit; `signed`: a change, a share's in percentage points (not a relative %)."""
     if x is None:
         return "-"
+    sign = "+" if signed else ""
     if unit == "%":
-        return f"{x:.1f}%"
-    return f"{x:,.3g}" if abs(x) < 100 else f"{x:,.0f}"
+        return f"{x:+.1f} pt" if signed else f"{x:.1f}%"
+    return f"{x:{sign},.3g}" if abs(x) < 100 else f"{x:{sign},.0f}"
 
 
 def _change(x: float | None, unit: str) -> str:
-    """An arm's change from its baseline: signed, a share's in percentage points (not a relative %)."""
-    if x is None:
-        return "-"
-    if unit == "%":
-        return f"{x:+.1f} pt"
-    return f"{x:+,.3g}" if abs(x) < 100 else f"{x:+,.0f}"
+    """An arm's change from its baseline."""
+    return _num(x, unit, signed=True)
 
 
 def _rel(e: Estimate) -> str:

@@ -234,11 +234,12 @@ def did(
             after = np.where(ws > 0, (w[idx] * v1[idx]).sum(axis=-1) / ws, np.nan)
         return before, after
 
+    def draws(n: int) -> np.ndarray:  # the arm as it is, then the resamples of its users
+        return np.vstack([np.arange(n)[None, :], rng.integers(0, n, size=(resamples, n))])
+
     # resample each arm's users (those with no weight too: an arm's makeup is part of the chance)
-    ie = np.vstack([np.arange(len(e[0]))[None, :], rng.integers(0, len(e[0]), size=(resamples, len(e[0])))])
-    ih = np.vstack([np.arange(len(h[0]))[None, :], rng.integers(0, len(h[0]), size=(resamples, len(h[0])))])
-    e0, e1 = arm(*e, ie)
-    h0, h1 = arm(*h, ih)
+    e0, e1 = arm(*e, draws(len(e[0])))
+    h0, h1 = arm(*h, draws(len(h[0])))
     d = (e1 - e0) - (h1 - h0)
     cf = e0 + (h1 - h0)  # the e-mailed arm, had it changed as the hold-out did
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -257,45 +258,44 @@ def _pct(x: float) -> str:
     return "under 1%" if abs(x) < 0.005 else f"{abs(x):.0%}"
 
 
+def _span(lo: float, hi: float) -> str:
+    """An interval of relative differences in words: "12% to 33% lower", "25% lower to 18% higher"."""
+    if _way(lo) == _way(hi):
+        near, far = sorted((lo, hi), key=abs)
+        return f"{_pct(near)} to {_pct(far)} {_way(lo)}"
+    return f"{_pct(lo)} {_way(lo)} to {_pct(hi)} {_way(hi)}"
+
+
 def sentence(o: Outcome, e: Estimate) -> str:
     """The estimate in words a non-statistician reads: "e-mailed users' share of GPU energy drawn by
     idle GPUs was 18% lower than it would have been without the e-mails (95% interval: 6% to 29%
     lower)", or that the data cannot tell."""
     if e.rel is None or e.rel_lo is None or e.rel_hi is None:
         return f"{o.label}: not enough data to compare the arms yet."
-    way, pct = _way, _pct
-    size = f"{pct(e.rel)} {way(e.rel)}"
+    size = f"{_pct(e.rel)} {_way(e.rel)}"
     if e.rel_lo <= 0 <= e.rel_hi:
         return (
             f"{o.label[0].upper()}{o.label[1:]}: no clear difference between the arms: e-mailed users' was "
             f"{size} than expected without the e-mails, but the 95% interval runs from "
-            f"{pct(e.rel_lo)} {way(e.rel_lo)} to {pct(e.rel_hi)} {way(e.rel_hi)}."
+            f"{_span(e.rel_lo, e.rel_hi)}."
         )
     good = (e.rel < 0) == o.lower_is_better
     lo, hi = sorted((abs(e.rel_lo), abs(e.rel_hi)))
     return (
         f"{o.label[0].upper()}{o.label[1:]}: {size} for e-mailed users than it would have been without the "
-        f"e-mails (95% interval: {lo:.0%} to {hi:.0%} {way(e.rel)}){'' if good else ', the wrong way'}."
+        f"e-mails (95% interval: {lo:.0%} to {hi:.0%} {_way(e.rel)}){'' if good else ', the wrong way'}."
     )
 
 
 def months_text(by_month: Sequence[tuple[str, Estimate]]) -> str:
     """Each study month against the baseline, in a line: "2026-08: 1% higher (3% lower to 4% higher);
-    2026-09: 21% lower (24% to 20% lower); ..." (when an effect began, and whether it lasted)."""
-
-    parts = []
-    for m, e in by_month:
-        if e.rel is None or e.rel_lo is None or e.rel_hi is None:
-            parts.append(f"{m}: not enough data")
-        elif _way(e.rel_lo) == _way(e.rel_hi):
-            lo, hi = sorted((e.rel_lo, e.rel_hi), key=abs)
-            parts.append(f"{m}: {_pct(e.rel)} {_way(e.rel)} ({_pct(lo)} to {_pct(hi)} {_way(e.rel_lo)})")
-        else:
-            parts.append(
-                f"{m}: {_pct(e.rel)} {_way(e.rel)} ({_pct(e.rel_lo)} {_way(e.rel_lo)} to "
-                f"{_pct(e.rel_hi)} {_way(e.rel_hi)})"
-            )
-    return "; ".join(parts)
+    2026-09: 21% lower (20% to 24% lower); ..." (when an effect began, and whether it lasted)."""
+    return "; ".join(
+        f"{m}: not enough data"
+        if e.rel is None or e.rel_lo is None or e.rel_hi is None
+        else f"{m}: {_pct(e.rel)} {_way(e.rel)} ({_span(e.rel_lo, e.rel_hi)})"
+        for m, e in by_month
+    )
 
 
 # --- the data -------------------------------------------------------------------------------------------
