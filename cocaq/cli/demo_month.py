@@ -565,12 +565,14 @@ def write_samples(
     one per GPU every `step_s`, each job's GPUs named by their index on the node.
 
     `idle_factor(job)` is the e-mail study's planted effect (cocaq.cli.demo_study): it scales a job's idle
-    GPU time (0.8 = a fifth less), both the chance of leaving GPUs unused and the share of samples that
-    find a GPU idle. With it, the idle samples of each GPU are spread evenly through the job (systematic,
-    from a random phase) instead of one coin flip per sample: an hour-apart sample that flips a coin stands
-    for a whole hour, a measurement noise a collector sampling every few seconds does not have, and it
-    would hide the planted effect in noise the real data lacks. Without it (the one-month demo) the draws
-    are as they always were.
+    GPU time (0.8 = a fifth less), both the GPUs left unused and the share of samples that find a GPU
+    idle. With it, each job's idle time is its expected share, spread evenly through its samples
+    (systematic, from a random phase): no coin flip per sample (an hour-apart sample that flips a coin
+    stands for a whole hour, a measurement noise a collector sampling every few seconds does not have)
+    and no job drawn to leave its extra GPUs unused (a fifth of their time in each such job instead). A
+    site of 150 users is too small to see a planted fifth through those per-job draws (docs/study.md:
+    the study demo's site is less noisy than a real one). Without it (the one-month demo) the draws are
+    as they always were.
 
     What they show: notebooks that hold GPUs idle, training that keeps them busy, some training with one
     GPU doing nothing (the `fewer-gpus` suggestion), a data-starved user (frank) and communication-bound
@@ -601,21 +603,23 @@ def write_samples(
             if factor is not None:
                 busy_share = 1.0 - (1.0 - busy_share) * factor
             per_node = max(j.gpus // len(j.nodes), 1)
-            # a fifth of the multi-GPU training jobs left GPUs after the first unused (single-GPU code)
+            # a fifth of the multi-GPU training jobs left GPUs after the first unused (single-GPU code); with
+            # the planted effect, a fifth of those GPUs' time in each such job, as the idle samples
+            spread = factor is not None
             unused = 0.2 * (1.0 if factor is None else factor)
-            one_gpu = j.kind == "train" and per_node > 1 and j.user != "frank" and rng.random() < unused
+            eligible = j.kind == "train" and per_node > 1 and j.user != "frank"
+            one_gpu = eligible and not spread and rng.random() < unused
             offset = j.raw_id % step  # jobs' samples interleave rather than collide on a shared node
             lo_gb, hi_gb = _GPU_MEM_GB.get(j.kind, (4.0, 30.0))
             mem_mb = mem_rng.uniform(lo_gb, hi_gb) * 1024  # what the job's GPUs hold once it is loaded
             for node in j.nodes:
                 for k in range(per_node):
                     dev = f"GPU-{k}"
-                    idle_at = None if factor is None else _spread(1.0 - busy_share, rng.random())
+                    busy = busy_share * (1.0 - unused) if spread and eligible and k > 0 else busy_share
+                    idle_at = _idle_draw(busy, rng, spread)
                     for i in range(int(j.elapsed // step)):
                         ts = j.start + timedelta(seconds=offset + i * step)
-                        if (one_gpu and k > 0) or (
-                            idle_at(i) if idle_at is not None else rng.random() > busy_share
-                        ):
+                        if (one_gpu and k > 0) or idle_at(i):
                             util = rng.uniform(0.0, 2.0)
                             power = rng.uniform(52.0, 66.0)
                         else:
@@ -637,13 +641,13 @@ def write_samples(
     return n
 
 
-def _spread(share: float, phase: float) -> Callable[[int], bool]:
-    """Whether sample i of a GPU is idle, for `share` of its samples spread evenly from `phase` in [0, 1)."""
-
-    def idle(i: int) -> bool:
-        return math.floor(phase + (i + 1) * share) > math.floor(phase + i * share)
-
-    return idle
+def _idle_draw(busy_share: float, rng: random.Random, spread: bool) -> Callable[[int], bool]:
+    """Whether sample i of a GPU finds it idle: a coin flip per sample, or (`spread`) the idle share of
+    its samples spread evenly from a random phase (write_samples says why)."""
+    if not spread:
+        return lambda _i: rng.random() > busy_share
+    share, phase = 1.0 - busy_share, rng.random()
+    return lambda i: math.floor(phase + (i + 1) * share) > math.floor(phase + i * share)
 
 
 def _v100_samples(
@@ -659,10 +663,10 @@ def _v100_samples(
     offset = j.raw_id % step
     for node in j.nodes:
         for k in range(max(j.gpus // len(j.nodes), 1)):
-            idle_at = None if idle_factor is None else _spread(1.0 - busy_share, rng.random())
+            idle_at = _idle_draw(busy_share, rng, idle_factor is not None)
             for i in range(int(j.elapsed // step)):
                 ts = j.start + timedelta(seconds=offset + i * step)
-                if idle_at(i) if idle_at is not None else rng.random() > busy_share:
+                if idle_at(i):
                     util, power = rng.uniform(0.0, 2.0), rng.uniform(36.0, 45.0)
                 else:
                     util = rng.uniform(lo, hi)
