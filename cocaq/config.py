@@ -98,6 +98,13 @@ class Estimate:
             "estimated instead"
         },
     )
+    gpu_idle_share: float = field(
+        default=0.15,
+        metadata={
+            "doc": "share of TDP an idle GPU draws, 0 to 1 (an A100-SXM4 idles near 55 W of 400 W): the "
+            "floor of an estimate from Slurm's gres/gpuutil, TDP x (idle + (1 - idle) x utilisation)"
+        },
+    )
     calibrate: bool = field(
         default=True,
         metadata={
@@ -500,6 +507,8 @@ class Api:
 
 
 SLURM_BACKENDS = ("auto", "cli", "pyslurm")
+# What Slurm's ConsumedEnergy holds, by the site's AcctGatherEnergyType (cocaq.accounting.estimate).
+CONSUMED_ENERGY = ("node", "gpus")
 
 
 @dataclass(frozen=True)
@@ -512,6 +521,14 @@ class Slurm:
     )
     sacct: str | None = field(
         default=None, metadata={"doc": "path of sacct (unset: PATH, then /usr/bin/sacct)"}
+    )
+    consumed_energy: str = field(
+        default="node",
+        metadata={
+            "doc": 'what sacct\'s ConsumedEnergy measures: "node" (acct_gather_energy/ipmi, pm_counters, '
+            'rapl: the nodes) or "gpus" (acct_gather_energy/gpu, Slurm 23.11+: the job\'s GPUs only, its '
+            "CPUs and memory are then estimated)"
+        },
     )
 
 

@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cocaq.config import (
     COLLECTOR_SOURCES,
+    CONSUMED_ENERGY,
     IDLE_POLICIES,
     IN_DOUBT,
     MAIL_TRANSPORTS,
@@ -507,6 +508,14 @@ def _slurm(t: Any) -> Slurm:
         v["backend"] = b
     if "sacct" in t:
         v["sacct"] = _str("slurm.sacct", t["sacct"])
+    if "consumed_energy" in t:
+        ce = _str("slurm.consumed_energy", t["consumed_energy"]).lower()
+        if ce not in CONSUMED_ENERGY:
+            raise ConfigError(
+                f"config: slurm.consumed_energy: expected one of {', '.join(CONSUMED_ENERGY)}, "
+                f"got {t['consumed_energy']!r}"
+            )
+        v["consumed_energy"] = ce
     return replace(Slurm(), **v)
 
 
@@ -620,6 +629,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
         mem_w_per_gb=_num("estimate.mem_w_per_gb", e.get("mem_w_per_gb", 0.3725), 0.0, 100.0),
         cpu_usage=str(e.get("cpu_usage", "totalcpu")),
         max_node_power_w=_num("estimate.max_node_power_w", e.get("max_node_power_w", 20_000.0), 100.0, 1e6),
+        gpu_idle_share=_num("estimate.gpu_idle_share", e.get("gpu_idle_share", 0.15), 0.0, 1.0),
         calibrate=_bool("estimate.calibrate", e.get("calibrate", True)),
         calibrate_min_jobs=_whole("estimate.calibrate_min_jobs", e.get("calibrate_min_jobs", 5), 1, 10**6),
         calibrate_buckets=_buckets(e.get("calibrate_buckets", [25, 50, 75])),

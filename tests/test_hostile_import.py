@@ -32,7 +32,7 @@ BASE = {
     "ReqMem": "64G", "Submit": "2026-11-10T09:00:00", "Start": "2026-11-10T10:00:00",
     "End": "2026-11-10T16:00:00", "Elapsed": "06:00:00", "ElapsedRaw": "21600", "State": "COMPLETED",
     "ExitCode": "0:0", "TotalCPU": "40:00:00", "Comment": "", "ConsumedEnergyRaw": "", "Cluster": "c1",
-    "Timelimit": "1-00:00:00", "MaxRSS": "", "NTasks": "",
+    "Timelimit": "1-00:00:00", "MaxRSS": "", "NTasks": "", "TRESUsageInAve": "", "TRESUsageInMax": "",
 }  # fmt: skip
 BIG = "99999999999999999999"
 # (overrides, what happens: "skip: <reason start>" or "keep")
@@ -53,6 +53,9 @@ HOSTILE: list[tuple[dict[str, str], str]] = [
     ({"User": "u" * 100}, "skip: user_name"),
     ({"TotalCPU": "9999-00:00:00"}, "keep"),
     ({"JobIDRaw": BIG + "0"}, "skip: job_id_raw"),
+    ({"TRESUsageInAve": f"gres/gpuutil={BIG},mem=1G", "TRESUsageInMax": "gres/gpumem=1e400"}, "keep"),
+    ({"TRESUsageInAve": "gres/gpuutil=-5,gres/gpumem=x", "TRESUsageInMax": "gres/gpumem=-1G"}, "keep"),
+    ({"TRESUsageInAve": "gres/gpuutil=nan", "TRESUsageInMax": "gres/gpumem=inf"}, "keep"),
 ]
 GOOD = 20
 DAY = datetime(2026, 11, 10, tzinfo=UTC)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cocaq.slurm.parallel import iter_parsable_forked
+from cocaq.slurm.plausible import Tally, checked
 from cocaq.slurm.sacct import ParseStats, SacctFormatError, iter_parsable
 
 DATA = Path(__file__).parent / "data" / "sacct"
@@ -17,12 +18,16 @@ DATA = Path(__file__).parent / "data" / "sacct"
     "name", ["messy_parsable.txt", "slurm2205_parsable2.txt", "slurm2205_midway_parsable2.txt"]
 )
 def test_same_records_and_counts(name: str) -> None:
+    """The child parses and applies the plausibility rules: the same as both in-process, tallies too."""
     s1, s2 = ParseStats(), ParseStats()
+    t1 = Tally()
     with open(DATA / name, "rb") as fh:
-        serial = list(iter_parsable(fh, tz=UTC, stats=s1, default_cluster="c"))
+        serial = list(checked(iter_parsable(fh, tz=UTC, stats=s1, default_cluster="c"), t1))
     with open(DATA / name, "rb") as fh:
-        forked = list(iter_parsable_forked(fh, tz=UTC, stats=s2, default_cluster="c"))
+        out = iter_parsable_forked(fh, tz=UTC, stats=s2, default_cluster="c")
+        forked = list(out)
     assert forked == serial and len(serial) >= 9
+    assert (out.tally.skipped, out.tally.clamped, out.tally.examples) == (t1.skipped, t1.clamped, t1.examples)
     assert (s2.lines, s2.jobs, s2.steps, s2.skipped, s2.examples, s2.replaced_bytes_lines) == (
         s1.lines,
         s1.jobs,

@@ -206,7 +206,7 @@ def _process_batch(
             J.id, J.cluster_id, J.job_id_raw, J.partition, J.node_list, _ts(J.start_time), J.elapsed_s,
             J.alloc_gpus, J.n_nodes, J.energy_j, J.pue, J.carbon_zone, J.carbon_g_per_kwh, J.co2_g,
             J.carbon_source, J.carbon_flag, _ts(J.updated_at), J.energy_measured_j, J.time_limit_s, J.name,
-            J.is_open,
+            J.is_open, J.slurm_gpu_util, J.slurm_gpu_mem_mb,
         ).where(_among(conn, J.id, pks))
     ).all()  # fmt: skip
     if len(jobs) > len(pks):  # read by range: only the batch's jobs
@@ -285,6 +285,7 @@ def _process_batch(
             and (
                 use.get((j.cluster_id, str(j.job_id_raw)))
                 or ((j.energy_measured_j or 0.0) > 0 and (old.get(j.id) or _UNSAMPLED)[_AT_SAMPLES_S])
+                or j.slurm_gpu_util is not None
             )
         ],
     )
@@ -341,8 +342,20 @@ def _process_batch(
                 e,
                 max(peaks) if peaks else None,
             )
+            source: str | None = "samples"
+        elif j.alloc_gpus and (j.slurm_gpu_util is not None or j.slurm_gpu_mem_mb is not None):
+            gpu_j = sum(r[2] for r in energy_rows.get(j.id, []) if r[0] == "gpu")
+            gpu = slurm_gpu_use(
+                j.slurm_gpu_util, j.slurm_gpu_mem_mb, j.alloc_gpus, t1 - t0, j.energy_j or 0.0, gpu_j,
+                cfg.aggregate.idle_gpu_util_pct,
+            )  # fmt: skip
+            source = "slurm"
+            erows = energy_rows.get(j.id)
+            split_to = _split_rows(erows, 0.0, 0.0, j.alloc_gpus or 0, t1 - t0) if erows else None
+            if split_to is not None:
+                split_updates.append((j.id, split_to))
         else:
-            gpu = _NO_GPU_USE
+            gpu, source = _NO_GPU_USE, None
             erows = energy_rows.get(j.id)
             split_to = _split_rows(erows, 0.0, 0.0, j.alloc_gpus or 0, t1 - t0) if erows else None
             if split_to is not None:  # a split whose samples are gone: the node's row whole again
@@ -355,14 +368,14 @@ def _process_batch(
         shift = (
             sh.state, sh.slack_s, sh.now_g, sh.best_g, sh.best_start, sh.pause_g, *sh.saved(co2),
         )  # fmt: skip
-        values = (embodied, *gpu, detail, *shift, d0, d1)
+        values = (embodied, *gpu, source, detail, *shift, d0, d1)
         prev = old.get(j.id)
         same = _same_metrics(prev, values, j.updated_at)
         if not same:
             metrics.append(
                 {
                     "job_pk": j.id,
-                    **dict(zip(_METRIC_VALUES[:7], values[:7], strict=True)),
+                    **dict(zip(_METRIC_VALUES[:8], values[:8], strict=True)),
                     "carbon_detail": choice.detail,
                     **dict(zip(_SHIFT_VALUES, shift, strict=True)),
                     "shift_best_start": None
@@ -402,10 +415,11 @@ def _process_batch(
 # that is newer than the job's last change is left as it is (a full recompute then writes nothing).
 _METRIC_VALUES = (
     "co2_embodied_g", "gpu_util_pct", "gpu_samples_s", "idle_gpu_s", "idle_gpu_energy_j", "gpu_samples_j",
-    "gpu_mem_peak_mb", "carbon_detail", "shift_state", "shift_slack_s", "shift_now_g", "shift_best_g",
-    "shift_best_start", "shift_pause_g", "shift_saved_g", "shift_pause_saved_g", "rolled_from", "rolled_to",
+    "gpu_mem_peak_mb", "gpu_util_source", "carbon_detail", "shift_state", "shift_slack_s", "shift_now_g",
+    "shift_best_g", "shift_best_start", "shift_pause_g", "shift_saved_g", "shift_pause_saved_g",
+    "rolled_from", "rolled_to",
 )  # fmt: skip
-_SHIFT_VALUES = _METRIC_VALUES[8:-2]
+_SHIFT_VALUES = _METRIC_VALUES[9:-2]
 _N_PLAIN = len(_METRIC_VALUES) - 2  # compared as they are (the detail as JSON text); then the days
 _AT_SAMPLES_S = 1 + _METRIC_VALUES.index("gpu_samples_s")  # in a row read as _METRIC_READ
 _UNSAMPLED = (None,) * (2 + len(_METRIC_VALUES))
@@ -415,6 +429,34 @@ _JOB_UPDATE = (
 
 
 _NO_GPU_USE: tuple[float | None, float, float, float, float, float | None] = (None, 0.0, 0.0, 0.0, 0.0, None)
+
+
+def slurm_gpu_use(
+    util_sum: float | None,
+    mem_mb: float | None,
+    gpus: int,
+    elapsed_s: float,
+    energy_j: float,
+    gpu_j: float,
+    idle_pct: float,
+) -> tuple[float | None, float, float, float, float, float | None]:
+    """A job's GPU use (as the samples' tuple) from Slurm's gres/gpuutil and gres/gpumem, for a job that
+    no collector sampled: its mean utilisation per GPU over the whole run, and all of its GPU time and
+    GPU energy idle when that mean is under the idle threshold (the mean is all Slurm keeps: a job whose
+    GPUs idled part of the time and worked the rest is not counted as idle)."""
+    gpu_s = gpus * max(elapsed_s, 0.0)
+    util = None if util_sum is None else min(util_sum / gpus, 100.0)
+    idle = util is not None and util < idle_pct and gpu_s > 0
+    return (
+        util,
+        gpu_s if util is not None else 0.0,
+        gpu_s if idle else 0.0,
+        clamp_idle(gpu_j, energy_j, gpu_j) if idle else 0.0,
+        gpu_j if util is not None else 0.0,
+        mem_mb,
+    )
+
+
 _SPLIT_SOURCES = (SOURCE_SAMPLES, SOURCE_NODE)
 
 

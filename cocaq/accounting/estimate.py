@@ -24,10 +24,16 @@ SOURCE_CALIBRATED = (
 SOURCE_SAMPLES = (
     "nvml-samples"  # the GPUs' share the aggregator takes out of SOURCE_SLURM (cocaq.accounting.ledger)
 )
+# ConsumedEnergy under acct_gather_energy/gpu ([slurm] consumed_energy = "gpus"): the job's GPUs, measured
+SOURCE_SLURM_GPU = "slurm-gpu-energy"
+# GPUs that nothing measured, from Slurm's gres/gpuutil (the power at that use: calibrated, else rated)
+SOURCE_SLURM_UTIL = "slurm-gpuutil-estimate"
 # Rows an import writes or derives from what it wrote, and so may replace; rows from the node-side hooks
 # are never touched by it. A re-imported node measurement drops its old GPU split with it (else the old
 # split and the new total would add up to more than the job used); the aggregator splits it again.
-IMPORT_SOURCES = (SOURCE_TDP, SOURCE_CALIBRATED, SOURCE_SLURM, SOURCE_SAMPLES)
+IMPORT_SOURCES = (
+    SOURCE_TDP, SOURCE_CALIBRATED, SOURCE_SLURM, SOURCE_SAMPLES, SOURCE_SLURM_GPU, SOURCE_SLURM_UTIL,
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +64,14 @@ class JobFootprint:
     energy_est_high_j: float | None = None
 
 
+_NO_GPU_MODEL = Hardware().gpu_model
+
+
+def has_gpus(hw: Hardware) -> bool:
+    """Whether a profile's nodes have GPUs: it names their model and gives them a rated power."""
+    return hw.gpu_tdp_w > 0 and hw.gpu_model != _NO_GPU_MODEL
+
+
 def job_nodes(rec: JobRecord) -> list[str]:
     try:
         return expand_hostlist(rec.node_list or "")
@@ -68,7 +82,16 @@ def job_nodes(rec: JobRecord) -> list[str]:
 _MEASURED_BASIS = "Slurm ConsumedEnergyRaw (node energy measured by acct_gather_energy)"
 BASIS_TDP_TEXT = "estimated from TDP"
 BASIS_CALIBRATED = "estimated: GPUs from the site's measured jobs, CPU and memory from TDP"
-ESTIMATED_BASES = (BASIS_TDP_TEXT, BASIS_CALIBRATED)
+BASIS_SLURM_UTIL = "estimated: GPUs from Slurm's gres/gpuutil, CPU and memory from TDP"
+BASIS_SLURM_GPU = (
+    "GPUs measured by Slurm (ConsumedEnergy, acct_gather_energy/gpu); CPU and memory estimated from TDP"
+)
+ESTIMATED_BASES = (BASIS_TDP_TEXT, BASIS_CALIBRATED, BASIS_SLURM_UTIL, BASIS_SLURM_GPU)
+# The GPU basis of an estimate from Slurm's gres/gpuutil at rated power (assumptions["gpu_basis"])
+GPU_BASIS_SLURM_RATED = "slurm-gpuutil-rated"
+CPU_BASIS_TOTALCPU = "TotalCPU"
+CPU_BASIS_ALLOCATED = "allocated cores x elapsed"
+CPU_BASIS_UNRECORDED = "allocated cores x elapsed (CPU time not recorded by Slurm)"
 
 # What Estimator works out, as a plain tuple (the importer's fast path skips the dataclasses):
 # (energies as (node, component, method, source, energy_j) tuples, energy_j, energy_measured_j,
@@ -99,10 +122,10 @@ def tdp_components(
         core_s = total_cpu_s
         if alloc_cpus:
             core_s = min(core_s, alloc_cpus * elapsed)  # TotalCPU cannot exceed the allocation
-        basis = "TotalCPU"
+        basis = CPU_BASIS_TOTALCPU
     else:
         core_s = alloc_cpus * elapsed
-        basis = "allocated cores x elapsed"
+        basis = CPU_BASIS_UNRECORDED if est.cpu_usage == "totalcpu" else CPU_BASIS_ALLOCATED
     mem_gb = (req_mem_mb or 0.0) / 1024.0
     return (
         core_s * hw.cpu_tdp_w_per_core,
@@ -122,12 +145,21 @@ def _values(
     site: _Site,
     gpu: GpuPower | None = None,
     gpu_said: dict[str, Any] | None = None,
+    gpu_energy: bool = False,
 ) -> FootprintValues:
-    """The estimate and CO2 arithmetic, on a profile, site and calibrated GPU power already looked up."""
+    """The estimate and CO2 arithmetic, on a profile, site and calibrated GPU power already looked up.
+
+    The ledger's order where no node hook measured the job: Slurm's ConsumedEnergy (the node's, or with
+    `gpu_energy` the GPUs' alone), then its GPUs at the power of their Slurm gres/gpuutil (`gpu` with a
+    SOURCE_SLURM_UTIL basis), then the calibrated or rated power; CPU and memory from TDP.
+    """
     elapsed = max(rec.elapsed_s, 0.0)
     rows: list[tuple[str, str, str, str, float]]
     low = high = None
-    if rec.consumed_energy_j and rec.consumed_energy_j > 0:
+    # acct_gather_energy/gpu measures the GPUs a job's cgroup holds: none for a job without GPUs (and, on
+    # a node without ConstrainDevices, all of the node's: others' GPUs, never this job's energy)
+    measured_gpus = gpu_energy and rec.alloc_gpus > 0
+    if rec.consumed_energy_j and rec.consumed_energy_j > 0 and not gpu_energy:
         rows = [("", "node", "measured", SOURCE_SLURM, rec.consumed_energy_j)]
         assumptions: dict[str, Any] = {"profile": profile, "basis": _MEASURED_BASIS}
     else:
@@ -136,21 +168,27 @@ def _values(
         )
         rows = []
         gpu_source = SOURCE_TDP
-        if gpu is not None and rec.alloc_gpus > 0 and gpu.basis != BASIS_TDP:
+        gpu_method = "estimated"
+        if measured_gpus and rec.consumed_energy_j and rec.consumed_energy_j > 0:
+            gpu_j, gpu_source, gpu_method = rec.consumed_energy_j, SOURCE_SLURM_GPU, "measured"
+        elif gpu is not None and rec.alloc_gpus > 0 and gpu.basis != BASIS_TDP:
             gpu_s = rec.alloc_gpus * elapsed
-            gpu_j, gpu_source = gpu_s * gpu.w, SOURCE_CALIBRATED
-            rest = cpu_j + mem_j
-            low, high = rest + gpu_s * gpu.w_low, rest + gpu_s * gpu.w_high
+            gpu_j = gpu_s * gpu.w
+            from_slurm = gpu_said is not None and "gpu_util_slurm_pct" in gpu_said
+            gpu_source = SOURCE_SLURM_UTIL if from_slurm else SOURCE_CALIBRATED
+            if gpu.basis != GPU_BASIS_SLURM_RATED:  # a calibrated cell: its range
+                rest = cpu_j + mem_j
+                low, high = rest + gpu_s * gpu.w_low, rest + gpu_s * gpu.w_high
         if cpu_j > 0 or not (gpu_j or mem_j):
             rows.append(("", "cpu", "estimated", SOURCE_TDP, cpu_j))
         if gpu_j > 0:
-            rows.append(("", "gpu", "estimated", gpu_source, gpu_j))
+            rows.append(("", "gpu", gpu_method, gpu_source, gpu_j))
         if mem_j > 0:
             rows.append(("", "dram", "estimated", SOURCE_TDP, mem_j))
         # The same keys in the same order as before: the stored JSON text does not change.
         assumptions = {
             "profile": profile,
-            "basis": BASIS_CALIBRATED if gpu_source == SOURCE_CALIBRATED else BASIS_TDP_TEXT,
+            "basis": _BASIS_OF.get(gpu_source, BASIS_TDP_TEXT),
             "cpu_basis": basis,
             "cpu_core_seconds": round(core_s, 3),
             "cpu_model": hw.cpu_model,
@@ -161,7 +199,7 @@ def _values(
             "mem_gb": round(mem_gb, 3),
             "mem_w_per_gb": est.mem_w_per_gb,
         }
-        if gpu is not None and rec.alloc_gpus > 0:
+        if gpu is not None and rec.alloc_gpus > 0 and gpu_source != SOURCE_SLURM_GPU:
             assumptions.update(gpu.assumptions() if gpu_said is None else gpu_said)
     energy = sum([r[4] for r in rows])
     measured = sum([r[4] for r in rows if r[2] == "measured"])
@@ -182,6 +220,13 @@ def _values(
         low,
         high,
     )
+
+
+_BASIS_OF = {
+    SOURCE_CALIBRATED: BASIS_CALIBRATED,
+    SOURCE_SLURM_UTIL: BASIS_SLURM_UTIL,
+    SOURCE_SLURM_GPU: BASIS_SLURM_GPU,
+}
 
 
 def footprint_from_values(v: FootprintValues) -> JobFootprint:
@@ -219,6 +264,10 @@ class Estimator:
             self._hw[key] = hit
         return hit
 
+    def gpu_hardware(self, rec: JobRecord) -> bool:
+        """Whether the job ran on a profile with GPUs (a GPU model named and a power above 0)."""
+        return has_gpus(self._profile(rec)[0])
+
     def gpu_power(self, rec: JobRecord, hw: Hardware, profile: str) -> tuple[GpuPower, dict[str, Any]]:
         """What the estimate of the job's GPUs rests on (the learnt table, else TDP x utilisation), and
         its assumptions (made once per profile, partition and gres type)."""
@@ -232,12 +281,32 @@ class Estimator:
             self._gpu[key] = hit
         return hit
 
+    def slurm_gpu_power(self, rec: JobRecord, hw: Hardware, profile: str) -> tuple[GpuPower, dict[str, Any]]:
+        """The power of the job's GPUs at the use Slurm's gres/gpuutil recorded: the calibrated cell of
+        that utilisation bucket where the site has one, else TDP x (idle + (1 - idle) x utilisation)."""
+        util = min(max(rec.slurm_gpu_util or 0.0, 0.0) / rec.alloc_gpus, 100.0)
+        power: GpuPower | None = None
+        if self.calibration is not None:
+            hit = self.calibration.lookup(job_gpu_model(rec.gpu_type, hw), rec.partition, util)
+            if isinstance(hit, GpuPower) and "any utilisation" not in hit.cell:  # that bucket's own cell
+                power = hit
+        if power is None:
+            idle = self._est.gpu_idle_share
+            w = hw.gpu_tdp_w * (idle + (1.0 - idle) * util / 100.0)
+            why = f"rated power at Slurm's gres/gpuutil: {hw.gpu_tdp_w:g} W x ({idle:g} + {1 - idle:g} x use)"
+            power = GpuPower(w, w, w, GPU_BASIS_SLURM_RATED, why)
+        return power, {**power.assumptions(), "gpu_util_slurm_pct": round(util, 1)}
+
     def values(self, rec: JobRecord) -> FootprintValues:
         hw, profile, site = self._profile(rec)
+        gpu_energy = self.cfg.slurm.consumed_energy == "gpus"
         if rec.alloc_gpus > 0:
-            gpu, said = self.gpu_power(rec, hw, profile)
-            return _values(rec, self._est, hw, profile, site, gpu, said)
-        return _values(rec, self._est, hw, profile, site)
+            if rec.slurm_gpu_util is not None:
+                gpu, said = self.slurm_gpu_power(rec, hw, profile)
+            else:
+                gpu, said = self.gpu_power(rec, hw, profile)
+            return _values(rec, self._est, hw, profile, site, gpu, said, gpu_energy)
+        return _values(rec, self._est, hw, profile, site, gpu_energy=gpu_energy)
 
     def footprint(self, rec: JobRecord) -> JobFootprint:
         return footprint_from_values(self.values(rec))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, Table, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, Engine, Table, bindparam, delete, insert, or_, select, update
 
 from cocaq.accounting import calibrate
 from cocaq.accounting.estimate import (
@@ -136,7 +136,10 @@ def _clean_rss(rec: JobRecord) -> None:
         rec.rss_tasks_per_node = None
 
 
-def job_row(rec: JobRecord, fp: JobFootprint, cluster_id: int, source: str) -> dict[str, Any]:
+def job_row(
+    rec: JobRecord, fp: JobFootprint, cluster_id: int, source: str, gpus_unknown: bool = False
+) -> dict[str, Any]:
+    """The `jobs` row of a record; `gpus_unknown` as GpuTres.settle() decided it."""
     if rec.max_rss_mb is not None or rec.rss_tasks_per_node is not None:
         _clean_rss(rec)
     row = {
@@ -160,6 +163,9 @@ def job_row(rec: JobRecord, fp: JobFootprint, cluster_id: int, source: str) -> d
         "req_mem_mb": rec.req_mem_mb,
         "max_rss_mb": rec.max_rss_mb,
         "rss_tasks_per_node": rec.rss_tasks_per_node,
+        "slurm_gpu_util": rec.slurm_gpu_util,
+        "slurm_gpu_mem_mb": rec.slurm_gpu_mem_mb,
+        "gpus_unknown": gpus_unknown,
         "submit_time": rec.submit_time,
         "start_time": rec.start_time,
         "end_time": rec.end_time,
@@ -191,6 +197,57 @@ def job_row(rec: JobRecord, fp: JobFootprint, cluster_id: int, source: str) -> d
         "record_hash": _hash(rec, fp),
     }
     return row
+
+
+# Whether a job's GPU count is unknown (jobs.gpus_unknown), before its cluster's accounting is known:
+UNKNOWN_NO = 0  # it has GPUs in its TRES, or ran on no GPU partition
+UNKNOWN_IF_UNTRACKED = 1  # none in its TRES on a GPU partition: unknown while the cluster records no GPUs
+UNKNOWN_YES = 2  # none in its TRES, yet Slurm's gres/gpuutil says it used GPUs
+
+
+def gpus_unknown_code(rec: JobRecord, gpu_hardware: bool) -> int:
+    if rec.alloc_gpus:
+        return UNKNOWN_NO
+    if rec.slurm_gpu_util:
+        return UNKNOWN_YES
+    return UNKNOWN_IF_UNTRACKED if gpu_hardware else UNKNOWN_NO
+
+
+class GpuTres:
+    """Per cluster, whether its accounting ever recorded a GPU in a job's TRES (clusters.gpu_tres).
+
+    A site without `AccountingStorageTRES=gres/gpu` has no GPU in any job's TRES: a job on a GPU partition
+    then held an unknown number of GPUs, not none. The first job with a GPU in its TRES settles it for the
+    cluster, and clears the flag on the jobs imported before it.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[int, bool] = {}
+
+    def note(self, conn: Connection, cid: int, has_gpus: bool) -> bool:
+        """Whether the cluster records GPUs, after a batch in which it had a job with GPUs or not."""
+        seen = self._seen.get(cid)
+        if seen is None:
+            seen = bool(conn.execute(select(Cluster.gpu_tres).where(Cluster.id == cid)).scalar())
+        if has_gpus and not seen:
+            conn.execute(update(Cluster).where(Cluster.id == cid).values(gpu_tres=True))
+            jobs = Job.__table__.c
+            conn.execute(
+                update(Job)
+                .where(
+                    jobs.cluster_id == cid,
+                    jobs.gpus_unknown,
+                    or_(jobs.slurm_gpu_util.is_(None), jobs.slurm_gpu_util <= 0),
+                )
+                .values(gpus_unknown=False)
+            )
+            seen = True
+        self._seen[cid] = seen
+        return seen
+
+    @staticmethod
+    def settle(code: int, tracked: bool) -> bool:
+        return code == UNKNOWN_YES or (code == UNKNOWN_IF_UNTRACKED and not tracked)
 
 
 class ClusterIds:
@@ -300,14 +357,21 @@ def _import_generic(
     summary = ImportSummary()
     clusters = ClusterIds()
     est = Estimator(cfg, calibrate.load_engine(engine, cfg))
+    tres = GpuTres()
     for batch in _batches(records, batch_size):
         with engine.begin() as conn:
             rows: dict[tuple[int, str, datetime], tuple[dict[str, Any], JobFootprint]] = {}
+            with_gpus: dict[int, bool] = {}
+            for rec in batch:
+                cid = clusters.get(conn, rec.cluster or cfg.cluster.name)
+                with_gpus[cid] = with_gpus.get(cid, False) or rec.alloc_gpus > 0
+            tracked = {cid: tres.note(conn, cid, has) for cid, has in with_gpus.items()}
             for rec in batch:
                 fp = est.footprint(rec)
                 _note_profile(summary, cfg, rec, fp.hw_profile, fp.carbon_flag, fp.carbon_zone)
                 cid = clusters.get(conn, rec.cluster or cfg.cluster.name)
-                row = job_row(rec, fp, cid, source)
+                unknown = GpuTres.settle(gpus_unknown_code(rec, est.gpu_hardware(rec)), tracked[cid])
+                row = job_row(rec, fp, cid, source, unknown)
                 key = (cid, rec.job_id, rec.submit_time)
                 prev = rows.get(key)
                 if prev is not None and not prev[0]["is_open"] and row["is_open"]:
@@ -408,7 +472,8 @@ _PG_TEMP = "_cocaq_import_jobs"
 _PG_COLS = (
     "cluster_id", "job_id", "job_id_raw", "array_job_id", "array_task_id", "het_job_id", "het_job_offset",
     "user_name", "uid", "account", "partition", "qos", "node_list", "n_nodes", "alloc_cpus", "alloc_gpus",
-    "gpu_type", "req_mem_mb", "max_rss_mb", "rss_tasks_per_node", "submit_time", "start_time", "end_time",
+    "gpu_type", "req_mem_mb", "max_rss_mb", "rss_tasks_per_node", "slurm_gpu_util", "slurm_gpu_mem_mb",
+    "gpus_unknown", "submit_time", "start_time", "end_time",
     "elapsed_s", "time_limit_s", "state", "state_detail", "is_open", "exit_code", "exit_signal", "name",
     "comment", "total_cpu_s", "consumed_energy_j", "energy_j", "energy_measured_j", "pue", "carbon_zone",
     "carbon_g_per_kwh", "carbon_source", "carbon_year", "carbon_flag", "co2_g", "hw_profile", "assumptions",
@@ -418,8 +483,11 @@ _PG_COLS = (
 _PG_FAST = sorted(_PG_COLS) == sorted(JOB_COLUMNS)
 
 
-def _pg_row(rec: JobRecord, v: FootprintValues, source: str, dumps: Callable[[Any], str]) -> list[Any]:
-    """job_row(rec, footprint, cluster_id, source)'s values in _PG_COLS order, assumptions as JSON text."""
+def _pg_row(
+    rec: JobRecord, v: FootprintValues, source: str, dumps: Callable[[Any], str], unknown: int
+) -> list[Any]:
+    """job_row(rec, footprint, cluster_id, source)'s values in _PG_COLS order, assumptions as JSON text;
+    gpus_unknown holds gpus_unknown_code() until the writer knows the cluster (GpuTres.settle)."""
     if rec.max_rss_mb is not None or rec.rss_tasks_per_node is not None:
         _clean_rss(rec)
     return [
@@ -443,6 +511,9 @@ def _pg_row(rec: JobRecord, v: FootprintValues, source: str, dumps: Callable[[An
         rec.req_mem_mb,
         rec.max_rss_mb,
         rec.rss_tasks_per_node,
+        rec.slurm_gpu_util,
+        rec.slurm_gpu_mem_mb,
+        unknown,
         rec.submit_time,
         rec.start_time,
         rec.end_time,
@@ -475,11 +546,14 @@ def _pg_row(rec: JobRecord, v: FootprintValues, source: str, dumps: Callable[[An
     ]
 
 
-def _slow_row(rec: JobRecord, v: FootprintValues, source: str, dumps: Callable[[Any], str]) -> list[Any]:
+def _slow_row(
+    rec: JobRecord, v: FootprintValues, source: str, dumps: Callable[[Any], str], unknown: int
+) -> list[Any]:
     """The same through job_row(), in JOB_COLUMNS order: for a schema the fast row does not know."""
     fp = footprint_from_values(v)
     row = job_row(rec, fp, 0, source)
     row["assumptions"] = dumps(row["assumptions"])
+    row["gpus_unknown"] = unknown  # settled by the writer, as _pg_row's
     return [row[c] for c in JOB_COLUMNS]
 
 
@@ -504,6 +578,7 @@ def _import_pg(
     summary = ImportSummary()
     est = Estimator(cfg, calibrate.load_engine(engine, cfg))
     values = est.values
+    gpu_hardware = est.gpu_hardware
     dumps = est.assumptions_json
     default_cluster = cfg.cluster.name
     cols = _PG_COLS if _PG_FAST else tuple(JOB_COLUMNS)
@@ -537,7 +612,8 @@ def _import_pg(
                 prev = rows.get(key)
                 if prev is not None and not prev[1] and rec.is_open:
                     continue  # an open record never replaces a finished one
-                rows[key] = (make_row(rec, v, source, dumps), rec.is_open, v[0])
+                unknown = gpus_unknown_code(rec, gpu_hardware(rec))
+                rows[key] = (make_row(rec, v, source, dumps, unknown), rec.is_open, v[0])
             if in_flight is not None:
                 collect()
             in_flight = (pool.submit(writer.write, rows), len(batch))
@@ -606,7 +682,10 @@ class _PgWriter:
         self.engine = engine
         self.cols = cols
         self.cid_at = cols.index("cluster_id")
+        self.gpus_at = cols.index("alloc_gpus")
+        self.unknown_at = cols.index("gpus_unknown")
         self.clusters = ClusterIds()
+        self.tres = GpuTres()
         self.types: dict[str, list[str] | None] = {}
 
     def _types(self, cur: Any, table: str, cols: Iterable[str]) -> list[str] | None:
@@ -627,9 +706,16 @@ class _PgWriter:
         """(inserted, updated, unchanged) for one batch, in one transaction."""
         with self.engine.begin() as conn:
             cids: dict[str, int] = {}
-            for name, _, _ in rows:
+            with_gpus: dict[str, bool] = {}
+            gpus_at, unknown_at = self.gpus_at, self.unknown_at
+            for (name, _, _), (row, _, _) in rows.items():
                 if name not in cids:
                     cids[name] = self.clusters.get(conn, name)
+                with_gpus[name] = with_gpus.get(name, False) or bool(row[gpus_at])
+            tracked = {name: self.tres.note(conn, cids[name], has) for name, has in with_gpus.items()}
+            settle = GpuTres.settle
+            for (name, _, _), (row, _, _) in rows.items():
+                row[unknown_at] = settle(row[unknown_at], tracked[name])
             return self._write(conn, rows, cids)
 
     def _write(self, conn: Connection, rows: _PgBatch, cids: dict[str, int]) -> tuple[int, int, int]:

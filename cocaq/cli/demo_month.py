@@ -480,6 +480,8 @@ def sacct_lines(jobs: list[DemoJob]) -> list[str]:
             "Timelimit": format_slurm_duration(j.limit_min * 60),
             "MaxRSS": "",  # sacct leaves both empty on the job line
             "NTasks": "",
+            "TRESUsageInAve": "",  # the demo's site records no GPU use in Slurm (its collector does)
+            "TRESUsageInMax": "",
         }
         out.append("|".join(row[f] for f in fields))
         if j.running:

@@ -21,6 +21,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     func,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -52,6 +53,9 @@ class Cluster(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
     created_at: Mapped[datetime] = mapped_column(server_default=func.current_timestamp())
+    # Whether the cluster's accounting ever recorded a GPU in a job's TRES (AccountingStorageTRES with
+    # gres/gpu): until it has, a job on a GPU partition with no GPU in its TRES has an unknown GPU count
+    gpu_tres: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class Node(Base):
@@ -107,6 +111,13 @@ class Job(Base):
     # (their product bounds the memory the job used on a node)
     max_rss_mb: Mapped[float | None] = mapped_column(Float)
     rss_tasks_per_node: Mapped[int | None]
+    # Slurm's own GPU signals (cocaq.slurm.record.JobRecord): gres/gpuutil over the run, summed over the
+    # job's GPUs (% of one GPU), and the most GPU memory one task held (MB)
+    slurm_gpu_util: Mapped[float | None] = mapped_column(Float)
+    slurm_gpu_mem_mb: Mapped[float | None] = mapped_column(Float)
+    # No GPU in the job's TRES on a GPU partition of a cluster whose accounting records none (or it used
+    # GPUs by Slurm's gres/gpuutil): how many GPUs it held is not known, and they are not in its energy
+    gpus_unknown: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     submit_time: Mapped[datetime]
     start_time: Mapped[datetime | None]
     end_time: Mapped[datetime | None]
@@ -325,6 +336,9 @@ class JobMetrics(Base):
     # job's GPU energy component is 0 where it was measured for the whole node)
     gpu_samples_j: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_mem_peak_mb: Mapped[float | None] = mapped_column(Float)  # the most memory one of its GPUs held
+    # where gpu_util_pct and the idle figures come from: "samples" (the collector's), "slurm" (Slurm's
+    # gres/gpuutil and gres/gpumem, for a job that no collector sampled); None: no GPU figures
+    gpu_util_source: Mapped[str | None] = mapped_column(String(16))
     carbon_detail: Mapped[dict[str, Any] | None]  # how the intensity was chosen: series coverage, fallbacks
     # When to run (cocaq.accounting.shifting): the job started at its best hour within its slack, and
     # run in the cheapest hours of its window (pausing), against when it ran, over the zone's hourly

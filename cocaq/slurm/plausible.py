@@ -20,9 +20,17 @@ summary shows:
 * Times: submit, start and end between EARLIEST and a day after now (else the record is skipped); a job
   cannot end before it started (skipped); the elapsed time is at most end - start, or now - start for a
   running job (else clamped to it), never negative.
+* Times that contradict each other: a submit time after the start is set to the start (a job cannot start
+  before it is submitted); a finished job whose start lies more than SUSPEND_MAX before its end minus its
+  elapsed time has its start set to end - elapsed (Slurm's Elapsed leaves out only suspended time, and no
+  job is suspended for a month: the start is the wrong one, and would put its energy in the wrong month);
+  with no elapsed time at all it is skipped (when it ran cannot be told).
 * Energy: Slurm's ConsumedEnergy at most nodes x elapsed x `[estimate] max_node_power_w` (else dropped:
   the job is then estimated, as one without a measurement); CPU time at most the allocated cores x the
-  elapsed time, with a margin (else dropped); memory figures finite and non-negative.
+  elapsed time, with a margin (else dropped); a TotalCPU of exactly 0 on a job that ran CPU_UNKNOWN_AFTER_S
+  or longer is "not gathered" (no jobacct_gather, steps not accounted), never "no CPU used": dropped, so
+  that the job is estimated from its allocated cores and gets no CPU-efficiency advice; memory figures
+  finite and non-negative; Slurm's GPU use (gres/gpuutil, gres/gpumem) finite, non-negative and bounded.
 
 Stdlib only, and cheap: it runs for each of a million records of an import.
 """
@@ -45,6 +53,14 @@ EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 FUTURE = timedelta(days=1)
 DEFAULT_MAX_NODE_POWER_W = 20_000.0  # a GPU node at full load draws 10-15 kW; a margin for what comes
 CPU_MARGIN = 1.05  # TotalCPU a little over cores x elapsed is accounting noise; far over is not
+# A job that ran this long used some CPU time; Slurm's 00:00:00 then means it gathered none (GA4HPC and
+# seff read it so too). Shorter jobs (a `sleep`, a failed start) can truly show next to nothing.
+CPU_UNKNOWN_AFTER_S = 300.0
+# Longer than any suspension: a start this far before end - elapsed is a wrong start.
+SUSPEND_MAX = timedelta(days=30)
+GPU_UTIL_MAX = 100.0 * 1024  # gres/gpuutil summed over a job's GPUs, % of one GPU
+GPU_MEM_MAX_MB = 1024.0**3
+TOTALCPU_UNKNOWN = "TotalCPU 00:00:00 over 5 minutes: not gathered by Slurm (estimated from allocated cores)"
 
 # Identity fields: the column width (cocaq.db.schema.Job, Cluster); never cut.
 IDENTITY = (
@@ -170,6 +186,19 @@ def check(rec: JobRecord, now: datetime, max_node_power_w: float = DEFAULT_MAX_N
     if not _finite(el) or el < 0:
         rec.elapsed_s = el = 0.0
         p.clamped.append("elapsed time negative or not a number: 0")
+    if rec.start_time is not None and rec.submit_time > rec.start_time:
+        rec.submit_time = rec.start_time
+        p.clamped.append("submitted after it started: submit time set to the start")
+    if rec.start_time is not None and rec.end_time is not None:
+        gap = (rec.end_time - rec.start_time).total_seconds() - el
+        if gap > SUSPEND_MAX.total_seconds():
+            if el <= 0:
+                p.skip = "start and end over 30 days apart with no elapsed time: when it ran is unknown"
+                return p
+            rec.start_time = rec.end_time - timedelta(seconds=el)
+            if rec.submit_time > rec.start_time:
+                rec.submit_time = rec.start_time
+            p.clamped.append("start over 30 days before end - elapsed: start set to end - elapsed")
     if rec.start_time is not None:
         stop = rec.end_time if rec.end_time is not None else (now if rec.is_open else None)
         if stop is not None:
@@ -200,6 +229,14 @@ def check(rec: JobRecord, now: datetime, max_node_power_w: float = DEFAULT_MAX_N
         elif rec.alloc_cpus and cpu > rec.alloc_cpus * el * CPU_MARGIN + 60.0:
             rec.total_cpu_s = None
             p.clamped.append("TotalCPU over the allocated cores x elapsed: dropped")
+        elif cpu == 0 and el >= CPU_UNKNOWN_AFTER_S:
+            rec.total_cpu_s = None
+            p.clamped.append(TOTALCPU_UNKNOWN)
+    for name, hi in (("slurm_gpu_util", GPU_UTIL_MAX), ("slurm_gpu_mem_mb", GPU_MEM_MAX_MB)):
+        v = getattr(rec, name)
+        if v is not None and not (_finite(v) and 0 <= v <= hi):
+            setattr(rec, name, None)
+            p.clamped.append(f"{name} negative, not a number or over {hi:g}: dropped")
     for name in ("req_mem_mb", "max_rss_mb"):
         v = getattr(rec, name)
         if v is not None and not (_finite(v) and v >= 0):

@@ -81,3 +81,8 @@ class JobRecord:
     # node; their product bounds what the job held on one node (names = the `jobs` columns: recompute)
     max_rss_mb: float | None = None
     rss_tasks_per_node: int | None = None
+    # Slurm's own GPU signals (gres/gpuutil, gres/gpumem in the steps' TRESUsageIn*, with a gpu plugin and
+    # AccountingStorageTRES naming them): GPU use over the run, summed over the job's GPUs (% of one GPU:
+    # 150 = one and a half GPUs busy), and the most GPU memory one task held (MB, summed over its GPUs)
+    slurm_gpu_util: float | None = None
+    slurm_gpu_mem_mb: float | None = None

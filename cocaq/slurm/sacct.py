@@ -23,7 +23,7 @@ from cocaq.timeparse import parse_slurm_duration
 SACCT_FIELDS = (
     "JobID,JobIDRaw,JobName,User,UID,Account,Partition,QOS,NodeList,NNodes,AllocCPUS,AllocTRES,ReqTRES,"
     "ReqMem,Submit,Start,End,Elapsed,ElapsedRaw,State,ExitCode,TotalCPU,Comment,ConsumedEnergyRaw,Cluster,"
-    "Timelimit,MaxRSS,NTasks"
+    "Timelimit,MaxRSS,NTasks,TRESUsageInAve,TRESUsageInMax"
 )
 
 _JOBID = re.compile(
@@ -42,6 +42,11 @@ _RSS_UNIT_MB = {
 _RSS_MAX_MB = 1024.0**3
 # How many jobs stay open for steps that arrive after them (sacct prints steps right after their job).
 _FOLD_WINDOW = 4096
+# Slurm's gpu plugins put a task's use of its GPUs in TRESUsageIn*: `gres/gpuutil` (the task's SM use
+# summed over the GPUs it touched, % of one GPU) and `gres/gpumem` (bytes, summed likewise; sacct prints a
+# K/M/G suffix unless --noconvert). A value beyond these is Slurm's "infinite"/unset, not a reading.
+_GPUUTIL_MAX = 100.0 * 1024  # % of one GPU: 1024 fully busy GPUs in one task
+_GPUMEM_MAX_MB = 1024.0**3
 
 
 @dataclass
@@ -172,6 +177,24 @@ def _int(text: str) -> int | None:
     return int(t) if t else None
 
 
+def gpu_usage(tres_ave: str, tres_max: str) -> tuple[float | None, float | None]:
+    """(gres/gpuutil of TRESUsageInAve in %, gres/gpumem of TRESUsageInMax in MB) of a step, None where
+    Slurm gathered none (no such TRES, or its unset value); never raises: a bad value costs only itself."""
+    util = mem = None
+    if "gres/gpuutil" in tres_ave:
+        v = parse_tres(tres_ave).get("gres/gpuutil", "")
+        try:
+            x = float(v)
+        except ValueError:
+            x = -1.0
+        util = x if 0.0 <= x <= _GPUUTIL_MAX else None
+    if "gres/gpumem" in tres_max:
+        v = parse_tres(tres_max).get("gres/gpumem", "")
+        mb = _rss_mb(v)  # the same spelling as MaxRSS: bytes, or a K/M/G/T suffix
+        mem = mb if mb is not None and mb <= _GPUMEM_MAX_MB else (0.0 if v.strip() == "0" else None)
+    return util, mem
+
+
 def _state(text: str) -> tuple[str, str | None]:
     """`CANCELLED by 12345` -> ('CANCELLED', 'CANCELLED by 12345')."""
     t = text.strip()
@@ -189,6 +212,20 @@ class _StepAgg:
     any_cpu: bool = False
     rss_max_mb: float = 0.0  # the largest MaxRSS of the steps, and that step's tasks per node
     rss_tasks_per_node: int = 1
+    n_steps: int = 0
+    gpu_util_s: float | None = None  # sum over steps of gres/gpuutil x tasks x the step's elapsed seconds
+    gpu_mem_mb: float | None = None  # the largest gres/gpumem of one task in any step
+    own_gpu: tuple[float | None, float | None, float | None, int | None] | None = None  # the job line's
+
+    def add_gpu(
+        self, util: float | None, mem: float | None, ntasks: int | None, elapsed_s: float | None
+    ) -> None:
+        """A step's GPU use: its average per task x its tasks, over its run (steps overlap: .batch and
+        srun steps use different processes, so their uses add up)."""
+        if util is not None:
+            self.gpu_util_s = (self.gpu_util_s or 0.0) + util * (ntasks or 1) * max(elapsed_s or 0.0, 0.0)
+        if mem is not None:
+            self.gpu_mem_mb = max(self.gpu_mem_mb or 0.0, mem)
 
 
 class _Folder:
@@ -216,13 +253,18 @@ class _Folder:
         rss_mb: float | None = None,
         ntasks: str = "",
         nnodes: str = "",
+        gpu: tuple[float | None, float | None, float | None] | None = None,
     ) -> None:
-        """Fold a step in; its task and node counts are parsed only if its MaxRSS is the job's largest."""
+        """Fold a step in; its task and node counts are parsed only if its MaxRSS is the job's largest.
+        `gpu`: the step's (gres/gpuutil %, gres/gpumem MB, elapsed s) where Slurm recorded GPU use."""
         self.stats.steps += 1
         if key not in self.jobs:
             self.stats.skip("step without its job line", where)
             return
         agg = self.jobs[key][1]
+        agg.n_steps += 1
+        if gpu is not None:
+            agg.add_gpu(gpu[0], gpu[1], _count(ntasks), gpu[2])
         if cpu_s is not None:
             agg.total_cpu_s += cpu_s
             agg.any_cpu = True
@@ -236,6 +278,11 @@ class _Folder:
         rec, agg = item
         if (rec.total_cpu_s is None or rec.total_cpu_s == 0) and agg.any_cpu:
             rec.total_cpu_s = agg.total_cpu_s
+        if rec.total_cpu_s == 0 and not agg.n_steps:
+            rec.total_cpu_s = None  # no step was accounted: Slurm gathered no CPU time, not "none used"
+        if agg.own_gpu is not None and agg.gpu_util_s is None and agg.gpu_mem_mb is None:
+            agg.add_gpu(agg.own_gpu[0], agg.own_gpu[1], agg.own_gpu[3], agg.own_gpu[2])
+        finish_gpu(rec, agg.gpu_util_s, agg.gpu_mem_mb)
         if not rec.consumed_energy_j and agg.energy_max_j:
             # Steps overlap in time (.batch and .extern span the job), so their energies are not added:
             # the largest is the best lower bound of the job's node energy.
@@ -249,6 +296,27 @@ class _Folder:
     def flush(self) -> Iterator[JobRecord]:
         while self.jobs:
             yield self._finish(*self.jobs.popitem(last=False))
+
+
+def finish_gpu(rec: JobRecord, gpu_util_s: float | None, gpu_mem_mb: float | None) -> None:
+    """The job's Slurm GPU signals from its steps': gres/gpuutil as a mean over the run (summed over its
+    GPUs, % of one GPU) and the most GPU memory one task held (MB)."""
+    if gpu_util_s is not None and rec.elapsed_s > 0:
+        rec.slurm_gpu_util = gpu_util_s / rec.elapsed_s
+    if gpu_mem_mb is not None:
+        rec.slurm_gpu_mem_mb = gpu_mem_mb
+
+
+def _step_gpu(get: Any) -> tuple[float | None, float | None, float | None] | None:
+    """(gres/gpuutil %, gres/gpumem MB, elapsed s) of a parsable step line, None where it has neither."""
+    ave, top = get("tresusageinave"), get("tresusageinmax")
+    if "gres/gpu" not in ave and "gres/gpu" not in top:
+        return None
+    util, mem = gpu_usage(ave, top)
+    if util is None and mem is None:
+        return None
+    el = _count(get("elapsedraw"))
+    return util, mem, float(el) if el is not None else parse_slurm_duration(get("elapsed"))
 
 
 def _classify_state(
@@ -361,7 +429,11 @@ def iter_parsable(
                     continue
                 i_cpu, i_energy, i_rss = idx.get("totalcpu"), idx.get("consumedenergyraw"), idx.get("maxrss")
                 rss = _rss_mb(parts[i_rss]) if i_rss is not None else None
-                i_tasks, i_nodes = (idx.get("ntasks"), idx.get("nnodes")) if rss else (None, None)
+                i_ave = idx.get("tresusageinave")
+                gpu = None
+                if i_ave is not None and "gres/gpu" in parts[i_ave]:
+                    gpu = _step_gpu(lambda name, parts=parts, idx=idx: _field(parts, idx, name))
+                i_tasks, i_nodes = (idx.get("ntasks"), idx.get("nnodes")) if rss or gpu else (None, None)
                 folder.add_step(
                     m.group("base"),
                     parse_slurm_duration(parts[i_cpu]) if i_cpu is not None else None,
@@ -370,6 +442,7 @@ def iter_parsable(
                     rss,
                     parts[i_tasks] if i_tasks is not None else "",
                     parts[i_nodes] if i_nodes is not None else "",
+                    gpu,
                 )
                 continue
 
@@ -384,6 +457,11 @@ def iter_parsable(
         st.lines += 1
         st.skip("wrong number of fields (the last record is cut short)", carry[2])
     yield from folder.flush()
+
+
+def _field(parts: list[str], idx: dict[str, int], name: str) -> str:
+    i = idx.get(name)
+    return parts[i] if i is not None else ""
 
 
 def _starts_a_record(parts: list[str], idx: dict[str, int]) -> bool:
@@ -422,7 +500,14 @@ def _row_to_job(
     if m.group("step"):
         cpu = parse_slurm_duration(get("totalcpu"))
         folder.add_step(
-            base, cpu, _energy(get("consumedenergyraw")), where, rss, get("ntasks"), get("nnodes")
+            base,
+            cpu,
+            _energy(get("consumedenergyraw")),
+            where,
+            rss,
+            get("ntasks"),
+            get("nnodes"),
+            _step_gpu(get),
         )
         return
     # MaxRSS is a step's; a job line that has one counts as a step of its own
@@ -500,7 +585,10 @@ def _row_to_job(
         max_rss_mb=rss,
         rss_tasks_per_node=tpn,
     )
+    own_gpu = _step_gpu(get)  # a job line's usage (sacct's sum of its steps'): used only without steps'
     yield from folder.add_job(base, rec)
+    if own_gpu is not None:
+        folder.jobs[base][1].own_gpu = (*own_gpu, _count(get("ntasks")))
 
 
 def _run_time(
@@ -639,8 +727,17 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
     any_step_cpu = False
     rss_mb: float | None = None
     rss_tpn: int | None = None
-    for s in j.get("steps") or []:
+    steps = j.get("steps") or []
+    gpu_util_s: float | None = None
+    gpu_mem_mb: float | None = None
+    for s in steps:
         st.steps += 1
+        su = _json_step_gpu(s)
+        if su is not None:
+            if su[0] is not None:
+                gpu_util_s = (gpu_util_s or 0.0) + su[0]
+            if su[1] is not None:
+                gpu_mem_mb = max(gpu_mem_mb or 0.0, su[1])
         e = _step_energy(s)
         if e:
             energy = max(energy or 0.0, e)
@@ -653,13 +750,15 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
             any_step_cpu = True
     if not total_cpu and any_step_cpu:
         total_cpu = step_cpu
+    if total_cpu == 0 and not steps:
+        total_cpu = None  # no step was accounted: Slurm gathered no CPU time, not "none used"
     comment = j.get("comment")
     if isinstance(comment, dict):
         comment = comment.get("job")
     limit = _n(t.get("limit"))
     end = None if is_open else _epoch(t.get("end"))
     elapsed, end = _run_time(_n(t.get("elapsed")), start, end, is_open)
-    return JobRecord(
+    rec = JobRecord(
         job_id=display,
         user_name=user,
         submit_time=_epoch(t.get("submission")) or start,  # type: ignore[arg-type]
@@ -695,6 +794,36 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
         max_rss_mb=rss_mb,
         rss_tasks_per_node=rss_tpn,
     )
+    finish_gpu(rec, gpu_util_s, gpu_mem_mb)
+    return rec
+
+
+def _json_tres_usage(step: dict[str, Any], which: str, name: str) -> str:
+    """`gres/NAME=COUNT` of a JSON step's tres.requested[which] list, as the text form spells it."""
+    tres = step.get("tres")
+    req = tres.get("requested") if isinstance(tres, dict) else None
+    items = req.get(which) if isinstance(req, dict) else None
+    for t in items if isinstance(items, list) else []:
+        if isinstance(t, dict) and t.get("type") == "gres" and t.get("name") == name:
+            x = _safe_n(t.get("count"))
+            if x is not None:
+                return f"gres/{name}={x:.0f}"
+    return ""
+
+
+def _json_step_gpu(step: Any) -> tuple[float | None, float | None] | None:
+    """(gres/gpuutil x tasks x elapsed, gres/gpumem MB) of a JSON step, None where it has neither."""
+    if not isinstance(step, dict):
+        return None
+    util, mem = gpu_usage(
+        _json_tres_usage(step, "average", "gpuutil"), _json_tres_usage(step, "max", "gpumem")
+    )
+    if util is None and mem is None:
+        return None
+    t = step.get("time")
+    el = _safe_n(t.get("elapsed")) if isinstance(t, dict) else None
+    tasks = _json_count(step.get("tasks")) or 1
+    return (util * tasks * max(el or 0.0, 0.0) if util is not None else None), mem
 
 
 def _step_energy(step: dict[str, Any]) -> float | None:
