@@ -133,9 +133,7 @@ def job_footprint(conn: Connection, cfg: Config, job_pk: int) -> JobReport:
         idle_gpu_hours=float(m.idle_gpu_s or 0.0) / 3600 if m is not None else 0.0,
         idle_kwh=idle_j / J_PER_KWH,
         idle_co2_kg=idle_j / J_PER_KWH * float(j.pue or 1.0) * float(j.carbon_g_per_kwh or 0.0) / 1000,
-        cpu_usage=float(j.total_cpu_s) / (int(j.alloc_cpus) * el)
-        if j.total_cpu_s is not None and j.alloc_cpus and el > 0
-        else None,
+        cpu_usage=facts.cpu_usage if facts is not None else None,  # None while it runs, or not recorded
         hw_profile=j.hw_profile,
         final=not reasons,
         final_reasons=tuple(reasons),

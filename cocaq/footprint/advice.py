@@ -23,6 +23,11 @@ sizes its saving on the energy it would change - never on energy it would not:
 * ``cpus``: CPU cores asked for and not used (TotalCPU): fewer cores.
 * ``time-limits``: completed jobs that used a small part of their limit: a shorter `--time`.
 
+The last three read only jobs that have ended (`JobFacts.ended`): Slurm adds a step's TotalCPU and MaxRSS
+when the step ends, so a running job's would size the request on part of the run. A job whose TotalCPU
+Slurm did not record (None) is no evidence either way. GPU samples are measured as the job runs: a
+running job's idle GPUs count, said to be so far.
+
 The last three free resources for others rather than energy (a memory or core that idles draws little
 that cocaq counts), so their saving is what the estimate charged for them, often nothing: they rarely
 clear the e-mails' threshold (`[advice] min_share` of the user's energy and `min_kwh`), but `cocaq job`
@@ -502,6 +507,8 @@ def _fewer_gpus(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
             )
         else:
             detail = f"{j.job_id}: its {n_gpus(j.gpus)} idle {pct(idle)} of the sampled time"
+        if not j.ended:
+            detail += " so far"
         hits.append((j, keep, kwh, kwh * j.kg_per_kwh, detail))
     if not hits:
         return None
@@ -601,7 +608,13 @@ def _memory(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
     hit = []
     for j in jobs:
         used, asked = j.mem_used_per_node_mb, j.mem_req_per_node_mb
-        if used is None or not asked or asked < t.mem_min_req_gb * MB_PER_GB or j.outcome == "oom":
+        if (
+            used is None
+            or not asked
+            or asked < t.mem_min_req_gb * MB_PER_GB
+            or j.outcome == "oom"
+            or not j.ended  # MaxRSS of the steps that ended so far
+        ):
             continue
         if used <= t.mem_max_use * asked:
             hit.append(j)

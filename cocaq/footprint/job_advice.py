@@ -42,6 +42,10 @@ def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> lis
 
     o = j.outcome
     first = j.state.split(" ")[0]
+    # A running job's GPU samples are measured, so its idle notes stay ("so far"); its TotalCPU, MaxRSS
+    # and run time are not final, so no note sizes its cores, memory or time limit (cpu_usage is None).
+    ended = j.ended
+    so_far = "" if ended else " so far"
     if o == "timeout" and not interactive:
         limit = j.time_limit_h or j.elapsed_h
         note(
@@ -89,7 +93,7 @@ def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> lis
                 "notebooks",
                 "End interactive sessions when you stop computing",
                 f"This interactive session held {n_gpus(j.gpus)} that sat idle "
-                f"{pct(idle or 0.0)} of the sampled time ({num(j.idle_gpu_hours)} GPU-hours, "
+                f"{pct(idle or 0.0)} of the sampled time{so_far} ({num(j.idle_gpu_hours)} GPU-hours, "
                 f"{energy(j.idle_kwh)}). End sessions when you stop computing and give them a short limit.",
                 ("#SBATCH --time=02:00:00", f"scancel {j.job_id}" if j.is_open else "scancel JOBID"),
                 j.idle_kwh,
@@ -102,9 +106,8 @@ def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> lis
                 "fewer-gpus",
                 "Ask for the GPUs it uses",
                 f"Its {n_gpus(j.gpus)} sat under {ctx.idle_threshold_pct:g}% utilisation {pct(idle)} "
-                "of the sampled "
-                f"time ({num(j.idle_gpu_hours)} GPU-hours, {energy(j.idle_kwh)}). Check that the code uses "
-                "them all, or ask for fewer.",
+                f"of the sampled time{so_far} ({num(j.idle_gpu_hours)} GPU-hours, {energy(j.idle_kwh)}). "
+                "Check that the code uses them all, or ask for fewer.",
                 (f"#SBATCH --gres=gpu:{keep}",) if keep < j.gpus else (),
                 j.idle_kwh,
                 False,
@@ -123,7 +126,7 @@ def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> lis
                 f"{pct(j.cpu_usage or 0.0)} busy: more cores and data-loader workers would feed them.",
                 (f"#SBATCH --cpus-per-task={per_gpu * 2}", "DataLoader(num_workers=N, pin_memory=True)"),
             )
-    if j.gpus > 0 and j.gpu_mem_peak_mb is not None and j.gpu_mem_gb > 0:
+    if ended and j.gpus > 0 and j.gpu_mem_peak_mb is not None and j.gpu_mem_gb > 0:
         used = j.gpu_mem_peak_mb / MB_PER_GB
         if used < 0.25 * j.gpu_mem_gb:
             note(
@@ -164,7 +167,8 @@ def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> lis
         )
     used_mb, asked_mb = j.mem_used_per_node_mb, j.mem_req_per_node_mb
     if (
-        used_mb is not None
+        ended
+        and used_mb is not None
         and asked_mb
         and o != "oom"
         and asked_mb >= t.mem_min_req_gb * MB_PER_GB
@@ -178,7 +182,8 @@ def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> lis
             (f"#SBATCH --mem={slurm_mem(max(used_mb * 1.25, MB_PER_GB))}",),
         )
     if (
-        first == "COMPLETED"
+        ended
+        and first == "COMPLETED"
         and j.time_limit_h
         and j.time_limit_h >= t.limit_min_limit_h
         and j.elapsed_h <= 0.5 * j.time_limit_h

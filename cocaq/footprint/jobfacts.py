@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from cocaq.accounting.ledger import outcome_of
 from cocaq.accounting.window import overlap_sql, share_sql
 from cocaq.footprint.dbsql import epoch, greatest, labs_bound
+from cocaq.slurm.record import NOT_STARTED_STATES, OPEN_STATES
 from cocaq.units import J_PER_KWH
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ _REDUCED = (
     "bf16", "bfloat16", "fp16", "float16", "half", "mixed", "amp", "fp8", "float8", "int8", "int4", "nf4",
 )  # fmt: skip
 _FULL = ("fp32", "float32", "tf32", "single", "full", "fp64", "float64", "double")
+_NOT_ENDED = OPEN_STATES | NOT_STARTED_STATES
 
 
 @dataclass(slots=True)
@@ -128,9 +130,16 @@ class JobFacts:
         return self.gpus * self.elapsed_h
 
     @property
+    def ended(self) -> bool:
+        """Whether the job has ended. Slurm adds a step's TotalCPU and MaxRSS only when the step ends, so
+        a running job's are partial: nothing that sizes CPUs, memory or time may read them before."""
+        return not self.is_open and self.state.split(" ")[0] not in _NOT_ENDED
+
+    @property
     def cpu_usage(self) -> float | None:
-        """TotalCPU / (allocated CPUs x elapsed): 1 = every allocated core busy all the time."""
-        if self.total_cpu_s is None or not self.cpus or self.elapsed_h <= 0:
+        """TotalCPU / (allocated CPUs x elapsed): 1 = every allocated core busy all the time. None where
+        Slurm recorded no CPU time, or the job has not ended (its TotalCPU is partial)."""
+        if self.total_cpu_s is None or not self.cpus or self.elapsed_h <= 0 or not self.ended:
             return None
         return self.total_cpu_s / (self.cpus * self.elapsed_h * 3600)
 
