@@ -21,7 +21,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cocaq.footprint.totals import Footprint, equivalents
-from cocaq.footprint.words import BASIS_WORDS, COMPONENT_WORDS, INTENSITY_WORDS, source_words
+from cocaq.footprint.words import (
+    BASIS_WORDS,
+    COMPONENT_WORDS,
+    DRAWN_WORDS,
+    INTENSITY_WORDS,
+    cooling_words,
+    source_words,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -63,6 +70,9 @@ SUMMARY_FIELDS = [
     "shift_co2_kg",
     "shift_saved_kg",
     "shift_pause_saved_kg",
+    # the lowest and highest PUE of the window's jobs: what energy_kwh_with_pue multiplied energy_kwh by
+    "pue_min",
+    "pue_max",
 ]
 
 
@@ -268,7 +278,7 @@ def print_footprint(fp: Footprint, console: Console) -> None:
     tab.add_row("GPU-hours", f"{t.gpu_hours:,.1f}")
     tab.add_row("CPU-hours", f"{t.cpu_hours:,.1f}")
     measured = "" if t.measured_energy_fraction is None else f" ({t.measured_energy_fraction:.0%} measured)"
-    tab.add_row("energy", _kwh(t.energy_kwh) + measured)
+    tab.add_row(f"energy {DRAWN_WORDS}", _kwh(t.energy_kwh) + measured)
     for name, v in (
         ("GPUs", t.energy_gpu_kwh),
         ("CPUs", t.energy_cpu_kwh),
@@ -279,7 +289,7 @@ def print_footprint(fp: Footprint, console: Console) -> None:
             tab.add_row(f"  {name}", _kwh(v) + _share(v, t.energy_kwh))
     estimated = estimate_text(t.energy_estimated_kwh, t.energy_estimated_low_kwh, t.energy_estimated_high_kwh)
     tab.add_row("  measured / estimated", f"{_kwh(t.energy_measured_kwh)} measured / {estimated}")
-    tab.add_row("with cooling (PUE)", _kwh(t.energy_kwh_with_pue))
+    tab.add_row(cooling_words(t.pue_min, t.pue_max), _kwh(t.energy_kwh_with_pue))
     tab.add_row("CO2e", _kg(t.co2_kg))
     if t.wasted_energy_kwh > 0:
         tab.add_row("did no work", _kwh(t.wasted_energy_kwh) + _share(t.wasted_energy_kwh, t.energy_kwh))
@@ -322,7 +332,7 @@ def print_footprint(fp: Footprint, console: Console) -> None:
             )
         cols = [("user", 0), ("jobs", 3), ("GPU-h", 2), ("kWh", 0), ("kg CO2e", 1), ("no work", 2),
                 ("GPU use", 3), ("measured", 4)]  # fmt: skip
-        console.print(fit_table(console, "Users", cols, rows, left=("user",)))
+        console.print(fit_table(console, f"Users (kWh {DRAWN_WORDS})", cols, rows, left=("user",)))
     if fp.top_jobs:
         rows = []
         for tj in fp.top_jobs:
@@ -344,11 +354,13 @@ def print_footprint(fp: Footprint, console: Console) -> None:
             ("job", 0), ("name", 5), ("partition", 6), ("state", 4), ("hours", 3), ("GPUs", 2), ("kWh", 0),
             ("kg CO2e", 1), ("in window", 3), ("how", 7),
         ]  # fmt: skip
-        title = "Top jobs by energy (whole jobs; 'in window': the share this window counts)"
+        title = (
+            f"Top jobs by energy (whole jobs, kWh {DRAWN_WORDS}; 'in window': the share this window counts)"
+        )
         if all(tj.share >= 0.9995 for tj in fp.top_jobs):
             cols = cols[:8] + cols[9:]
             rows = [r[:8] + r[9:] for r in rows]
-            title = "Top jobs by energy"
+            title = f"Top jobs by energy (kWh {DRAWN_WORDS})"
         if fp.scope == "account":  # whose job it is, after its id
             cols.insert(1, ("user", 1))
             for r, tj in zip(rows, fp.top_jobs, strict=True):
@@ -463,6 +475,15 @@ def _gb(mb: float | None) -> str:
     return "?" if mb is None else f"{mb / 1024:,.1f} GB"
 
 
+def cpu_time_text(total_cpu_s: float | None, running: bool) -> str:
+    """A job's TotalCPU in words: Slurm adds a step's CPU time when the step ends, so a running job's is
+    the ended steps' only, and a finished job's None is one Slurm did not record (not zero)."""
+    if running:
+        done = "none yet" if total_cpu_s is None else f"{total_cpu_s / 3600:,.2f} h"
+        return f"{done} (Slurm counts a step's CPU time when the step ends)"
+    return "not recorded by Slurm" if total_cpu_s is None else f"{total_cpu_s / 3600:,.2f} h"
+
+
 def print_job(job: dict[str, Any], console: Console) -> None:
     console.print(
         f"Job [bold]{term(job['job_id'])}[/] on cluster {term(job['cluster'])}: {term(job['name'] or '')}"
@@ -495,16 +516,19 @@ def print_job(job: dict[str, Any], console: Console) -> None:
         ),
         ("state", job["state_detail"] or job["state"] + (" (still running)" if job["is_open"] else "")),
         ("exit code", None if job["exit_code"] is None else f"{job['exit_code']}:{job['exit_signal'] or 0}"),
-        ("CPU time", None if job["total_cpu_s"] is None else f"{job['total_cpu_s'] / 3600:,.2f} h"),
+        ("CPU time", cpu_time_text(job["total_cpu_s"], bool(job["is_open"]))),
     ]
     if mem.get("requested_mb"):
         used = mem.get("used_per_node_mb")
         per_node = mem.get("requested_per_node_mb")
+        # a running job's MaxRSS is of the steps that ended (Slurm adds a step's when it ends)
+        so_far = (" yet" if used is None else " by the steps that ended so far") if job["is_open"] else ""
         facts.append(
             (
                 "memory",
                 f"{_gb(per_node)} per node asked"
-                + (f", at most {_gb(used)} used (MaxRSS)" if used is not None else ", use not recorded"),
+                + (f", at most {_gb(used)} used (MaxRSS)" if used is not None else ", use not recorded")
+                + so_far,
             )
         )
     if mem.get("gpu_peak_mb") is not None:
@@ -544,13 +568,16 @@ def print_job(job: dict[str, Any], console: Console) -> None:
     console.print(
         fit_table(
             console,
-            f"Energy: {_kwh(job['energy_kwh'])}{split}",
+            f"Energy {DRAWN_WORDS}: {_kwh(job['energy_kwh'])}{split}",
             cols,
             rows,
             left=("part", "node", "method", "source"),
             complete="--format json",
         )
     )
+    pue = 1.0 if job.get("pue") is None else float(job["pue"])
+    with_pue = job.get("energy_kwh_with_pue", job["energy_kwh"] * pue)  # (an older API server: none)
+    console.print(f"Energy {cooling_words(pue)}: {_kwh(with_pue)}")
     w = job.get("waste")
     if w and w.get("wasted_kwh"):
         parts = [
@@ -592,7 +619,7 @@ def print_job(job: dict[str, Any], console: Console) -> None:
     year = f", {job['carbon_year']}" if job["carbon_year"] else ""
     g_kwh = job["carbon_g_per_kwh"]
     console.print(
-        f"CO2e: [bold]{_kg(job['co2_kg'])}[/] = {_kwh(job['energy_kwh'])} x PUE {job['pue']:.2f} x "
+        f"CO2e: [bold]{_kg(job['co2_kg'])}[/] = {_kwh(job['energy_kwh'])} x PUE {pue:.2f} x "
         f"{'?' if g_kwh is None else f'{g_kwh:.0f}'} g/kWh (zone {term(job['carbon_zone'])}{flag}; "
         f"{term(job['carbon_source'])}{year})"
     )
@@ -625,8 +652,9 @@ def print_job(job: dict[str, Any], console: Console) -> None:
         a = job["assumptions"]
         console.print(
             f"[dim]Estimated: CPU {a['cpu_core_seconds'] / 3600:,.2f} core-hours ({a['cpu_basis']}) x "
-            f"{a['cpu_tdp_w_per_core']} W per core; GPU {gpu_basis_text(a)}; memory "
-            f"{a['mem_gb']} GB x {a['mem_w_per_gb']} W/GB (profile {term(a['profile'])})[/]"
+            f"{a['cpu_tdp_w_per_core']} W per core; "
+            + (f"GPU {gpu_basis_text(a)}; " if gpus else "")  # no GPU power for a job without GPUs
+            + f"memory {a['mem_gb']} GB x {a['mem_w_per_gb']} W/GB (profile {term(a['profile'])})[/]"
         )
     if job.get("model"):
         print_model_metadata(job["model"], console)

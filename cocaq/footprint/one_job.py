@@ -52,7 +52,12 @@ def find_jobs(
         ).all()
         d = {c.name: getattr(job, c.name) for c in Job.__table__.columns if c.name not in ("record_hash",)}
         d["cluster"] = cname
-        d["energy_kwh"] = job.energy_j / J_PER_KWH
+        if not job.alloc_gpus and isinstance(d.get("assumptions"), dict):
+            # the profile's GPU power is no part of a job without GPUs: not said as if it were
+            d["assumptions"] = {k: v for k, v in d["assumptions"].items() if not k.startswith("gpu_")}
+        d["energy_kwh"] = job.energy_j / J_PER_KWH  # drawn by the hardware (IT energy)
+        # with the data centre's cooling and power losses: x the job's PUE, as its CO2 counts it
+        d["energy_kwh_with_pue"] = job.energy_j * (1.0 if job.pue is None else job.pue) / J_PER_KWH
         d.update(
             _energy_split(job.energy_j, job.energy_measured_j, job.energy_est_low_j, job.energy_est_high_j)
         )
