@@ -35,10 +35,11 @@ from cocaq.api.client import payload_for
 from cocaq.config import Config
 from cocaq.db.dbapi import Db, connect
 from cocaq.errors import CocaqError, ConfigError, DatabaseError
+from cocaq.footprint.array_job import ASK_PATTERN
 from cocaq.slurm.record import JOB_ID_PATTERN
 
 NAME = r"^[A-Za-z0-9._@+-]{1,128}$"  # user and account names (as the hooks accept them)
-JOB = rf"^{JOB_ID_PATTERN}$"
+JOB_OR_ARRAY = rf"^(?:{ASK_PATTERN})$"  # a job, or an array's tasks as squeue prints them (123_[0-9])
 WHEN = r"^[0-9A-Za-z:.+ -]{1,40}$"
 LIVE_JOBS = rf"^{JOB_ID_PATTERN}(,{JOB_ID_PATTERN}){{0,99}}$"  # at most cocaq.footprint.live.MAX_JOBS
 
@@ -278,18 +279,30 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
             d["restricted"] = True
         return d
 
-    @get("/v1/jobs/{job_id}", summary="One job (as `cocaq job -o json`)")
-    def job(who: Who, job_id: Annotated[str, Path(pattern=JOB)], cluster: ClusterQ = None) -> dict[str, Any]:
+    @get("/v1/jobs/{job_id}", summary="One job, or an array's tasks (as `cocaq job -o json`)")
+    def job(
+        who: Who, job_id: Annotated[str, Path(pattern=JOB_OR_ARRAY)], cluster: ClusterQ = None
+    ) -> dict[str, Any]:
+        """A job id's jobs (ids repeat across clusters and after a reset) and, for an array's base id
+        (123) or task list (123_[0-9]), its tasks as arrays (cocaq.footprint.array_job): only those the
+        caller may see, each task judged as a job is."""
+        from cocaq.footprint.array_job import array_tasks, arrays, parse_job_ask
         from cocaq.footprint.one_job import find_jobs
 
+        ask = parse_job_ask(job_id)
         with engine().connect() as conn:
-            jobs = find_jobs(conn, job_id, cluster, cfg)
-        mine = [
-            j for j in jobs if who.admin or j.get("user_name") == who.user or j.get("account") in who.heads
-        ]
-        if not mine:  # not there and not yours read the same, from the same work
-            raise HTTPException(403, f"job {job_id}: not found, or not yours")
-        return {"jobs": mine}  # (FastAPI writes datetimes as ISO text, as cocaq.cli.terminal does)
+            jobs = find_jobs(conn, ask.job_id, cluster, cfg) if ask.job_id is not None else []
+            tasks = array_tasks(conn, ask, cluster)
+
+        def visible(j: dict[str, Any]) -> bool:
+            return who.admin or j.get("user_name") == who.user or j.get("account") in who.heads
+
+        mine = [j for j in jobs if visible(j)]
+        my_tasks = [t for t in tasks if visible(t)]
+        if not mine and not my_tasks:  # not there and not yours read the same, from the same work
+            raise HTTPException(403, f"job {ask.text}: not found, or not yours")
+        # (FastAPI writes datetimes as ISO text, as cocaq.cli.terminal does)
+        return {"jobs": mine, "arrays": arrays(my_tasks, ask)}
 
     @get("/v1/live", summary="Running jobs measured so far (as `cocaq watch -o json`): by id or a user's")
     def live_jobs(

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from cocaq.cli.app import FORMAT, Ctx, _console, _window, cluster_opt, since_opt, until_opt
-from cocaq.errors import CocaqError, InputError, UsageError
+from cocaq.errors import CocaqError, InputError
 
 from_jobs_opt = click.option(
     "--from-jobs", is_flag=True, help="Ignore the daily rollups and compute everything from jobs (slower)."
@@ -127,35 +127,34 @@ def _emit(d: dict[str, Any], fmt: str) -> None:
 )
 @click.pass_obj
 def job(obj: Ctx, jobid: str, cluster: str | None, fmt: str) -> None:
-    """One job: its facts, energy by component and method, and CO2 with zone, intensity, source and PUE."""
-    import re
-
+    """One job: its facts, energy by component and method, and CO2 with zone, intensity, source and PUE.
+    An array's base id (123) or task list (123_[0-9]) shows its tasks, as `sacct -j 123` does."""
     from cocaq.cli import terminal as render
-    from cocaq.slurm.record import JOB_ID_PATTERN
+    from cocaq.footprint.array_job import parse_job_ask
 
-    if not re.fullmatch(JOB_ID_PATTERN, jobid.strip()):
-        raise UsageError(
-            f"{jobid.strip()!r} is not a Slurm job id (like 12345, an array task 12345_7 or a het job "
-            "part 12345+1)"
-        )
+    ask = parse_job_ask(jobid)
 
     def from_db() -> Any:
+        from cocaq.footprint.array_job import array_tasks, arrays
         from cocaq.footprint.one_job import find_jobs
 
         with obj.engine().connect() as conn:
-            return {"jobs": find_jobs(conn, jobid.strip(), cluster, obj.cfg)}
+            jobs = find_jobs(conn, ask.job_id, cluster, obj.cfg) if ask.job_id is not None else []
+            tasks = array_tasks(conn, ask, cluster)
+        return {"jobs": jobs, "arrays": arrays(tasks, ask)}
 
     from cocaq.api.client import ApiRefused
 
     refused: ApiRefused | None = None
     try:
-        got = _api_or_db(obj, ("jobs", jobid.strip()), {"cluster": cluster}, from_db)
+        got = _api_or_db(obj, ("jobs", ask.text), {"cluster": cluster}, from_db)
     except ApiRefused as exc:  # (the API says "not found, or not yours" alike)
         got, refused = {"jobs": []}, exc
     jobs = [_revive(j) for j in got["jobs"]]
-    if not jobs:
+    found = jobs + [_revive(a) for a in got.get("arrays", [])]  # (an older API server: no arrays)
+    if not found:
         # a running job Slurm's accounting has not been imported for yet: what its node shipped so far
-        running = _running_not_imported(obj, jobid.strip(), cluster)
+        running = _running_not_imported(obj, ask.job_id, cluster) if ask.job_id is not None else []
         if running:
             if fmt == "json":
                 click.echo(render.to_json(running[0] if len(running) == 1 else running))
@@ -168,15 +167,21 @@ def job(obj: Ctx, jobid: str, cluster: str | None, fmt: str) -> None:
             return
         if refused is not None:
             raise refused
+        what = f"job {ask.text}" if ask.job_id is not None else f"task of array {ask.text}"
         raise InputError(
-            f"no job {jobid.strip()} in cocaq's records{f' on cluster {cluster}' if cluster else ''}: jobs "
+            f"no {what} in cocaq's records{f' on cluster {cluster}' if cluster else ''}: jobs "
             "appear within the hour after Slurm accounts them; `cocaq user` lists your recent jobs"
         )
     if fmt == "json":
-        click.echo(render.to_json(jobs[0] if len(jobs) == 1 else jobs))
+        click.echo(render.to_json(found[0] if len(found) == 1 else found))
         return
     con = _console()
-    for j in jobs:
+    for j in found:
+        if j.get("kind") == "array":
+            from cocaq.cli.array_view import print_array
+
+            print_array(j, con)
+            continue
         render.print_job(j, con)
         if j.get("live"):
             from cocaq.cli.live_view import print_live
