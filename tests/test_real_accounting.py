@@ -327,3 +327,60 @@ def test_gpu_count_unknown_until_the_cluster_records_gpus(engine: Engine, tmp_pa
         assert c.execute(select(Cluster.gpu_tres)).scalar() is True
     jobs = imported(engine, cfg, dump(job("504", gpus=None)))
     assert not jobs["504"].gpus_unknown
+
+
+# --- what a user sees: `cocaq job` and `cocaq user` through the real CLI ------------------------------
+
+
+def _cli_site(tmp_path: Path, url: str, *dumps: bytes) -> tuple[Path, Any]:
+    cfg_path = tmp_path / "cocaq.toml"
+    config(tmp_path, url)  # writes cocaq.toml
+    for i, d in enumerate(dumps):
+        f = tmp_path / f"dump{i}.txt"
+        f.write_bytes(d)
+    return cfg_path, [tmp_path / f"dump{i}.txt" for i in range(len(dumps))]
+
+
+def test_the_cli_says_what_slurm_did_not_record_and_where_gpu_figures_came_from(
+    db_url: str, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A cluster that records no GPUs: `cocaq job` says the count is unknown and why, `cocaq user` counts
+    such jobs and shows '?' for their GPUs; on a cluster with Slurm's gres/gpuutil, an idle job's note and
+    utilisation say they come from Slurm, and a job whose CPU time Slurm did not gather says so."""
+    from tests.conftest import run_cocaq
+
+    cfg_path, (untracked,) = _cli_site(tmp_path, db_url, dump(job("600", user="bob", gpus=None)))
+    env = {**cli_env, "COLUMNS": "60"}
+    run = lambda *a: run_cocaq(["--config", str(cfg_path), *a], env)  # noqa: E731
+    assert run("db", "upgrade").code == 0
+    assert run("import", "sacct", "--file", str(untracked)).code == 0
+    r = run("job", "600")
+    assert r.code == 0, r.err
+    flat = " ".join(r.out.split())
+    assert "GPUs unknown: none in the job's TRES, and cluster c's accounting records no GPUs" in flat
+    assert "CPU time not recorded by Slurm" in flat
+    r = run("user", "bob", "--since", "60d", "-E", "2026-11-28")
+    flat = " ".join(r.out.split())
+    assert "GPUs unknown 1 job on GPU partitions with no GPU in Slurm's accounting" in flat, r.out
+    assert "│ ? │" in r.out.replace("   ?", " ?")
+    data = json.loads(run("user", "bob", "--since", "60d", "-E", "2026-11-28", "--format", "json").out)
+    assert data["jobs_gpus_unknown"] == 1
+
+    site2 = tmp_path / "site2"
+    site2.mkdir()
+    url2 = db_url.replace("cocaq.sqlite", "site2.sqlite") if db_url.startswith("sqlite") else db_url
+    cfg2, (tracked,) = _cli_site(
+        site2, url2, dump(job("400"), step("400", "batch", elapsed=36000, ave=AVE_0, top=AVE_0))
+    )
+    run2 = lambda *a: run_cocaq(["--config", str(cfg2), *a], env)  # noqa: E731
+    assert run2("db", "upgrade").code == 0
+    assert run2("import", "sacct", "--file", str(tracked)).code == 0
+    assert run2("aggregate", "--full").code == 0
+    r = run2("job", "400")
+    flat = " ".join(r.out.split())
+    assert "GPU utilisation: 0% (per GPU, the mean over the run by Slurm gres/gpuutil)" in flat, r.out
+    assert "Ask for the GPUs it uses" in flat
+    assert "100% of the run (Slurm gres/gpuutil: a mean of 0% per GPU)" in flat
+    assert "estimate from Slurm gres/gpuutil" in flat
+    r = run2("user", "alice", "--since", "60d", "-E", "2026-11-28")
+    assert "1 job' by Slurm gres/gpuutil" in " ".join(r.out.split()), r.out

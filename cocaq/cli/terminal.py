@@ -73,6 +73,9 @@ SUMMARY_FIELDS = [
     # the lowest and highest PUE of the window's jobs: what energy_kwh_with_pue multiplied energy_kwh by
     "pue_min",
     "pue_max",
+    # jobs whose GPU count Slurm's accounting does not tell, and GPU jobs with Slurm's gres/gpuutil
+    "jobs_gpus_unknown",
+    "jobs_gpu_slurm",
 ]
 
 
@@ -299,7 +302,18 @@ def print_footprint(fp: Footprint, console: Console) -> None:
                 extra = f", {t.idle_gpu_hours:,.1f} GPU-hours" if k == "idle_gpu_energy_kwh" else ""
                 tab.add_row(f"  {name}", _kwh(v) + extra)
     if t.gpu_util_pct is not None:
-        tab.add_row("GPU utilisation", f"{t.gpu_util_pct:.0f}% (energy-weighted)")
+        slurm = (
+            f"; {t.jobs_gpu_slurm:,} {_jobs(t.jobs_gpu_slurm)}' by Slurm gres/gpuutil"
+            if t.jobs_gpu_slurm
+            else ""
+        )
+        tab.add_row("GPU utilisation", f"{t.gpu_util_pct:.0f}% (energy-weighted{slurm})")
+    if t.jobs_gpus_unknown:
+        tab.add_row(
+            "GPUs unknown",
+            f"{t.jobs_gpus_unknown:,} {_jobs(t.jobs_gpus_unknown)} on GPU partitions with no GPU in Slurm's "
+            "accounting: their GPUs are in none of these figures (`cocaq job` says why)",
+        )
     eq = equivalents(t.co2_kg)
     tab.add_row("like driving", f"{eq['car_km']:,.0f} km by car")
     if t.co2_embodied_kg:
@@ -343,7 +357,7 @@ def print_footprint(fp: Footprint, console: Console) -> None:
                     term(tj.partition or ""),
                     term(tj.state),
                     f"{tj.elapsed_h:,.1f}",
-                    str(tj.gpus),
+                    "?" if tj.gpus_unknown else str(tj.gpus),
                     _num_kwh(tj.energy_kwh),
                     f"{tj.co2_kg:,.1f}",
                     "" if tj.share >= 0.9995 else f"{tj.share:.0%}",
@@ -374,6 +388,10 @@ def print_footprint(fp: Footprint, console: Console) -> None:
         heading = "[bold]When to run[/] (the same work at cleaner hours)"
         print_advice([fp.when_to_run], console, heading=heading)
     console.print(f"[dim]{_source_line(fp)}[/]")
+
+
+def _jobs(n: int) -> str:
+    return "job" if n == 1 else "jobs"
 
 
 def _num_kwh(v: float | None) -> str:
@@ -505,7 +523,7 @@ def print_job(job: dict[str, Any], console: Console) -> None:
         ("QOS", job["qos"]),
         ("nodes", job["node_list"]),
         ("CPUs", f"{job['alloc_cpus']}" + (f", {usage:.0%} busy" if usage is not None else "")),
-        ("GPUs", f"{gpus}" + (f" ({job['gpu_type']})" if job["gpu_type"] else "") if gpus else None),
+        ("GPUs", gpus_text(job)),
         ("submitted", job["submit_time"]),
         ("started", job["start_time"]),
         ("ended", job["end_time"]),
@@ -533,10 +551,16 @@ def print_job(job: dict[str, Any], console: Console) -> None:
         )
     if mem.get("gpu_peak_mb") is not None:
         total = mem.get("gpu_total_mb")
+        by_slurm = (job.get("metrics") or {}).get("gpu_util_source") == "slurm"
         facts.append(
             (
                 "GPU memory",
-                f"at most {_gb(mem['gpu_peak_mb'])} on one GPU" + (f" of {_gb(total)}" if total else ""),
+                (
+                    f"at most {_gb(mem['gpu_peak_mb'])} held by one task (Slurm gres/gpumem)"
+                    if by_slurm
+                    else f"at most {_gb(mem['gpu_peak_mb'])} on one GPU"
+                )
+                + ((f", each GPU {_gb(total)}" if by_slurm else f" of {_gb(total)}") if total else ""),
             )
         )
     for k, v in facts:
@@ -635,8 +659,13 @@ def print_job(job: dict[str, Any], console: Console) -> None:
             basis = BASIS_WORDS.get(str(d.get("basis")), str(d.get("basis", "?")))
             console.print(f"[dim]Carbon intensity over the run: {shares} ({basis}).[/]")
         if m["gpu_util_pct"] is not None:
+            how = (
+                "per GPU, the mean over the run by Slurm gres/gpuutil"
+                if m.get("gpu_util_source") == "slurm"
+                else "energy-weighted"
+            )
             console.print(
-                f"GPU utilisation: {m['gpu_util_pct']:.0f}% (energy-weighted); GPUs idle "
+                f"GPU utilisation: {m['gpu_util_pct']:.0f}% ({how}); GPUs idle "
                 f"{m['idle_gpu_hours']:,.2f} GPU-hours, drawing "
                 f"{_kwh((w or {}).get('idle_gpu_kwh', m['idle_gpu_energy_kwh']))}"
             )
@@ -663,6 +692,25 @@ def print_job(job: dict[str, Any], console: Console) -> None:
         print_advice(
             notes, console, heading="[bold]Notes[/] (what to change next time, largest saving first)"
         )
+
+
+def gpus_text(job: dict[str, Any]) -> str | None:
+    """The GPUs line of `cocaq job`: the count and model, or why the count is not known."""
+    gpus = job["alloc_gpus"]
+    if gpus:
+        return f"{gpus}" + (f" ({job['gpu_type']})" if job["gpu_type"] else "")
+    if not job.get("gpus_unknown"):
+        return None
+    used = job.get("slurm_gpu_util")
+    if used:
+        return (
+            "unknown: none in the job's TRES, yet Slurm's gres/gpuutil says it used GPUs "
+            f"({used:,.0f}% of one GPU over the run); they are not in its energy"
+        )
+    return (
+        f"unknown: none in the job's TRES, and cluster {job['cluster']}'s accounting records no GPUs (no "
+        "gres/gpu in AccountingStorageTRES); on a GPU partition, so its GPUs are not in its energy"
+    )
 
 
 def when_to_run_line(w: dict[str, Any] | None, start: Any, co2_kg: float) -> str | None:
@@ -695,6 +743,10 @@ def gpu_basis_text(a: dict[str, Any]) -> str:
     """What a job's GPU estimate rests on, from its assumptions (cocaq.accounting.calibrate's basis
     labels)."""
     basis = a.get("gpu_basis")
+    util = a.get("gpu_util_slurm_pct")
+    at = f" at {util:.0f}% utilisation by Slurm gres/gpuutil" if isinstance(util, int | float) else ""
+    if basis == "slurm-gpuutil-rated":
+        return f"{a.get('gpu_w', 0):,.0f} W per GPU{at} ({term(a.get('gpu_cell'))})"
     if basis in ("calibrated-partition", "calibrated-model"):
         lo, hi = (a.get("gpu_w_range") or [None, None])[:2]
         rng = (
@@ -703,7 +755,7 @@ def gpu_basis_text(a: dict[str, Any]) -> str:
             else ""
         )
         cell = term(a.get("gpu_cell"))
-        return f"{a.get('gpu_w', 0):,.0f} W per GPU{rng}, what the site's measured jobs drew: {cell}"
+        return f"{a.get('gpu_w', 0):,.0f} W per GPU{at}{rng}, what the site's measured jobs drew: {cell}"
     tdp = f"{a.get('gpu_tdp_w')} W x {a.get('gpu_utilisation', 1.0):.0%}"
     return tdp + (f" (rated power; {term(a['gpu_cell'])})" if a.get("gpu_cell") else " (rated power)")
 

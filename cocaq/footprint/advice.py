@@ -506,7 +506,7 @@ def _fewer_gpus(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
                 "while the others worked"
             )
         else:
-            detail = f"{j.job_id}: its {n_gpus(j.gpus)} idle {pct(idle)} of the sampled time"
+            detail = f"{j.job_id}: its {n_gpus(j.gpus)} idle {pct(idle)} {j.idle_when}"
         if not j.ended:
             detail += " so far"
         hits.append((j, keep, kwh, kwh * j.kg_per_kwh, detail))

@@ -93,7 +93,7 @@ def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> lis
                 "notebooks",
                 "End interactive sessions when you stop computing",
                 f"This interactive session held {n_gpus(j.gpus)} that sat idle "
-                f"{pct(idle or 0.0)} of the sampled time{so_far} ({num(j.idle_gpu_hours)} GPU-hours, "
+                f"{pct(idle or 0.0)} {j.idle_when}{so_far} ({num(j.idle_gpu_hours)} GPU-hours, "
                 f"{energy(j.idle_kwh)}). End sessions when you stop computing and give them a short limit.",
                 ("#SBATCH --time=02:00:00", f"scancel {j.job_id}" if j.is_open else "scancel JOBID"),
                 j.idle_kwh,
@@ -106,7 +106,7 @@ def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> lis
                 "fewer-gpus",
                 "Ask for the GPUs it uses",
                 f"Its {n_gpus(j.gpus)} sat under {ctx.idle_threshold_pct:g}% utilisation {pct(idle)} "
-                f"of the sampled time{so_far} ({num(j.idle_gpu_hours)} GPU-hours, {energy(j.idle_kwh)}). "
+                f"{j.idle_when}{so_far} ({num(j.idle_gpu_hours)} GPU-hours, {energy(j.idle_kwh)}). "
                 "Check that the code uses them all, or ask for fewer.",
                 (f"#SBATCH --gres=gpu:{keep}",) if keep < j.gpus else (),
                 j.idle_kwh,

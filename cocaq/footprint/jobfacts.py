@@ -112,6 +112,10 @@ class JobFacts:
     shift_best_g: float | None = None
     shift_saved_kg: float = 0.0  # what its best start, and pausing, would have saved
     shift_pause_saved_kg: float = 0.0
+    # where gpu_util_pct and the idle figures come from: "samples" (cocaq's collector) or "slurm" (Slurm's
+    # gres/gpuutil: one mean over the run); None without GPU figures
+    gpu_util_source: str | None = None
+    gpus_unknown: bool = False  # no GPU in its TRES on a GPU partition of a cluster that records none
 
     # --- derived -------------------------------------------------------------------------------------
 
@@ -142,6 +146,14 @@ class JobFacts:
         if self.total_cpu_s is None or not self.cpus or self.elapsed_h <= 0 or not self.ended:
             return None
         return self.total_cpu_s / (self.cpus * self.elapsed_h * 3600)
+
+    @property
+    def idle_when(self) -> str:
+        """Over what its idle share was measured, in words: the samples' time, or Slurm's whole-run mean."""
+        if self.gpu_util_source == "slurm":
+            util = f"{self.gpu_util_pct:.0f}%" if self.gpu_util_pct is not None else "?"
+            return f"of the run (Slurm gres/gpuutil: a mean of {util} per GPU)"
+        return "of the sampled time"
 
     @property
     def idle_share(self) -> float | None:
@@ -252,7 +264,7 @@ WITH y AS (
            j.is_open, coalesce(j.alloc_cpus, 0) AS cpus, coalesce(j.alloc_gpus, 0) AS gpus,
            coalesce(j.n_nodes, 0) AS nn, j.time_limit_s, j.req_mem_mb, j.max_rss_mb, j.rss_tasks_per_node,
            j.total_cpu_s, coalesce(j.energy_j, 0.0) AS energy, coalesce(j.energy_measured_j, 0.0) AS measured,
-           coalesce(j.co2_g, 0.0) AS co2, {t0} AS t0, {el} AS el
+           coalesce(j.co2_g, 0.0) AS co2, j.gpus_unknown, {t0} AS t0, {el} AS el
     FROM jobs j JOIN clusters c ON c.id = j.cluster_id
     WHERE j.start_time < %(until_ts)s AND (j.end_time >= %(since_ts)s OR j.end_time IS NULL)
           AND j.start_time IS NOT NULL{where}{fence}
@@ -274,6 +286,7 @@ SELECT w.id, w.job_id, w.job_id_raw, w.cluster_id, w.cluster, w.name, w.user_nam
        mm.model_name, mm.precision, mm.extra, mm.batch_size, mm.epochs, mm.tokens,
        m.shift_state, m.shift_slack_s / 3600.0, m.shift_best_start, m.shift_now_g, m.shift_best_g,
        coalesce(m.shift_saved_g, 0.0) / 1000.0, coalesce(m.shift_pause_saved_g, 0.0) / 1000.0,
+       m.gpu_util_source, w.gpus_unknown,
        {energy_j} * w.f
 FROM w {energy}
        LEFT JOIN job_metrics m ON m.job_pk = w.id
@@ -380,6 +393,8 @@ def _facts(
         best_g,
         float(saved),
         float(pause_saved),
+        r[_N_PLAIN + 13],
+        bool(r[_N_PLAIN + 14]),
     )
     return JobFacts(*plain)
 

@@ -197,6 +197,7 @@ def _job_metrics(conn: Connection, job_pk: int) -> dict[str, Any] | None:
     return {
         "co2_embodied_kg": (m["co2_embodied_g"] or 0.0) / 1000,
         "gpu_util_pct": m["gpu_util_pct"],
+        "gpu_util_source": m["gpu_util_source"],  # "samples" (the collector), "slurm" (gres/gpuutil)
         "idle_gpu_hours": (m["idle_gpu_s"] or 0.0) / 3600,
         "idle_gpu_energy_kwh": (m["idle_gpu_energy_j"] or 0.0) / J_PER_KWH,
         "carbon_detail": m["carbon_detail"],

@@ -11,10 +11,10 @@ The aggregator's `daily_rollups` hold exactly that per UTC day, so a window's to
   computed from `jobs` (with `job_energy` and `job_metrics`) with the rollups' own formulas
   (`cocaq.accounting.rollups._ROLLUP_JOBS`): one pass over the key's jobs in the window.
 
-Two figures always come from that pass over the whole window: job counts (a rollup counts a job once in
-each day it ran, so days do not add up to distinct jobs) and energy with PUE (no rollup holds it); the
-top jobs need the pass anyway. With no watermark (the aggregator never ran), or `from_jobs`, everything
-comes from jobs, which is also what tests compare the rollup path with.
+Three figures always come from that pass over the whole window: job counts (a rollup counts a job once
+in each day it ran, so days do not add up to distinct jobs), energy with PUE and the range of the jobs'
+PUE (no rollup holds either); the top jobs need the pass anyway. With no watermark (the aggregator never
+ran), or `from_jobs`, everything comes from jobs, which is also what tests compare the rollup path with.
 
 The queries go through `cocaq.db.dbapi` (plain psycopg or sqlite3): `cocaq user` runs on every login node,
 and importing SQLAlchemy would be most of its run time. One job (`cocaq job`) is cocaq.footprint.one_job;
@@ -54,13 +54,16 @@ _ROLLUP_READ = {
     c: f"coalesce(r.{c}, r.energy_estimated_j)" for c in ("energy_est_low_j", "energy_est_high_j")
 }
 # What always comes from jobs over the whole window: distinct jobs by how they ended, and energy x PUE.
-JOB_SUMS = ("jobs", *(f"jobs_{o}" for o in OUTCOMES), "facility_j")
+JOB_SUMS = ("jobs", *(f"jobs_{o}" for o in OUTCOMES), "facility_j", "jobs_gpus_unknown", "jobs_gpu_slurm")
+# ... and the lowest and highest PUE of those jobs: the label of the energy with PUE (`PUE 1.20-1.35` where
+# clusters, hardware profiles or months have their own). Folded with min/max, absent where no job ran.
+JOB_RANGES: dict[str, Any] = {"pue_min": min, "pue_max": max}
 # The columns these queries read; tests/test_footprint_tables.py checks them against cocaq.db.schema.
 READS: dict[str, tuple[str, ...]] = {
     "jobs": (
         "id", "cluster_id", "job_id", "name", "user_name", "account", "partition", "state", "start_time",
         "end_time", "elapsed_s", "alloc_cpus", "alloc_gpus", "energy_j", "energy_measured_j", "pue", "co2_g",
-        "energy_est_low_j", "energy_est_high_j",
+        "energy_est_low_j", "energy_est_high_j", "gpus_unknown", "slurm_gpu_util",
     ),
     "job_energy": ("job_pk", "component", "energy_j"),
     "job_metrics": (
@@ -174,6 +177,13 @@ class Totals:
     shift_co2_kg: float = 0.0
     shift_saved_kg: float = 0.0
     shift_pause_saved_kg: float = 0.0
+    # the lowest and highest PUE of the window's jobs (energy_kwh_with_pue's label); None: no jobs
+    pue_min: float | None = None
+    pue_max: float | None = None
+    # jobs on a GPU partition whose GPU count Slurm's accounting does not tell (jobs.gpus_unknown): their
+    # GPUs are in none of these figures; and GPU jobs whose utilisation Slurm recorded (gres/gpuutil)
+    jobs_gpus_unknown: int = 0
+    jobs_gpu_slurm: int = 0
 
     @classmethod
     def from_sums(cls, s: Mapping[str, float]) -> Totals:
@@ -213,7 +223,15 @@ class Totals:
             shift_co2_kg=g["shift_co2_g"] / 1000,
             shift_saved_kg=g["shift_saved_g"] / 1000,
             shift_pause_saved_kg=g["shift_pause_saved_g"] / 1000,
+            pue_min=_opt_float(s.get("pue_min")),
+            pue_max=_opt_float(s.get("pue_max")),
+            jobs_gpus_unknown=round(g["jobs_gpus_unknown"]),
+            jobs_gpu_slurm=round(g["jobs_gpu_slurm"]),
         )
+
+
+def _opt_float(v: float | None) -> float | None:
+    return None if v is None else float(v)
 
 
 def equivalents(co2_kg: float) -> dict[str, float]:
@@ -238,6 +256,7 @@ class TopJob:
     measured: bool
     share: float = 1.0  # of its run inside the window: what the window's totals count of it
     user: str | None = None  # (a lab's top jobs are its members')
+    gpus_unknown: bool = False  # its GPU count is not in Slurm's accounting (jobs.gpus_unknown)
 
 
 @dataclass
@@ -336,7 +355,7 @@ _TOP = (
     ("id", "bigint"), ("job_id", "text"), ("cluster", "text"), ("name", "text"), ("partition", "text"),
     ("state", "text"), ("start_time", "timestamptz"), ("elapsed_s", "float8"), ("alloc_gpus", "bigint"),
     ("e", "float8"), ("f", "float8"), ("energy_measured_j", "float8"), ("energy_j", "float8"),
-    ("co2_g", "float8"), ("user_name", "text"),
+    ("co2_g", "float8"), ("user_name", "text"), ("gpus_unknown", "boolean"),
 )  # fmt: skip
 PART_JOBS, PART_ROLLUPS, PART_TOP = 0, 1, 2
 
@@ -397,7 +416,8 @@ def footprint_sql(
     f = share_sql("t0", "el", "ov", [("%(since)s", "%(until)s")])
     fe = share_sql("t0", "el", "ov_e", edge_windows)
     el = greatest(db, "coalesce(j.elapsed_s, 0.0)", "0.0")
-    n_sums = len(JOB_SUMS) + len(ROLLUP_SUMS)
+    job_cols = (*JOB_SUMS, *JOB_RANGES)
+    n_sums = len(job_cols) + len(ROLLUP_SUMS)
     # the ledger's disjoint parts (cocaq.accounting.ledger), each job's idle energy from job_metrics
     idle = "coalesce(m.idle_gpu_energy_j, 0.0)"
     parts = ",\n           ".join(
@@ -424,6 +444,9 @@ WITH y AS (
                    coalesce(j.energy_j, 0.0) AS energy, coalesce(j.energy_measured_j, 0.0) AS measured,
                    coalesce(j.co2_g, 0.0) AS co2,
                    coalesce(j.energy_j, 0.0) * coalesce(j.pue, 1.0) AS facility,
+                   CASE WHEN j.gpus_unknown THEN 1 ELSE 0 END AS gunk,
+                   CASE WHEN j.slurm_gpu_util IS NOT NULL AND j.alloc_gpus > 0 THEN 1 ELSE 0 END AS gslurm,
+                   coalesce(j.pue, 1.0) AS pue,
                    {_est_range("lo", "low")}, {_est_range("hi", "high")}
             FROM jobs j
             WHERE j.start_time < %(until_ts)s AND (j.end_time >= %(since_ts)s OR j.end_time IS NULL)
@@ -468,16 +491,19 @@ WITH y AS (
 ), n AS (
     SELECT k, sum(CASE WHEN f > 0 THEN 1 ELSE 0 END) AS jobs,
            {counts},
-           sum(facility * f) AS facility_j
+           sum(facility * f) AS facility_j,
+           sum(CASE WHEN f > 0 THEN gunk ELSE 0 END) AS jobs_gpus_unknown,
+           sum(CASE WHEN f > 0 THEN gslurm ELSE 0 END) AS jobs_gpu_slurm,
+           min(CASE WHEN f > 0 THEN pue END) AS pue_min, max(CASE WHEN f > 0 THEN pue END) AS pue_max
     FROM y GROUP BY k
 ){top_cte if top else ""}
-SELECT {PART_JOBS}, n.k, {", ".join(f"n.{c}" for c in JOB_SUMS)}, {", ".join(f"es.{c}" for c in ROLLUP_SUMS)},
+SELECT {PART_JOBS}, n.k, {", ".join(f"n.{c}" for c in job_cols)}, {", ".join(f"es.{c}" for c in ROLLUP_SUMS)},
        {_nulls(top_types)}
 FROM n LEFT JOIN es ON es.k = n.k"""
     if rollups:
         sql += f"""
 UNION ALL
-SELECT {PART_ROLLUPS}, {_KEYS[group][1]}, {_nulls(["float8"] * len(JOB_SUMS))},
+SELECT {PART_ROLLUPS}, {_KEYS[group][1]}, {_nulls(["float8"] * len(job_cols))},
        {", ".join(f"sum({_ROLLUP_READ.get(c, 'r.' + c)})" for c in ROLLUP_SUMS)}, {_nulls(top_types)}
 FROM daily_rollups r
 WHERE r.day >= %(r0)s AND r.day < %(r1)s{_filters(scope, cluster, 1, within)}
@@ -487,7 +513,7 @@ GROUP BY 2"""
 UNION ALL
 SELECT {PART_TOP}, '', {_nulls(["float8"] * n_sums)},
        j.id, j.job_id, cl.name, j.name, j.partition, j.state, j.start_time, j.elapsed_s, j.alloc_gpus,
-       t.top_e, t.top_f, j.energy_measured_j, j.energy_j, j.co2_g, j.user_name
+       t.top_e, t.top_f, j.energy_measured_j, j.energy_j, j.co2_g, j.user_name, j.gpus_unknown
 FROM t JOIN jobs j ON j.id = t.id JOIN clusters cl ON cl.id = j.cluster_id"""
     return sql
 
@@ -549,22 +575,40 @@ def query(
     )
     sums: dict[str, Sums] = {}
     tops = []
-    names = (*JOB_SUMS, *ROLLUP_SUMS)
+    names = (*JOB_SUMS, *JOB_RANGES, *ROLLUP_SUMS)
     for row in db.rows(sql, _params(w, key, cluster, plan, top, inside)):
         part, k, vals, t = row[0], row[1], row[2 : 2 + len(names)], row[2 + len(names) :]
         if part == PART_TOP:
             tops.append(t)
             continue
-        s = sums.setdefault(k, dict.fromkeys(names, 0.0))  # (rollups only: jobs deleted since)
+        # (rollups only: jobs deleted since)
+        s = sums.setdefault(k, dict.fromkeys((*JOB_SUMS, *ROLLUP_SUMS), 0.0))
         for name, v in zip(names, vals, strict=True):
             if v is not None:
-                s[name] += float(v)
+                _fold(s, name, float(v))
     tops.sort(key=lambda t: (-float(t[9]), t[0]))
     return Result(sums, [_top_job(db, t) for t in tops], plan)
 
 
 def _top_job(db: Db, t: tuple[Any, ...]) -> TopJob:
-    _id, job_id, cluster, name, partition, state, start, elapsed, gpus, _e, f, measured, energy, co2, user = t
+    (
+        _id,
+        job_id,
+        cluster,
+        name,
+        partition,
+        state,
+        start,
+        elapsed,
+        gpus,
+        _e,
+        f,
+        measured,
+        energy,
+        co2,
+        user,
+        unk,
+    ) = t
     return TopJob(
         job_id=job_id,
         cluster=cluster,
@@ -579,14 +623,24 @@ def _top_job(db: Db, t: tuple[Any, ...]) -> TopJob:
         measured=bool(energy) and float(measured or 0.0) >= float(energy) * 0.999,
         share=min(max(float(f or 0.0), 0.0), 1.0),
         user=user,
+        gpus_unknown=bool(unk),
     )
+
+
+def _fold(s: Sums, name: str, v: float) -> None:
+    """Add `v` into `s[name]`, or take the min/max of a JOB_RANGES figure (absent until a job has one)."""
+    fold = JOB_RANGES.get(name)
+    if fold is None:
+        s[name] += v
+    else:
+        s[name] = fold(s[name], v) if name in s else v
 
 
 def _add(rows: Iterable[Sums]) -> Sums:
     total: Sums = dict.fromkeys((*JOB_SUMS, *ROLLUP_SUMS), 0.0)
     for s in rows:
         for k, v in s.items():
-            total[k] += v
+            _fold(total, k, v)
     return total
 
 

@@ -15,6 +15,8 @@ SOURCE_WORDS = {
     "slurm-consumed-energy": "Slurm's node energy",
     "tdp-estimate": "estimate from rated power",
     "calibrated-estimate": "estimate from the site's measured jobs",
+    "slurm-gpu-energy": "Slurm's GPU energy",
+    "slurm-gpuutil-estimate": "estimate from Slurm gres/gpuutil",
 }
 COMPONENT_WORDS = {"gpu": "GPUs", "cpu": "CPUs", "dram": "memory", "node": "rest of node"}
 # carbon_detail keys (cocaq.carbon.intensity) in words
@@ -38,3 +40,24 @@ def source_words(src: str) -> str:
 
 def component_words(component: str) -> str:
     return COMPONENT_WORDS.get(component, component)
+
+
+# The two energy figures, named the same on every surface (issue 31): the hardware's own draw (IT energy,
+# `energy_kwh`), and that x PUE, the data centre's cooling and power losses included (`energy_kwh_with_pue`),
+# which Green Algorithms and codecarbon report as the energy used. Neither is ever shown unlabelled.
+DRAWN_WORDS = "drawn by the hardware"
+
+
+def pue_words(lo: float | None, hi: float | None = None) -> str:
+    """`PUE 1.35`; `PUE 1.20-1.35` where the jobs' PUE differ (clusters, hardware profiles or months with
+    their own PUE); `PUE n/a` with no jobs. Two decimals, as each job's CO2 line gives its PUE."""
+    if lo is None:
+        return "PUE n/a"
+    if hi is None or f"{hi:.2f}" == f"{lo:.2f}":
+        return f"PUE {lo:.2f}"
+    return f"PUE {lo:.2f}-{hi:.2f}"
+
+
+def cooling_words(lo: float | None, hi: float | None = None, *, capital: bool = False) -> str:
+    """`with cooling (PUE 1.35)` (`With ...` to start a line): the label of the energy with PUE."""
+    return f"{'W' if capital else 'w'}ith cooling ({pue_words(lo, hi)})"
