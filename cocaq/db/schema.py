@@ -86,6 +86,8 @@ class Job(Base):
         Index("ix_jobs_updated_at", "updated_at"),  # the aggregator's "changed since"
         Index("ix_jobs_end_time", "end_time"),  # the days a rollup rebuild reads
         Index("ix_jobs_raw_id", "cluster_id", "job_id_raw"),  # samples and shipments name jobs by raw id
+        Index("ix_jobs_array", "array_job_id"),  # `cocaq job 123`: an array's tasks
+        Index("ix_jobs_het", "het_job_id"),  # `cocaq job 12`: a het job's components
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)

@@ -9,6 +9,7 @@ Create Date: 2026-11-28 15:40:00
 * jobs.gpus_unknown: no GPU in the job's TRES on a GPU partition of a cluster whose accounting records
   none; clusters.gpu_tres: whether the cluster's accounting has recorded a GPU in any job's TRES (set here
   for clusters that have GPU jobs already).
+* ix_jobs_array, ix_jobs_het: an array's tasks and a het job's components by their base id (`cocaq job`).
 * job_metrics.gpu_util_source: where a job's GPU utilisation and idle figures come from ("samples" or
   "slurm").
 
@@ -39,9 +40,13 @@ def upgrade() -> None:
     op.execute(
         "UPDATE clusters SET gpu_tres = true WHERE id IN (SELECT DISTINCT cluster_id FROM jobs WHERE alloc_gpus > 0)"
     )
+    op.create_index("ix_jobs_array", "jobs", ["array_job_id"], unique=False)
+    op.create_index("ix_jobs_het", "jobs", ["het_job_id"], unique=False)
 
 
 def downgrade() -> None:
+    op.drop_index("ix_jobs_het", table_name="jobs")
+    op.drop_index("ix_jobs_array", table_name="jobs")
     with op.batch_alter_table("job_metrics") as b:
         b.drop_column("gpu_util_source")
     with op.batch_alter_table("clusters") as b:
