@@ -82,6 +82,21 @@ def test_demo_fills_the_embedded_database_and_writes_outputs(cli_env: dict[str, 
     assert r2.code == 0, r2.err
     assert json.loads(r2.out)["jobs"] > 10
 
+    # What real accounting holds, on the site's two other clusters: each shown as a user reads it.
+    assert (out / "sacct-other-clusters.txt").stat().st_size > 0
+    assert "What real accounting holds" in r.out and "cocaq user mallory" in r.out
+    env60 = {**cli_env, "COLUMNS": "60"}
+    mallory = " ".join(run_cocaq(["user", "mallory", "--since", "30d"], env60, cwd=tmp_path).out.split())
+    assert "GPUs unknown 1 job on GPU partitions with no GPU in Slurm's accounting" in mallory
+    assert "2 jobs' by Slurm gres/gpuutil" in mallory and "Ask for the GPUs your jobs use" in mallory
+    idle = " ".join(run_cocaq(["job", "880002"], env60, cwd=tmp_path).out.split())
+    assert "GPU utilisation: 0% (per GPU, the mean over the run by Slurm gres/gpuutil)" in idle
+    assert "estimate from Slurm gres/gpuutil" in idle and "Ask for the GPUs it uses" in idle
+    no_cpu = " ".join(run_cocaq(["job", "880003"], env60, cwd=tmp_path).out.split())
+    assert "CPU time not recorded by Slurm" in no_cpu and "allocated cores x elapsed (CPU time not" in no_cpu
+    unknown = " ".join(run_cocaq(["job", "990001"], env60, cwd=tmp_path).out.split())
+    assert "GPUs unknown: none in the job's TRES, and cluster legacy's accounting records no GPUs" in unknown
+
     # ML jobs carry model metadata from all three sources; declared values win over detected ones.
     con = sqlite3.connect(db)
     try:

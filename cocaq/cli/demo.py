@@ -71,6 +71,7 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
     from cocaq.db.engine import make_engine, mask_url
     from cocaq.db.schema import Cluster, Job
     from cocaq.footprint.totals import Window, cluster_totals, group_totals, user_footprint
+    from cocaq.footprint.words import DRAWN_WORDS, cooling_words
     from cocaq.slurm.sacct import ParseStats, iter_parsable
 
     t0 = time.monotonic()
@@ -102,6 +103,22 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
     with open(dump, "rb") as fh:
         summary = import_records(
             engine, iter_parsable(fh, tz=UTC, default_cluster=DEMO_CLUSTER, stats=stats), cfg, source="demo"
+        )
+
+    # Two more clusters of the site, with what real accounting holds (cocaq.cli.demo_shapes)
+    from cocaq.cli import demo_shapes
+
+    other = out / "sacct-other-clusters.txt"
+    other.write_text("\n".join(demo_shapes.shape_lines(end)) + "\n")
+    with engine.begin() as conn:
+        for name in (demo_shapes.ATLAS, demo_shapes.LEGACY):
+            cid = conn.execute(select(Cluster.id).where(Cluster.name == name)).scalar()
+            if cid is not None:
+                conn.execute(delete(Job).where(Job.cluster_id == cid))
+                conn.execute(delete(Cluster).where(Cluster.id == cid))
+    with open(other, "rb") as fh:
+        other_summary = import_records(
+            engine, iter_parsable(fh, tz=UTC, stats=ParseStats()), cfg, source="demo"
         )
 
     n_hours = demo_series(engine, end)
@@ -178,11 +195,11 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
     measured = total.measured_energy_fraction or 0.0
     console.print(
         f"Total: {total.jobs:,} jobs, {total.gpu_hours:,.0f} GPU-h, {total.cpu_hours:,.0f} CPU-h, "
-        f"{total.energy_kwh:,.0f} kWh ({measured:.0%} measured), "
-        f"{total.energy_kwh_with_pue:,.0f} kWh with PUE, "
+        f"{total.energy_kwh:,.0f} kWh {DRAWN_WORDS} ({measured:.0%} measured), "
+        f"{total.energy_kwh_with_pue:,.0f} kWh {cooling_words(total.pue_min, total.pue_max)}, "
         f"[bold]{total.co2_kg:,.0f} kg CO2e[/]; {total.failed_energy_kwh:,.0f} kWh went to jobs that failed"
     )
-    t = Table(title="Labs", title_justify="left")
+    t = Table(title=f"Labs (kWh {DRAWN_WORDS})", title_justify="left")
     for c in ("lab", "jobs", "GPU-h", "kWh", "kg CO2e", "measured"):
         t.add_column(c, justify="left" if c == "lab" else "right")
     for lab_row in labs:
@@ -198,7 +215,9 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
     console.print(t)
     if heavy:
         console.print(
-            f"Heaviest user: {heavy.key}, {heavy.totals.energy_kwh:,.0f} kWh, "
+            f"Heaviest user: {heavy.key}, {heavy.totals.energy_kwh:,.0f} kWh {DRAWN_WORDS} "
+            f"({heavy.totals.energy_kwh_with_pue:,.0f} kWh "
+            f"{cooling_words(heavy.totals.pue_min, heavy.totals.pue_max)}), "
             f"{heavy.totals.co2_kg:,.0f} kg CO2e"
         )
     console.print(
@@ -220,6 +239,14 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
         "estimated from what the measured ones drew (`cocaq calibrate`: "
         f"{learnt.line(cfg.estimate.calibrate_min_jobs)[len('calibrate: ') :]})"
     )
+    corrected = "; ".join(f"{n} {why}" for why, n in sorted(other_summary.clamped.items()))
+    console.print(
+        f"What real accounting holds, on two more clusters of the site (user {demo_shapes.USER}, "
+        f"{demo_shapes.LAB}; {other.name}): '{demo_shapes.ATLAS}' has no energy plugin or node hooks and "
+        "records its GPUs' use in Slurm (gres/gpuutil, gres/gpumem): an idle job's GPUs are found there; "
+        f"'{demo_shapes.LEGACY}' records no GPUs at all: a GPU job's count is unknown"
+        + (f"; the import corrected {corrected}" if corrected else "")
+    )
     console.print(f"Wrote {', '.join(sorted(p.name for p in out.iterdir() if p.is_file()))} to {out}/")
     console.print(
         f"Reports of {reports['month']} in {out / 'reports'}/: the admins' interactive page "
@@ -237,6 +264,8 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
         "cocaq models --since 30d",
         f"cocaq --config {cfg_path} carbon when --hours 6",
         f"cocaq job {first_job}",
+        f"cocaq user {demo_shapes.USER} --since 30d   # GPU use by Slurm, unknown GPUs, no CPU time",
+        f"cocaq job {demo_shapes.IDLE_JOB}   # its GPUs idle, by Slurm's gres/gpuutil",
         f"cocaq --config {cfg_path} import sacct --file {dump}   # again: nothing is duplicated",
         f"cocaq --config {cfg_path} report user {reports['users'][0]} --month {reports['month']} "
         f"--out {out / 'reports'}",
