@@ -60,7 +60,10 @@ class Month:
 class MonthTotals:
     """A scope's month: energy before PUE, CO2 operational with PUE; embodied apart, never added in."""
 
-    energy_kwh: float = 0.0
+    energy_kwh: float = 0.0  # drawn by the hardware (IT energy)
+    # x each job's PUE (the data centre's cooling and power losses): what Green Algorithms and codecarbon
+    # call the energy used; from jobs, as the CLI's (no rollup holds it)
+    energy_kwh_with_pue: float = 0.0
     co2_kg: float = 0.0
     co2_embodied_kg: float = 0.0
     gpu_hours: float = 0.0

@@ -291,9 +291,11 @@ class _JobStats:
     co2_g: dict[str, float] = field(default_factory=dict)  # part (idle or an outcome) -> CO2
     pue_min: float | None = None
     pue_max: float | None = None
+    facility_j: float = 0.0  # energy x each job's PUE (the month's share): the energy with cooling
 
     def add(self, o: _JobStats) -> None:
         self.jobs += o.jobs
+        self.facility_j += o.facility_j
         for k, n in o.counts.items():
             self.counts[k] = self.counts.get(k, 0) + n
         for k, c in o.co2_g.items():
@@ -329,6 +331,7 @@ class _Group:
     idle_co2_g: float  # its CO2: each job's idle energy x its own CO2 per joule
     pue_min: float | None
     pue_max: float | None
+    facility_j: float = 0.0  # energy x each job's PUE (the month's share)
     bin: int | None = None  # with `bins`: the utilisation bin (UTIL_BINS: no samples; -1: no GPU)
     gpu_hours: float = 0.0  # with `bins`
 
@@ -379,6 +382,7 @@ def _job_groups(conn: Connection, y: Any, keys: Sequence[Any], *, bins: bool = F
         func.sum(case((c.energy > 0, c.idle_j * c.f * c.co2 / c.energy), else_=_f(0.0))),
         func.min(c.pue),
         func.max(c.pue),
+        func.sum(e * c.pue),
     ]
     if bins:
         cols.append(func.sum(c.gh))
@@ -403,8 +407,9 @@ def _job_groups(conn: Connection, y: Any, keys: Sequence[Any], *, bins: bool = F
                 float(r[m + 10] or 0.0),
                 _num(r[m + 11]),
                 _num(r[m + 12]),
+                float(r[m + 13] or 0.0),
                 int(r[n]) if bins else None,
-                float(r[m + 13] or 0.0) if bins else 0.0,
+                float(r[m + 14] or 0.0) if bins else 0.0,
             )
         )
     return out
@@ -424,7 +429,7 @@ def _stats(groups: Iterable[_Group], fold: Callable[[tuple[Any, ...]], Any] = _s
         if o is not None:
             co2[o] = g.co2_g - g.idle_co2_g
         out[fold(g.key)].add(
-            _JobStats(g.jobs, {o: g.jobs} if o is not None else {}, co2, g.pue_min, g.pue_max)
+            _JobStats(g.jobs, {o: g.jobs} if o is not None else {}, co2, g.pue_min, g.pue_max, g.facility_j)
         )
     return out
 
@@ -493,6 +498,7 @@ def _totals(s: Mapping[str, float], js: _JobStats | None) -> MonthTotals:
     g = {k: float(s.get(k, 0.0)) for k in SUMS}
     return MonthTotals(
         energy_kwh=_kwh(g),
+        energy_kwh_with_pue=js.facility_j / J_PER_KWH,
         co2_kg=g["co2_g"] / 1000,
         co2_embodied_kg=g["co2_embodied_g"] / 1000,
         gpu_hours=g["gpu_hours"],

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cocaq.config import Config
+from cocaq.footprint.words import DRAWN_WORDS, cooling_words
 from cocaq.reports.wording import (
     CONTROLS,
     SPACES,
@@ -36,6 +37,7 @@ from cocaq.reports.wording import (
     before_after_tone,
     car_km,
     co2,
+    cooling,
     day,
     duration,
     estimate,
@@ -153,6 +155,9 @@ def environments(template_dir: str | None) -> tuple[Environment, Environment]:
             saving_word=saving_word,
             waste=job_waste,
             week_text=week_text,
+            drawn=DRAWN_WORDS,  # the two energy figures' labels (cocaq.footprint.words)
+            cooling=cooling,
+            cooling_words=cooling_words,
         )
     return html, text
 

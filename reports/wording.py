@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from cocaq.config import Config
 from cocaq.footprint.advice_words import num
+from cocaq.footprint.words import cooling_words, pue_words
 
 if TYPE_CHECKING:
     from cocaq.footprint.by_model import Comparison
@@ -282,11 +283,12 @@ def model_tip(comparisons: Sequence[Comparison]) -> str | None:
 
 
 def _pue(b: Basis) -> str:
-    if b.pue_min is None:
-        return "PUE n/a"
-    if b.pue_max is None or abs(b.pue_max - b.pue_min) < 0.005:
-        return f"PUE {b.pue_min:.2f}"
-    return f"PUE {b.pue_min:.2f}-{b.pue_max:.2f}"
+    return pue_words(b.pue_min, b.pue_max)
+
+
+def cooling(b: Basis, capital: bool = False) -> str:
+    """The label of the energy with PUE, the jobs' PUE in it: `with cooling (PUE 1.20-1.50)`."""
+    return cooling_words(b.pue_min, b.pue_max, capital=capital)
 
 
 def zone_name(zone: str | None) -> str:
@@ -344,9 +346,18 @@ def basis_lines(b: Basis, t: MonthTotals | None = None) -> list[str]:
             if ranged
             else "the hardware's rated power (TDP) and the time allocated"
         )
+        # the figure with PUE, and which peer tool's "energy used" it compares with (issue 31)
+        with_pue = (
+            f"; {cooling(b)} it was {kwh(t.energy_kwh_with_pue)}, the figure to compare with Green "
+            "Algorithms (and with codecarbon where its pue is set: at its default, 1.0, codecarbon's energy "
+            "is what the hardware drew)"
+            if t is not None
+            else ""
+        )
         out.append(
             f"Energy: {share(b.measured_share)} measured{how if b.measured_share > 0 else ''}, "
-            f"{share(1 - b.measured_share)} estimated from {basis}{extra}. Energy is IT energy, before PUE."
+            f"{share(1 - b.measured_share)} estimated from {basis}{extra}. Energy is IT energy, before PUE: "
+            f"what the hardware drew{with_pue}."
         )
     else:
         out.append("Energy: none recorded in this period.")
