@@ -250,3 +250,79 @@ def test_unknown_names_are_errors_and_known_ones_without_jobs_are_zeros(env: dic
     assert d["jobs"] == 0 and d["energy_kwh"] == 0 and d["top_jobs"] == [] and d["advice"] == []
     r = run_cocaq(["lab", "lab_a", "-S", "2020-11-01", "-E", "2020-12-01"], env)
     assert r.code == 0 and "No jobs ran in this window" in r.out
+
+
+def _row(out: str, label: str) -> str:
+    """The value of a totals row of `cocaq user/lab` (`label  value`), the label matched whole."""
+    for line in out.splitlines():
+        if line.startswith(label + "  "):
+            return line[len(label) :].strip()
+    raise AssertionError(f"no row {label!r} in:\n{out}")
+
+
+def test_both_energy_figures_say_which_they_are(env: dict[str, str]) -> None:
+    """Issue 31: what the hardware drew and the energy with PUE (what Green Algorithms and codecarbon call
+    the energy used) are each labelled, the PUE in the label: `cocaq user`, `lab` (60 columns), `job`,
+    and the JSON and CSV say the PUE too."""
+    from cocaq.cli.terminal import _kwh
+
+    window = ["-S", "2026-11-01", "-E", "2026-12-01"]
+    narrow = dict(env, COLUMNS="60")
+    for cmd in (["user", "alice"], ["lab", "lab_a"]):
+        d = json.loads(run_cocaq([*cmd, *window, "-o", "json"], env).out)
+        assert d["pue_min"] == d["pue_max"] == 1.25
+        assert d["energy_kwh_with_pue"] == pytest.approx(d["energy_kwh"] * 1.25)
+        r = run_cocaq([*cmd, *window], narrow)
+        assert r.code == 0, r.err
+        assert _row(r.out, "energy drawn by the hardware").startswith(_kwh(d["energy_kwh"]) + " ")
+        assert _row(r.out, "with cooling (PUE 1.25)") == _kwh(d["energy_kwh_with_pue"])
+        assert max(map(len, r.out.splitlines())) <= 60, r.out
+        (row, *_) = csv.DictReader(io.StringIO(run_cocaq([*cmd, *window, "-o", "csv"], env).out))
+        assert float(row["pue_min"]) == float(row["pue_max"]) == 1.25
+    kwh = (4 * 10 + 300) * 86400 / 3.6e6  # job 10: 4 cores x 10 W + 1 GPU x 300 W for a day
+    r = run_cocaq(["job", "10"], narrow)
+    assert r.code == 0, r.err
+    out = " ".join(r.out.split())
+    assert f"Energy drawn by the hardware: {_kwh(kwh)} (" in out, r.out
+    assert f"Energy with cooling (PUE 1.25): {_kwh(kwh * 1.25)}" in out, r.out
+    assert max(map(len, r.out.splitlines())) <= 60, r.out
+    d = json.loads(run_cocaq(["job", "10", "-o", "json"], env).out)
+    assert d["energy_kwh_with_pue"] == pytest.approx(kwh * 1.25) and d["pue"] == 1.25
+    # no job in the window: no PUE to name
+    d = json.loads(
+        run_cocaq(["user", "alice", "-S", "2020-11-01", "-E", "2020-12-01", "-o", "json"], env).out
+    )
+    assert d["pue_min"] is None and d["pue_max"] is None
+
+
+def test_a_window_of_jobs_with_different_pue_names_the_range(
+    cli_env: dict[str, str], db_url: str, tmp_path: Path
+) -> None:
+    """A partition with its own PUE: a window with jobs on both says `with cooling (PUE 1.10-1.25)`, and the
+    energy with PUE is each job's energy x its own PUE."""
+    from cocaq.cli.terminal import _kwh
+
+    cfg = tmp_path / "cocaq.toml"
+    cfg.write_text(CONFIG + "[partitions.green]\ncpu_tdp_w_per_core = 10\npue = 1.1\n")
+    e = dict(cli_env, COCAQ_DATABASE_URL=db_url, COCAQ_CONFIG=str(cfg))
+    assert run_cocaq(["db", "upgrade"], e).code == 0
+    green = "14|14|e|alice|1|lab_a|green|normal|g3|1|1|cpu=1,mem=0,node=1|0|2026-11-07T00:00:00|2026-11-07T00:00:00|2026-11-07T01:00:00|3600|COMPLETED|0:0|||\n"  # fmt: skip
+    (tmp_path / "dump.txt").write_text(DUMP + green)
+    r = run_cocaq(["import", "sacct", "--file", str(tmp_path / "dump.txt")], e)
+    assert r.code == 0, r.err
+    window = ["-S", "2026-11-01", "-E", "2026-12-01"]
+    d = json.loads(run_cocaq(["lab", "lab_a", *window, "-o", "json"], e).out)
+    assert (d["pue_min"], d["pue_max"]) == (1.1, 1.25)
+    users = {u["user"]: u for u in d["users"]}
+    assert (users["alice"]["pue_min"], users["alice"]["pue_max"]) == (1.1, 1.25)
+    assert users["bob"]["pue_min"] == users["bob"]["pue_max"] == 1.25
+    green_kwh = 10 * 3600 / 3.6e6  # 1 core x 10 W for an hour
+    assert d["energy_kwh_with_pue"] == pytest.approx((d["energy_kwh"] - green_kwh) * 1.25 + green_kwh * 1.1)
+    for cmd in (["user", "alice"], ["lab", "lab_a"]):
+        r = run_cocaq([*cmd, *window], dict(e, COLUMNS="60"))
+        assert r.code == 0, r.err
+        j = json.loads(run_cocaq([*cmd, *window, "-o", "json"], e).out)
+        assert _row(r.out, "with cooling (PUE 1.10-1.25)") == _kwh(j["energy_kwh_with_pue"])
+        assert max(map(len, r.out.splitlines())) <= 60, r.out
+    r = run_cocaq(["user", "bob", *window], e)
+    assert "with cooling (PUE 1.25)" in r.out

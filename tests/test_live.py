@@ -218,7 +218,7 @@ def test_an_imported_running_job_gets_its_estimates_projection_and_carbon(
     r = run_cocaq(["job", "402"], {**cocaq_env(node), "COLUMNS": "100"})
     assert r.code == 0, r.err
     assert "lab (account)" in r.out and "RUNNING for" in r.out and "At its time limit" in r.out
-    assert "Energy so far:" in r.out and "Energy: " not in r.out
+    assert "Energy so far:" in r.out and "Energy drawn by the hardware:" not in r.out
     r = run_cocaq(["job", "402", "-o", "json"], cocaq_env(node))
     assert json.loads(r.out)["live"]["job_id"] == "402"
 

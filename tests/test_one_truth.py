@@ -85,6 +85,7 @@ def close(a: float, b: float) -> bool:
 # What a user's figures are called in `cocaq user -o json` and in the e-mails' MonthTotals.
 PAIRS = (
     ("energy_kwh", "energy_kwh"),
+    ("energy_kwh_with_pue", "energy_kwh_with_pue"),
     ("co2_kg", "co2_kg"),
     ("gpu_hours", "gpu_hours"),
     ("energy_gpu_kwh", "gpu_kwh"),
@@ -219,6 +220,73 @@ def test_every_job_surface_says_the_same(demo: Demo) -> None:
                 assert wording.kwh(w.total) in r.text
             seen += 1
     assert seen >= 10
+
+
+def test_both_energy_figures_are_labelled_on_every_surface(demo: Demo) -> None:
+    """Issue 31: `energy 1,019 kWh` next to `with cooling (PUE) 1,375 kWh` left a reader to guess which one
+    compares with Green Algorithms or codecarbon (the one with PUE). Every surface now names both, with
+    the PUE, and says the same figures: `cocaq user`, `lab`, `job`, the API, the user's, lab's, admins'
+    and job e-mails and the admin page."""
+    from cocaq.cli.terminal import _kwh
+
+    def flat(s: str) -> str:
+        return " ".join(re.sub(r"<[^>]+>", " ", s).split())
+
+    client = api_client(demo)
+    p = {"since": demo.month.start.isoformat(), "until": demo.month.end.isoformat()}
+    pue = demo.cfg.cluster.pue
+    cooling = f"with cooling (PUE {pue:.2f})"  # the demo's one PUE
+    for user, um in demo.users.items():
+        t, cli = um.totals, demo.json("user", user, *demo.window)
+        assert cli["pue_min"] == cli["pue_max"] == pue and um.basis.pue_min == um.basis.pue_max == pue
+        assert close(cli["energy_kwh_with_pue"], cli["energy_kwh"] * pue), user
+        api = api_get(client, f"/v1/users/{user}", **p)
+        assert (api["pue_min"], api["pue_max"]) == (pue, pue)
+        table = demo.cocaq("user", user, *demo.window, columns=60).out
+        assert re.search(rf"^energy drawn by the hardware +{re.escape(_kwh(t.energy_kwh))}\b", table, re.M)
+        assert re.search(rf"^{re.escape(cooling)} +{re.escape(_kwh(t.energy_kwh_with_pue))}\b", table, re.M)
+        r = render.render_user_month(um, suggest_for_user(um, demo.cfg), demo.cfg)
+        for part in (flat(r.text), flat(r.html)):
+            said = f"{wording.kwh(t.energy_kwh)} of electricity drawn by the hardware, "
+            assert said + f"{wording.kwh(t.energy_kwh_with_pue)} {cooling}" in part, user
+            assert "Energy drawn by the hardware " in part.replace(":", "")
+            assert f"With {cooling[5:]} {wording.kwh(t.energy_kwh_with_pue)}" in part.replace(":", "")
+    with demo.engine.connect() as conn:
+        adm = admin_report.admin_month(conn, demo.cfg, demo.month.start, "demo")
+        lm = lab_report.lab_month(conn, demo.cfg, "lab_nlp", demo.month.start, cluster="demo")
+    cli = demo.json("lab", "lab_nlp", *demo.window)
+    assert close(cli["energy_kwh_with_pue"], lm.totals.energy_kwh_with_pue)
+    table = demo.cocaq("lab", "lab_nlp", *demo.window, columns=60).out
+    assert re.search(rf"^{re.escape(cooling)} +{re.escape(_kwh(cli['energy_kwh_with_pue']))}\b", table, re.M)
+    t = adm.totals
+    assert close(t.energy_kwh_with_pue, t.energy_kwh * pue)
+    r = render.render_lab_month(lm, demo.cfg)
+    mail = render.render_admin_email(adm, demo.cfg)
+    for part, kwh in (
+        (r.text, lm.totals.energy_kwh_with_pue),
+        (r.html, lm.totals.energy_kwh_with_pue),
+        (mail.text, t.energy_kwh_with_pue),
+        (mail.html, t.energy_kwh_with_pue),
+        (render.render_admin_html(adm, demo.cfg), t.energy_kwh_with_pue),
+    ):
+        part = flat(part).replace(":", "")
+        assert "Energy drawn by the hardware " in part and f"With {cooling[5:]} {wording.kwh(kwh)}" in part
+    # one job: `cocaq job` and its e-mail
+    line = demo.users["dave"].top_jobs[0]
+    job = demo.cocaq("job", line.job_id, columns=60).out
+    j = demo.json("job", line.job_id)
+    assert close(j["energy_kwh_with_pue"], j["energy_kwh"] * pue)
+    flat_job = " ".join(job.split())
+    assert f"Energy drawn by the hardware: {_kwh(j['energy_kwh'])}" in flat_job
+    assert f"Energy {cooling}: {_kwh(j['energy_kwh_with_pue'])}" in flat_job
+    with demo.engine.connect() as conn:
+        rep = job_report.job_footprint(conn, demo.cfg, line.pk)
+    r = render.render_jobs([rep], demo.cfg)
+    for part in (flat(r.text), flat(r.html)):
+        assert f"With {cooling[5:]}: {wording.kwh(rep.energy_kwh * pue)}" in part
+    # every line of the CLI's tables fits 60 columns
+    for out in (table, job):
+        assert max(map(len, out.splitlines())) <= 60
 
 
 def test_models_say_the_same_in_the_email_and_cocaq_models(demo: Demo) -> None:
