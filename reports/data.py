@@ -212,6 +212,8 @@ class JobLine:
     gpu_hours: float
     measured_share: float | None
     gpu_util_pct: float | None
+    gpu_util_source: str | None = None  # "samples" (the collector), "slurm" (Slurm's gres/gpuutil)
+    gpus_unknown: bool = False  # no GPU in its TRES on a GPU partition whose accounting records none
 
 
 @dataclass(frozen=True)

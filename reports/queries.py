@@ -256,6 +256,8 @@ def _month_jobs(lo: datetime, hi: datetime, where: list[Any]) -> Any:
             J.carbon_source.label("source"),
             J.carbon_flag.label("flag"),
             M.gpu_util_pct.label("util"),
+            M.gpu_util_source.label("util_source"),
+            J.gpus_unknown,
             func.coalesce(M.gpu_samples_s, 0.0).label("samples_s"),
             func.coalesce(M.idle_gpu_s, 0.0).label("idle_s"),
             # the ledger's idle GPU energy: at most the job's energy (cocaq.accounting.ledger.waste)

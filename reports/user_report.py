@@ -244,6 +244,8 @@ def _top_jobs(conn: Connection, y: Any, names: Mapping[int, str], n: int) -> dic
             y.c.util,
             y.c.user_name,
             rn.label("rn"),
+            y.c.util_source,
+            y.c.gpus_unknown,
         )
         .where(y.c.f > 0)
         .subquery("t")
@@ -270,6 +272,8 @@ def _top_jobs(conn: Connection, y: Any, names: Mapping[int, str], n: int) -> dic
         util,
         user,
         _rn,
+        util_source,
+        gpus_unknown,
     ) in conn.execute(q).all():
         out[user].append(
             JobLine(
@@ -289,6 +293,8 @@ def _top_jobs(conn: Connection, y: Any, names: Mapping[int, str], n: int) -> dic
                 gpu_hours=gh or 0.0,
                 measured_share=measured / energy if energy else None,
                 gpu_util_pct=util,
+                gpu_util_source=util_source,
+                gpus_unknown=bool(gpus_unknown),
             )
         )
     return out

@@ -370,7 +370,8 @@ def basis_lines(b: Basis, t: MonthTotals | None = None) -> list[str]:
     )
     out.append(
         f"A GPU counts as idle while allocated under {pct(b.idle_threshold_pct)} utilisation (from its "
-        "samples); jobs without GPU samples have no utilisation figure."
+        "samples; for a job cocaq's collector did not sample, from Slurm's gres/gpuutil, its mean over the "
+        "run, where the site records it); jobs with neither have no utilisation figure."
     )
     if b.rollups_through is not None:
         out.append(

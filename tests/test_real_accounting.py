@@ -32,7 +32,38 @@ from cocaq.db.schema import Cluster, Job, JobEnergy, JobMetrics
 from cocaq.slurm.plausible import TOTALCPU_UNKNOWN, Tally, check, checked
 from cocaq.slurm.sacct import ParseStats, gpu_usage, iter_json, iter_parsable
 
-HEADER = ["JobID", "JobIDRaw", "JobName", "User", "UID", "Account", "Partition", "QOS", "NodeList", "NNodes", "AllocCPUS", "AllocTRES", "ReqTRES", "ReqMem", "Submit", "Start", "End", "Elapsed", "ElapsedRaw", "State", "ExitCode", "TotalCPU", "Comment", "ConsumedEnergyRaw", "Cluster", "Timelimit", "MaxRSS", "NTasks", "TRESUsageInAve", "TRESUsageInMax"]
+HEADER = [
+    "JobID",
+    "JobIDRaw",
+    "JobName",
+    "User",
+    "UID",
+    "Account",
+    "Partition",
+    "QOS",
+    "NodeList",
+    "NNodes",
+    "AllocCPUS",
+    "AllocTRES",
+    "ReqTRES",
+    "ReqMem",
+    "Submit",
+    "Start",
+    "End",
+    "Elapsed",
+    "ElapsedRaw",
+    "State",
+    "ExitCode",
+    "TotalCPU",
+    "Comment",
+    "ConsumedEnergyRaw",
+    "Cluster",
+    "Timelimit",
+    "MaxRSS",
+    "NTasks",
+    "TRESUsageInAve",
+    "TRESUsageInMax",
+]
 NOW = datetime(2026, 11, 28, 12, tzinfo=UTC)
 
 
@@ -384,3 +415,54 @@ def test_the_cli_says_what_slurm_did_not_record_and_where_gpu_figures_came_from(
     assert "estimate from Slurm gres/gpuutil" in flat
     r = run2("user", "alice", "--since", "60d", "-E", "2026-11-28")
     assert "1 job' by Slurm gres/gpuutil" in " ".join(r.out.split()), r.out
+
+
+def test_the_emails_say_it_too(db_url: str, tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """The monthly e-mail (through `cocaq report user`) and the job e-mail say the same as the CLI: a job
+    whose GPU count Slurm does not tell is counted apart and shown as unknown, an idle job found by Slurm's
+    gres/gpuutil is named so, and the basis says where utilisation comes from."""
+    import email
+    import email.policy
+
+    from tests.conftest import run_cocaq
+
+    cfg = config(tmp_path, db_url)
+    eng = __import__("cocaq.db.engine", fromlist=["make_engine"]).make_engine(db_url)
+    __import__("cocaq.db.migrate", fromlist=["upgrade"]).upgrade(eng)
+    # one cluster records no GPUs (job 600), another records Slurm's GPU use (job 400: idle)
+    untracked = dump(job("600", gpus=None))
+    tracked = dump(job("400"), step("400", "batch", elapsed=36000, ave=AVE_0, top=AVE_0)).replace(
+        b"|c|", b"|c2|"
+    )
+    imported(eng, cfg, untracked)
+    imported(eng, cfg, tracked)
+    run_aggregate(eng, cfg, full=True)
+    r = run_cocaq(
+        ["--config", str(tmp_path / "cocaq.toml"), "report", "user", "alice", "--month", "2026-11", "--out",
+         str(tmp_path / "rep")], cli_env,
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    msg = email.message_from_bytes(
+        (tmp_path / "rep" / "user-alice-2026-11.eml").read_bytes(), policy=email.policy.default
+    )
+    text = " ".join(msg.get_body(("plain",)).get_content().split())  # type: ignore[union-attr]
+    assert "GPUs not counted: 1 job (600) ran on a GPU partition of a cluster whose Slurm accounting" in text
+    assert "600 train, 1 Nov, COMPLETED" in text and "GPUs unknown (not in Slurm's accounting)" in text
+    assert "2 GPUs at 0% (Slurm gres/gpuutil)" in text
+    assert "2 GPUs idle 100% of the run (Slurm gres/gpuutil: a mean of 0% per GPU)" in text
+    assert "from Slurm's gres/gpuutil, its mean over the run" in text
+    html = (tmp_path / "rep" / "user-alice-2026-11.html").read_text()
+    assert "GPUs not counted:" in html and "Slurm's gres/gpuutil: the job's mean over its run" in html
+
+    from cocaq.reports.job_report import job_footprint
+    from cocaq.reports.render import render_jobs
+
+    with eng.connect() as c:
+        pks = {r.job_id: r.id for r in c.execute(select(Job.job_id, Job.id))}
+        idle, unknown = job_footprint(c, cfg, pks["400"]), job_footprint(c, cfg, pks["600"])
+    mail = render_jobs([idle, unknown], cfg)
+    flat = " ".join(mail.text.split())
+    assert "utilisation per GPU, the mean over the run by Slurm's gres/gpuutil" in flat
+    assert "GPUs unknown (Slurm's accounting records none here: not in its energy)" in flat
+    assert "the mean over the run by Slurm's gres/gpuutil" in mail.html
+    eng.dispose()

@@ -541,7 +541,7 @@ def _fewer_gpus(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
         saving_kwh=kwh,
         saving_kg=kg,
         upper_bound=False,
-        basis="what the idle GPUs drew while the jobs held them (their power samples)",
+        basis="what the idle GPUs drew while the jobs held them (their samples, or Slurm's gres/gpuutil)",
         test=(
             f"per GPU: idle in >= {pct(t.gpu_idle_share)} of its samples while another worked; or the job's "
             f"GPUs idle >= {pct(t.idle_min_share)} of the sampled time"
