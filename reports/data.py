@@ -532,6 +532,24 @@ class Coverage:
     estimated_high_kwh: float | None = None
 
 
+@dataclass(frozen=True)
+class AccountingGaps:
+    """What the cluster's Slurm accounting did not record this month, for the admins: jobs on GPU
+    partitions with no GPU in their TRES (jobs.gpus_unknown: `AccountingStorageTRES` lacks gres/gpu),
+    finished jobs whose TotalCPU Slurm did not gather, and GPU jobs whose use came from Slurm's gres/gpuutil
+    (no collector samples)."""
+
+    gpus_unknown_jobs: int = 0
+    gpus_unknown_partitions: tuple[str, ...] = ()
+    cpu_unrecorded_jobs: int = 0
+    gpu_jobs: int = 0
+    gpu_slurm_jobs: int = 0
+
+    @property
+    def any(self) -> bool:
+        return bool(self.gpus_unknown_jobs or self.cpu_unrecorded_jobs or self.gpu_slurm_jobs)
+
+
 @dataclass(slots=True)
 class DayIntensity:
     day: date
@@ -688,6 +706,7 @@ class AdminMonth:
     # the e-mail study's estimates through this month (cocaq.study.analysis.StudyReport), where `[study]`
     # runs and has begun; None otherwise
     study: Any = None
+    gaps: AccountingGaps | None = None  # what Slurm's accounting did not record (None: not looked at)
 
 
 @dataclass(frozen=True)

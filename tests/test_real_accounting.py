@@ -466,3 +466,36 @@ def test_the_emails_say_it_too(db_url: str, tmp_path: Path, cli_env: dict[str, s
     assert "GPUs unknown (Slurm's accounting records none here: not in its energy)" in flat
     assert "the mean over the run by Slurm's gres/gpuutil" in mail.html
     eng.dispose()
+
+
+def test_the_admin_report_says_what_slurm_did_not_record(engine: Engine, tmp_path: Path) -> None:
+    """Per cluster, the admins read which holes their accounting has and the slurm.conf line that fills
+    each: GPUs not in the TRES, TotalCPU not gathered, GPU use from Slurm's gres/gpuutil."""
+    from cocaq.reports import render
+    from cocaq.reports.admin_report import admin_month
+
+    cfg = config(tmp_path, str(engine.url))
+    imported(engine, cfg, dump(job("600", gpus=None)))
+    tracked = dump(
+        job("400"), step("400", "batch", elapsed=36000, ave=AVE_0, top=AVE_0), job("401", gpus=None)
+    )
+    imported(engine, cfg, tracked.replace(b"|c|", b"|c2|"))
+    run_aggregate(engine, cfg, full=True)
+    month = datetime(2026, 11, 1, tzinfo=UTC)
+    with engine.connect() as conn:
+        untracked, gpus = admin_month(conn, cfg, month, "c"), admin_month(conn, cfg, month, "c2")
+    assert untracked.gaps is not None and gpus.gaps is not None
+    assert (untracked.gaps.gpus_unknown_jobs, untracked.gaps.gpus_unknown_partitions) == (1, ("gpu",))
+    assert untracked.gaps.cpu_unrecorded_jobs == 1 and untracked.gaps.gpu_slurm_jobs == 0
+    # c2 records GPUs (job 400): its job 401 without one has none, not an unknown count
+    assert gpus.gaps.gpus_unknown_jobs == 0 and (gpus.gaps.gpu_slurm_jobs, gpus.gaps.gpu_jobs) == (1, 1)
+    assert gpus.gaps.cpu_unrecorded_jobs == 2
+    text = " ".join(render.render_admin_email(untracked, cfg).text.split())
+    assert "WHAT SLURM'S ACCOUNTING DID NOT RECORD" in text
+    assert "1 job on GPU partitions (gpu) had no GPU in their TRES" in text
+    assert "AccountingStorageTRES=gres/gpu" in text and "JobAcctGatherType" in text
+    page = render.render_admin_html(gpus, cfg)
+    assert (
+        "What Slurm's accounting did not record" in page
+        and "1 of the month's 1 GPU job had no samples" in page
+    )
