@@ -92,65 +92,21 @@ def shape_lines(end: datetime) -> list[str]:
     idle = usage.format(mem="0", util="0")
     busy_ave = usage.format(mem="21474836480", util="86")
     busy_max = usage.format(mem="27917287424", util="100")
-    job(
-        BUSY_JOB,
-        ATLAS,
-        "md-sim",
-        "gpu_v100",
-        "atl-g03",
-        16,
-        2,
-        11.0,
-        40.0,
-        totalcpu=11 * 3600 * 12.0,
-        steps=(
-            ("batch", 1, 1.0, idle, idle),
-            ("extern", 1, 1.0, idle, idle),
-            ("0", 2, 0.98, busy_ave, busy_max),
-        ),
-    )
-    job(
-        IDLE_JOB,
-        ATLAS,
-        "forgot-cuda",
-        "gpu_v100",
-        "atl-g04",
-        16,
-        4,
-        8.0,
-        30.0,
-        totalcpu=8 * 3600 * 14.5,
-        steps=(("batch", 1, 1.0, idle, idle), ("extern", 1, 1.0, idle, idle)),
-    )
-    job(NO_CPU_JOB, ATLAS, "long-cpu", "cpu", "atl-c01", 64, 0, 20.0, 60.0, totalcpu=None)
-    job(
-        SUBMIT_JOB,
-        ATLAS,
-        "requeued",
-        "cpu",
-        "atl-c02",
-        8,
-        0,
-        2.0,
-        10.0,
-        totalcpu=2 * 3600 * 7.5,
-        submit_after=True,
-        steps=(("batch", 1, 1.0, "", ""),),
-    )
-    job(
-        UNKNOWN_JOB,
-        LEGACY,
-        "train-legacy",
-        "gpu_v100",
-        "leg-g01",
-        8,
-        2,
-        10.0,
-        50.0,
-        totalcpu=10 * 3600 * 6.0,
-        gpu_tres=False,
-        steps=(("batch", 1, 1.0, "", ""),),
-    )
-    job("990002", LEGACY, "prep", "cpu", "leg-c01", 32, 0, 3.0, 52.0, totalcpu=3 * 3600 * 30.0,
-        steps=(("batch", 1, 1.0, "", ""),))  # fmt: skip
+    batch = (("batch", 1, 1.0, "", ""),)
+    gpu_steps = (("batch", 1, 1.0, idle, idle), ("extern", 1, 1.0, idle, idle))
+    # id, cluster, name, partition, node, CPUs, GPUs, hours, started hours before `end`, CPU-seconds, and
+    # what is odd about it
+    for jid, cluster, name, part, node, cpus, gpus, hours, ago, cpu_s, odd in (
+        (BUSY_JOB, ATLAS, "md-sim", "gpu_v100", "atl-g03", 16, 2, 11.0, 40.0, 11 * 3600 * 12.0,
+         {"steps": (*gpu_steps, ("0", 2, 0.98, busy_ave, busy_max))}),
+        (IDLE_JOB, ATLAS, "forgot-cuda", "gpu_v100", "atl-g04", 16, 4, 8.0, 30.0, 8 * 3600 * 14.5,
+         {"steps": gpu_steps}),
+        (NO_CPU_JOB, ATLAS, "long-cpu", "cpu", "atl-c01", 64, 0, 20.0, 60.0, None, {}),
+        (SUBMIT_JOB, ATLAS, "requeued", "cpu", "atl-c02", 8, 0, 2.0, 10.0, 2 * 3600 * 7.5,
+         {"submit_after": True, "steps": batch}),
+        (UNKNOWN_JOB, LEGACY, "train-legacy", "gpu_v100", "leg-g01", 8, 2, 10.0, 50.0, 10 * 3600 * 6.0,
+         {"gpu_tres": False, "steps": batch}),
+        ("990002", LEGACY, "prep", "cpu", "leg-c01", 32, 0, 3.0, 52.0, 3 * 3600 * 30.0, {"steps": batch}),
+    ):  # fmt: skip
+        job(jid, cluster, name, part, node, cpus, gpus, hours, ago, totalcpu=cpu_s, **odd)
     return out
