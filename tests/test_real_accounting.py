@@ -206,7 +206,10 @@ def test_a_start_years_before_its_end_is_set_from_elapsed_and_the_energy_lands_i
     tally = Tally()
     (rec,) = checked(parse(dump(bad))[0].values(), tally, now=NOW)
     assert rec.start_time == datetime(2026, 11, 1, 0, 0, tzinfo=UTC)
+    # submitted a day before the wrong start: the same clock error, its day's wait kept
+    assert rec.submit_time == datetime(2026, 10, 31, 0, 0, tzinfo=UTC)
     assert tally.clamped["start over 30 days before end - elapsed: start set to end - elapsed"] == 1
+    assert not tally.clamped["submitted after it started: submit time set to the start"]
     cfg = config(tmp_path, str(engine.url))
     jobs = imported(engine, cfg, dump(bad))
     assert jobs["6"].start_time == datetime(2026, 11, 1, 0, 0, tzinfo=UTC)
@@ -216,6 +219,33 @@ def test_a_start_years_before_its_end_is_set_from_elapsed_and_the_energy_lands_i
     with engine.connect() as c:
         days = {r.day.date() for r in c.execute(select(DailyRollup.day))}
     assert days == {datetime(2026, 11, 1).date()}
+
+
+def test_a_right_submit_time_is_not_moved_back_to_a_wrong_start() -> None:
+    """Submit 2026-10-08 14:18:20 (right), Start 2019 (wrong), End and Elapsed right: the start comes from
+    end - elapsed, and the submit time stays where it was (seen in tests/data/sacct's hand-made site)."""
+    bad = job("9", submit="2026-10-08T14:18:20", start="2019-06-14T10:02:31", end="2026-10-08T16:18:40",
+              elapsed=7200)  # fmt: skip
+    (rec,) = parse(dump(bad))[0].values()
+    p = check(rec, NOW)
+    assert rec.start_time == datetime(2026, 10, 8, 14, 18, 40, tzinfo=UTC)
+    assert rec.submit_time == datetime(2026, 10, 8, 14, 18, 20, tzinfo=UTC)
+    assert p.clamped == ["start over 30 days before end - elapsed: start set to end - elapsed"]
+
+
+def test_a_running_jobs_zero_totalcpu_is_no_step_ended_yet(engine: Engine, tmp_path: Path) -> None:
+    """Slurm adds a step's CPU time when it ends: a running job's 0 (or partial) TotalCPU is kept as it is,
+    not called 'not gathered', and its estimate is its allocated cores, labelled as a running job's."""
+    from cocaq.accounting.estimate import CPU_BASIS_RUNNING
+
+    running = job("10", state="RUNNING", start="2026-11-28T08:00:00", elapsed=3 * 3600, end="Unknown")
+    (rec,) = parse(dump(running))[0].values()
+    p = check(rec, NOW)
+    assert rec.is_open and rec.total_cpu_s == 0.0 and TOTALCPU_UNKNOWN not in p.clamped
+    cfg = config(tmp_path, str(engine.url))
+    j = imported(engine, cfg, dump(running))["10"]
+    assert j.total_cpu_s == 0.0 and j.assumptions["cpu_basis"] == CPU_BASIS_RUNNING
+    assert energy_rows(engine, "10")["cpu"][2] == pytest.approx(16 * 3 * 3600 * 10.0)
 
 
 def test_a_suspension_shorter_than_a_month_is_left_alone_and_no_elapsed_is_skipped() -> None:

@@ -92,6 +92,8 @@ GPU_BASIS_SLURM_RATED = "slurm-gpuutil-rated"
 CPU_BASIS_TOTALCPU = "TotalCPU"
 CPU_BASIS_ALLOCATED = "allocated cores x elapsed"
 CPU_BASIS_UNRECORDED = "allocated cores x elapsed (CPU time not recorded by Slurm)"
+# A running job's TotalCPU holds only the steps that ended (Slurm adds a step's when it ends)
+CPU_BASIS_RUNNING = "allocated cores x elapsed (running: Slurm adds CPU time as its steps end)"
 
 # What Estimator works out, as a plain tuple (the importer's fast path skips the dataclasses):
 # (energies as (node, component, method, source, energy_j) tuples, energy_j, energy_measured_j,
@@ -116,16 +118,20 @@ def tdp_components(
     req_mem_mb: float | None,
     est: Estimate,
     hw: Hardware,
+    running: bool = False,
 ) -> tuple[float, float, float, float, float, str]:
-    """(cpu_j, gpu_j, dram_j, core-seconds, memory GB, CPU basis): the TDP estimate of each component."""
-    if est.cpu_usage == "totalcpu" and total_cpu_s is not None:
+    """(cpu_j, gpu_j, dram_j, core-seconds, memory GB, CPU basis): the TDP estimate of each component.
+    A running job's partial TotalCPU is not its use: it is estimated from its allocated cores."""
+    if est.cpu_usage == "totalcpu" and total_cpu_s is not None and not running:
         core_s = total_cpu_s
         if alloc_cpus:
             core_s = min(core_s, alloc_cpus * elapsed)  # TotalCPU cannot exceed the allocation
         basis = CPU_BASIS_TOTALCPU
     else:
         core_s = alloc_cpus * elapsed
-        basis = CPU_BASIS_UNRECORDED if est.cpu_usage == "totalcpu" else CPU_BASIS_ALLOCATED
+        basis = CPU_BASIS_ALLOCATED
+        if est.cpu_usage == "totalcpu":
+            basis = CPU_BASIS_RUNNING if running else CPU_BASIS_UNRECORDED
     mem_gb = (req_mem_mb or 0.0) / 1024.0
     return (
         core_s * hw.cpu_tdp_w_per_core,
@@ -164,7 +170,7 @@ def _values(
         assumptions: dict[str, Any] = {"profile": profile, "basis": _MEASURED_BASIS}
     else:
         cpu_j, gpu_j, mem_j, core_s, mem_gb, basis = tdp_components(
-            elapsed, rec.total_cpu_s, rec.alloc_cpus, rec.alloc_gpus, rec.req_mem_mb, est, hw
+            elapsed, rec.total_cpu_s, rec.alloc_cpus, rec.alloc_gpus, rec.req_mem_mb, est, hw, rec.is_open
         )
         rows = []
         gpu_source = SOURCE_TDP

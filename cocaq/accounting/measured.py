@@ -229,6 +229,7 @@ def _rewrite(
         job.req_mem_mb,
         cfg.estimate,
         hw,
+        bool(job.is_open),
     )
     new: list[dict[str, Any]] = [
         {"job_pk": job.id, "node": n, "component": c, "method": "measured", "source": s, "energy_j": e}

@@ -326,7 +326,7 @@ def _view(
         hw, _ = cfg.hardware_for(partition, nodes)
         gpus_alloc, cpus_alloc = int(row[14] or 0), int(row[15] or 0)
         cpu_j, gpu_j, mem_j, *_ = tdp_components(
-            elapsed, None, cpus_alloc, gpus_alloc, _num(row[16]), cfg.estimate, hw
+            elapsed, None, cpus_alloc, gpus_alloc, _num(row[16]), cfg.estimate, hw, running=True
         )
         for comp, ej in (("gpu", gpu_j), ("cpu", cpu_j), ("dram", mem_j)):
             if comp in by_comp or ej <= 0:

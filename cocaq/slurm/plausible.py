@@ -20,15 +20,18 @@ summary shows:
 * Times: submit, start and end between EARLIEST and a day after now (else the record is skipped); a job
   cannot end before it started (skipped); the elapsed time is at most end - start, or now - start for a
   running job (else clamped to it), never negative.
-* Times that contradict each other: a submit time after the start is set to the start (a job cannot start
-  before it is submitted); a finished job whose start lies more than SUSPEND_MAX before its end minus its
-  elapsed time has its start set to end - elapsed (Slurm's Elapsed leaves out only suspended time, and no
-  job is suspended for a month: the start is the wrong one, and would put its energy in the wrong month);
-  with no elapsed time at all it is skipped (when it ran cannot be told).
+* Times that contradict each other: a finished job whose start lies more than SUSPEND_MAX before its end
+  minus its elapsed time has its start set to end - elapsed (Slurm's Elapsed leaves out only suspended
+  time, and no job is suspended for a month: the start is the wrong one, and would put its energy in the
+  wrong month; a submit time before that wrong start moves with it, keeping its wait); with no elapsed time
+  at all it is skipped (when it ran cannot be told). Then a submit time after the start is set to the
+  start (a job cannot start before it is submitted): in this order, a right submit time is never moved
+  back to a wrong start.
 * Energy: Slurm's ConsumedEnergy at most nodes x elapsed x `[estimate] max_node_power_w` (else dropped:
   the job is then estimated, as one without a measurement); CPU time at most the allocated cores x the
-  elapsed time, with a margin (else dropped); a TotalCPU of exactly 0 on a job that ran CPU_UNKNOWN_AFTER_S
-  or longer is "not gathered" (no jobacct_gather, steps not accounted), never "no CPU used": dropped, so
+  elapsed time, with a margin (else dropped); a TotalCPU of exactly 0 on a job that ended after
+  CPU_UNKNOWN_AFTER_S or longer is "not gathered" (no jobacct_gather, steps not accounted), never "no CPU
+  used" (a running job's 0 only says that no step has ended yet, and its estimate reads it so): dropped, so
   that the job is estimated from its allocated cores and gets no CPU-efficiency advice; memory figures
   finite and non-negative; Slurm's GPU use (gres/gpuutil, gres/gpumem) finite, non-negative and bounded.
 
@@ -186,19 +189,21 @@ def check(rec: JobRecord, now: datetime, max_node_power_w: float = DEFAULT_MAX_N
     if not _finite(el) or el < 0:
         rec.elapsed_s = el = 0.0
         p.clamped.append("elapsed time negative or not a number: 0")
-    if rec.start_time is not None and rec.submit_time > rec.start_time:
-        rec.submit_time = rec.start_time
-        p.clamped.append("submitted after it started: submit time set to the start")
+    # the start first: a wrong start years early would otherwise drag a right submit time back with it
     if rec.start_time is not None and rec.end_time is not None:
         gap = (rec.end_time - rec.start_time).total_seconds() - el
         if gap > SUSPEND_MAX.total_seconds():
             if el <= 0:
                 p.skip = "start and end over 30 days apart with no elapsed time: when it ran is unknown"
                 return p
+            wrong = rec.start_time
             rec.start_time = rec.end_time - timedelta(seconds=el)
-            if rec.submit_time > rec.start_time:
-                rec.submit_time = rec.start_time
+            if rec.submit_time <= wrong:  # submitted before the wrong start: off by the same, its wait kept
+                rec.submit_time += rec.start_time - wrong
             p.clamped.append("start over 30 days before end - elapsed: start set to end - elapsed")
+    if rec.start_time is not None and rec.submit_time > rec.start_time:
+        rec.submit_time = rec.start_time
+        p.clamped.append("submitted after it started: submit time set to the start")
     if rec.start_time is not None:
         stop = rec.end_time if rec.end_time is not None else (now if rec.is_open else None)
         if stop is not None:
@@ -229,8 +234,8 @@ def check(rec: JobRecord, now: datetime, max_node_power_w: float = DEFAULT_MAX_N
         elif rec.alloc_cpus and cpu > rec.alloc_cpus * el * CPU_MARGIN + 60.0:
             rec.total_cpu_s = None
             p.clamped.append("TotalCPU over the allocated cores x elapsed: dropped")
-        elif cpu == 0 and el >= CPU_UNKNOWN_AFTER_S:
-            rec.total_cpu_s = None
+        elif cpu == 0 and el >= CPU_UNKNOWN_AFTER_S and not rec.is_open:
+            rec.total_cpu_s = None  # (a running job's 0: no step has ended yet; its estimate knows that)
             p.clamped.append(TOTALCPU_UNKNOWN)
     for name, hi in (("slurm_gpu_util", GPU_UTIL_MAX), ("slurm_gpu_mem_mb", GPU_MEM_MAX_MB)):
         v = getattr(rec, name)

@@ -278,7 +278,7 @@ class _Folder:
         rec, agg = item
         if (rec.total_cpu_s is None or rec.total_cpu_s == 0) and agg.any_cpu:
             rec.total_cpu_s = agg.total_cpu_s
-        if rec.total_cpu_s == 0 and not agg.n_steps:
+        if rec.total_cpu_s == 0 and not agg.n_steps and not rec.is_open:
             rec.total_cpu_s = None  # no step was accounted: Slurm gathered no CPU time, not "none used"
         if agg.own_gpu is not None and agg.gpu_util_s is None and agg.gpu_mem_mb is None:
             agg.add_gpu(agg.own_gpu[0], agg.own_gpu[1], agg.own_gpu[3], agg.own_gpu[2])
@@ -750,7 +750,7 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
             any_step_cpu = True
     if not total_cpu and any_step_cpu:
         total_cpu = step_cpu
-    if total_cpu == 0 and not steps:
+    if total_cpu == 0 and not steps and not is_open:
         total_cpu = None  # no step was accounted: Slurm gathered no CPU time, not "none used"
     comment = j.get("comment")
     if isinstance(comment, dict):
