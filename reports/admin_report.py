@@ -30,7 +30,6 @@ from cocaq.footprint.advice import advise_user
 from cocaq.footprint.jobfacts import JobFacts
 from cocaq.reports.data import (
     WEEK_WINDOW_H,
-    AccountingGaps,
     AdminMonth,
     BeforeAfter,
     BeforeAfterUser,
@@ -88,6 +87,7 @@ from cocaq.reports.queries import (
     _watermark,
     _weeks,
     _whole,
+    accounting_gaps,
     advice_context,
 )
 from cocaq.units import J_PER_KWH
@@ -223,49 +223,8 @@ def admin_month(
         carbon_week_missing=no_series,
         shift_trend=shift_trend,
         study=_study(conn, cfg, month),
-        gaps=_accounting_gaps(conn, month, cid),
+        gaps=accounting_gaps(conn, month, cid),
     )
-
-
-def _accounting_gaps(conn: Connection, month: Month, cid: int | None) -> AccountingGaps:
-    """What Slurm's accounting did not record among the month's jobs (those that ran in it)."""
-    from sqlalchemy import case
-
-    from cocaq.db.schema import Job, JobMetrics
-
-    one, zero = 1, 0
-    ended_cpu_none = and_(
-        Job.total_cpu_s.is_(None), Job.is_open.is_(False), Job.elapsed_s > 0, Job.alloc_cpus > 0
-    )
-    q = (
-        select(
-            func.coalesce(func.sum(case((Job.gpus_unknown, one), else_=zero)), 0),
-            func.coalesce(func.sum(case((ended_cpu_none, one), else_=zero)), 0),
-            func.coalesce(func.sum(case((Job.alloc_gpus > 0, one), else_=zero)), 0),
-            func.coalesce(func.sum(case((JobMetrics.gpu_util_source == "slurm", one), else_=zero)), 0),
-        )
-        .select_from(Job.__table__.outerjoin(JobMetrics.__table__, JobMetrics.job_pk == Job.id))
-        .where(
-            Job.start_time < month.end,
-            (Job.end_time >= month.start) | Job.end_time.is_(None),
-            *((Job.cluster_id == cid,) if cid is not None else ()),
-        )
-    )
-    unknown, no_cpu, gpu, slurm = (int(v or 0) for v in conn.execute(q).one())
-    parts: tuple[str, ...] = ()
-    if unknown:
-        pq = (
-            select(Job.partition)
-            .where(
-                Job.gpus_unknown,
-                Job.start_time < month.end,
-                (Job.end_time >= month.start) | Job.end_time.is_(None),
-                *((Job.cluster_id == cid,) if cid is not None else ()),
-            )
-            .distinct()
-        )
-        parts = tuple(sorted(str(p or "(none)") for (p,) in conn.execute(pq)))[:10]
-    return AccountingGaps(unknown, parts, no_cpu, gpu, slurm)
 
 
 def _study(conn: Connection, cfg: Config, month: Month) -> Any:

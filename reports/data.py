@@ -448,6 +448,7 @@ class LabMonth:
     basis: Basis
     data_days: DataDays | None = None
     advice: tuple[MemberAdvice, ...] = ()  # each member's largest suggestion, largest first
+    gaps: AccountingGaps | None = None  # what Slurm's accounting did not record of the lab's jobs
 
 
 @dataclass(frozen=True)

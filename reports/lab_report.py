@@ -41,6 +41,7 @@ from cocaq.reports.queries import (
     _watermark,
     _weeks,
     _whole,
+    accounting_gaps,
     advice_context,
 )
 
@@ -109,6 +110,7 @@ def lab_month(
         models=_model_uses(conn, y, month).get("", ()),
         weekly=_weeks(month, days, span),
         data_days=span,
+        gaps=accounting_gaps(conn, month, cid, account),
         advice=_members_advice(
             _job_facts(conn, cfg, month, cluster, None, account=account),
             {u.user: u.energy_kwh for u in users},

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, Float, Table, case, func, literal, or_, select
+from sqlalchemy import Connection, Float, Table, and_, case, func, literal, or_, select
 
 from cocaq.accounting.ledger import OUTCOME
 from cocaq.accounting.window import overlap_expr, share_expr
@@ -60,6 +60,7 @@ from cocaq.footprint.by_model import UNNAMED
 from cocaq.footprint.jobfacts import JobFacts
 from cocaq.footprint.totals import equivalents
 from cocaq.reports.data import (
+    AccountingGaps,
     Basis,
     CarbonBasis,
     Change,
@@ -739,3 +740,49 @@ def _model_uses(
 
 def _midnight(t: datetime) -> datetime:
     return as_utc(t).astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def accounting_gaps(
+    conn: Connection, month: Month, cid: int | None, account: str | None = None
+) -> AccountingGaps:
+    """What Slurm's accounting did not record among the month's jobs (those that ran in it), of a cluster
+    (or all) and a lab (or all): for the admin and lab reports."""
+    from sqlalchemy import case
+
+    from cocaq.db.schema import Job, JobMetrics
+
+    one, zero = 1, 0
+    ended_cpu_none = and_(
+        Job.total_cpu_s.is_(None), Job.is_open.is_(False), Job.elapsed_s > 0, Job.alloc_cpus > 0
+    )
+    q = (
+        select(
+            func.coalesce(func.sum(case((Job.gpus_unknown, one), else_=zero)), 0),
+            func.coalesce(func.sum(case((ended_cpu_none, one), else_=zero)), 0),
+            func.coalesce(func.sum(case((Job.alloc_gpus > 0, one), else_=zero)), 0),
+            func.coalesce(func.sum(case((JobMetrics.gpu_util_source == "slurm", one), else_=zero)), 0),
+        )
+        .select_from(Job.__table__.outerjoin(JobMetrics.__table__, JobMetrics.job_pk == Job.id))
+        .where(
+            Job.start_time < month.end,
+            (Job.end_time >= month.start) | Job.end_time.is_(None),
+            *((Job.cluster_id == cid,) if cid is not None else ()),
+            *((Job.account == account,) if account is not None else ()),
+        )
+    )
+    unknown, no_cpu, gpu, slurm = (int(v or 0) for v in conn.execute(q).one())
+    parts: tuple[str, ...] = ()
+    if unknown:
+        pq = (
+            select(Job.partition)
+            .where(
+                Job.gpus_unknown,
+                Job.start_time < month.end,
+                (Job.end_time >= month.start) | Job.end_time.is_(None),
+                *((Job.cluster_id == cid,) if cid is not None else ()),
+                *((Job.account == account,) if account is not None else ()),
+            )
+            .distinct()
+        )
+        parts = tuple(sorted(str(p or "(none)") for (p,) in conn.execute(pq)))[:10]
+    return AccountingGaps(unknown, parts, no_cpu, gpu, slurm)

@@ -529,3 +529,16 @@ def test_the_admin_report_says_what_slurm_did_not_record(engine: Engine, tmp_pat
         "What Slurm's accounting did not record" in page
         and "1 of the month's 1 GPU job had no samples" in page
     )
+    assert "energy-weighted, from GPU samples and Slurm" in page
+    # the lab head reads it too: the lab's own jobs whose GPUs are not counted
+    from cocaq.reports.lab_report import lab_month
+
+    with engine.connect() as conn:
+        lab_c = lab_month(conn, cfg, "lab", month, cluster="c")
+        lab_c2 = lab_month(conn, cfg, "lab", month, cluster="c2")
+    lab_text = " ".join(render.render_lab_month(lab_c, cfg).text.split())
+    assert (
+        "GPUs not counted: 1 job of the lab ran on GPU partitions (gpu) of a cluster whose Slurm" in lab_text
+    )
+    assert "GPUs not counted" not in render.render_lab_month(lab_c2, cfg).text
+    assert "from GPU samples and Slurm" in render.render_lab_month(lab_c2, cfg).html
