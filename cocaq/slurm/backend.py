@@ -105,7 +105,12 @@ def read_accounting(
         records: Iterable[JobRecord] = list(
             iter_slurmdb(start, end, all_users=all_users, default_cluster=cluster, stats=stats, pyslurm=ps)
         )
-        return Accounting("pyslurm", records, stats, note)
+        # pyslurm carries no gres usage of the steps: Slurm's GPU use of the GPU jobs comes from sacct
+        from cocaq.slurm.gpu_usage import add_gpu_usage
+        from cocaq.slurm.run import find_sacct
+
+        why = add_gpu_usage(records, find_sacct(exe), cluster)
+        return Accounting("pyslurm", records, stats, f"{note}; {why}" if why and note else why or note)
     from cocaq.slurm.run import run_sacct
 
     out = run_sacct(start, end, all_users=all_users, sacct=exe, use_json=use_json)
