@@ -24,7 +24,7 @@ T0 = datetime(2026, 11, 10, 10, tzinfo=UTC)
 JOB = (
     "100|100|train|alice|1001|lab_nlp|gpu|normal|gpu[01-02]|2|16|cpu=16,gres/gpu=8,mem=512G,node=2|"
     "cpu=16,gres/gpu=8,mem=512G,node=2|512G|2026-11-10T10:00:00|2026-11-10T10:00:00|2026-11-10T20:00:00|"
-    "10:00:00|36000|COMPLETED|0:0|2-00:00:00|||c1|1-00:00:00||"
+    "10:00:00|36000|COMPLETED|0:0|2-00:00:00|||c1|1-00:00:00||||"
 )
 # The steps: JobID|MaxRSS|NTasks|NNodes, the rest as on the job line.
 STEPS = (("100.extern", "1000K", "2", "2"), ("100.batch", "350M", "1", "1"), ("100.0", "{rss}", "8", "2"))
@@ -87,12 +87,14 @@ def test_fast_row_and_job_row_agree() -> None:
     rec = record(1, max_rss_mb=1234.5, rss_tasks_per_node=4)
     est = Estimator(cfg())
     v = est.values(rec)
-    fast = dict(zip(importer._PG_COLS, importer._pg_row(rec, v, "sacct", est.assumptions_json), strict=True))
-    slow = dict(zip(JOB_COLUMNS, importer._slow_row(rec, v, "sacct", est.assumptions_json), strict=True))
+    fast = dict(
+        zip(importer._PG_COLS, importer._pg_row(rec, v, "sacct", est.assumptions_json, 0), strict=True)
+    )
+    slow = dict(zip(JOB_COLUMNS, importer._slow_row(rec, v, "sacct", est.assumptions_json, 0), strict=True))
     assert fast.pop("cluster_id") is None and slow.pop("cluster_id") == 0
     assert fast == slow
     assert (fast["max_rss_mb"], fast["rss_tasks_per_node"]) == (1234.5, 4)
-    other = importer._pg_row(replace(rec, max_rss_mb=1234.0), v, "sacct", est.assumptions_json)
+    other = importer._pg_row(replace(rec, max_rss_mb=1234.0), v, "sacct", est.assumptions_json, 0)
     assert other[-1] != fast["record_hash"]  # the hash sees MaxRSS
 
 

@@ -227,9 +227,13 @@ def test_watch_a_real_running_job_and_scrape_it(node: dict[str, Any]) -> None:
     out, err = watcher.communicate(timeout=30)
     assert watcher.returncode == 0, err
     assert "RUNNING for" in out and "Power now:" in out
-    assert "has ended; waiting" in out or "Energy:" in out
+    assert "has ended; waiting" in out or "Energy drawn by the hardware:" in out
     tail = out[out.rfind(f"Job {job} on cluster") :]
-    assert tail.startswith(f"Job {job} on cluster") and "Energy:" in tail and "COMPLETED" in tail
+    assert (
+        tail.startswith(f"Job {job} on cluster")
+        and "Energy drawn by the hardware:" in tail
+        and "COMPLETED" in tail
+    )
 
     # 4. PromQL over what was scraped gives each GPU's energy within 1% of what cocaq stores
     with engine.connect() as c:
