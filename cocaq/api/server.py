@@ -35,7 +35,7 @@ from cocaq.api.client import payload_for
 from cocaq.config import Config
 from cocaq.db.dbapi import Db, connect
 from cocaq.errors import CocaqError, ConfigError, DatabaseError
-from cocaq.footprint.array_job import ASK_PATTERN
+from cocaq.footprint.job_parts import ASK_PATTERN
 from cocaq.slurm.record import JOB_ID_PATTERN
 
 NAME = r"^[A-Za-z0-9._@+-]{1,128}$"  # user and account names (as the hooks accept them)
@@ -279,30 +279,37 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
             d["restricted"] = True
         return d
 
-    @get("/v1/jobs/{job_id}", summary="One job, or an array's tasks (as `cocaq job -o json`)")
+    @get(
+        "/v1/jobs/{job_id}",
+        summary="One job, an array's tasks or a het job's components (as `cocaq job -o json`)",
+    )
     def job(
         who: Who, job_id: Annotated[str, Path(pattern=JOB_OR_ARRAY)], cluster: ClusterQ = None
     ) -> dict[str, Any]:
-        """A job id's jobs (ids repeat across clusters and after a reset) and, for an array's base id
-        (123) or task list (123_[0-9]), its tasks as arrays (cocaq.footprint.array_job): only those the
-        caller may see, each task judged as a job is."""
-        from cocaq.footprint.array_job import array_tasks, arrays, parse_job_ask
+        """A job id's jobs (ids repeat across clusters and after a reset) and, for a base id (123), an
+        array's tasks or a het job's components (cocaq.footprint.job_parts; an array's task list
+        123_[0-9]: those tasks): only the parts the caller may see, each judged as a job is."""
+        from cocaq.footprint.job_parts import job_parts, parse_job_ask, wholes
         from cocaq.footprint.one_job import find_jobs
 
         ask = parse_job_ask(job_id)
         with engine().connect() as conn:
             jobs = find_jobs(conn, ask.job_id, cluster, cfg) if ask.job_id is not None else []
-            tasks = array_tasks(conn, ask, cluster)
+            parts = job_parts(conn, ask, cluster)
 
         def visible(j: dict[str, Any]) -> bool:
             return who.admin or j.get("user_name") == who.user or j.get("account") in who.heads
 
         mine = [j for j in jobs if visible(j)]
-        my_tasks = [t for t in tasks if visible(t)]
-        if not mine and not my_tasks:  # not there and not yours read the same, from the same work
+        my_parts = [p for p in parts if visible(p)]
+        if not mine and not my_parts:  # not there and not yours read the same, from the same work
             raise HTTPException(403, f"job {ask.text}: not found, or not yours")
         # (FastAPI writes datetimes as ISO text, as cocaq.cli.terminal does)
-        return {"jobs": mine, "arrays": arrays(my_tasks, ask)}
+        return {
+            "jobs": mine,
+            "arrays": wholes(my_parts, ask, "array"),
+            "het_jobs": wholes(my_parts, ask, "het"),
+        }
 
     @get("/v1/live", summary="Running jobs measured so far (as `cocaq watch -o json`): by id or a user's")
     def live_jobs(

@@ -128,20 +128,21 @@ def _emit(d: dict[str, Any], fmt: str) -> None:
 @click.pass_obj
 def job(obj: Ctx, jobid: str, cluster: str | None, fmt: str) -> None:
     """One job: its facts, energy by component and method, and CO2 with zone, intensity, source and PUE.
-    An array's base id (123) or task list (123_[0-9]) shows its tasks, as `sacct -j 123` does."""
+    An array's base id (123) or task list (123_[0-9]) shows its tasks, a het job's base id its
+    components, as `sacct -j 123` does."""
     from cocaq.cli import terminal as render
-    from cocaq.footprint.array_job import parse_job_ask
+    from cocaq.footprint.job_parts import parse_job_ask
 
     ask = parse_job_ask(jobid)
 
     def from_db() -> Any:
-        from cocaq.footprint.array_job import array_tasks, arrays
+        from cocaq.footprint.job_parts import job_parts, wholes
         from cocaq.footprint.one_job import find_jobs
 
         with obj.engine().connect() as conn:
             jobs = find_jobs(conn, ask.job_id, cluster, obj.cfg) if ask.job_id is not None else []
-            tasks = array_tasks(conn, ask, cluster)
-        return {"jobs": jobs, "arrays": arrays(tasks, ask)}
+            parts = job_parts(conn, ask, cluster)
+        return {"jobs": jobs, "arrays": wholes(parts, ask, "array"), "het_jobs": wholes(parts, ask, "het")}
 
     from cocaq.api.client import ApiRefused
 
@@ -151,7 +152,8 @@ def job(obj: Ctx, jobid: str, cluster: str | None, fmt: str) -> None:
     except ApiRefused as exc:  # (the API says "not found, or not yours" alike)
         got, refused = {"jobs": []}, exc
     jobs = [_revive(j) for j in got["jobs"]]
-    found = jobs + [_revive(a) for a in got.get("arrays", [])]  # (an older API server: no arrays)
+    # (an older API server: no arrays, or no het jobs)
+    found = jobs + [_revive(w) for w in got.get("arrays", []) + got.get("het_jobs", [])]
     if not found:
         # a running job Slurm's accounting has not been imported for yet: what its node shipped so far
         running = _running_not_imported(obj, ask.job_id, cluster) if ask.job_id is not None else []
@@ -177,10 +179,10 @@ def job(obj: Ctx, jobid: str, cluster: str | None, fmt: str) -> None:
         return
     con = _console()
     for j in found:
-        if j.get("kind") == "array":
-            from cocaq.cli.array_view import print_array
+        if j.get("kind") in ("array", "het"):
+            from cocaq.cli.parts_view import print_parts
 
-            print_array(j, con)
+            print_parts(j, con)
             continue
         render.print_job(j, con)
         if j.get("live"):
