@@ -10,24 +10,21 @@ through the CLI, the read API and the CLI through the API as an ordinary user.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import text
 
 from cocaq.accounting import measured
 from cocaq.collector.ship import connect
 from cocaq.config_load import load_config
 from cocaq.db.engine import make_engine
-from tests.conftest import DATA, Result, new_database, run_cocaq
+from tests.conftest import DATA, new_database
 from tests.test_api import credential, need_munge_and_users, server_config
+from tests.test_job_array import Site, as_json, cli, db_sum
 from tests.test_measured import _event
 
 CAPTURE = DATA / "sacct" / "slurm2205_parsable2.txt"
@@ -57,14 +54,6 @@ OTHER = """\
 """
 
 
-@dataclass
-class Site:
-    kind: str
-    url: str
-    cfg: Path
-    env: dict[str, str]
-
-
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Site:
     tmp = tmp_path_factory.mktemp(f"het-{request.param}")
@@ -90,32 +79,6 @@ def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     assert measured.refresh(engine, load_config(cfg_path, {})).jobs_measured == 1
     engine.dispose()
     return s
-
-
-def cli(s: Site, *args: str, columns: int | None = None) -> Result:
-    env = s.env if columns is None else {**s.env, "COLUMNS": str(columns)}
-    return run_cocaq(["--config", str(s.cfg), *args], env)
-
-
-def as_json(s: Site, *args: str) -> Any:
-    r = cli(s, "job", *args, "-o", "json")
-    assert r.code == 0, r.err
-    return json.loads(r.out)
-
-
-def db_sum(s: Site, where: str) -> tuple[float, float, float]:
-    engine = make_engine(s.url)
-    try:
-        with engine.connect() as c:
-            row = c.execute(
-                text(
-                    "SELECT sum(j.energy_j), sum(j.energy_measured_j), sum(j.co2_g) FROM jobs j "
-                    f"JOIN clusters cl ON cl.id = j.cluster_id WHERE {where}"
-                )
-            ).one()
-    finally:
-        engine.dispose()
-    return float(row[0]) / 3.6e6, float(row[1]) / 3.6e6, float(row[2]) / 1000
 
 
 def test_a_het_base_id_shows_both_components_not_the_leader_alone(site: Site) -> None:
