@@ -116,6 +116,9 @@ class JobFacts:
     # gres/gpuutil: one mean over the run); None without GPU figures
     gpu_util_source: str | None = None
     gpus_unknown: bool = False  # no GPU in its TRES on a GPU partition of a cluster that records none
+    qos: str | None = None
+    gpu_type: str | None = None  # from its TRES (gres/gpu:a100); the profile's gpu_model is the fallback
+    gpu_model: str | None = None  # of its hardware profile (config)
 
     # --- derived -------------------------------------------------------------------------------------
 
@@ -264,7 +267,7 @@ WITH y AS (
            j.is_open, coalesce(j.alloc_cpus, 0) AS cpus, coalesce(j.alloc_gpus, 0) AS gpus,
            coalesce(j.n_nodes, 0) AS nn, j.time_limit_s, j.req_mem_mb, j.max_rss_mb, j.rss_tasks_per_node,
            j.total_cpu_s, coalesce(j.energy_j, 0.0) AS energy, coalesce(j.energy_measured_j, 0.0) AS measured,
-           coalesce(j.co2_g, 0.0) AS co2, j.gpus_unknown, {t0} AS t0, {el} AS el
+           coalesce(j.co2_g, 0.0) AS co2, j.gpus_unknown, j.qos, j.gpu_type, {t0} AS t0, {el} AS el
     FROM jobs j JOIN clusters c ON c.id = j.cluster_id
     WHERE j.start_time < %(until_ts)s AND (j.end_time >= %(since_ts)s OR j.end_time IS NULL)
           AND j.start_time IS NOT NULL{where}{fence}
@@ -286,7 +289,7 @@ SELECT w.id, w.job_id, w.job_id_raw, w.cluster_id, w.cluster, w.name, w.user_nam
        mm.model_name, mm.precision, mm.extra, mm.batch_size, mm.epochs, mm.tokens,
        m.shift_state, m.shift_slack_s / 3600.0, m.shift_best_start, m.shift_now_g, m.shift_best_g,
        coalesce(m.shift_saved_g, 0.0) / 1000.0, coalesce(m.shift_pause_saved_g, 0.0) / 1000.0,
-       m.gpu_util_source, w.gpus_unknown,
+       m.gpu_util_source, w.gpus_unknown, w.qos, w.gpu_type,
        {energy_j} * w.f
 FROM w {energy}
        LEFT JOIN job_metrics m ON m.job_pk = w.id
@@ -395,6 +398,9 @@ def _facts(
         float(pause_saved),
         r[_N_PLAIN + 13],
         bool(r[_N_PLAIN + 14]),
+        r[_N_PLAIN + 15],
+        r[_N_PLAIN + 16],
+        hw.gpu_model if hw.gpu_model != "unknown GPU" else None,
     )
     return JobFacts(*plain)
 
