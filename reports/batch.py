@@ -260,6 +260,11 @@ def send_month(
     for s in wanted:
         if s not in SECTIONS:
             raise UsageError(f"--only {s!r}: expected one of {', '.join(SECTIONS)}")
+    if cluster is not None:  # a typo: refused (exit 2), not a month with nothing to send
+        from cocaq.reports.queries import _cluster_id
+
+        with engine.connect() as conn:
+            _cluster_id(conn, cluster)
     month = Month.of(date(month_start.year, month_start.month, 1))
     sender = _Sender(engine, cfg, transport, force, dry_run, now)
     what = "" if dry_run else sender.transport().describe()

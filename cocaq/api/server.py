@@ -148,7 +148,12 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
 
     @app.exception_handler(CocaqError)
     def _cocaq_error(request: Request, exc: CocaqError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503 if isinstance(exc, DatabaseError) else 400)
+        """A name the database has never seen is a 404 with the reason wherever it is checked (the
+        client exits 2 on it, as the CLI does without the API); a database down, 503; the rest, 400."""
+        from cocaq.footprint.lookup import UnknownName
+
+        status = 404 if isinstance(exc, UnknownName) else 503 if isinstance(exc, DatabaseError) else 400
+        return JSONResponse({"detail": str(exc)}, status_code=status)
 
     def caller(request: Request) -> Caller:
         header = request.headers.get("authorization", "")
@@ -289,11 +294,14 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
         """A job id's jobs (ids repeat across clusters and after a reset) and, for a base id (123), an
         array's tasks or a het job's components (cocaq.footprint.job_parts; an array's task list
         123_[0-9]: those tasks): only the parts the caller may see, each judged as a job is."""
+        from cocaq.db.dbapi import wrap
         from cocaq.footprint.job_parts import job_parts, parse_job_ask, wholes
+        from cocaq.footprint.lookup import check_names
         from cocaq.footprint.one_job import find_jobs
 
         ask = parse_job_ask(job_id)
         with engine().connect() as conn:
+            check_names(wrap(conn), cluster=cluster)  # an unknown cluster: 404, not "not found"
             jobs = find_jobs(conn, ask.job_id, cluster, cfg) if ask.job_id is not None else []
             parts = job_parts(conn, ask, cluster)
 
@@ -345,7 +353,9 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
         account: Annotated[str | None, Query(pattern=NAME)] = None,
         cluster: ClusterQ = None,
     ) -> dict[str, Any]:
+        from cocaq.db.dbapi import wrap
         from cocaq.footprint.by_model import model_stats
+        from cocaq.footprint.lookup import check_names
 
         if user is not None and account is not None:
             raise HTTPException(400, "user and account exclude each other")
@@ -360,6 +370,7 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
                     )
         w = window(since, until)
         with engine().connect() as conn:
+            check_names(wrap(conn), user=user, account=account, cluster=cluster)  # UnknownName: 404
             stats = model_stats(conn, w.since, w.until, user=user, account=account, cluster=cluster)
         return stats.as_dict()
 

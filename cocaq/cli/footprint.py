@@ -136,10 +136,13 @@ def job(obj: Ctx, jobid: str, cluster: str | None, fmt: str) -> None:
     ask = parse_job_ask(jobid)
 
     def from_db() -> Any:
+        from cocaq.db.dbapi import wrap
         from cocaq.footprint.job_parts import job_parts, wholes
+        from cocaq.footprint.lookup import check_names
         from cocaq.footprint.one_job import find_jobs
 
         with obj.engine().connect() as conn:
+            check_names(wrap(conn), cluster=cluster)  # an unknown cluster: exit 2, not "no job"
             jobs = find_jobs(conn, ask.job_id, cluster, obj.cfg) if ask.job_id is not None else []
             parts = job_parts(conn, ask, cluster)
         return {"jobs": jobs, "arrays": wholes(parts, ask, "array"), "het_jobs": wholes(parts, ask, "het")}

@@ -77,7 +77,12 @@ def models(
     w = _window(since, until)
 
     def from_db() -> dict[str, Any]:
+        from cocaq.db.dbapi import wrap
+        from cocaq.footprint.lookup import check_names
+
         with obj.engine().connect() as conn:
+            # a name nowhere in the database is a typo (exit 2), as `cocaq user` says, not "no models"
+            check_names(wrap(conn), user=user, account=account, cluster=cluster)
             return model_stats(conn, w.since, w.until, user=user, account=account, cluster=cluster).as_dict()
 
     params = {"since": w.since.isoformat(), "until": w.until.isoformat(), "user": user, "account": account}

@@ -111,6 +111,8 @@ def report_user(
     obj: Ctx, user: str, month: str | None, cluster: str | None, out_dir: str | None, send: bool, force: bool
 ) -> None:
     """A user's monthly report: energy, CO2, idle GPUs, failed jobs, suggestions."""
+    from cocaq.db.dbapi import wrap
+    from cocaq.footprint.lookup import check_names
     from cocaq.reports.data import Month
     from cocaq.reports.render import render_user_month
     from cocaq.reports.suggest import suggest_for_user
@@ -120,6 +122,7 @@ def report_user(
     start = parse_month(month)
     engine = obj.engine()
     with engine.connect() as conn:
+        check_names(wrap(conn), user=user, cluster=cluster)  # a typo: exit 2, not an empty report
         um = user_month(conn, obj.cfg, user, start, cluster=cluster)
     r = render_user_month(um, suggest_for_user(um, obj.cfg), obj.cfg)
     if out_dir:
@@ -159,6 +162,8 @@ def report_lab(
     force: bool,
 ) -> None:
     """A lab's (Slurm account's) monthly report, for its heads ([reports] lab_heads)."""
+    from cocaq.db.dbapi import wrap
+    from cocaq.footprint.lookup import check_names
     from cocaq.reports.lab_report import lab_month
     from cocaq.reports.render import render_lab_month
 
@@ -172,6 +177,7 @@ def report_lab(
     start = parse_month(month)
     engine = obj.engine()
     with engine.connect() as conn:
+        check_names(wrap(conn), account=account, cluster=cluster)  # a typo: exit 2, not an empty report
         lm = lab_month(conn, obj.cfg, account, start, cluster=cluster)
     r = render_lab_month(lm, obj.cfg)
     if out_dir:

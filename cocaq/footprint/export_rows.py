@@ -112,6 +112,10 @@ def read(
     check_table(table)
     if table in ("sent", "study_arms") and (account is not None or cluster is not None or within is not None):
         raise UsageError(f"{table} has no lab or cluster: ask for it by user only")
+    if after == 0:  # a name nowhere in the database is a typo (UnknownName), not an empty table
+        from cocaq.footprint.lookup import check_names
+
+        check_names(db, user=user, account=account, cluster=cluster)
     p: dict[str, Any] = {"since": w.since, "until": w.until, "after": after, "limit": limit}
     if table == "rollups":
         p["day0"] = day0(w.since)

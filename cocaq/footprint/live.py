@@ -463,4 +463,9 @@ def live(db: Db, cfg: Config, ask: Ask, now: float | None = None, window_s: floa
     import time
 
     t = time.time() if now is None else now
-    return views(fetch(db, ask, t, window_s), cfg, t, window_s)
+    found = views(fetch(db, ask, t, window_s), cfg, t, window_s)
+    if not found and ask.cluster is not None:  # an unknown cluster is a typo (UnknownName), not "no job"
+        from cocaq.footprint.lookup import check_names
+
+        check_names(db, cluster=ask.cluster)
+    return found
