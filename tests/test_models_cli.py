@@ -133,3 +133,50 @@ def test_job_shows_its_metadata_with_sources(env: dict[str, str]) -> None:
     _no_raw_controls(r.out)
     r = run_cocaq(["job", "21"], env)
     assert "[bold]x[/bold]" in r.out
+
+
+def _table_rows(out: str) -> list[list[str]]:
+    """The data rows of every rich table in `out`, as their cells (the text between the `│`s)."""
+    return [[c.strip() for c in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
+
+
+def _no_number_cut(out: str, width: int) -> None:
+    """Every row of every table on one line (a number that folds puts its rest on a second, near-empty
+    row), nothing wider than the screen."""
+    assert max(map(len, out.splitlines())) <= width, out
+    for cells in _table_rows(out):
+        assert all(cells), f"a cell went on a second line at {width} columns: {cells}\n{out}"
+
+
+def test_every_table_fits_the_screen_by_dropping_columns_never_cutting_a_number(env: dict[str, str]) -> None:
+    """Issue 32: at 60 and 120 columns (and, in-process, every width from 40 to 200) each table drops its
+    least important columns and says which, as `cocaq user` does: no number is folded or cut, the job id,
+    the model and the energy stay, and every figure shown is the one -o csv gives."""
+    import re
+
+    from rich.console import Console
+
+    from cocaq.cli.models import num, print_models
+    from cocaq.footprint.by_model import ModelStats
+
+    runs = {
+        x["job_id"]: x
+        for x in csv.DictReader(io.StringIO(run_cocaq(["models", *WINDOW, "-o", "csv"], env).out))
+    }
+    for width in (60, 120):
+        r = run_cocaq(["models", *WINDOW], dict(env, COLUMNS=str(width)))
+        assert r.code == 0, r.err
+        _no_number_cut(r.out, width)
+        joined = " ".join(r.out.split())
+        assert re.search(r"\(too narrow for: [^)]*; --format csv has (it|them)\)", joined), r.out
+        # the runs table: the job, its model and its kWh, as -o csv has them
+        shown = [c for c in _table_rows(r.out) if c and c[0] in runs]
+        assert len(shown) == len(runs), r.out
+        for cells in shown:
+            assert num(float(runs[cells[0]]["energy_kwh"])) in cells, cells
+    stats = ModelStats.from_dict(json.loads(run_cocaq(["models", *WINDOW, "-o", "json"], env).out))
+    for width in range(40, 201):
+        buf = io.StringIO()
+        print_models(stats, Console(file=buf, width=width, highlight=False, color_system=None))
+        _no_number_cut(buf.getvalue(), width)
+    assert "too narrow" not in buf.getvalue(), "at 200 columns every column fits"

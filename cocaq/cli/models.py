@@ -144,20 +144,23 @@ def num(x: float | None) -> str:
     return f"{x:,.{max(0, 2 - math.floor(math.log10(a)))}f}"
 
 
-def _table(title: str, columns: Sequence[str], numeric: Sequence[str]) -> Any:
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left")
-    for c in columns:
-        t.add_column(c, justify="right" if c in numeric else "left", overflow="fold")
-    return t
+# Each table fits the terminal as `cocaq user`'s do (cocaq.cli.terminal.fit_table): columns are dropped,
+# the least important first (the highest priority; 0 never), and the caption names them; a number is never
+# cut or folded. Text columns (names from users) are left-aligned and end in `…` where they must.
+TEXT = ("model", "framework", "job", "user", "precision", "batch size")
 
 
-def _totals_table(title: str, key: str, groups: Sequence[GroupTotal]) -> Any:
-    cols = (key, "jobs", "users", "GPU-h", "kWh", "kg CO2e", "embodied kg")
-    t = _table(title, cols, cols[1:])
-    for g in groups:
-        t.add_row(
+def _fit(
+    console: Console, title: str, cols: list[tuple[str, int]], rows: list[list[str]], section: str
+) -> Any:
+    more = "--format csv" + ("" if section == "runs" else f" --section {section}")
+    return render.fit_table(console, title, cols, rows, left=TEXT, complete=more)
+
+
+def _totals_table(console: Console, title: str, key: str, groups: Sequence[GroupTotal]) -> Any:
+    cols = [(key, 0), ("jobs", 3), ("users", 4), ("GPU-h", 2), ("kWh", 0), ("kg CO2e", 1), ("embodied kg", 5)]
+    rows = [
+        [
             render.term(g.key),
             f"{g.jobs:,}",
             f"{g.users:,}",
@@ -165,18 +168,18 @@ def _totals_table(title: str, key: str, groups: Sequence[GroupTotal]) -> Any:
             num(g.energy_kwh),
             num(g.co2_kg),
             num(g.co2_embodied_kg) if g.co2_embodied_kg else "-",
-        )
-    return t
+        ]
+        for g in groups
+    ]
+    return _fit(console, title, cols, rows, "models" if key == "model" else "frameworks")
 
 
-def _runs_table(runs: Sequence[Run]) -> Any:
-    cols = ("job", "user", "model", "precision", "batch", "epochs", "tokens", "kWh", "kWh/epoch",
-            "Wh/1M tok", "kg CO2e", "g CO2e/epoch")  # fmt: skip
-    t = _table(
-        f"Runs, most energy first{f' (top {TABLE_RUNS})' if len(runs) > TABLE_RUNS else ''}", cols, cols[4:]
-    )
-    for r in runs[:TABLE_RUNS]:
-        t.add_row(
+def _runs_table(console: Console, runs: Sequence[Run]) -> Any:
+    cols = [("job", 0), ("user", 3), ("model", 1), ("precision", 5), ("batch", 6), ("epochs", 7),
+            ("tokens", 10), ("kWh", 0), ("kWh/epoch", 4), ("Wh/1M tok", 4), ("kg CO2e", 2),
+            ("g CO2e/epoch", 8)]  # fmt: skip
+    rows = [
+        [
             render.term(r.job_id),
             render.term(r.user),
             render.term(r.model),
@@ -189,18 +192,21 @@ def _runs_table(runs: Sequence[Run]) -> Any:
             num(r.wh_per_1m_tokens),
             num(r.co2_kg),
             num(None if r.co2_kg_per_epoch is None else r.co2_kg_per_epoch * 1000),
-        )
-    return t
+        ]
+        for r in runs[:TABLE_RUNS]
+    ]
+    title = f"Runs, most energy first{f' (top {TABLE_RUNS})' if len(runs) > TABLE_RUNS else ''}"
+    return _fit(console, title, cols, rows, "runs")
 
 
-def _comparison_table(c: Comparison) -> Any:
+def _comparison_table(console: Console, c: Comparison) -> Any:
     tokens = c.unit == "1M tokens"
     per = "Wh/1M tok" if tokens else "kWh/epoch"
-    cols = ("precision", "batch size", "runs", "M tokens" if tokens else "epochs", "kWh", per, "x best")
+    cols = [("precision", 0), ("batch size", 0), ("runs", 3), ("M tokens" if tokens else "epochs", 4),
+            ("kWh", 2), (per, 0), ("x best", 1)]  # fmt: skip
     title = f"{render.term(c.user)}: {render.term(c.model)}, energy per {c.unit} by precision and batch size"
-    t = _table(title, cols, cols[2:])
-    for g in c.groups:
-        t.add_row(
+    rows = [
+        [
             render.term(g.precision or "-"),
             "-" if g.batch_size is None else f"{g.batch_size:,}",
             f"{g.runs:,}",
@@ -208,8 +214,10 @@ def _comparison_table(c: Comparison) -> Any:
             num(g.energy_kwh),
             num(g.kwh_per_unit * 1000 if tokens else g.kwh_per_unit),
             "-" if g.ratio_to_best is None else f"{g.ratio_to_best:.2f}",
-        )
-    return t
+        ]
+        for g in c.groups
+    ]
+    return _fit(console, title, cols, rows, "comparison")
 
 
 def print_models(stats: ModelStats, console: Console, section: str | None = None) -> None:
@@ -233,11 +241,11 @@ def print_models(stats: ModelStats, console: Console, section: str | None = None
         return section is None or section == name
 
     if show("models"):
-        console.print(_totals_table("By model", "model", stats.by_model))
+        console.print(_totals_table(console, "By model", "model", stats.by_model))
     if show("frameworks"):
-        console.print(_totals_table("By framework", "framework", stats.by_framework))
+        console.print(_totals_table(console, "By framework", "framework", stats.by_framework))
     if show("runs"):
-        console.print(_runs_table(stats.runs))
+        console.print(_runs_table(console, stats.runs))
         if len(stats.runs) > TABLE_RUNS:
             console.print(
                 f"[dim]{len(stats.runs) - TABLE_RUNS:,} more runs: -o csv or -o json lists them all.[/]"
@@ -249,7 +257,7 @@ def print_models(stats: ModelStats, console: Console, section: str | None = None
                 "recorded epochs or tokens.[/]"
             )
         for c in stats.comparisons:
-            console.print(_comparison_table(c))
+            console.print(_comparison_table(console, c))
             line = c.sentence(f"{c.user}'s")
             if line:
                 console.print(render.term(line))
