@@ -168,7 +168,9 @@ def test_comparison_is_energy_weighted_with_ratio_to_best(conn: Connection) -> N
     assert fp32.kwh_per_unit == approx(2.5)
     assert bf16.ratio_to_best == approx(1.0) and fp32.ratio_to_best == approx(2.5 / 1.7)
     assert c.saving == approx(0.8 / 2.5)
-    assert c.sentence() == "Your llama-3-8b runs in bf16 used 1.70 kWh per epoch, 32% less than in fp32."
+    assert c.sentence() == (
+        "Your llama-3-8b runs in bf16 at batch size 32 used 1.70 kWh per epoch, 32% less than in fp32."
+    )
     carol = cs[("carol", "resnet50")]
     assert [g.precision for g in carol.groups] == ["bf16", "fp32"]
     assert carol.groups[1].ratio_to_best == approx(2.0)
@@ -214,7 +216,10 @@ def test_comparison_per_token_where_runs_count_tokens() -> None:
     (c,) = cs
     assert c.unit == "1M tokens" and c.saving == approx(1 - 50 / 90)
     assert c.best.kwh_per_unit == approx(0.5) and c.best.units == approx(100.0)
-    assert c.sentence() == "Your llm runs in bf16 used 500 Wh per 1M tokens, 44% less than in fp32."
+    assert (
+        c.sentence()
+        == "Your llm runs in bf16 at batch size 8 used 500 Wh per 1M tokens, 44% less than in fp32."
+    )
     # counting both: a comparison per unit
     both = compare([run(1, "bf16", 50.0, 100_000_000, 5.0), run(2, "fp32", 90.0, 100_000_000, 5.0)])
     assert sorted(c.unit for c in both) == ["1M tokens", "epoch"]
@@ -229,12 +234,15 @@ def test_comparison_edge_cases() -> None:
     # only the batch size differs: the sentence names it, not the (equal) precision
     c = Comparison("u", "m", (g("bf16", 128, 1.0, 1.0), g("bf16", 16, 2.0, 2.0)))
     assert c.sentence() == (
-        "Your m runs with batch size 128 used 1.00 kWh per epoch, 50% less than with batch size 16."
+        "Your m runs in bf16 with batch size 128 used 1.00 kWh per epoch, 50% less than with batch size 16."
     )
-    # both differ
+    # both differ: no evidence for either (issue 32), so no sentence and no saving
     c = Comparison("u", "m", (g("bf16", 128, 1.0, 1.0), g("fp32", 16, 4.0, 4.0)))
+    assert c.sentence() is None and c.saving is None
+    # both differ from the worst, but one group differs in precision only: that one is compared
+    c = Comparison("u", "m", (g("bf16", 16, 1.0, 1.0), g("fp32", 16, 2.0, 2.0), g("fp32", 8, 4.0, 4.0)))
     assert c.sentence() == (
-        "Your m runs in bf16 with batch size 128 used 1.00 kWh per epoch, 75% less than in fp32 with batch size 16."
+        "Your m runs in bf16 at batch size 16 used 1.00 kWh per epoch, 50% less than in fp32."
     )
     # nothing saved, or nothing used: no sentence, no division by zero
     assert Comparison("u", "m", (g("bf16", 1, 1.0, 1.0), g("fp32", 1, 1.0, 1.0))).sentence() is None

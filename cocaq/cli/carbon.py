@@ -14,6 +14,7 @@ from cocaq.errors import InputError, UsageError
 
 if TYPE_CHECKING:
     from cocaq.carbon.intensity import Point
+    from cocaq.carbon.when import Plan
     from cocaq.cli.app import Ctx
 
 BASIS = click.Choice(["lca", "direct"])
@@ -202,7 +203,9 @@ def carbon_when(
     import math
     from datetime import UTC
 
+    from cocaq.carbon.begin import begin, site_zone
     from cocaq.carbon.when import plan
+    from cocaq.footprint.advice_words import intensity
     from cocaq.footprint.totals import now_utc
     from cocaq.timeparse import parse_duration, parse_when
 
@@ -217,35 +220,79 @@ def carbon_when(
     when = parse_when(at, now_utc(), UTC)
     with obj.engine().connect() as conn:
         p = plan(conn, z, basis or obj.cfg.carbon.basis, hours * 3600.0, within_s, when.timestamp(), weeks)
+    tz = site_zone(obj.cfg.cluster.timezone, obj.cfg.tz())
+    b = p.best
+    line = begin(b.start, p.at, tz)
     if fmt == "json":
         d = p.as_dict()
-        d["sbatch"] = _sbatch_line(p.best.start, obj.cfg.tz())
+        d["sbatch"] = line.command
+        d["begin"] = line.as_dict()
         click.echo(json.dumps(d, indent=2, ensure_ascii=False))
         return
-    tz = obj.cfg.tz()
-    click.echo(f"Zone {p.zone} ({p.basis}), from {p.source_text}.")
+    if p.source == "mixed":
+        click.echo(f"Zone {p.zone} ({p.basis}), hour by hour:")
+        for a, e, origin in p.spans():
+            click.echo(f"  {_span(a, e)}: {_ORIGIN[origin].format(basis=p.basis)}")
+        click.echo(f"  The typical day: {p.source_text.split('a typical day: ', 1)[1]}.")
+    else:
+        click.echo(f"Zone {p.zone} ({p.basis}), from {p.source_text}.")
     if p.filled_hours:
         click.echo(f"  {p.filled_hours} of the hours had no value: the zone's annual figure stands in.")
     click.echo(
-        f"A {_hours(p.length_s)} job started at {_local(p.at, tz)} would average "
-        f"{p.shift.now_g:.0f} gCO2eq/kWh."
+        f"A {_hours(p.length_s)} job started at {_local(p.at, tz)} would average {intensity(p.shift.now_g)}."
     )
-    b = p.best
     if b.saving < 0.005:
         click.echo(f"Starting now is as good as any start in the next {_hours(p.within_s)}.")
     else:
         click.echo(
-            f"Best start: {_local(b.start, tz)}: {b.g_per_kwh:.0f} gCO2eq/kWh, {b.saving:.0%} less CO2."
+            f"Best start: {line.shown()}: {intensity(b.g_per_kwh)}, {b.saving:.0%} less CO2"
+            + (f" ({_from(p, b.start)})" if _from(p, b.start) else "")
+            + "."
         )
-        click.echo(f"  {_sbatch_line(b.start, tz)} job.sh")
+        click.echo(f"  {line.command} job.sh")
+        for note in line.notes():
+            click.echo(f"  {note}")
     for o in p.others:
-        click.echo(f"  or {_local(o.start, tz)}: {o.g_per_kwh:.0f} gCO2eq/kWh ({o.saving:.0%} less)")
+        click.echo(
+            f"  or {_local(o.start, tz)}: {intensity(o.g_per_kwh)} ({o.saving:.0%} less"
+            + (f"; {_from(p, o.start)})" if _from(p, o.start) else ")")
+        )
     inter = p.shift.saving("interruptible")
     if inter >= b.saving + 0.005:
         click.echo(
             f"If the job could pause and resume (checkpoints), its cheapest hours in the window: "
-            f"{p.shift.interruptible_g:.0f} gCO2eq/kWh, {inter:.0%} less."
+            f"{intensity(p.shift.interruptible_g)}, {inter:.0%} less."
         )
+
+
+_ORIGIN = {
+    "series": "the imported {basis} series",
+    "typical": "a typical day (past the series' end, or a hole in it)",
+    "annual": "the zone's annual figure (no value for these hours)",
+}
+
+
+def _span(a: float, b: float) -> str:
+    from cocaq.carbon.series import from_epoch
+
+    return f"{from_epoch(a):%Y-%m-%d %H:%M} to {from_epoch(b):%Y-%m-%d %H:%M} UTC ({_hours(b - a)})"
+
+
+def _from(p: Plan, start: float) -> str:
+    """Where a run's hours came from, when not all from the series: '4 of its 6 h from the typical day'."""
+    from cocaq.footprint.advice_words import num
+
+    if p.source != "mixed":  # the heading says where every hour came from
+        return ""
+    got = p.hours_from(start, start + p.length_s)
+    words = {"typical": "the typical day", "annual": "the zone's annual figure"}
+    whole = p.length_s / 3600
+    other = [
+        ("all of it" if v >= whole - 1e-9 else f"{num(v)} of its {num(whole)} h") + f" from {words[k]}"
+        for k, v in got.items()
+        if k in words and v > 0
+    ]
+    return ", ".join(other)
 
 
 def _hours(seconds: float) -> str:
@@ -261,15 +308,6 @@ def _local(ts: float, tz: object) -> str:
     if local.utcoffset() == d.utcoffset():
         return f"{d:%Y-%m-%d %H:%M} UTC"
     return f"{d:%Y-%m-%d %H:%M} UTC ({local:%H:%M} {local.tzname()})"
-
-
-def _sbatch_line(ts: float, tz: object) -> str:
-    """Slurm reads --begin in the submit host's local time: the cluster's (config [cluster] timezone)."""
-    import math
-    from datetime import UTC, datetime
-
-    d = datetime.fromtimestamp(math.ceil(ts / 60) * 60, UTC).astimezone(tz)  # type: ignore[arg-type]
-    return f"sbatch --begin={d:%Y-%m-%dT%H:%M}"
 
 
 def _why(p: Point, tol: float) -> str:

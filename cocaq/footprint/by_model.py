@@ -42,6 +42,7 @@ from sqlalchemy import Connection, Float, Select, Table, case, func, literal, se
 
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import Cluster, Job, JobMetrics, ModelMetadata
+from cocaq.footprint.words import UNNAMED  # "(unnamed)": what it is, in words there
 from cocaq.units import J_PER_KWH
 
 J = cast(Table, Job.__table__).c
@@ -53,7 +54,6 @@ METRICS = cast(Table, JobMetrics.__table__)
 MODELS = cast(Table, ModelMetadata.__table__)
 CLUSTERS = cast(Table, Cluster.__table__)
 
-UNNAMED = "(unnamed)"
 UNKNOWN = "(unknown)"
 BASIS = "energy-weighted mean of the runs' energy per unit of work"
 UNITS = ("1M tokens", "epoch")
@@ -162,9 +162,26 @@ class Comparison:
         return self.groups[-1]
 
     @property
+    def against(self) -> SettingGroup | None:
+        """The group the best is compared with: one that differs from it in one setting only, precision
+        first (the same batch size: the comparison cocaq.footprint.own_runs makes, so that the same runs
+        give the same percentage in the advice, the e-mail and `cocaq models`), else batch size (the
+        same precision). None where every other group differs in both: such a comparison says nothing of
+        either (a larger batch alone can cut the energy per unit)."""
+        b = self.best
+        prec = [g for g in self.groups[1:] if g.batch_size == b.batch_size and g.precision != b.precision]
+        if prec:
+            return max(prec, key=lambda g: (g.energy_kwh, str(g.precision)))
+        batch = [g for g in self.groups[1:] if g.precision == b.precision and g.batch_size != b.batch_size]
+        return batch[-1] if batch else None
+
+    @property
     def saving(self) -> float | None:
-        """How much less energy per unit the best group used than the worst, as a fraction."""
-        w = self.worst.kwh_per_unit
+        """How much less energy per unit the best group used than the one it is compared with."""
+        a = self.against
+        if a is None:
+            return None
+        w = a.kwh_per_unit
         return (w - self.best.kwh_per_unit) / w if w > 0 else None
 
     @property
@@ -173,8 +190,8 @@ class Comparison:
         return sum(g.units * (g.kwh_per_unit - self.best.kwh_per_unit) for g in self.groups[1:])
 
     def differs(self) -> tuple[str, ...]:
-        """Which of precision and batch size differ between the best and the worst group."""
-        b, w = self.best, self.worst
+        """Which of precision and batch size differ between the best and the group it is compared with."""
+        b, w = self.best, self.against or self.worst
         pairs = (("precision", b.precision, w.precision), ("batch_size", b.batch_size, w.batch_size))
         dims = tuple(d for d, x, y in pairs if x != y)
         return dims or ("precision", "batch_size")
@@ -192,9 +209,18 @@ class Comparison:
             return None
         fmt = kwh or _kwh_text
         dims = self.differs()
+        a = self.against
+        assert a is not None  # (a saving has one)
+        # the setting held equal is said too: it is what makes the comparison one of the other
+        if dims == ("precision",):
+            best = self.best.label(dims) + (
+                f" at batch size {self.best.batch_size}" if self.best.batch_size is not None else ""
+            )
+        else:
+            best = self.best.label(("precision", "batch_size"))
         return (
-            f"{whose} {name(self.model)} runs {self.best.label(dims)} used {fmt(self.best.kwh_per_unit)}"
-            f" per {self.unit}, {s * 100:.0f}% less than {self.worst.label(dims)}."
+            f"{whose} {name(self.model)} runs {best} used "
+            f"{fmt(self.best.kwh_per_unit)} per {self.unit}, {round(s * 100)}% less than {a.label(dims)}."
         )
 
     def as_dict(self) -> dict[str, Any]:
