@@ -50,6 +50,15 @@ class Hardware:
     gpu_mem_gb: float = field(
         default=0.0, metadata={"doc": "memory of one GPU, GB (0: unknown), to tell a job how much it used"}
     )
+    cores_per_node: int = field(
+        default=0, metadata={"doc": "CPU cores per node (0: unknown), for the advice on cores per GPU, nodes"}
+    )
+    gpus_per_node: int = field(
+        default=0, metadata={"doc": "GPUs per node (0: unknown), for the advice on a GPU's share of a node"}
+    )
+    gpu_mem_gb: float = field(
+        default=0.0, metadata={"doc": "memory of one GPU, GB (0: unknown), to tell a job how much it used"}
+    )
     carbon_zone: str | None = field(default=None, metadata={"doc": "overrides the cluster's carbon zone"})
     pue: float | None = field(default=None, metadata={"doc": "overrides the cluster's PUE (1 to 5)"})
 
@@ -415,6 +424,13 @@ class Advice:
         metadata={
             "doc": "job names of interactive sessions (notebooks, shells, editors), besides partitions "
             'named "interactive": their idle GPUs are released, not checkpointed'
+        },
+    )
+    mig_partitions: dict[str, str] = field(
+        default_factory=dict,
+        metadata={
+            "doc": 'partitions of MIG slices and the profile each gives (its gres type), e.g. { "gpu-mig" = '
+            '"1g.10gb" }: jobs that use a small part of a full GPU are pointed to them'
         },
     )
 

@@ -152,6 +152,8 @@ def _hardware(section: str, table: Any, base: Hardware) -> Hardware:
             values[k] = _num(key, v, 1.0, 5.0)
         elif k in ("cpu_tdp_w_per_core", "gpu_tdp_w", "mem_gb", "gpu_mem_gb"):
             values[k] = _num(key, v, 0.0, 10000.0)
+        elif k in ("cores_per_node", "gpus_per_node"):
+            values[k] = _whole(key, v, 0, 100000)
     return replace(base, **values)
 
 
@@ -440,7 +442,23 @@ def _advice(t: Any) -> Advice:
     if "interactive_names" in t:
         names = _names("advice.interactive_names", t["interactive_names"])
         v["interactive_names"] = tuple(dict.fromkeys(n.strip().lower() for n in names))
+    if "mig_partitions" in t:
+        v["mig_partitions"] = _mig_partitions("advice.mig_partitions", t["mig_partitions"])
     return replace(Advice(), **v)
+
+
+def _mig_partitions(key: str, value: Any) -> dict[str, str]:
+    """`{ "gpu-mig" = "1g.10gb" }`: a partition and the MIG profile (NVIDIA's `<g>g.<mem>gb`) it gives."""
+    import re
+
+    if not isinstance(value, dict):
+        raise ConfigError(f'config: {key}: expected a table like {{ "gpu-mig" = "1g.10gb" }}, got {value!r}')
+    out: dict[str, str] = {}
+    for name, profile in value.items():
+        if not isinstance(profile, str) or not re.fullmatch(r"[1-7]g\.\d+gb", profile.strip().lower()):
+            raise ConfigError(f'config: {key}.{name}: expected a MIG profile like "1g.10gb", got {profile!r}')
+        out[str(name)] = profile.strip().lower()
+    return out
 
 
 def _alerts(t: Any) -> Alerts:

@@ -31,6 +31,7 @@ _TYPES = {
     "tuple[str, ...]": "list of strings",
     "tuple[float, ...]": "list of numbers",
     "dict[str, float]": "table of numbers",
+    "dict[str, str]": "table of strings",
     "dict[str, tuple[str, ...]]": "table of lists of strings",
 }
 

@@ -319,7 +319,7 @@ def test_jobfacts_rows_line_up_with_its_fields() -> None:
         "gpu_tdp_w", "gpu_mem_gb", "model", "precision", "precision_label", "batch_size", "epochs", "tokens",
         "devices", "shift_state", "shift_slack_h", "shift_best_start", "shift_now_g", "shift_best_g",
         "shift_saved_kg", "shift_pause_saved_kg", "gpu_util_source", "gpus_unknown", "qos", "gpu_type",
-        "gpu_model",
+        "gpu_model", "node_cores", "node_gpus", "node_mem_gb",
     ]  # fmt: skip
     sql = jobfacts._sql(type("Db", (), {"dialect": "postgresql"})(), "user", False)  # type: ignore[arg-type]
     select = sql.rsplit("\nSELECT ", 1)[1].split("\nFROM w", 1)[0]

@@ -67,6 +67,7 @@ from cocaq.footprint.advice_words import (
     were,
 )
 from cocaq.footprint.jobfacts import JobFacts
+from cocaq.footprint.jobstats_rules import window_rules
 from cocaq.footprint.own_runs import own_comparisons
 
 # The Baler energy study: the same training took 0.213 kWh without and 0.143 kWh with automatic mixed
@@ -161,6 +162,7 @@ class Context:
     interactive_names: tuple[str, ...] = ()
     period: str = "in this period"  # "in November", for sentences
     thresholds: Thresholds = field(default_factory=Thresholds)
+    mig_partitions: Mapping[str, str] = field(default_factory=dict)  # partition -> MIG profile ([advice])
 
 
 def _saving(jobs: Iterable[JobFacts], kwh: Callable[[JobFacts], float]) -> tuple[float, float]:
@@ -655,45 +657,6 @@ def _memory(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
     )
 
 
-def _cpus(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
-    t = ctx.thresholds
-    hit = [
-        j
-        for j in jobs
-        if j.cpus >= t.cpu_min_cores
-        and j.cpu_usage is not None
-        and j.cpu_usage < t.cpu_max_usage
-        and j.elapsed_h >= 0.25
-        and not is_interactive(j, ctx.interactive_names)
-    ]
-    if not hit:
-        return None
-    hit.sort(key=lambda j: -j.cpus * j.elapsed_h)
-    j0 = hit[0]
-    per_node = max(1, math.ceil(j0.cpus / max(j0.nodes, 1) * (j0.cpu_usage or 0.0) * 1.25))
-    return Advice(
-        id="cpus",
-        title="Ask for the CPU cores your jobs use",
-        body=(
-            f"{n_jobs(len(hit))} {ctx.period} kept less than {pct(t.cpu_max_usage)} of their CPU cores busy: "
-            + "; ".join(f"{j.job_id}: {pct(j.cpu_usage or 0.0)} of {j.cpus}" for j in hit[:4])
-            + f". Asking for about {per_node} cores per node for a job like {j0.job_id} leaves the rest to "
-            "others."
-        ),
-        change=(f"#SBATCH --cpus-per-task={per_node}  (with one task per node)",),
-        evidence=(
-            Evidence("jobs", len(hit), "jobs"),
-            Evidence("CPU usage of the largest", (j0.cpu_usage or 0) * 100, "%"),
-        ),
-        job_ids=tuple(j.job_id for j in hit),
-        saving_kwh=None,
-        saving_kg=None,
-        upper_bound=False,
-        basis="none claimed: idle cores draw little that cocaq counts; they are freed for others",
-        test=f"TotalCPU < {pct(t.cpu_max_usage)} of allocated cores x elapsed, >= {t.cpu_min_cores} cores",
-    )
-
-
 def _time_limits(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
     t = ctx.thresholds
     done = [
@@ -735,7 +698,8 @@ def _time_limits(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
 
 
 RULES: tuple[Callable[[Sequence[JobFacts], Context], Advice | None], ...] = (
-    _precision, _timeouts, _failures, _oom, _notebooks, _fewer_gpus, _dataloader, _memory, _cpus,
+    _precision, _timeouts, _failures, _oom, _notebooks, _fewer_gpus, _dataloader, _memory,
+    *window_rules(Advice, Evidence),
     _time_limits,
 )  # fmt: skip
 
@@ -780,6 +744,7 @@ def site_context(
         idle_threshold_pct=idle,
         interactive_names=cfg.advice.interactive_names,
         thresholds=thresholds or Thresholds(),
+        mig_partitions=cfg.advice.mig_partitions,
         **extra,
     )
 

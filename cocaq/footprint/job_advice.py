@@ -14,9 +14,18 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from cocaq.footprint.advice import AMP_HOW, BALER_SAVING, Advice, Context, is_interactive, outcome_part
+from cocaq.footprint.advice import (
+    AMP_HOW,
+    BALER_SAVING,
+    Advice,
+    Context,
+    Evidence,
+    is_interactive,
+    outcome_part,
+)
 from cocaq.footprint.advice_words import MB_PER_GB, energy, hours, n_gpus, num, pct, slurm_mem, slurm_time
 from cocaq.footprint.jobfacts import JobFacts
+from cocaq.footprint.jobstats_rules import notes as jobstats_notes
 from cocaq.footprint.own_runs import own_comparisons
 
 
@@ -155,16 +164,6 @@ def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> lis
             basis = f"the Baler study's {pct(BALER_SAVING)} of its GPU energy"
         note("precision", "Train in bf16 mixed precision", body + " " + AMP_HOW,
              ("torch.autocast(device_type='cuda', dtype=torch.bfloat16)",), kwh, False, basis)  # fmt: skip
-    usage = j.cpu_usage
-    if usage is not None and j.cpus >= t.cpu_min_cores and usage < t.cpu_max_usage and j.elapsed_h >= 0.25:
-        per_node = max(1, math.ceil(j.cpus / max(j.nodes, 1) * usage * 1.25))
-        note(
-            "cpus",
-            "Ask for fewer CPU cores",
-            f"It kept {pct(usage)} of its {j.cpus} CPU cores busy ({num((j.total_cpu_s or 0) / 3600)} of "
-            f"{num(j.cpus * j.elapsed_h)} core-hours). About {per_node} cores per node would do.",
-            (f"#SBATCH --cpus-per-task={per_node}  (with one task per node)",),
-        )
     used_mb, asked_mb = j.mem_used_per_node_mb, j.mem_req_per_node_mb
     if (
         ended
@@ -197,6 +196,7 @@ def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> lis
             "An accurate limit lets Slurm's backfill start your jobs sooner.",
             (f"#SBATCH --time={slurm_time(j.elapsed_h * 1.5)}",),
         )
+    out += jobstats_notes(j, ctx, Advice, Evidence)
     out.sort(key=lambda a: (a.saving_kwh is None, -(a.saving_kwh or 0.0), a.id))
     return out
 

@@ -119,6 +119,10 @@ class JobFacts:
     qos: str | None = None
     gpu_type: str | None = None  # from its TRES (gres/gpu:a100); the profile's gpu_model is the fallback
     gpu_model: str | None = None  # of its hardware profile (config)
+    # its node as its hardware profile describes it (config; 0: not said), for a GPU's share of a node
+    node_cores: int = 0
+    node_gpus: int = 0
+    node_mem_gb: float = 0.0
 
     # --- derived -------------------------------------------------------------------------------------
 
@@ -401,6 +405,9 @@ def _facts(
         r[_N_PLAIN + 15],
         r[_N_PLAIN + 16],
         hw.gpu_model if hw.gpu_model != "unknown GPU" else None,
+        hw.cores_per_node,
+        hw.gpus_per_node,
+        float(hw.mem_gb),
     )
     return JobFacts(*plain)
 
