@@ -19,6 +19,7 @@ from cocaq.config_load import load_config
 from cocaq.db.dbapi import connect
 from cocaq.footprint import live as live_mod
 from cocaq.footprint.live import Ask, live
+from cocaq.footprint.lookup import UnknownName
 from cocaq.units import J_PER_KWH
 from tests.conftest import run_cocaq
 from tests.nodekit import UUID_BY_MINOR, Clock, cocaq_env, make_node
@@ -241,7 +242,12 @@ def test_an_array_task_is_found_by_its_sacct_id_and_by_its_raw_id(
             assert (v["job_id"], v["job_id_raw"], v["in_accounting"]) == ("900_3", "905", True)
             assert len(v["gpus"]) == 2 and all(g["energy_j"] for g in v["gpus"])
         assert live(db, cfg, Ask(("900",)), now=clock.now) == []  # the array's own id is no task
-        assert live(db, cfg, Ask(("905",), cluster="elsewhere"), now=clock.now) == []
+        with pytest.raises(UnknownName):  # a cluster nowhere in the database: a typo, not "no job"
+            live(db, cfg, Ask(("905",), cluster="elsewhere"), now=clock.now)
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO clusters (name) VALUES ('elsewhere')"))
+    with connect(url) as db:
+        assert live(db, cfg, Ask(("905",), cluster="elsewhere"), now=clock.now) == []  # not on that one
 
 
 def test_the_job_ends_then_waits_for_its_accounting(engine: Engine, tmp_path: Path, clock: Clock) -> None:
@@ -525,3 +531,63 @@ def test_a_running_job_on_a_node_without_a_collector_is_estimated_and_says_so(
     r = run_cocaq(["--config", str(cfg_path), "watch", "441", "-n", "1"], {"COLUMNS": "100"})
     assert r.code == 0, r.err
     assert "Nothing measured yet" in r.out and "estimated" in r.out
+
+
+def test_a_running_job_says_one_run_time_and_no_power_now_for_an_estimate(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Issue 32: `cocaq job` of a running job says its run time once (the facts' row and the live line
+    alike, now minus its start, not the import's minutes-old elapsed); a power that is a rated-power
+    estimate is called so, never "Power now"; a collector that shipped samples and then stopped is not
+    "nothing measured" (the GPU memory shown came from those samples); one that never shipped is."""
+    import re
+
+    from tests.builders import write_config
+
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO clusters (name) VALUES ('cocaqtest')"))
+        cid = conn.execute(text("SELECT id FROM clusters WHERE name = 'cocaqtest'")).scalar_one()
+    start = time.time() - 3000
+    _import_running(engine, "451", start, limit_s=12 * 3600)  # imported with elapsed_s 0
+    _import_running(engine, "452", start, limit_s=12 * 3600)  # no collector ever shipped of it
+    with engine.begin() as conn:  # its collector shipped two minutes of samples, then stopped
+        for i, metric in enumerate(("power_w", "util_pct", "mem_used_mb")):
+            for k in range(3):
+                conn.execute(
+                    text(
+                        "INSERT INTO samples (ts, cluster_id, node, source, device, metric, job_id, value)"
+                        " VALUES (:ts, :cid, 'n1', 'nvml', 'GPU-a', :m, '451', :v)"
+                    ),
+                    {"ts": datetime.fromtimestamp(start + 60 + 60 * k, UTC), "cid": cid, "m": metric,
+                     "v": (250.0, 90.0, 4096.0)[i]},
+                )  # fmt: skip
+    url = engine.url.render_as_string(hide_password=False)
+    cfg_path = write_config(tmp_path / "cocaq.toml", url)
+    env = {"COLUMNS": "100"}
+    assert run_cocaq(["--config", str(cfg_path), "aggregate"], env).code == 0
+    r = run_cocaq(["--config", str(cfg_path), "job", "451"], env)
+    assert r.code == 0, r.err
+    out = " ".join(r.out.split())
+    [row] = re.findall(r"run time (\d+:\d\d:\d\d) so far of a 12:00:00 limit \(\d+%\)", out)
+    [live_line] = re.findall(r"RUNNING for (\d+:\d\d:\d\d) of a 12:00:00 limit", out)
+    assert row == live_line, r.out
+    h, m, s = map(int, row.split(":"))
+    assert abs(h * 3600 + m * 60 + s - 3000) < 60, "now minus the start, not the import's elapsed_s"
+    assert "Power now" not in out and "Power, estimated from rated power (none of it measured): " in out
+    assert re.search(r"GPU memory at most 4(\.0)? GB on one GPU .*so far", out), r.out
+    assert "Nothing measured yet" not in out, "samples came: the GPU memory above is from them"
+    assert "No sample in the last 10 min: the newest is from " in out, r.out
+    assert re.search(r"At its time limit, \d{4}-\d\d-\d\d \d\d:\d\d ", out), r.out
+    d = json.loads(run_cocaq(["--config", str(cfg_path), "job", "451", "-o", "json"], env).out)
+    assert d["elapsed_s"] == d["live"]["elapsed_s"] and abs(d["elapsed_s"] - 3000) < 60
+    assert d["live"]["power_estimated_w"] == pytest.approx(d["live"]["power_w"])
+    r = run_cocaq(["--config", str(cfg_path), "job", "452"], env)
+    out = " ".join(r.out.split())
+    assert r.code == 0 and "Nothing measured yet" in out and "GPU memory" not in out, r.out
+    assert "Power now" not in out
+    r = run_cocaq(
+        ["--config", str(cfg_path), "watch", "-n", "1"], {**env, "USER": "alice", "LOGNAME": "alice"}
+    )
+    out = " ".join(r.out.split())
+    assert r.code == 0 and "alice's running jobs: 2, drawing" in out, r.out
+    assert "(estimated from rated power: none of it measured)" in out and " now" not in out.split("┏")[0]

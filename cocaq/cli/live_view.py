@@ -30,11 +30,14 @@ def _clock(ts: float | None) -> str:
 
 
 def _hms(s: float | None) -> str:
-    if s is None:
-        return "-"
-    s = int(max(s, 0))
-    d, rest = divmod(s, 86400)
-    return (f"{d}-" if d else "") + f"{rest // 3600:d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    from cocaq.cli.terminal import hms  # (one formatting for `cocaq job`'s run time and this view's)
+
+    return hms(s)
+
+
+def _date_time(ts: float) -> str:
+    """A moment hours or days away, with its date and zone: a bare 00:49:27 reads as a duration."""
+    return datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M %Z")
 
 
 def _span(s: float) -> str:
@@ -75,16 +78,28 @@ def live_renderable(v: dict[str, Any], console: Any, header: bool = True) -> Any
     sample_age = None if v.get("newest_sample_ts") is None else v["now_ts"] - v["newest_sample_ts"]
     if v["running"]:
         gpu_now = [g["power_w"] for g in v["gpus"] if g["power_w"] is not None]
-        parts = []
+        parts, estimates = [], []
         if gpu_now:
             parts.append(f"GPUs {_w(sum(gpu_now))} measured")
         for p in v["parts"]:
+            word = COMPONENT_WORDS.get(p["component"], p["component"])
             if p["component"] != "gpu" and p["power_w"] is not None:
-                word = COMPONENT_WORDS.get(p["component"], p["component"])
                 parts.append(f"{word} {_w(p['power_w'])} {p['method']} ({p['power_basis']})")
             elif p["component"] == "gpu" and p["method"] == "estimated" and p["power_w"]:
                 parts.append(f"GPUs {_w(p['power_w'])} estimated (rated power)")
-        lines.append(Text(f"Power now: {_w(v['power_w'])}" + (f" = {'; '.join(parts)}" if parts else "")))
+            else:
+                continue
+            if p["method"] == "estimated":
+                estimates.append(f"{word} {_w(p['power_w'])}")
+        est_w = v.get("power_estimated_w") or 0.0
+        if estimates and len(estimates) == len(parts):  # a rated-power estimate is not the power "now"
+            power = f"Power, estimated from rated power (none of it measured): {_w(v['power_w'])} = "
+            lines.append(Text(power + "; ".join(estimates)))
+        elif est_w:
+            power = f"Power: {_w(v['power_w'])}, {_w(est_w)} of it estimated from rated power"
+            lines.append(Text(power + f" = {'; '.join(parts)}"))
+        else:
+            lines.append(Text(f"Power now: {_w(v['power_w'])}" + (f" = {'; '.join(parts)}" if parts else "")))
         series = [w for _, w in v.get("power_series") or []]
         if any(w is not None for w in series):
             peak = max(w for w in series if w is not None)
@@ -118,7 +133,7 @@ def live_renderable(v: dict[str, Any], console: Any, header: bool = True) -> Any
     if pr:
         lines.append(
             Text(
-                f"At its time limit ({_clock(pr['until_ts'])}): {_kwh(pr['energy_kwh'])}, "
+                f"At its time limit, {_date_time(pr['until_ts'])}: {_kwh(pr['energy_kwh'])}, "
                 f"{_kg(pr['co2_kg'])} CO2e, estimated ({pr['basis']})",
                 style="dim",
             )
@@ -184,11 +199,24 @@ def live_renderable(v: dict[str, Any], console: Any, header: bool = True) -> Any
                 complete="--format json",
             )
         )
+    measured_any = any(p["method"] == "measured" for p in v["parts"])
     if sample_age is not None and v["running"]:
         lines.append(
             Text(f"Newest sample: {_clock(v['newest_sample_ts'])} ({sample_age:,.0f} s ago)", style="dim")
         )
-    elif v["running"] and not any(p["method"] == "measured" for p in v["parts"]):
+    elif v["running"] and v.get("last_sample_ts") is not None:
+        # samples came, then stopped: not "nothing measured" (the GPU memory above came from them)
+        last = v["last_sample_ts"]
+        est = "" if measured_any else "; the power and energy so far are estimates from rated power"
+        lines.append(
+            Text(
+                f"No sample in the last {_span(v['window_s'])}: the newest is from {_clock(last)} "
+                f"({_span(v['now_ts'] - last)} ago): its node's collector may have stopped or be late to "
+                f"ship{est}.",
+                style="dim",
+            )
+        )
+    elif v["running"] and not measured_any:
         lines.append(
             Text(
                 "Nothing measured yet: no collector has shipped samples of this job (they come with its "
@@ -233,9 +261,17 @@ def summary_renderable(views: list[dict[str, Any]], console: Any, user: str) -> 
             ]
         )
     total_w = sum(v["power_w"] or 0.0 for v in running)
+    est_w = sum(v.get("power_estimated_w") or 0.0 for v in running)
     table = fit_table(
         console,
-        f"{user}'s running jobs: {len(running)}, drawing {_w(total_w)} now",
+        f"{user}'s running jobs: {len(running)}, drawing {_w(total_w)}"
+        + (
+            " now"
+            if not est_w
+            else " (estimated from rated power: none of it measured)"
+            if est_w >= total_w - 0.5
+            else f" ({_w(est_w)} of it estimated from rated power)"
+        ),
         [
             ("job", 0),
             ("lab", 3),

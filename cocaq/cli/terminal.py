@@ -493,6 +493,22 @@ def _gb(mb: float | None) -> str:
     return "?" if mb is None else f"{mb / 1024:,.1f} GB"
 
 
+def hms(s: float | None) -> str:
+    """A duration as Slurm writes one: [D-]H:MM:SS."""
+    if s is None:
+        return "-"
+    s = int(max(s, 0))
+    d, rest = divmod(s, 86400)
+    return (f"{d}-" if d else "") + f"{rest // 3600:d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+
+
+def running_time_text(elapsed_s: float, limit_s: float | None) -> str:
+    """A running job's run time so far, as its live line says it (`RUNNING for 0:54:31 of a 12:00:00
+    limit`), to the second: the two never read as two different times."""
+    of = f" of a {hms(limit_s)} limit ({elapsed_s / limit_s:.0%})" if limit_s else ""
+    return f"{hms(elapsed_s)} so far{of}"
+
+
 def cpu_time_text(total_cpu_s: float | None, running: bool) -> str:
     """A job's TotalCPU in words: Slurm adds a step's CPU time when the step ends, so a running job's is
     the ended steps' only, and a finished job's None is one Slurm did not record (not zero)."""
@@ -536,6 +552,8 @@ def print_job(job: dict[str, Any], console: Console) -> None:
         ("exit code", None if job["exit_code"] is None else f"{job['exit_code']}:{job['exit_signal'] or 0}"),
         ("CPU time", cpu_time_text(job["total_cpu_s"], bool(job["is_open"]))),
     ]
+    if job["is_open"]:  # a running job's run time as its live line says it, to the second
+        facts = [(k, running_time_text(job["elapsed_s"], limit) if k == "run time" else v) for k, v in facts]
     if mem.get("requested_mb"):
         used = mem.get("used_per_node_mb")
         per_node = mem.get("requested_per_node_mb")
@@ -560,7 +578,8 @@ def print_job(job: dict[str, Any], console: Console) -> None:
                     if by_slurm
                     else f"at most {_gb(mem['gpu_peak_mb'])} on one GPU"
                 )
-                + ((f", each GPU {_gb(total)}" if by_slurm else f" of {_gb(total)}") if total else ""),
+                + ((f", each GPU {_gb(total)}" if by_slurm else f" of {_gb(total)}") if total else "")
+                + (" so far" if job["is_open"] else ""),
             )
         )
     for k, v in facts:

@@ -143,6 +143,12 @@ SELECT 's', sa.cluster_id, {as_text}, sa.node, sa.source, sa.device, sa.metric, 
        NULL, sa.value, NULL, NULL, NULL, NULL, NULL, NULL, {ep(db, "sa.ts")}, NULL, NULL, NULL
   FROM samples sa JOIN ids ON ids.cid = sa.cluster_id AND sa.job_id = {as_text}
  WHERE sa.ts >= %(from)s AND sa.metric IN ({", ".join(f"'{m}'" for m in METRICS)})
+UNION ALL
+SELECT 'n', ids.cid, {as_text}, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, {ep(db, "max(sa.ts)")}, NULL, NULL, NULL
+  FROM samples sa JOIN ids ON ids.cid = sa.cluster_id AND sa.job_id = {as_text}
+ WHERE sa.ts >= %(since)s
+ GROUP BY ids.cid, ids.raw
 """
     return db.rows(sql, p)
 
@@ -253,6 +259,9 @@ def _view(
     for ser in samples.values():
         ser.sort()
     newest_sample = max((s[-1][0] for s in samples.values()), default=None)
+    # the newest sample at all ('n': before the window too): a collector that shipped and then stopped is
+    # not one that never shipped
+    last_sample = max((float(r[19]) for r in kinds.get("n", []) if float(r[19]) >= start - 1.0), default=None)
 
     # the GPUs: what the prolog recorded (Slurm's index), what was measured and sampled
     index: dict[tuple[str, str], Any] = {}
@@ -374,6 +383,11 @@ def _view(
         p["power_w"] or 0.0 for p in parts if p["component"] == "gpu" and p["method"] == "estimated"
     ]
     power_now = (sum(gpu_now) + sum(other_w) + sum(est_gpu_w)) if running else None
+    # the part of it that is a rated-power estimate, not a measurement: said as such, never as "now"
+    est_other_w = [
+        p["power_w"] for p in parts if p["component"] != "gpu" and p["method"] == "estimated" and p["power_w"]
+    ]
+    power_estimated = (sum(est_gpu_w) + sum(est_other_w)) if running else None
     span = min(window_s, max(now - start, 60.0))  # a young job's history is its whole run
     gaps = sorted(
         b[0] - a[0] for (_, _, m), ser in samples.items() if m == "power_w" for a, b in pairwise(ser)
@@ -420,6 +434,7 @@ def _view(
         "estimate_note": estimate_note,
         "gpus": gpus,
         "power_w": power_now,
+        "power_estimated_w": power_estimated,
         "power_series": series,
         "power_series_span_s": span if running else None,
         "window_s": window_s,
@@ -428,6 +443,7 @@ def _view(
         "carbon": {"zone": zone, "g_per_kwh": g_per_kwh, "pue": pue, "source": carbon_source},
         "projection": projection,
         "newest_sample_ts": newest_sample,
+        "last_sample_ts": last_sample,
         "final": None,
         "accounted": row is not None and not is_open,
     }

@@ -80,6 +80,12 @@ def find_jobs(
             d.update(_ledger_and_notes(conn, cfg, job.id))
             if job.is_open and job.start_time is not None and job.job_id_raw is not None:
                 d["live"] = _live(conn, cfg, str(job.job_id_raw), cname, job.start_time)
+        if job.is_open and job.start_time is not None:
+            # a running job's run time is now minus its start, the live view's to the second: the
+            # import's elapsed_s is sacct's at the last import, minutes old
+            v = d.get("live")
+            start = job.start_time if job.start_time.tzinfo else job.start_time.replace(tzinfo=UTC)
+            d["elapsed_s"] = v["elapsed_s"] if v else max((datetime.now(UTC) - start).total_seconds(), 0.0)
         out.append(d)
     return out
 
