@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from cocaq.reports.data import AdminMonth, ZoneWeek
 
+from cocaq.footprint.words import UNNAMED
 from cocaq.reports.charts import COLOURS, CYCLE
 from cocaq.reports.wording import before_after_tone, hours, pct, short
 
@@ -140,7 +141,7 @@ def _week(name: str, z: ZoneWeek) -> str:
         "xgap": 1,
         "ygap": 1,
         "hoverongaps": False,
-        "colorbar": {"title": {"text": "g/kWh", "side": "right"}, "thickness": 10, "outlinewidth": 0},
+        "colorbar": {"title": {"text": "g CO2e/kWh", "side": "right"}, "thickness": 10, "outlinewidth": 0},
         "hovertemplate": "%{y} %{x}:00 UTC: %{z:,.0f} g CO2e/kWh<br>mean of %{customdata} hours"
         "<extra></extra>",
     }
@@ -377,7 +378,8 @@ def plotly_charts(m: AdminMonth) -> dict[str, str]:
             "%{customdata[2]} users, %{customdata[3]:,.0f} GPU-h<extra></extra>"
         )
         labels = [
-            _name(x.model_name, "(unnamed)") + (f" ({_name(x.framework, '')})" if x.framework else "")
+            ("no model name declared" if x.model_name == UNNAMED else _name(x.model_name, UNNAMED))
+            + (f" ({_name(x.framework, '')})" if x.framework else "")
             for x in models
         ]
         out["models"] = _div(

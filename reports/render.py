@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cocaq.config import Config
-from cocaq.footprint.words import DRAWN_WORDS, cooling_words
+from cocaq.footprint.advice_words import co2_amount, intensity, lower_first, of_member
+from cocaq.footprint.words import DRAWN_WORDS, NAME_MODEL_TIP, UNNAMED, cooling_words, model_words
 from cocaq.reports.wording import (
     CONTROLS,
     SPACES,
@@ -114,6 +115,10 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "estimate": estimate,
     "co2": co2,
     "pct": pct,
+    "co2_amount": co2_amount,  # a cell under a "CO2e" heading: 462 g, 3.03 kg (the e-mail's figure and unit)
+    "lower_first": lower_first,  # a title or label spliced into a sentence: "worth making: train ..."
+    "of_member": of_member,  # a member's suggestion as their lab head reads it: "could release their ..."
+    "intensity": intensity,  # 150 g CO2e/kWh: the one spelling of the unit
     "share": share,
     "hours": hours,
     "day": day,
@@ -157,6 +162,9 @@ def environments(template_dir: str | None) -> tuple[Environment, Environment]:
             week_text=week_text,
             drawn=DRAWN_WORDS,  # the two energy figures' labels (cocaq.footprint.words)
             cooling=cooling,
+            model_words=model_words,  # "jobs that declared no model name, framework pytorch"
+            unnamed=UNNAMED,
+            name_model_tip=NAME_MODEL_TIP,
             cooling_words=cooling_words,
         )
     return html, text

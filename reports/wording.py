@@ -17,7 +17,7 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from cocaq.config import Config
-from cocaq.footprint.advice_words import num
+from cocaq.footprint.advice_words import co2, intensity, num, plural
 from cocaq.footprint.words import cooling_words, pue_words
 
 if TYPE_CHECKING:
@@ -51,18 +51,6 @@ def estimate(
     if a == b == num(est * scale):
         return f"{text} estimated"
     return f"{text}, {a}-{b} estimated"
-
-
-def co2(kg: float | None) -> str:
-    """Operational or embodied CO2e in the unit that reads best: g, kg or t."""
-    if kg is None or not math.isfinite(kg):
-        return "n/a"
-    a = abs(kg)
-    if a >= 1000:
-        return f"{num(kg / 1000)} t CO2e"
-    if a >= 1 or a == 0:
-        return f"{num(kg)} kg CO2e"
-    return f"{num(kg * 1000)} g CO2e"
 
 
 def pct(x: float | None) -> str:
@@ -107,11 +95,6 @@ def short(s: object, n: int = 40) -> str:
     """One line of at most n characters (names and comments come from users: any length, any bytes)."""
     text = SPACES.sub(" ", "" if s is None else str(s)).strip()
     return text if len(text) <= n else text[: n - 1].rstrip() + "…"
-
-
-def plural(n: float, word: str, words: str | None = None) -> str:
-    """`3 jobs`, `1 job`."""
-    return f"{num(n)} {word if n == 1 else (words or word + 's')}"
 
 
 @dataclass(frozen=True)
@@ -296,10 +279,10 @@ def zone_name(zone: str | None) -> str:
 
 
 def intensity_lines(b: Basis) -> list[str]:
-    """Each carbon basis: `DEU 381 g/kWh (codecarbon ...; annual-fallback): 62% of the energy`."""
+    """Each carbon basis: `DEU 381 g CO2e/kWh (codecarbon ...; annual-fallback): 62% of the energy`."""
     out = []
     for c in b.carbon:
-        g = f"{num(c.g_per_kwh)} g/kWh" if c.g_per_kwh is not None else "intensity n/a"
+        g = intensity(c.g_per_kwh)
         src = c.source or "source not recorded"
         if c.flag:
             src += f"; {c.flag}"
@@ -320,7 +303,7 @@ def basis_short(b: Basis) -> str:
             acc[0] += c.g_per_kwh * c.energy_kwh
             acc[1] += c.energy_kwh
     for z, (gx, e) in seen.items():
-        parts.append(f"{z} {num(gx / e)} g CO2e/kWh" if e > 0 else z)
+        parts.append(f"{z} {intensity(gx / e)}" if e > 0 else z)
     parts.append(_pue(b))
     if not b.complete:
         parts.append("month not complete yet")
@@ -390,8 +373,9 @@ def hour_window(w: HourWindow) -> str:
 
 
 def week_text(z: ZoneWeek) -> str:
-    """A zone's month by hour in one sentence: `cheapest 11:00-15:00 UTC, 180 g/kWh; dearest 19:00-23:00
-    UTC, 320 g/kWh; mean 250 g/kWh; weekends 8% below weekdays (series over 720 of 744 hours)`."""
+    """A zone's month by hour in one sentence: `cheapest 11:00-15:00 UTC, 180 g CO2e/kWh; dearest
+    19:00-23:00 UTC, 320 g CO2e/kWh; mean 250 g CO2e/kWh; weekends 8% below weekdays (series over 720 of
+    744 hours)`."""
     parts = []
     if (
         z.cheapest is not None
@@ -400,11 +384,11 @@ def week_text(z: ZoneWeek) -> str:
     ):
         parts.append(f"no hours of the day much cleaner than others (within {SAME_PCT:.0f}%)")
     elif z.cheapest is not None and z.dearest is not None:
-        parts.append(f"cheapest {hour_window(z.cheapest)}, {num(z.cheapest.g_per_kwh)} g/kWh")
-        parts.append(f"dearest {hour_window(z.dearest)}, {num(z.dearest.g_per_kwh)} g/kWh")
+        parts.append(f"cheapest {hour_window(z.cheapest)}, {intensity(z.cheapest.g_per_kwh)}")
+        parts.append(f"dearest {hour_window(z.dearest)}, {intensity(z.dearest.g_per_kwh)}")
     else:
         parts.append("too few hours of series to name the cheapest and dearest hours of the day")
-    parts.append(f"mean {num(z.g_per_kwh)} g/kWh")
+    parts.append(f"mean {intensity(z.g_per_kwh)}")
     wd, we = z.weekdays_g_per_kwh, z.weekends_g_per_kwh
     if wd and we is not None:
         d = (we / wd - 1) * 100

@@ -202,7 +202,7 @@ def _print_import_summary(summary: Any, stats: Any, source_name: str) -> None:
             f"  partition {part!r} is not configured: {n:,} jobs estimated with the default hardware profile"
         )
     for z in sorted(summary.unknown_zones):
-        out.print(f"  carbon zone {z!r} is unknown: the world average (475 g/kWh) was used")
+        out.print(f"  carbon zone {z!r} is unknown: the world average (475 g CO2e/kWh) was used")
 
 
 @click.command()

@@ -128,6 +128,7 @@ def carbon_show(obj: Ctx, zone: str, at: str, basis: str | None, fmt: str) -> No
     from datetime import UTC
 
     from cocaq.carbon.intensity import explain
+    from cocaq.footprint.advice_words import intensity
     from cocaq.footprint.totals import now_utc
     from cocaq.timeparse import parse_when
 
@@ -156,7 +157,7 @@ def carbon_show(obj: Ctx, zone: str, at: str, basis: str | None, fmt: str) -> No
         }
         click.echo(json.dumps(d, indent=2, ensure_ascii=False))
         return
-    click.echo(f"{p.zone} at {p.at:%Y-%m-%d %H:%M:%S} UTC ({p.basis}): {p.g_per_kwh:.2f} gCO2eq/kWh")
+    click.echo(f"{p.zone} at {p.at:%Y-%m-%d %H:%M:%S} UTC ({p.basis}): {intensity(p.g_per_kwh)}")
     click.echo(f"  {_why(p, cfg.gap_tolerance_s)}")
     click.echo(f"  source: {p.source}")
     if prov:

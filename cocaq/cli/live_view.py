@@ -54,6 +54,7 @@ def live_renderable(v: dict[str, Any], console: Any, header: bool = True) -> Any
     from rich.text import Text
 
     from cocaq.cli.terminal import _kg, _kwh, fit_table, term
+    from cocaq.footprint.advice_words import intensity
     from cocaq.footprint.words import COMPONENT_WORDS, source_words
 
     lines: list[Any] = []
@@ -126,7 +127,7 @@ def live_renderable(v: dict[str, Any], console: Any, header: bool = True) -> Any
     lines.append(
         Text(
             f"CO2e so far: {_kg(v['co2_kg'])} = {_kwh(v['energy_kwh'])} x PUE {c['pue']:.2f} x "
-            f"{c['g_per_kwh']:.0f} g/kWh (zone {term(c['zone'])})"
+            f"{intensity(c['g_per_kwh'])} (zone {term(c['zone'])})"
         )
     )
     pr = v.get("projection")

@@ -22,6 +22,7 @@ from cocaq.cli import terminal as render
 from cocaq.cli.app import FORMAT, Ctx, _console, _window, cluster_opt, since_opt, until_opt
 from cocaq.cli.footprint import _api_or_db
 from cocaq.errors import UsageError
+from cocaq.footprint.words import NAME_MODEL_TIP, UNNAMED, UNNAMED_WORDS
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -242,6 +243,8 @@ def print_models(stats: ModelStats, console: Console, section: str | None = None
 
     if show("models"):
         console.print(_totals_table(console, "By model", "model", stats.by_model))
+        if any(g.key == UNNAMED for g in stats.by_model):  # say what the group is, and how to name them
+            console.print(f"[dim]{UNNAMED}: {UNNAMED_WORDS}, by framework. {render.term(NAME_MODEL_TIP)}[/]")
     if show("frameworks"):
         console.print(_totals_table(console, "By framework", "framework", stats.by_framework))
     if show("runs"):

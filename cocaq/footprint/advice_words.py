@@ -10,6 +10,7 @@ reading what it tests and sizes, not how it rounds. Standard library only (login
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 from cocaq.footprint.jobfacts import JobFacts
@@ -49,7 +50,7 @@ def hours(h: float) -> str:
 
 
 def n_gpus(n: int) -> str:
-    return "1 GPU" if n == 1 else f"{n} GPUs"
+    return "1 GPU" if n == 1 else f"{num(n)} GPUs"
 
 
 def pct(fraction: float) -> str:
@@ -67,7 +68,13 @@ def shorten(s: str | None, n: int = 24) -> str:
 
 
 def n_jobs(n: int) -> str:
-    return f"{n} job" if n == 1 else f"{n} jobs"
+    return f"{n} job" if n == 1 else f"{num(n)} jobs"
+
+
+def plural(n: float, word: str, words: str | None = None) -> str:
+    """`3 jobs`, `1 job`, `1,397 cores`: a count with its thousands separator and the word it counts,
+    singular for 1."""
+    return f"{num(n)} {word if n == 1 else (words or word + 's')}"
 
 
 def were(n: int) -> str:
@@ -89,3 +96,54 @@ def slurm_mem(mb: float) -> str:
 def energy(kwh: float) -> str:
     """kWh, or Wh below 1 kWh: figures people read without a calculator."""
     return f"{num(kwh)} kWh" if kwh >= 1 else f"{num(kwh * 1000)} Wh"
+
+
+def co2_amount(kg: float | None) -> str:
+    """A CO2e mass in the unit that reads best, without the word CO2e (for a cell under a "CO2e" heading,
+    or a line labelled CO2e): `462 g`, `3.03 kg`, `1.2 t`. One rule for every surface, so that the same
+    amount is the same figure and unit in a table, a sentence and the terminal (issue 32)."""
+    if kg is None or not math.isfinite(kg):
+        return "n/a"
+    a = abs(kg)
+    if a >= 1000:
+        return f"{num(kg / 1000)} t"
+    if a >= 1 or a == 0:
+        return f"{num(kg)} kg"
+    return f"{num(kg * 1000)} g"
+
+
+def co2(kg: float | None) -> str:
+    """A CO2e mass with its unit and the word: `462 g CO2e`, `3.03 kg CO2e`."""
+    text = co2_amount(kg)
+    return text if text == "n/a" else f"{text} CO2e"
+
+
+INTENSITY_UNIT = "g CO2e/kWh"  # the carbon intensity's one spelling, on every surface
+
+
+def intensity(g_per_kwh: float | None) -> str:
+    """A carbon intensity: `150 g CO2e/kWh`."""
+    return "intensity n/a" if g_per_kwh is None else f"{num(g_per_kwh)} {INTENSITY_UNIT}"
+
+
+# Words that keep their capital inside a sentence: names, and the acronyms a label may start with.
+_KEEP_CAPITAL = re.compile(r"[A-Z][A-Z0-9]|Slurm\b|PyTorch\b|Jupyter\b|McDonald\b")
+
+
+def lower_first(label: str) -> str:
+    """A label or title that starts a line ("Train mistral-7b in bf16", "Batch jobs lost at their time
+    limit") as it reads spliced into a sentence ("the one change worth making: train mistral-7b ...");
+    "GPUs near full power" and "Slurm ..." keep their capital."""
+    if not label or not label[0].isupper() or _KEEP_CAPITAL.match(label):
+        return label
+    return label[0].lower() + label[1:]
+
+
+_SECOND = {"your": "their", "you": "they", "yours": "theirs", "yourself": "themselves"}
+
+
+def of_member(title: str) -> str:
+    """A suggestion's title, written to the user who ran the jobs, as a lab head reads it about one of
+    their lab's members ("dave could release GPUs their notebooks are not using"): spliced after "could",
+    second person made third."""
+    return re.sub(r"\b(?:your|you|yours|yourself)\b", lambda m: _SECOND[m.group(0)], lower_first(title))

@@ -61,3 +61,21 @@ def pue_words(lo: float | None, hi: float | None = None) -> str:
 def cooling_words(lo: float | None, hi: float | None = None, *, capital: bool = False) -> str:
     """`with cooling (PUE 1.35)` (`With ...` to start a line): the label of the energy with PUE."""
     return f"{'W' if capital else 'w'}ith cooling ({pue_words(lo, hi)})"
+
+
+# Jobs whose metadata names a framework but no model are grouped under UNNAMED (cocaq.footprint.by_model's
+# key, kept in JSON and CSV); a reader is told what the group is and how to name their models (issue 32).
+UNNAMED = "(unnamed)"
+UNNAMED_WORDS = "jobs that declared no model name"
+NAME_MODEL_TIP = (
+    "To name the model of jobs that declared none, put `cocaq tag model=NAME` in the job script (or "
+    '`#SBATCH --comment "cocaq: model=NAME"`): the user guide\'s "ML models" section has the rest.'
+)
+
+
+def model_words(model: str, framework: str | None) -> str:
+    """A models line's name: `mistral-7b (pytorch)`; `jobs that declared no model name, framework pytorch`
+    for the unnamed group, never "(unnamed) (pytorch)"."""
+    if model == UNNAMED:
+        return UNNAMED_WORDS + (f", framework {framework}" if framework else "")
+    return model + (f" ({framework})" if framework else "")
