@@ -200,7 +200,7 @@ def test_when_from_a_typical_day_and_in_the_clusters_time(env: dict[str, str], t
     madrid = datetime.fromtimestamp(start, UTC).astimezone(__import__("zoneinfo").ZoneInfo("Europe/Madrid"))
     assert d["sbatch"] == f"sbatch --begin={madrid:%Y-%m-%dT%H:%M}"
     r = run_cocaq(["carbon", "when", "--hours", "6", "--at", "2023-07-04T06:00"], env)
-    assert r.code == 0 and f"({madrid:%H:%M} CEST)" in r.out and d["sbatch"] in r.out
+    assert r.code == 0 and f"{madrid:%Y-%m-%d %H:%M} CEST (UTC+02:00; " in r.out and d["sbatch"] in r.out
 
 
 def test_when_errors_are_one_line(env: dict[str, str]) -> None:
@@ -217,3 +217,205 @@ def test_when_errors_are_one_line(env: dict[str, str]) -> None:
     ):
         r = run_cocaq(["carbon", "when", *args], env)
         assert r.code == 2 and what in r.err and r.err.count("\n") == 1, (args, r.err)
+
+
+# --- the --begin line around daylight-saving changes, and a window past the series' end (issue 32) ---
+
+ES_SPRING = str(DATA / "ES_2023_spring_dst_slice.csv")
+ES_AUTUMN = str(DATA / "ES_2023_autumn_dst_slice.csv")
+CISO_AUTUMN = str(DATA / "US-CAL-CISO_2023_autumn_dst_slice.csv")
+
+
+def _lca(path: str) -> dict[float, float]:
+    """A slice's hourly LCA values by hour start (epoch), read here independently of cocaq."""
+    from datetime import UTC, datetime
+
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    col = next(i for i, h in enumerate(rows[0]) if "LCA" in h)
+    return {datetime.fromisoformat(r[0]).replace(tzinfo=UTC).timestamp(): float(r[col]) for r in rows[1:]}
+
+
+def _exact_best(values: dict[float, float], at: float, hours: float, within_h: float) -> tuple[float, float]:
+    """Brute force on a one-minute grid of starts over a piecewise-constant hourly series: (start, avg)."""
+
+    def avg(t: float) -> float:
+        total, x, end = 0.0, t, t + hours * 3600
+        while x < end:
+            h = x - x % 3600
+            y = min(h + 3600, end)
+            total += values[h] * (y - x)
+            x = y
+        return total / (hours * 3600)
+
+    starts = [at + 60 * k for k in range(round(within_h * 60) + 1)]
+    g, t = min((round(avg(t), 9), t) for t in starts)
+    return t, g
+
+
+def _zone_env(env: dict[str, str], tmp_path: Path, zone: str, tz: str) -> dict[str, str]:
+    cfg = tmp_path / f"{zone}.toml"
+    cfg.write_text(f'[cluster]\nname = "hal"\ncarbon_zone = "{zone}"\ntimezone = "{tz}"\n')
+    return dict(env, COCAQ_CONFIG=str(cfg))
+
+
+@pytest.mark.parametrize(
+    ("zone", "tz", "path", "at", "hours", "within", "wall"),
+    [
+        # 2023-10-29 in Madrid: 02:00-02:59 twice (CEST, then CET); the best start is the second 02:30
+        ("ES", "Europe/Madrid", ES_AUTUMN, "2023-10-29T01:00Z", "1", "30m", "2023-10-29T02:30"),
+        # 2023-11-05 in Los Angeles: 01:00-01:59 twice (PDT, then PST); the best start is 01:30 PST
+        (
+            "US-CAL-CISO",
+            "America/Los_Angeles",
+            CISO_AUTUMN,
+            "2023-11-05T07:30Z",
+            "3",
+            "2h",
+            "2023-11-05T01:30",
+        ),
+    ],
+)
+def test_when_a_start_in_the_hour_that_repeats_is_asked_for_in_utc(
+    env: dict[str, str],
+    tmp_path: Path,
+    zone: str,
+    tz: str,
+    path: str,
+    at: str,
+    hours: str,
+    within: str,
+    wall: str,
+) -> None:
+    """Slurm reads --begin, now+N too, through the local time (parse_time.c: mktime with tm_isdst = -1):
+    a wall time shown twice may be taken for the other one, an hour off. The line names it in UTC."""
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo
+
+    env = _zone_env(env, tmp_path, zone, tz)
+    assert run_cocaq(["carbon", "import", path], env).code == 0
+    a = datetime.fromisoformat(at).timestamp()
+    start, g = _exact_best(_lca(path), a, float(hours), {"30m": 0.5, "2h": 2.0}[within])
+    local = datetime.fromtimestamp(start, UTC).astimezone(ZoneInfo(tz))
+    assert f"{local:%Y-%m-%dT%H:%M}" == wall and local.fold == 1  # the case: the second of the two
+    r = run_cocaq(["carbon", "when", "--hours", hours, "--within", within, "--at", at, "-o", "json"], env)
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert datetime.fromisoformat(d["best"]["start"]).timestamp() == start
+    assert d["best"]["g_per_kwh"] == pytest.approx(g)
+    utc = datetime.fromtimestamp(start, UTC)
+    assert d["sbatch"] == f"TZ=UTC sbatch --begin={utc:%Y-%m-%dT%H:%M}"
+    b = d["begin"]
+    assert b["ambiguous"] is True and b["relative"] is None  # now+N goes through the local time too
+    assert (b["local"], b["zone"], b["abbreviation"]) == (local.isoformat(), tz, local.tzname())
+    r = run_cocaq(["carbon", "when", "--hours", hours, "--within", within, "--at", at], env)
+    assert r.code == 0, r.err
+    assert f"--begin={wall}" not in r.out and "--begin=now+" not in r.out  # never the bare wall time
+    assert f"  TZ=UTC sbatch --begin={utc:%Y-%m-%dT%H:%M} job.sh" in r.out
+    off = local.utcoffset().total_seconds() / 3600  # type: ignore[union-attr]
+    assert f"{local:%Y-%m-%d %H:%M} {local.tzname()} (UTC{off:+03.0f}:00; {utc:%H:%M} UTC)" in r.out
+    assert f"{local:%H:%M} comes twice in {tz} that night (clocks go back from" in r.out
+
+
+def test_when_a_start_after_clocks_go_forward_gives_the_real_wait(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """2023-03-26 in Madrid: 02:00 CET jumps to 03:00 CEST. Submitted at 01:00 CET, a 03:00 CEST start is
+    one hour later, not two: the line has its offset, and now+N counts the real hour."""
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo
+
+    env = _zone_env(env, tmp_path, "ES", "Europe/Madrid")
+    assert run_cocaq(["carbon", "import", ES_SPRING], env).code == 0
+    at = "2023-03-26T00:00Z"
+    a = datetime.fromisoformat(at).timestamp()
+    start, g = _exact_best(_lca(ES_SPRING), a, 1.0, 3.0)
+    local = datetime.fromtimestamp(start, UTC).astimezone(ZoneInfo("Europe/Madrid"))
+    assert (start - a, f"{local:%H:%M %Z}") == (3600.0, "03:00 CEST")  # the case
+    r = run_cocaq(["carbon", "when", "--hours", "1", "--within", "3h", "--at", at, "-o", "json"], env)
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert d["best"]["g_per_kwh"] == pytest.approx(g)
+    assert d["sbatch"] == "sbatch --begin=2023-03-26T03:00"  # shown once: Slurm reads it right
+    b = d["begin"]
+    assert (b["ambiguous"], b["relative"], b["abbreviation"], b["utc_offset"]) == (
+        False,
+        "now+1hour",
+        "CEST",
+        "UTC+02:00",
+    )
+    r = run_cocaq(["carbon", "when", "--hours", "1", "--within", "3h", "--at", at], env)
+    assert r.code == 0, r.err
+    assert "Best start: 2023-03-26 03:00 CEST (UTC+02:00; 01:00 UTC)" in r.out
+    assert "  sbatch --begin=2023-03-26T03:00 job.sh" in r.out
+    assert "Europe/Madrid time, as Slurm reads it; or --begin=now+1hour if you submit at 01:00 CET." in r.out
+    assert (
+        "clocks go forward from 02:00 CET to 03:00 CEST on 2023-03-26: the start is 1 h after 01:00 CET, "
+        in r.out
+    )
+    assert "not the 2 h the wall clock shows" in r.out
+
+
+def test_when_a_start_just_after_the_repeated_hour_keeps_its_wall_time(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """03:00 CET on 2023-10-29 is shown once: the plain line, its offset, and a wait that counts the
+    hour the clocks went back."""
+    env = _zone_env(env, tmp_path, "ES", "Europe/Madrid")
+    assert run_cocaq(["carbon", "import", ES_AUTUMN], env).code == 0
+    r = run_cocaq(["carbon", "when", "--hours", "1", "--within", "3h", "--at", "2023-10-29T00:00Z"], env)
+    assert r.code == 0, r.err
+    assert "Best start: 2023-10-29 03:00 CET (UTC+01:00; 02:00 UTC)" in r.out
+    assert "  sbatch --begin=2023-10-29T03:00 job.sh" in r.out and "TZ=UTC" not in r.out
+    assert "or --begin=now+2hours if you submit at 02:00 CEST." in r.out
+    assert "the start is 2 h after 02:00 CEST, not the 1 h the wall clock shows" in r.out
+
+
+def test_when_a_window_past_the_series_end_keeps_the_hours_it_covers(env: dict[str, str]) -> None:
+    """The slice ends 2023-07-04 00:00 UTC: from 2023-07-03 18:00 a 6 h job's first hours are the series'
+    own, only the hours after its end come from the typical day, and the answer says which."""
+    from datetime import UTC, datetime
+
+    assert run_cocaq(["carbon", "import", ES], env).code == 0
+    values = _es_lca()
+    end = datetime(2023, 7, 4, tzinfo=UTC).timestamp()
+    at = datetime(2023, 7, 3, 18, tzinfo=UTC).timestamp()
+    coming: dict[float, float] = {}
+    for k in range(6 + 24 + 1):
+        t = at + 3600 * k
+        if t < end:
+            coming[t] = values[t]
+        else:  # the mean of the same UTC hour on the series' days before it
+            same = [v for u, v in values.items() if (t - u) % 86400 == 0 and u < t]
+            coming[t] = sum(same) / len(same)
+    start, g, now = _best(coming, at, 6, 24)
+    assert now == pytest.approx(sum(values[at + 3600 * k] for k in range(6)) / 6)  # all six from the series
+    r = run_cocaq(["carbon", "when", "--hours", "6", "--at", "2023-07-03T18:00", "-o", "json"], env)
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert d["source"] == "mixed"
+    assert d["now_g_per_kwh"] == pytest.approx(now)
+    assert d["best"]["g_per_kwh"] == pytest.approx(g)
+    assert datetime.fromisoformat(d["best"]["start"]).timestamp() == start
+    assert d["spans"] == [
+        {"start": "2023-07-03T18:00:00+00:00", "end": "2023-07-04T00:00:00+00:00", "source": "series"},
+        {"start": "2023-07-04T00:00:00+00:00", "end": "2023-07-05T00:00:00+00:00", "source": "typical"},
+    ]
+    assert d["best"]["hours_from"] == {"typical": 6.0}
+    # a start 3 h before the end: half of its hours from each
+    r = run_cocaq(
+        ["carbon", "when", "--hours", "6", "--within", "0h", "--at", "2023-07-03T21:00", "-o", "json"], env
+    )
+    d = json.loads(r.out)
+    assert d["best"]["hours_from"] == {"series": 3.0, "typical": 3.0}
+    half = [values[at + 3600 * k] for k in range(3, 6)]
+    later = [
+        sum(v for u, v in values.items() if (t - u) % 86400 == 0) / 4 for t in (end, end + 3600, end + 7200)
+    ]
+    assert d["now_g_per_kwh"] == pytest.approx(sum(half + later) / 6)
+    r = run_cocaq(["carbon", "when", "--hours", "6", "--at", "2023-07-03T18:00"], env)
+    assert r.code == 0, r.err
+    assert "Zone ES (lca), hour by hour:" in r.out
+    assert "  2023-07-03 18:00 to 2023-07-04 00:00 UTC (6 h): the imported lca series" in r.out
+    assert "  2023-07-04 00:00 to 2023-07-05 00:00 UTC (24 h): a typical day" in r.out
+    assert "(all of it from the typical day)" in r.out

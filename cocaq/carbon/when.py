@@ -1,9 +1,11 @@
 """`cocaq carbon when`: the best start for a job of L hours in the coming hours, from the imported series.
 
-The coming hours' intensity is the imported series itself where it covers them (a forecast imported with
-`cocaq carbon import`), else a typical day: for each coming hour, the mean of the same UTC hour over the
-last `weeks` weeks of the series (hours with no value left out; an hour with none at all gets the zone's
-annual figure, and the answer says how many). Then cocaq.carbon.shifting's exact model: the best
+Each coming hour's intensity is the imported series' own value where it has one (a forecast imported
+with `cocaq carbon import`, or measured values when planning a past day with --at), else a typical
+day: the mean of the same UTC hour on the days before it, over the last `weeks` weeks of the series
+(an hour with none at all gets the zone's annual figure). So a window that runs past the end of the
+series keeps the hours the series covers and takes only the rest from the typical day, and the plan
+says which hours came from which (`Plan.spans`). Then cocaq.carbon.shifting's exact model: the best
 contiguous start within the window, the next best starts at least an hour from it, and what pausing
 would reach. The answer names the basis it used, so a user can tell a forecast from a habit.
 """
@@ -22,6 +24,11 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
 
+SERIES = "series"  # the imported series' own value for the hour
+TYPICAL = "typical"  # the typical day's
+ANNUAL = "annual"  # neither: the zone's annual figure
+
+
 @dataclass(frozen=True)
 class Start:
     start: float  # epoch seconds
@@ -33,7 +40,7 @@ class Start:
 class Plan:
     zone: str
     basis: str  # lca or direct
-    source: str  # "forecast" or "typical"
+    source: str  # "forecast" (every hour from the series), "typical" (none), or "mixed"
     source_text: str
     at: float
     length_s: float
@@ -42,10 +49,37 @@ class Plan:
     best: Start
     others: list[Start] = field(default_factory=list)
     filled_hours: int = 0  # coming hours no value reached: the zone's annual figure
+    t0: float = 0.0  # the first coming hour's start (epoch seconds)
+    origins: list[str] = field(default_factory=list)  # each coming hour's: SERIES, TYPICAL or ANNUAL
+
+    def spans(self) -> list[tuple[float, float, str]]:
+        """(start, end, origin) of each run of coming hours from one origin, in order."""
+        out: list[tuple[float, float, str]] = []
+        for i, o in enumerate(self.origins):
+            t = self.t0 + i * HOUR
+            if out and out[-1][2] == o:
+                out[-1] = (out[-1][0], t + HOUR, o)
+            else:
+                out.append((t, t + HOUR, o))
+        return out
+
+    def hours_from(self, a: float, b: float) -> dict[str, float]:
+        """How many of the hours of [a, b] came from each origin (fractions of an hour at the ends)."""
+        got: dict[str, float] = {}
+        for s, e, o in self.spans():
+            part = min(b, e) - max(a, s)
+            if part > 0:
+                got[o] = got.get(o, 0.0) + part / HOUR
+        return got
 
     def as_dict(self) -> dict[str, Any]:
         def start(s: Start) -> dict[str, Any]:
-            return {"start": from_epoch(s.start).isoformat(), "g_per_kwh": s.g_per_kwh, "saving": s.saving}
+            return {
+                "start": from_epoch(s.start).isoformat(),
+                "g_per_kwh": s.g_per_kwh,
+                "saving": s.saving,
+                "hours_from": self.hours_from(s.start, s.start + self.length_s),
+            }
 
         return {
             "zone": self.zone,
@@ -61,6 +95,10 @@ class Plan:
             "interruptible_g_per_kwh": self.shift.interruptible_g,
             "interruptible_saving": self.shift.saving("interruptible"),
             "filled_hours": self.filled_hours,
+            "spans": [
+                {"start": from_epoch(a).isoformat(), "end": from_epoch(b).isoformat(), "source": o}
+                for a, b, o in self.spans()
+            ],
         }
 
 
@@ -120,24 +158,37 @@ def plan(
             "(`cocaq carbon zones` lists what is there)"
         )
     annual = fallback_intensity(zone)[0].g_per_kwh
-    filled = 0
-    if all(h in got for h in coming):
-        values = [got[h] for h in coming]
+    values: list[float] = []
+    origins: list[str] = []
+    days: set[int] = set()  # the days the typical hours were averaged over
+    for h in coming:
+        if h in got:
+            values.append(got[h])
+            origins.append(SERIES)
+            continue
+        same = [h - 24 * k for k in range(1, weeks * 7 + 1) if h - 24 * k in got]
+        if same:
+            values.append(sum(got[x] for x in same) / len(same))
+            origins.append(TYPICAL)
+            days.update(x // 24 for x in same)
+        else:
+            values.append(annual)
+            origins.append(ANNUAL)
+    filled = origins.count(ANNUAL)
+    typical_text = (
+        f"a typical day: each hour the mean of the same UTC hour over the last {weeks} weeks "
+        f"({len(days)} days with values)"
+    )
+    if all(o == SERIES for o in origins):
         source, text = "forecast", f"the imported {basis} series for these hours"
+    elif SERIES not in origins:
+        source, text = "typical", typical_text
     else:
-        values = []
-        days = {h // 24 for h in got if h < h0}
-        for h in coming:
-            same = [got[h - 24 * k] for k in range(1, weeks * 7 + 1) if h - 24 * k in got and h - 24 * k < h0]
-            if same:
-                values.append(sum(same) / len(same))
-            else:
-                values.append(annual)
-                filled += 1
-        source = "typical"
+        n = origins.count(SERIES)
+        source = "mixed"
         text = (
-            f"a typical day: each hour the mean of the same UTC hour over the last {weeks} weeks "
-            f"({len(days)} days with values)"
+            f"the imported {basis} series for {n} of the {len(origins)} hours, and for the "
+            f"{len(origins) - n} it has no value for, {typical_text}"
         )
     series = Series(h0 * HOUR, values, annual)
     shift = series.shift(at, length_s, within_s)
@@ -155,4 +206,6 @@ def plan(
             break
         if all(abs(t - s.start) >= HOUR for s in (best, *alt)):
             alt.append(start(t, g))
-    return Plan(zone, basis, source, text, at, length_s, within_s, shift, best, alt, filled)
+    return Plan(
+        zone, basis, source, text, at, length_s, within_s, shift, best, alt, filled, h0 * HOUR, origins
+    )
