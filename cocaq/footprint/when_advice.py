@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import tzinfo
 from typing import TYPE_CHECKING
 
+from cocaq.carbon.begin import touched_hours, zone_name
 from cocaq.footprint.advice import Advice, Evidence
 from cocaq.footprint.advice_words import hours, n_jobs, num, pct, shorten
 
@@ -39,8 +40,10 @@ class Settings:
 
 
 def settings(cfg: Config) -> Settings:
+    from cocaq.carbon.begin import site_zone
+
     s = cfg.shifting
-    return Settings(s.slack_s / 3600.0, s.min_share, s.min_kg, cfg.tz())
+    return Settings(s.slack_s / 3600.0, s.min_share, s.min_kg, site_zone(cfg.cluster.timezone, cfg.tz()))
 
 
 def _kg(x: float) -> str:
@@ -90,7 +93,17 @@ def when_to_run(jobs: Sequence[JobFacts], s: Settings, period: str = "in this wi
     e_start, e_best = e.start.astimezone(s.tz), e.shift_best_start.astimezone(s.tz)  # type: ignore[union-attr]
     e_share = e.shift_saved_kg / e.co2_kg if e.co2_kg > 0 else 0.0
     zone = e_start.strftime("%Z")
+    best_zone = "" if e_best.strftime("%Z") == zone else f" {e_best:%Z}"
     slack = hours(s.slack_h)
+    # `--begin=HH:00` is the next HH:00 in local time: on the nights clocks change that hour may be
+    # skipped or come twice (cocaq.carbon.begin), and Slurm may then take it an hour off
+    touched = touched_hours(s.tz, e_best) if s.tz is not None else {}
+    caution = (
+        f" On the nights clocks change, {best_hour:02d}:00 {touched[best_hour]} in {zone_name(s.tz)}"  # type: ignore[arg-type]
+        ": those nights, take the line `cocaq carbon when` prints."
+        if best_hour in touched
+        else ""
+    )
     body = (
         f"{n_jobs(len(flex))} {period} could have waited (batch jobs, up to {slack} or their time limit, "
         f"whichever is shorter). Started at the hour with the cleanest electricity within that, they would "
@@ -98,10 +111,10 @@ def when_to_run(jobs: Sequence[JobFacts], s: Settings, period: str = "in this wi
         f"energy. For example job {e.job_id}"
         + (f" ({shorten(e.name)})" if e.name else "")
         + f", started {e_start:%a %d %b %H:%M} {zone}, would have emitted {pct(e_share)} less starting at "
-        f"{e_best:%H:%M}{'' if e_best.date() == e_start.date() else f' on {e_best:%a}'} "
+        f"{e_best:%H:%M}{best_zone}{'' if e_best.date() == e_start.date() else f' on {e_best:%a}'} "
         f"({hours(max((e_best - e_start).total_seconds() / 3600, 0.0))} later). Most of the saving was in "
         f"starts around {best_hour:02d}:00 {zone} (sbatch --begin={best_hour:02d}:00 holds a job until the "
-        "next one). Before you submit a job that can wait, `cocaq carbon when --hours N` gives the "
+        f"next one).{caution} Before you submit a job that can wait, `cocaq carbon when --hours N` gives the "
         "best start in the coming hours and the sbatch line."
     )
     within = _weighted_median([j.shift_slack_h or s.slack_h for j in movers], weights)
