@@ -67,7 +67,7 @@ def test_demo_fills_the_embedded_database_and_writes_outputs(cli_env: dict[str, 
     assert dave["Subject"].startswith("[Demo cluster] Save about ") and "bf16" in dave["Subject"]
     assert "localhost" not in dave["From"] and dave["Reply-To"] and "unsubscribe" in dave["List-Unsubscribe"]
     text = dave.get_body(("plain",)).get_content()  # type: ignore[union-attr]
-    assert "the one change worth making: Train mistral-7b in bf16" in text
+    assert "the one change worth making: train mistral-7b in bf16" in text
     assert "power cap" not in text.lower()
     assert "Embodied emissions, apart" in text and "measured" in text and "unsubscribe" in text
     erin = email.message_from_bytes(

@@ -29,6 +29,7 @@ from cocaq.config_load import load_config
 from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.errors import ConfigError
+from cocaq.footprint.advice_words import co2_amount, lower_first
 from cocaq.reports import admin_report, charts, data, job_report, lab_report, render, user_report, wording
 from cocaq.reports.files import write_email
 from cocaq.reports.message import PNG_MAGIC
@@ -100,7 +101,9 @@ def test_user_email_says_the_months_figures_and_their_basis(month: Month) -> Non
         f"[HAL] Save {'up to' if first.upper_bound else 'about'} {wording.kwh(first.saving_kwh)}: "
     )
     assert r.subject.endswith(f"(your March 2025: {wording.kwh(t.energy_kwh)})")
-    assert r.text.split("\n\n")[1].startswith(f"Hello alice, the one change worth making: {first.title}.")
+    assert r.text.split("\n\n")[1].startswith(
+        f"Hello alice, the one change worth making: {lower_first(first.title)}."
+    )
     tr = m.trend
     for part in (r.text, plain(r.html)):
         for figure in (
@@ -188,7 +191,7 @@ def test_admin_email_covers_the_site(month: Month) -> None:
         assert wording.kwh(m.totals.energy_kwh) in part
         for g in m.by_lab:  # energy and CO2 by lab
             assert g.key in part and wording.num(g.energy_kwh) in part
-            assert wording.num(g.co2_kg) in part or wording.co2(g.co2_kg) in part
+            assert wording.co2(g.co2_kg) in part or co2_amount(g.co2_kg) in part  # a sentence, or a CO2e cell
         for c in m.coverage:  # measured vs estimated by partition
             assert wording.num(c.estimated_kwh) in part
         for g in m.by_partition:  # the cost of a GPU-hour, by partition

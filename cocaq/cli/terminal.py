@@ -20,6 +20,7 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from cocaq.footprint.advice_words import co2_amount, intensity, num, of_member
 from cocaq.footprint.totals import Footprint, equivalents
 from cocaq.footprint.words import (
     BASIS_WORDS,
@@ -183,21 +184,16 @@ def _fmt_csv(v: Any) -> str:
 
 
 def _kwh(v: float) -> str:
-    """kWh as people read them: 1,044 kWh, 85.7 kWh, 3.94 kWh, 0.512 kWh (never a cut or a 1e-5)."""
+    """kWh as people read them, as the e-mails write them: 1,044 kWh, 85.7 kWh, 3.94 kWh, 512 Wh (never a
+    cut, a 1e-5 or a 0.00)."""
     a = abs(v)
     return f"{_kwh_number(v, v)} {'kWh' if a >= 1 or a == 0 else 'Wh'}"
 
 
 def _kwh_number(v: float, like: float) -> str:
-    """v in the unit and precision _kwh(like) uses, without the unit."""
+    """v in the unit _kwh(like) uses, without the unit, through num (about three significant digits)."""
     a = abs(like)
-    if a >= 100:
-        return f"{v:,.0f}"
-    if a >= 10:
-        return f"{v:,.1f}"
-    if a >= 1 or a == 0:
-        return f"{v:,.2f}"
-    return f"{v * 1000:,.3g}"
+    return num(v) if a >= 1 or a == 0 else num(v * 1000)
 
 
 def estimate_text(kwh: float, low: float | None, high: float | None) -> str:
@@ -214,14 +210,8 @@ def estimate_text(kwh: float, low: float | None, high: float | None) -> str:
 
 
 def _kg(v: float) -> str:
-    a = abs(v)
-    if a >= 1000:
-        return f"{v / 1000:,.2f} t"
-    if a >= 10:
-        return f"{v:,.1f} kg"
-    if a >= 1 or a == 0:
-        return f"{v:,.2f} kg"
-    return f"{v * 1000:,.3g} g"
+    """CO2e as every surface writes it (cocaq.footprint.advice_words.co2_amount): 462 g, 29.4 kg."""
+    return co2_amount(v)
 
 
 def _share(part: float, whole: float) -> str:
@@ -278,8 +268,8 @@ def print_footprint(fp: Footprint, console: Console) -> None:
     tab.add_column(overflow="fold")
     outcomes = [f"{getattr(t, k):,} {what}" for k, what in OUTCOME_WORDS if getattr(t, k)]
     tab.add_row("jobs", f"{t.jobs:,}" + (f" ({', '.join(outcomes)})" if outcomes else ""))
-    tab.add_row("GPU-hours", f"{t.gpu_hours:,.1f}")
-    tab.add_row("CPU-hours", f"{t.cpu_hours:,.1f}")
+    tab.add_row("GPU-hours", num(t.gpu_hours))
+    tab.add_row("CPU-hours", num(t.cpu_hours))
     measured = "" if t.measured_energy_fraction is None else f" ({t.measured_energy_fraction:.0%} measured)"
     tab.add_row(f"energy {DRAWN_WORDS}", _kwh(t.energy_kwh) + measured)
     for name, v in (
@@ -299,7 +289,7 @@ def print_footprint(fp: Footprint, console: Console) -> None:
         for k, name in WASTE_ROWS:
             v = getattr(t, k)
             if v:
-                extra = f", {t.idle_gpu_hours:,.1f} GPU-hours" if k == "idle_gpu_energy_kwh" else ""
+                extra = f", {num(t.idle_gpu_hours)} GPU-hours" if k == "idle_gpu_energy_kwh" else ""
                 tab.add_row(f"  {name}", _kwh(v) + extra)
     if t.gpu_util_pct is not None:
         slurm = (
@@ -336,15 +326,15 @@ def print_footprint(fp: Footprint, console: Console) -> None:
                 [
                     term(u["user"]),
                     f"{u['jobs']:,}",
-                    f"{u['gpu_hours']:,.1f}",
+                    num(u["gpu_hours"]),
                     _num_kwh(u["energy_kwh"]),
-                    f"{u['co2_kg']:,.1f}",
+                    _kg(u["co2_kg"]),
                     _num_kwh(u.get("wasted_energy_kwh", 0.0)),
                     "" if util is None else f"{util:.0f}%",
                     "" if frac is None else f"{frac:.0%}",
                 ]
             )
-        cols = [("user", 0), ("jobs", 3), ("GPU-h", 2), ("kWh", 0), ("kg CO2e", 1), ("no work", 2),
+        cols = [("user", 0), ("jobs", 3), ("GPU-h", 2), ("kWh", 0), ("CO2e", 1), ("no work kWh", 2),
                 ("GPU use", 3), ("measured", 4)]  # fmt: skip
         console.print(fit_table(console, f"Users (kWh {DRAWN_WORDS})", cols, rows, left=("user",)))
     if fp.top_jobs:
@@ -356,17 +346,17 @@ def print_footprint(fp: Footprint, console: Console) -> None:
                     term(tj.name or ""),
                     term(tj.partition or ""),
                     term(tj.state),
-                    f"{tj.elapsed_h:,.1f}",
-                    "?" if tj.gpus_unknown else str(tj.gpus),
+                    num(tj.elapsed_h),
+                    "?" if tj.gpus_unknown else num(tj.gpus),
                     _num_kwh(tj.energy_kwh),
-                    f"{tj.co2_kg:,.1f}",
+                    _kg(tj.co2_kg),
                     "" if tj.share >= 0.9995 else f"{tj.share:.0%}",
                     "measured" if tj.measured else "estimated",
                 ]
             )
         cols = [
             ("job", 0), ("name", 5), ("partition", 6), ("state", 4), ("hours", 3), ("GPUs", 2), ("kWh", 0),
-            ("kg CO2e", 1), ("in window", 3), ("how", 7),
+            ("CO2e", 1), ("in window", 3), ("how", 7),
         ]  # fmt: skip
         title = (
             f"Top jobs by energy (whole jobs, kWh {DRAWN_WORDS}; 'in window': the share this window counts)"
@@ -395,10 +385,10 @@ def _jobs(n: int) -> str:
 
 
 def _num_kwh(v: float | None) -> str:
-    """A kWh figure in a table column (the header says kWh)."""
+    """A kWh figure in a table column (the header says kWh), through num: 1,019 · 87.7 · 0.018."""
     if v is None:
         return ""
-    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.1f}" if abs(v) >= 1 else f"{v:,.3f}"
+    return num(v)
 
 
 def fit_table(
@@ -469,7 +459,13 @@ def print_advice(
                    "[bold]What the lab's members could change[/] (each one's largest saving)")  # fmt: skip
     console.print(heading)
     for n, a in enumerate(items, 1):
-        who = f"{term(a['user'])}: " if lab and a.get("user") else ""
+        # a lab head reads about their members' jobs: "dave could train ...", never the member's "you ran"
+        member = a.get("user") if lab else None
+        title = (
+            f"{term(member)} could [bold]{term(of_member(a['title']))}[/]"
+            if member
+            else f"[bold]{term(a['title'])}[/]"
+        )
         saving = ""
         if a.get("saving_kwh") is not None:
             up = "up to " if a.get("upper_bound") else "about "
@@ -482,15 +478,21 @@ def print_advice(
         head = Table.grid()
         head.add_column(width=4, no_wrap=True)
         head.add_column(overflow="fold")
-        head.add_row(f"{n:>2}.", f"{who}[bold]{term(a['title'])}[/]{saving}")
+        head.add_row(f"{n:>2}.", f"{title}{saving}")
         console.print(head)
         for line in a.get("change") or ():
             console.print(Padding(f"[cyan]{term(line)}[/]", (0, 0, 0, 4)), overflow="fold")
-        console.print(Padding(f"[dim]{term(a['body'])}[/]", (0, 0, 0, 4)), overflow="fold")
+        body = (
+            f"By {term(member)}'s own jobs in this window; `cocaq user {term(member)}` shows them the detail "
+            "and how, and their monthly e-mail says the same."
+            if member
+            else term(a["body"])
+        )
+        console.print(Padding(f"[dim]{body}[/]", (0, 0, 0, 4)), overflow="fold")
 
 
 def _gb(mb: float | None) -> str:
-    return "?" if mb is None else f"{mb / 1024:,.1f} GB"
+    return "?" if mb is None else f"{num(mb / 1024)} GB"
 
 
 def hms(s: float | None) -> str:
@@ -513,9 +515,9 @@ def cpu_time_text(total_cpu_s: float | None, running: bool) -> str:
     """A job's TotalCPU in words: Slurm adds a step's CPU time when the step ends, so a running job's is
     the ended steps' only, and a finished job's None is one Slurm did not record (not zero)."""
     if running:
-        done = "none yet" if total_cpu_s is None else f"{total_cpu_s / 3600:,.2f} h"
+        done = "none yet" if total_cpu_s is None else f"{num(total_cpu_s / 3600)} h"
         return f"{done} (Slurm counts a step's CPU time when the step ends)"
-    return "not recorded by Slurm" if total_cpu_s is None else f"{total_cpu_s / 3600:,.2f} h"
+    return "not recorded by Slurm" if total_cpu_s is None else f"{num(total_cpu_s / 3600)} h"
 
 
 def print_job(job: dict[str, Any], console: Console) -> None:
@@ -538,15 +540,15 @@ def print_job(job: dict[str, Any], console: Console) -> None:
         ("partition", job["partition"]),
         ("QOS", job["qos"]),
         ("nodes", job["node_list"]),
-        ("CPUs", f"{job['alloc_cpus']}" + (f", {usage:.0%} busy" if usage is not None else "")),
+        ("CPUs", num(job["alloc_cpus"]) + (f", {usage:.0%} busy" if usage is not None else "")),
         ("GPUs", gpus_text(job)),
         ("submitted", job["submit_time"]),
         ("started", job["start_time"]),
         ("ended", job["end_time"]),
         (
             "run time",
-            f"{elapsed:,.2f} h"
-            + (f" of a {limit / 3600:,.2f} h limit ({elapsed * 3600 / limit:.0%})" if limit else ""),
+            f"{num(elapsed)} h"
+            + (f" of a {num(limit / 3600)} h limit ({elapsed * 3600 / limit:.0%})" if limit else ""),
         ),
         ("state", job["state_detail"] or job["state"] + (" (still running)" if job["is_open"] else "")),
         ("exit code", None if job["exit_code"] is None else f"{job['exit_code']}:{job['exit_signal'] or 0}"),
@@ -596,7 +598,7 @@ def print_job(job: dict[str, Any], console: Console) -> None:
             term(row["node"] or "(all)"),
             term(row["method"]),
             term(source_words(row["source"])),
-            f"{row['energy_kwh']:,.3f}",
+            _num_kwh(row["energy_kwh"]),
         ]
         for row in job["energies"]
     ]
@@ -642,7 +644,7 @@ def print_job(job: dict[str, Any], console: Console) -> None:
                 term(row["slurm_index"]),
                 term(row["uuid"]),
                 term(row["name"] or ""),
-                "-" if row["energy_kwh"] is None else f"{row['energy_kwh']:,.4f}",
+                "-" if row["energy_kwh"] is None else _num_kwh(row["energy_kwh"]),
                 term(source_words(row["source"]) if row["source"] else "not measured"),
             ]
             for row in job["gpus"]
@@ -663,7 +665,7 @@ def print_job(job: dict[str, Any], console: Console) -> None:
     g_kwh = job["carbon_g_per_kwh"]
     console.print(
         f"CO2e: [bold]{_kg(job['co2_kg'])}[/] = {_kwh(job['energy_kwh'])} x PUE {pue:.2f} x "
-        f"{'?' if g_kwh is None else f'{g_kwh:.0f}'} g/kWh (zone {term(job['carbon_zone'])}{flag}; "
+        f"{'? g CO2e/kWh' if g_kwh is None else intensity(g_kwh)} (zone {term(job['carbon_zone'])}{flag}; "
         f"{term(job['carbon_source'])}{year})"
     )
     m = job.get("metrics")
@@ -685,7 +687,7 @@ def print_job(job: dict[str, Any], console: Console) -> None:
             )
             console.print(
                 f"GPU utilisation: {m['gpu_util_pct']:.0f}% ({how}); GPUs idle "
-                f"{m['idle_gpu_hours']:,.2f} GPU-hours, drawing "
+                f"{num(m['idle_gpu_hours'])} GPU-hours, drawing "
                 f"{_kwh((w or {}).get('idle_gpu_kwh', m['idle_gpu_energy_kwh']))}"
             )
         if m["co2_embodied_kg"]:
@@ -748,7 +750,7 @@ def when_to_run_line(w: dict[str, Any] | None, start: Any, co2_kg: float) -> str
     best = datetime.fromisoformat(w["best_start"])
     try:
         began = datetime.fromisoformat(str(start))
-        later = f" ({(best - began).total_seconds() / 3600:,.1f} h later)"
+        later = f" ({num((best - began).total_seconds() / 3600)} h later)"
     except (TypeError, ValueError):
         later = ""
     return (
