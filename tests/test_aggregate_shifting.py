@@ -278,7 +278,7 @@ def test_cocaq_user_shows_what_jobs_that_could_wait_would_have_saved(
     assert j["g_per_kwh_as_run"] == pytest.approx(300.0) and j["g_per_kwh_best_start"] == pytest.approx(50.0)
     r = run_cocaq(["job", "200"], dict(env, COLUMNS="200"))
     assert (
-        "When to run: started at 2026-10-06 00:00 UTC (6.0 h later), within 24 h, it would have emitted 83% less"
+        "When to run: started at 2026-10-06 00:00 UTC (6 h later), within 24 h, it would have emitted 83% less"
         in r.out
     ), r.out
     r = run_cocaq(["job", "299"], dict(env, COLUMNS="200"))  # the notebook: nothing to say
@@ -336,7 +336,7 @@ def test_the_monthly_email_says_it_with_the_same_numbers_as_cocaq_user(
         m, cfg
     ):  # nothing saves energy: the timing is the one change the e-mail opens with
         assert f"{said} less by starting jobs that can wait" in r.subject, r.subject
-        assert "the one change worth making: Start jobs that can wait" in r.text
+        assert "the one change worth making: start jobs that can wait" in r.text
     # bob's month: no suggestion (grams), no section
     with engine.connect() as conn:
         b = user_report.user_month(conn, cfg, "bob", datetime(2026, 10, 1, tzinfo=UTC))

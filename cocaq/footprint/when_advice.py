@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from cocaq.carbon.begin import touched_hours, zone_name
 from cocaq.footprint.advice import Advice, Evidence
+from cocaq.footprint.advice_words import co2 as co2_words
 from cocaq.footprint.advice_words import hours, n_jobs, num, pct, shorten
 
 if TYPE_CHECKING:
@@ -44,10 +45,6 @@ def settings(cfg: Config) -> Settings:
 
     s = cfg.shifting
     return Settings(s.slack_s / 3600.0, s.min_share, s.min_kg, site_zone(cfg.cluster.timezone, cfg.tz()))
-
-
-def _kg(x: float) -> str:
-    return f"{num(x)} kg" if x >= 1 else f"{num(x * 1000)} g"
 
 
 def _weighted_median(values: Sequence[float], weights: Sequence[float]) -> float:
@@ -107,8 +104,8 @@ def when_to_run(jobs: Sequence[JobFacts], s: Settings, period: str = "in this wi
     body = (
         f"{n_jobs(len(flex))} {period} could have waited (batch jobs, up to {slack} or their time limit, "
         f"whichever is shorter). Started at the hour with the cleanest electricity within that, they would "
-        f"have emitted {_kg(saved)} less: {pct(saved / co2)} of their {_kg(co2)}, for the same work and "
-        f"energy. For example job {e.job_id}"
+        f"have emitted {co2_words(saved)} less: {pct(saved / co2)} of their {co2_words(co2)}, for the same "
+        f"work and energy. For example job {e.job_id}"
         + (f" ({shorten(e.name)})" if e.name else "")
         + f", started {e_start:%a %d %b %H:%M} {zone}, would have emitted {pct(e_share)} less starting at "
         f"{e_best:%H:%M}{best_zone}{'' if e_best.date() == e_start.date() else f' on {e_best:%a}'} "
