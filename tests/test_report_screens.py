@@ -13,6 +13,7 @@ says why, unless COCAQ_SKIP_SCREENSHOTS=1 asks to skip it (a workstation without
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -21,7 +22,9 @@ import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -31,6 +34,7 @@ from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.reports import admin_report, job_report, lab_report, render, user_report
 from cocaq.reports.suggest import suggest_for_user
+from tests.conftest import run_cocaq
 from tests.test_report_data import MONTH, at, build_month, config
 
 CHROMIUM = os.environ.get("COCAQ_CHROMIUM", "/usr/bin/chromium")
@@ -233,3 +237,166 @@ def _with_probe(page: str) -> str:
         return page
     i = page.rindex("</body>")
     return page[:i] + PROBE + page[i:]
+
+
+# What a phone would cut, measured once the page has laid out: every table's box (the table, or the box
+# around it that scrolls sideways), every chart's SVG, its plot area, tick labels, axis titles and legend,
+# and every image, as far as each reaches past the window's edge; and, at any width, the tables that
+# need to scroll in their box.
+CUT = """<script>
+window.addEventListener("load", function () { setTimeout(function () {
+  var W = window.innerWidth, cut = [], scrolled = [];
+  function box(e) {
+    for (var a = e.parentElement; a && a !== document.body; a = a.parentElement) {
+      var o = getComputedStyle(a).overflowX;
+      if (o === "auto" || o === "scroll") { return a; }
+    }
+    return e;
+  }
+  function what(e) {
+    var c = e.closest(".plotly-graph-div"), t = (e.textContent || "").replace(/\\s+/g, " ").trim();
+    return (c ? c.id + " " : "") + e.tagName.toLowerCase() + " " + t.slice(0, 40);
+  }
+  function check(e, b) {
+    var r = b.getBoundingClientRect();
+    if (r.width > 0 && (r.left < -0.5 || r.right > W + 0.5)) {
+      cut.push(what(e) + " [" + Math.round(r.left) + ", " + Math.round(r.right) + "]");
+    }
+  }
+  document.querySelectorAll("table").forEach(function (t) {
+    var b = box(t);
+    check(t, b);
+    if (b !== t && b.scrollWidth > b.clientWidth + 1) { scrolled.push(what(t)); }
+  });
+  document.querySelectorAll("img, .plotly-graph-div, svg.main-svg, .nsewdrag, .xtick text, .ytick text, " +
+      ".y2tick text, .g-xtitle, .g-ytitle, .legend, .colorbar").forEach(function (e) { check(e, e); });
+  parent.postMessage(JSON.stringify({
+    scroll: document.documentElement.scrollWidth, width: W, height: document.documentElement.scrollHeight,
+    plots: document.querySelectorAll(".plot-container").length, scripts: document.scripts.length - 1,
+    cut: cut, scrolled: scrolled
+  }), "*");
+}, 300); });
+</script>"""
+
+
+@pytest.fixture(scope="module")
+def demo_reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reports `cocaq demo` writes (its admin page and e-mail have the demo's wider tables: estimated
+    ranges, long partition and model names), through the real CLI into a database of their own."""
+    tmp = tmp_path_factory.mktemp("demo-screens")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COCAQ_")}
+    env.update(
+        HOME=str(tmp),
+        XDG_DATA_HOME=str(tmp / "xdg"),
+        COCAQ_DATABASE_URL=f"sqlite:///{tmp / 'demo.sqlite'}",
+        PYTHONUNBUFFERED="1",
+    )
+    r = run_cocaq(["demo", "--out", str(tmp / "demo")], env, cwd=tmp)
+    assert r.code == 0, r.err
+    return tmp / "demo" / "reports"
+
+
+def _admin_pages(reports: Path) -> dict[str, Path]:
+    """The demo's admin page and admin e-mail (its charts already data: URIs in the .html)."""
+    (page,) = (p for p in reports.glob("admin-*.html") if not p.stem.endswith("-email"))
+    (mail,) = reports.glob("admin-*-email.html")
+    return {"admin-page": page, "admin-email": mail}
+
+
+@pytest.mark.parametrize("name", ["admin-page", "admin-email"])
+def test_demo_admin_report_fits_a_phone(demo_reports: Path, name: str) -> None:
+    """Issue 32, point 9: at 375 px the partition table ran 37 px past the screen (and, in the e-mail,
+    pushed every paragraph and chart of the card past it too). Nothing may reach past a phone's edge: a
+    table too wide scrolls in its own box, charts shrink to the screen with their labels and legends on
+    it; on a desktop nothing scrolls at all, the layout as before."""
+    src = _admin_pages(demo_reports)[name]
+    page = demo_reports.parent / "screens" / f"{name}.html"  # beside the reports: not one of them
+    page.parent.mkdir(exist_ok=True)
+    html = src.read_text()
+    i = html.rindex("</body>")
+    page.write_text(html[:i] + CUT + html[i:])
+    with ThreadPoolExecutor(2) as pool:
+        probes = {
+            w: pool.submit(look, page, w, page.with_name(f"{name}-{w}px.png")) for w in (PHONE, DESKTOP)
+        }
+        got: dict[int, Any] = {w: f.result() for w, f in probes.items()}
+    for w, probe in got.items():
+        png = page.with_name(f"{name}-{w}px.png")
+        not_blank(png)
+        keep(png)
+        assert probe["width"] == w, probe
+        assert probe["scroll"] <= w, f"{name} at {w}px scrolls sideways: {probe['scroll']} px wide"
+        assert probe["cut"] == [], f"{name} at {w}px cuts: {probe['cut']}"
+        if name == "admin-page":
+            assert probe["plots"] >= 10, probe  # Plotly drew the charts that were measured
+        else:
+            assert probe["scripts"] == 0, probe  # the e-mail has no script of its own
+    assert got[DESKTOP]["scrolled"] == [], got[DESKTOP]  # a desktop shows every table whole
+
+
+class _Tables(HTMLParser):
+    """Each data table (one with a <th>) of a page, and whether a box around it scrolls sideways."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[tuple[str, bool]] = []  # open <div>s and <table>s: tag, whether it scrolls
+        self.open: list[dict[str, Any]] = []
+        self.tables: list[dict[str, Any]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        style = (dict(attrs).get("style") or "").replace(" ", "").lower()
+        if tag in ("div", "table"):
+            self.stack.append((tag, "overflow-x:auto" in style or "overflow-x:scroll" in style))
+        if tag == "table":
+            self.open.append({"wrapped": any(s for _, s in self.stack), "th": 0, "line": self.getpos()[0]})
+        elif tag == "th" and self.open:
+            self.open[-1]["th"] += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("div", "table"):
+            while self.stack and self.stack.pop()[0] != tag:
+                pass
+        if tag == "table" and self.open:
+            t = self.open.pop()
+            if t["th"]:
+                self.tables.append(t)
+
+
+def _plots(page: str) -> list[tuple[Any, Any]]:
+    """Each Plotly.newPlot(id, data, layout, config) of a page: its layout and config."""
+    dec = json.JSONDecoder()
+    out = []
+    for m in re.finditer(r"Plotly\.newPlot\(", page):
+        args, i = [], m.end()
+        for _ in range(4):
+            while page[i] in " \n\t,":
+                i += 1
+            value, i = dec.raw_decode(page, i)
+            args.append(value)
+        out.append((args[2], args[3]))
+    return out
+
+
+def test_demo_admin_markup_is_made_for_a_phone(demo_reports: Path) -> None:
+    """The same, without a browser: every Plotly chart resizes with its box (responsive, autosize, no
+    fixed width), nothing on the page is given a width a phone lacks, and every data table of the page
+    and of the e-mail sits in a box that scrolls sideways (an inline style: mail clients drop <style>)."""
+    pages = {k: p.read_text() for k, p in _admin_pages(demo_reports).items()}
+    page = pages["admin-page"]
+    plots = _plots(page)
+    assert len(plots) == page.count("Plotly.newPlot") >= 10
+    for layout, cfg in plots:
+        assert cfg.get("responsive") is True and layout.get("autosize") is True, (layout, cfg)
+        assert "width" not in layout and layout["legend"]["orientation"] == "h", layout
+    for style in re.findall(r'class="plotly-graph-div" style="([^"]*)"', page):
+        assert "width:100%" in style.replace(" ", ""), style
+    for name, html in pages.items():
+        markup = re.sub(r"<script\b.*?</script>", "", html, flags=re.S | re.I)
+        widths = [int(px) for px in re.findall(r"(?<![\w-])(?:min-)?width:\s*(\d+)px", markup)]
+        assert all(px <= PHONE for px in widths), f"{name}: a width wider than a phone: {widths}"
+        p = _Tables()
+        p.feed(html)
+        assert len(p.tables) >= 10, (name, len(p.tables))
+        bare = [t["line"] for t in p.tables if not t["wrapped"]]
+        assert bare == [], f"{name}: the tables on lines {bare} have no box that scrolls sideways"
+    assert "<script" not in pages["admin-email"]
