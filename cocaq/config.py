@@ -426,6 +426,17 @@ class Advice:
             'named "interactive": their idle GPUs are released, not checkpointed'
         },
     )
+    interactive_partitions: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "doc": "partitions that hold interactive sessions, besides any whose name holds "
+            '"interactive": a session that ends at its time limit ended normally (no energy lost)'
+        },
+    )
+    interactive_qos: tuple[str, ...] = field(
+        default=(),
+        metadata={"doc": "QOS of interactive sessions (e.g. one a site gives srun --pty and salloc jobs)"},
+    )
     mig_partitions: dict[str, str] = field(
         default_factory=dict,
         metadata={

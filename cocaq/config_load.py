@@ -442,6 +442,10 @@ def _advice(t: Any) -> Advice:
     if "interactive_names" in t:
         names = _names("advice.interactive_names", t["interactive_names"])
         v["interactive_names"] = tuple(dict.fromkeys(n.strip().lower() for n in names))
+    for key in ("interactive_partitions", "interactive_qos"):
+        if key in t:
+            got = _names(f"advice.{key}", t[key])
+            v[key] = tuple(dict.fromkeys(n.strip().lower() for n in got if n.strip()))
     if "mig_partitions" in t:
         v["mig_partitions"] = _mig_partitions("advice.mig_partitions", t["mig_partitions"])
     return replace(Advice(), **v)

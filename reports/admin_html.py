@@ -408,7 +408,6 @@ def plotly_charts(m: AdminMonth) -> dict[str, str]:
         parts = (
             ("idle GPUs", "idle", lambda w: w.idle_kwh),
             ("failed, out of memory", "failed", lambda w: w.failed_kwh + w.oom_kwh),
-            ("time limit", "util", lambda w: w.timeout_kwh),
             ("cancelled", "before", lambda w: w.cancelled_kwh),
         )
         out["waste_trend"] = _div(
@@ -425,7 +424,8 @@ def plotly_charts(m: AdminMonth) -> dict[str, str]:
             ],
             _layout(
                 "Energy that did no work, month by month",
-                "kWh per day of data (* months the data covers in part), each kWh counted once",
+                "kWh per day of data (* months the data covers in part), each kWh counted once; the"
+                " time-limit part (possibly lost) is not in it",
                 barmode="stack",
                 yaxis={"title": {"text": "kWh per day"}},
             ),

@@ -89,6 +89,7 @@ from cocaq.reports.queries import (
     _whole,
     accounting_gaps,
     advice_context,
+    interactive_col,
 )
 from cocaq.units import J_PER_KWH
 
@@ -120,7 +121,7 @@ def admin_month(
     rolled = _rollups(conn, month.start, month.end, [R.user_name, R.account, R.partition], scope.rollups())
     old = _total(_rollups(conn, prev.start, prev.end, [], scope.rollups()).values())
     days = _daily(conn, month, [], scope.rollups()).get((), {})
-    y = _month_jobs(month.start, month.end, scope.jobs())
+    y = _month_jobs(month.start, month.end, scope.jobs(), interactive_col(conn, cfg))
     groups = _job_groups(conn, y, [y.c.user_name, y.c.account, y.c.partition], bins=True)
     stats = _stats(groups)
 
@@ -168,7 +169,7 @@ def admin_month(
         return tuple(out)
 
     failed = [WasteBreakdown.of(k, _totals(v, labs_js.get(k))) for k, v in labs.items()]
-    failed = [w for w in failed if w.wasted_kwh > 0]
+    failed = [w for w in failed if w.wasted_kwh > 0 or w.timeout_kwh > 0]
     failed.sort(key=lambda x: (-x.wasted_kwh, x.key))
     coverage = [
         Coverage(
@@ -253,13 +254,17 @@ def _histogram(groups: Iterable[_Group]) -> UtilHistogram:
 
 
 def _states(groups: Iterable[_Group]) -> tuple[StateEnergy, ...]:
-    acc: dict[str, list[float]] = {}
+    acc: dict[tuple[str, str | None], list[float]] = {}
     for g in groups:
-        a = acc.setdefault(g.st, [0, 0.0, 0.0])
+        # interactive sessions that ended at their time limit ended normally: a row of their own, counted
+        # under no part of the ledger (cocaq.accounting.sessions)
+        session = g.interactive and outcome_of(g.st) == "timeout"
+        key = (f"{g.st} (interactive)", None) if session else (g.st, outcome_of(g.st))
+        a = acc.setdefault(key, [0, 0.0, 0.0])
         a[0] += g.jobs
         a[1] += g.energy_j
         a[2] += g.co2_g
-    out = [StateEnergy(st, int(n), e / J_PER_KWH, c / 1000, outcome_of(st)) for st, (n, e, c) in acc.items()]
+    out = [StateEnergy(st, int(n), e / J_PER_KWH, c / 1000, o) for (st, o), (n, e, c) in acc.items()]
     out.sort(key=lambda x: (-x.energy_kwh, x.state))
     return tuple(out)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from cocaq.accounting.ledger import OUTCOMES
+from cocaq.accounting.ledger import CERTAIN
 from cocaq.db.coltypes import as_utc
 from cocaq.footprint.advice import Advice
 from cocaq.footprint.by_model import Comparison
@@ -85,6 +85,7 @@ class MonthTotals:
     failed_co2_kg: float = 0.0
     oom_kwh: float = 0.0
     oom_co2_kg: float = 0.0
+    # possibly lost (hit the time limit, not an interactive session): never in wasted_kwh
     timeout_kwh: float = 0.0
     timeout_co2_kg: float = 0.0
     cancelled_kwh: float = 0.0
@@ -109,12 +110,13 @@ class MonthTotals:
 
     @property
     def wasted_kwh(self) -> float:
-        """The disjoint parts that did no work, added up: never more than energy_kwh."""
-        return self.idle_gpu_kwh + sum(getattr(self, f"{o}_kwh") for o in OUTCOMES)
+        """The disjoint parts that did no work, certainly (idle GPUs, failed, out of memory, cancelled),
+        added up: never the time-limit part (`timeout_kwh`, possibly lost), never more than energy_kwh."""
+        return self.idle_gpu_kwh + sum(getattr(self, f"{o}_kwh") for o in CERTAIN)
 
     @property
     def wasted_co2_kg(self) -> float:
-        return self.idle_co2_kg + sum(getattr(self, f"{o}_co2_kg") for o in OUTCOMES)
+        return self.idle_co2_kg + sum(getattr(self, f"{o}_co2_kg") for o in CERTAIN)
 
     def jobs_of(self, outcome: str) -> int:
         return int(getattr(self, f"jobs_{outcome}"))
@@ -375,7 +377,12 @@ class MonthWaste:
 
     @property
     def wasted_kwh(self) -> float:
-        return self.idle_kwh + self.failed_kwh + self.oom_kwh + self.timeout_kwh + self.cancelled_kwh
+        """Did no work, certainly; the time-limit part (`timeout_kwh`, possibly lost) is apart."""
+        return self.idle_kwh + self.failed_kwh + self.oom_kwh + self.cancelled_kwh
+
+    @property
+    def timeout_share(self) -> float | None:
+        return self.timeout_kwh / self.energy_kwh if self.energy_kwh > 0 else None
 
     @property
     def wasted_share(self) -> float | None:
@@ -501,7 +508,8 @@ class WasteBreakdown:
 
     @property
     def wasted_kwh(self) -> float:
-        return self.idle_kwh + self.failed_kwh + self.oom_kwh + self.timeout_kwh + self.cancelled_kwh
+        """Did no work, certainly; the time-limit part (`timeout_kwh`, possibly lost) is apart."""
+        return self.idle_kwh + self.failed_kwh + self.oom_kwh + self.cancelled_kwh
 
     @classmethod
     def of(cls, key: str, t: MonthTotals) -> WasteBreakdown:
@@ -771,6 +779,7 @@ class JobReport:
     metrics_current: bool  # job_metrics derived after the job's last change
     models: tuple[str, ...]
     facts: JobFacts | None = None  # the ledger's view of it (cocaq.footprint.jobfacts): waste parts, memory
+    interactive: bool = False  # an interactive session (cocaq.accounting.sessions): its time limit is no loss
     notes: tuple[
         Advice, ...
     ] = ()  # what to change next time (cocaq.footprint.advice.job_notes), largest first

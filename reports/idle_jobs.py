@@ -53,6 +53,7 @@ from sqlalchemy import (
     select,
 )
 
+from cocaq.accounting.sessions import Sessions
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import Cluster, Job, JobAlert, Sample
@@ -78,12 +79,9 @@ def lookback(cfg: Config) -> timedelta:
     return timedelta(minutes=cfg.alerts.idle_minutes) + stale_after(cfg) + max_gap(cfg)
 
 
-def is_interactive(name: str | None, partition: str | None, cfg: Config) -> bool:
-    """A notebook, shell or editor session: its name in `[advice] interactive_names`, or a partition whose
-    name holds "interactive"."""
-    if name and name.strip().lower() in cfg.advice.interactive_names:
-        return True
-    return bool(partition and "interactive" in partition.lower())
+def is_interactive(c: Candidate, cfg: Config) -> bool:
+    """A notebook, shell or editor session, srun --pty or salloc (cocaq.accounting.sessions)."""
+    return Sessions.of(cfg.advice).holds(c.name, c.partition, c.qos, c.batch_step)
 
 
 # --- finding idle jobs --------------------------------------------------------------------------------
@@ -112,6 +110,8 @@ class Candidate:
     last: datetime  # the job's latest sample
     energy_j: float  # what its GPUs drew over the streak
     since: datetime  # the start of the samples read
+    qos: str | None = None
+    batch_step: bool | None = None  # jobs.batch_step: False for srun --pty and salloc sessions
 
     @property
     def idle_s(self) -> float:
@@ -253,6 +253,8 @@ def _streak_query(
             jb.c.start,
             jb.c.last,
             func.coalesce(energy.c.j, 0.0),
+            J.qos,
+            J.batch_step,
         )
         .select_from(jb)
         .join(J, J.id == jb.c.pk)
@@ -306,6 +308,8 @@ def find_idle(
                 last=_epoch_dt(r[16]),
                 energy_j=float(r[17] or 0.0),
                 since=since,
+                qos=r[18],
+                batch_step=None if r[19] is None else bool(r[19]),
             )
         )
     return out
@@ -427,7 +431,7 @@ def _alert_of(c: Candidate, devices: Sequence[tuple[str, str]], cfg: Config, at_
         energy_kwh=kwh,
         co2_kg=kwh * c.pue * c.carbon_g_per_kwh / 1000 if c.carbon_g_per_kwh is not None else None,
         threshold_pct=float(cfg.aggregate.idle_gpu_util_pct),
-        interactive=is_interactive(c.name, c.partition, cfg),
+        interactive=is_interactive(c, cfg),
         job_start=c.job_start,
         time_limit_h=c.time_limit_s / 3600 if c.time_limit_s else None,
     )

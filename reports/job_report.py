@@ -13,6 +13,7 @@ from typing import cast
 
 from sqlalchemy import Connection, Table, func, select
 
+from cocaq.accounting.sessions import Sessions
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import Cluster, Job, JobMetrics
@@ -140,5 +141,6 @@ def job_footprint(conn: Connection, cfg: Config, job_pk: int) -> JobReport:
         metrics_current=metrics_current,
         models=models,
         facts=facts,
+        interactive=Sessions.of(cfg.advice).job(facts if facts is not None else j),
         notes=tuple(notes),
     )

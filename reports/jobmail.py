@@ -7,7 +7,8 @@ Which jobs: those that asked, and those that wasted energy.
 * Wasted, asked or not: a finished job whose energy that did no useful work,
   `cocaq.accounting.ledger.waste(state, jobs.energy_j, job_metrics.idle_gpu_energy_j).total` (its idle GPUs,
   and all
-  of the rest of a job that failed, ran out of memory, timed out or was cancelled), reached
+  of the rest of a job that failed, ran out of memory or was cancelled; never the time-limit part, which
+  is possibly lost), reached
   `[reports] job_email_waste_kwh` (0: off). Its e-mail says why it came (`render.waste_reason`) and how
   to stop these e-mails. A job's idle GPU energy is known once the aggregator has derived its metrics;
   until then only its state can make it wasted.
@@ -174,10 +175,11 @@ def _wasted(cfg: Config) -> Any:
     """SQL: `cocaq.accounting.ledger.waste(state, energy, idle).total >= [reports] job_email_waste_kwh`
     (false at 0).
 
-    The total is the whole energy of a job that ended badly (its idle part plus the rest), else its idle
-    GPU energy capped at its energy; so with a threshold t > 0 it reaches t exactly when the energy does
-    and, for a job that did not end badly, its idle GPU energy does too."""
-    from cocaq.accounting.ledger import OUTCOME
+    The total is the whole energy of a job that failed, ran out of memory or was cancelled (its idle part
+    plus the rest), else its idle GPU energy capped at its energy; so with a threshold t > 0 it reaches t
+    exactly when the energy does and, for any other job, its idle GPU energy does too. A job that hit its
+    time limit is no such job: that part is possibly lost (it may have saved a checkpoint), not wasted."""
+    from cocaq.accounting.ledger import CERTAIN, states
     from cocaq.db.schema import Job, JobMetrics
     from cocaq.db.sqlfuncs import first_word
 
@@ -185,7 +187,7 @@ def _wasted(cfg: Config) -> Any:
     if kwh <= 0:
         return false()
     t = kwh * J_PER_KWH
-    ended_badly = first_word(Job.state).in_(sorted(OUTCOME))
+    ended_badly = first_word(Job.state).in_(sorted(s for o in CERTAIN for s in states(o)))
     return and_(Job.energy_j >= t, or_(ended_badly, func.coalesce(JobMetrics.idle_gpu_energy_j, 0.0) >= t))
 
 

@@ -43,6 +43,7 @@ from cocaq.reports.queries import (
     _whole,
     accounting_gaps,
     advice_context,
+    interactive_col,
 )
 
 # --- per lab ------------------------------------------------------------------------------------------
@@ -69,7 +70,7 @@ def lab_month(
     s = _total(by_user.values())
     old = _total(_rollups(conn, prev.start, prev.end, [], scope.rollups()).values())
     days = _daily(conn, month, [], scope.rollups()).get((), {})
-    y = _month_jobs(month.start, month.end, scope.jobs())
+    y = _month_jobs(month.start, month.end, scope.jobs(), interactive_col(conn, cfg))
     groups = _job_groups(conn, y, [y.c.user_name])
     stats = _stats(groups)
     js = _JobStats()

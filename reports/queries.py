@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, Float, Table, and_, case, func, literal, or_, select
+from sqlalchemy import Connection, Float, Table, and_, case, func, literal, literal_column, or_, select
 
-from cocaq.accounting.ledger import OUTCOME
+from cocaq.accounting.ledger import OUTCOME, counts_as
+from cocaq.accounting.sessions import Sessions
 from cocaq.accounting.window import overlap_expr, share_expr
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
@@ -219,8 +220,18 @@ def _kwh(s: Mapping[str, float]) -> float:
     return (s.get("energy_measured_j", 0.0) + s.get("energy_estimated_j", 0.0)) / J_PER_KWH
 
 
-def _month_jobs(lo: datetime, hi: datetime, where: list[Any]) -> Any:
-    """The jobs that ran in [lo, hi) with job_metrics, and `f`: the share of each inside it.
+def interactive_col(conn: Connection, cfg: Config) -> Any:
+    """SQL: the job (of `jobs`) is an interactive session (cocaq.accounting.sessions), whose time limit
+    puts none of its energy in the ledger's possibly lost part: `_month_jobs`' `inter`."""
+    sql = Sessions.of(cfg.advice).sql(
+        "jobs.name", "jobs.partition", "jobs.qos", "jobs.batch_step", conn.dialect.name
+    )
+    return literal_column(sql)
+
+
+def _month_jobs(lo: datetime, hi: datetime, where: list[Any], inter: Any) -> Any:
+    """The jobs that ran in [lo, hi) with job_metrics, and `f`: the share of each inside it; `inter`
+    (interactive_col) says which are interactive sessions.
 
     The rollups' formula (cocaq.accounting.window): a job with run time counts by the share of its hours
     inside; one without, in the window its start is in. Only rows with f > 0 ran in the window (a job
@@ -271,6 +282,7 @@ def _month_jobs(lo: datetime, hi: datetime, where: list[Any]) -> Any:
             func.coalesce(M.co2_embodied_g, 0.0).label("embodied"),
             _epoch_s(J.start_time).label("t0"),
             greatest(func.coalesce(J.elapsed_s, 0.0), _f(0.0)).label("el"),
+            case((inter, 1), else_=0).label("inter"),
         )
         .select_from(JOBS.outerjoin(METRICS, M.job_pk == J.id))
         .where(
@@ -337,6 +349,7 @@ class _Group:
     facility_j: float = 0.0  # energy x each job's PUE (the month's share)
     bin: int | None = None  # with `bins`: the utilisation bin (UTIL_BINS: no samples; -1: no GPU)
     gpu_hours: float = 0.0  # with `bins`
+    interactive: bool = False  # interactive sessions (cocaq.accounting.sessions): no time-limit loss
 
 
 UTIL_BINS = 10  # 10% wide; index UTIL_BINS counts GPU jobs without samples
@@ -389,7 +402,8 @@ def _job_groups(conn: Connection, y: Any, keys: Sequence[Any], *, bins: bool = F
     ]
     if bins:
         cols.append(func.sum(c.gh))
-    q = select(*cols).where(c.f > 0).group_by(*kcols, c.st, c.zone, c.source, c.flag)
+    cols.append(c.inter)
+    q = select(*cols).where(c.f > 0).group_by(*kcols, c.st, c.zone, c.source, c.flag, c.inter)
     n = len(keys)
     m = len(kcols)
     out = []
@@ -413,6 +427,7 @@ def _job_groups(conn: Connection, y: Any, keys: Sequence[Any], *, bins: bool = F
                 float(r[m + 13] or 0.0),
                 int(r[n]) if bins else None,
                 float(r[m + 14] or 0.0) if bins else 0.0,
+                bool(r[-1]),
             )
         )
     return out
@@ -427,7 +442,7 @@ def _stats(groups: Iterable[_Group], fold: Callable[[tuple[Any, ...]], Any] = _s
     GPUs; the rest of a job that ended badly under its outcome), PUE."""
     out: dict[Any, _JobStats] = defaultdict(_JobStats)
     for g in groups:
-        o = OUTCOME.get(g.st)
+        o = counts_as(OUTCOME.get(g.st), g.interactive)
         co2 = {"idle": g.idle_co2_g}
         if o is not None:
             co2[o] = g.co2_g - g.idle_co2_g

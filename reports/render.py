@@ -53,6 +53,7 @@ from cocaq.reports.wording import (
     pct,
     peer_text,
     plural,
+    possibly_lost,
     rank_text,
     saving_text,
     saving_word,
@@ -155,6 +156,7 @@ def environments(template_dir: str | None) -> tuple[Environment, Environment]:
             rank_text=rank_text,
             ordinal=ordinal,
             waste_parts=waste_parts,
+            possibly_lost=possibly_lost,
             peer_text=peer_text,
             saving_text=saving_text,
             saving_word=saving_word,
@@ -510,10 +512,10 @@ def admin_charts(m: AdminMonth) -> list[tuple[str, str, bytes]]:
             [ch.Series("idle GPUs", per_day(lambda w: w.idle_kwh), ch.COLOURS["idle"]),
              ch.Series("failed, out of memory", per_day(lambda w: w.failed_kwh + w.oom_kwh),
                        ch.COLOURS["failed"]),
-             ch.Series("time limit", per_day(lambda w: w.timeout_kwh), ch.COLOURS["util"]),
              ch.Series("cancelled", per_day(lambda w: w.cancelled_kwh), ch.COLOURS["before"])],
             unit="kWh per day of data",
-            subtitle="each kWh counted once; * a month the data covers in part",
+            subtitle="each kWh counted once; the time-limit part (possibly lost) is not in it; * a month the "
+                     "data covers in part",
             value_labels=num,
         ))  # fmt: skip
     ba = m.before_after
@@ -587,7 +589,7 @@ def waste_reason(j: JobReport) -> str | None:
     from cocaq.accounting.ledger import outcome_of, waste
     from cocaq.units import J_PER_KWH
 
-    w = waste(j.state, j.energy_kwh * J_PER_KWH, j.idle_kwh * J_PER_KWH)
+    w = waste(j.state, j.energy_kwh * J_PER_KWH, j.idle_kwh * J_PER_KWH, j.interactive)
     if w.total <= 0:
         return None
     parts = []
@@ -596,11 +598,10 @@ def waste_reason(j: JobReport) -> str | None:
             f"its GPUs sat idle for {plural(j.idle_gpu_hours, 'GPU-hour')} ({kwh(w.idle / J_PER_KWH)})"
         )
     o = outcome_of(j.state)
-    if o is not None:
+    if o is not None and o != "timeout":  # the time-limit part is possibly lost, not wasted
         rest = getattr(w, o) / J_PER_KWH
         what = _OUTCOME_WORDS[o].format(h=hours(j.elapsed_h))
-        note = ", lost unless it saved a checkpoint" if o == "timeout" else ""
-        parts.append(f"{what} ({'the other ' if w.idle > 0 else ''}{kwh(rest)}{note})")
+        parts.append(f"{what} ({'the other ' if w.idle > 0 else ''}{kwh(rest)})")
     return f"{kwh(w.total / J_PER_KWH)} of this job's energy did no useful work: " + " and ".join(parts) + "."
 
 

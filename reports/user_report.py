@@ -58,6 +58,7 @@ from cocaq.reports.queries import (
     _tune,
     _util,
     _watermark,
+    interactive_col,
 )
 from cocaq.units import J_PER_KWH
 
@@ -132,7 +133,7 @@ def users_month(
         everyone_by_cluster[u][c] = s
     peers = _peers(everyone_by_cluster, names, set(per_user) if users is not None else None)
 
-    y = _month_jobs(month.start, month.end, scope.jobs())
+    y = _month_jobs(month.start, month.end, scope.jobs(), interactive_col(conn, cfg))
     groups = _job_groups(conn, y, [y.c.user_name])
     stats, carbon = _stats(groups), _carbon(groups)
     top = _top_jobs(conn, y, names, opts.top_jobs)

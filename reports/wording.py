@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
+from cocaq.accounting.ledger import POSSIBLY_LOST
 from cocaq.config import Config
 from cocaq.footprint.advice_words import co2, intensity, num, plural
 from cocaq.footprint.words import cooling_words, pue_words
@@ -163,9 +164,22 @@ class WastePart:
     detail: str  # what it is, in a few words
 
 
+def possibly_lost(t: Any) -> WastePart | None:
+    """The time-limit part of a month's energy (MonthTotals, WasteBreakdown): possibly lost, never in the
+    energy that did no work (a job may have saved checkpoints; interactive sessions count none)."""
+    kwh, jobs = float(t.timeout_kwh), int(t.jobs_timeout)
+    if kwh <= 0 and jobs <= 0:
+        return None
+    e = float(t.energy_kwh)
+    label, _, note = POSSIBLY_LOST.partition(" (")
+    co2 = float(getattr(t, "timeout_co2_kg", 0.0))
+    return WastePart("timeout", label.capitalize(), kwh, co2, kwh / e if e > 0 else None, jobs, "(" + note)
+
+
 def waste_parts(t: MonthTotals) -> list[WastePart]:
     """The parts of a month's energy that did no work, largest first; they never add up to more than the
-    energy (each job's idle GPU energy counts once, the rest of a job that ended badly under its outcome)."""
+    energy (each job's idle GPU energy counts once, the rest of a job that ended badly under its outcome).
+    The time-limit part is apart (`possibly_lost`)."""
     e = t.energy_kwh
     rows = [
         WastePart("idle", "Idle GPUs", t.idle_gpu_kwh, t.idle_co2_kg, None, None,
@@ -174,8 +188,6 @@ def waste_parts(t: MonthTotals) -> list[WastePart]:
                   "that ended with an error"),
         WastePart("oom", "Out of memory", t.oom_kwh, t.oom_co2_kg, None, t.jobs_oom,
                   "killed for running out of memory"),
-        WastePart("timeout", "Hit the time limit", t.timeout_kwh, t.timeout_co2_kg, None, t.jobs_timeout,
-                  "stopped at their time limit: lost unless they saved a checkpoint"),
         WastePart("cancelled", "Cancelled", t.cancelled_kwh, t.cancelled_co2_kg, None, t.jobs_cancelled,
                   "cancelled before the end"),
     ]  # fmt: skip
@@ -212,12 +224,13 @@ def opt_out_text(cfg: Config) -> str:
     return f'Don\'t want these e-mails? Reply with "unsubscribe" (or write to {to}) and you will get no more.'
 
 
-def job_waste(f: Any) -> Any:
+def job_waste(f: Any, interactive: bool = False) -> Any:
     """A job's disjoint parts that did no work (cocaq.accounting.ledger.waste of a
-    cocaq.footprint.jobfacts.JobFacts), in kWh."""
+    cocaq.footprint.jobfacts.JobFacts), in kWh; `interactive`: it is an interactive session
+    (reports.data.JobReport.interactive), whose time limit is no loss."""
     from cocaq.accounting.ledger import waste
 
-    return waste(f.state, f.energy_kwh, f.idle_kwh)
+    return waste(f.state, f.energy_kwh, f.idle_kwh, interactive)
 
 
 def saving_word(a: Any) -> str:

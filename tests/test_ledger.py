@@ -18,21 +18,26 @@ finite = st.floats(min_value=-1e3, max_value=1e12, allow_nan=False, allow_infini
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.sampled_from(STATES), finite, finite, finite)
+@given(st.sampled_from(STATES), finite, finite, finite, st.booleans())
 def test_parts_are_disjoint_and_never_exceed_the_energy(
-    state: str, energy: float, idle: float, gpu: float
+    state: str, energy: float, idle: float, gpu: float, interactive: bool
 ) -> None:
     idle_c = ledger.clamp_idle(idle, energy, gpu)
-    w = ledger.waste(state, energy, idle_c)
+    w = ledger.waste(state, energy, idle_c, interactive)
     parts = (w.idle, w.failed, w.oom, w.timeout, w.cancelled)
     assert all(p >= 0 for p in parts)
-    assert w.total <= max(energy, 0.0) * (1 + 1e-12) + 1e-9
+    assert w.total + w.timeout <= max(energy, 0.0) * (1 + 1e-12) + 1e-9
     # at most the idle part and one outcome part
     assert sum(1 for p in parts[1:] if p > 0) <= 1
-    if ledger.outcome_of(state) is not None:
-        assert w.total == pytest.approx(max(energy, 0.0), rel=1e-12, abs=1e-9)
-    else:
+    o = ledger.outcome_of(state)
+    if o == "timeout":  # did no work: only its idle GPUs; the rest is possibly lost (a session: nothing)
         assert w.total == w.idle
+        rest = 0.0 if interactive else max(energy, 0.0) - w.idle
+        assert w.timeout == pytest.approx(rest, rel=1e-12, abs=1e-9)
+    elif o is not None:
+        assert w.total == pytest.approx(max(energy, 0.0), rel=1e-12, abs=1e-9) and w.timeout == 0.0
+    else:
+        assert w.total == w.idle and w.timeout == 0.0
     if gpu > 0:
         assert w.idle <= gpu + 1e-9
 
@@ -43,9 +48,16 @@ def test_outcomes_by_state() -> None:
     assert ledger.outcome_of("OUT_OF_MEMORY") == "oom"
     assert ledger.outcome_of("NODE_FAIL") == ledger.outcome_of("FAILED") == "failed"
     assert ledger.outcome_of("COMPLETED") is None and ledger.outcome_of(None) is None
-    # a timed-out notebook that idled: idle first, the rest under the time-out, never both
+    # a timed-out training job that idled: idle first, the rest possibly lost, never both; only the idle
+    # part did no work for certain
     w = ledger.waste("TIMEOUT", 25.0, 14.5)
-    assert (w.idle, w.timeout, w.failed) == (14.5, 10.5, 0.0)
+    assert (w.idle, w.timeout, w.failed, w.total) == (14.5, 10.5, 0.0, 14.5)
+    # a notebook that ended at its limit ended normally: its idle GPUs still count, nothing is lost
+    w = ledger.waste("TIMEOUT", 25.0, 14.5, interactive=True)
+    assert (w.idle, w.timeout, w.total) == (14.5, 0.0, 14.5)
+    # a failed job's energy did no work, whether or not it is a session
+    w = ledger.waste("FAILED", 25.0, 4.5, interactive=True)
+    assert (w.idle, w.failed, w.timeout, w.total) == (4.5, 20.5, 0.0, 25.0)
 
 
 @pytest.mark.parametrize("state", STATES)
@@ -54,25 +66,29 @@ def test_sql_says_what_python_says(db_url: str, state: str) -> None:
     dialect = engine.dialect.name
     cases = [(10.0, 3.0), (10.0, 12.0), (0.0, 5.0), (-1.0, 0.5), (7.5, 0.0)]
     with engine.connect() as conn:
-        for energy, idle in cases:
-            want = ledger.waste(state, energy, idle)
+        for (energy, idle), inter in ((c, i) for c in cases for i in (False, True)):
+            want = ledger.waste(state, energy, idle, inter)
             st_expr = (
                 "split_part(:s, ' ', 1)"
                 if dialect == "postgresql"
                 else ("CASE WHEN instr(:s, ' ') > 0 THEN substr(:s, 1, instr(:s, ' ') - 1) ELSE :s END")
             )
+            flag = "(1 = 1)" if inter else "(1 = 0)"
             for part in ("idle", *ledger.OUTCOMES):
-                sql = ledger.outcome_sql(part, "st", "CAST(:e AS FLOAT)", "CAST(:i AS FLOAT)", dialect)
+                sql = ledger.outcome_sql(
+                    part, "st", "CAST(:e AS FLOAT)", "CAST(:i AS FLOAT)", dialect, interactive=flag
+                )
                 got = conn.execute(
                     text(f"SELECT {sql} FROM (SELECT {st_expr} AS st) q"),
                     {"s": state, "e": energy, "i": idle},
                 ).scalar_one()
-                assert float(got) == pytest.approx(getattr(want, part)), (state, energy, idle, part)
+                assert float(got) == pytest.approx(getattr(want, part)), (state, energy, idle, inter, part)
             for o in ledger.OUTCOMES:
+                sql = ledger.count_sql(o, "st", interactive=flag)
                 n = conn.execute(
-                    text(f"SELECT {ledger.count_sql(o, 'st')} FROM (SELECT {st_expr} AS st) q"), {"s": state}
+                    text(f"SELECT {sql} FROM (SELECT {st_expr} AS st) q"), {"s": state}
                 ).scalar_one()
-                assert n == (1 if ledger.outcome_of(state) == o else 0)
+                assert n == (1 if ledger.counts_as(ledger.outcome_of(state), inter) == o else 0)
     engine.dispose()
 
 

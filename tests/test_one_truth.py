@@ -24,6 +24,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
+from cocaq.accounting.sessions import Sessions
 from cocaq.api.client import payload_for
 from cocaq.config import Config
 from cocaq.config_load import load_config
@@ -130,8 +131,11 @@ def test_every_user_surface_says_the_same(demo: Demo) -> None:
         for k_cli, k_mail in PAIRS:
             assert close(cli[k_cli], getattr(t, k_mail)), (user, k_cli)
             assert close(api[k_cli], cli[k_cli]), (user, k_cli)
-        # the parts that did no work never add up to more than the energy
-        assert cli["wasted_energy_kwh"] <= cli["energy_kwh"] * (1 + REL)
+        # the parts that did no work never add up to more than the energy; the time-limit part (possibly
+        # lost) is apart, never in it (issue 32)
+        assert cli["wasted_energy_kwh"] + cli["timeout_energy_kwh"] <= cli["energy_kwh"] * (1 + REL)
+        certain = ("idle_gpu_energy_kwh", "failed_energy_kwh", "oom_energy_kwh", "cancelled_energy_kwh")
+        assert close(cli["wasted_energy_kwh"], sum(cli[k] for k in certain)), user
         # the same suggestions, with the same savings, in the e-mail, the CLI and the API
         mine = suggest_for_user(um, demo.cfg)
         assert [a["id"] for a in cli["advice"]] == [a.id for a in mine] == [a["id"] for a in api["advice"]]
@@ -144,6 +148,9 @@ def test_every_user_surface_says_the_same(demo: Demo) -> None:
             assert wording.kwh(t.energy_kwh) in part and wording.co2(t.co2_kg) in part, user
             for w in wording.waste_parts(t):
                 assert wording.kwh(w.kwh) in part, (user, w.key)
+            lost = wording.possibly_lost(t)
+            if lost is not None and lost.kwh > 0:
+                assert f"Possibly lost: {wording.kwh(lost.kwh)}" in " ".join(part.split()), user
             for a in mine:
                 assert wording.saving_text(a) in part.replace("\n", " "), (user, a.id)
         if mine:
@@ -152,6 +159,9 @@ def test_every_user_surface_says_the_same(demo: Demo) -> None:
         assert (
             render_cli_kwh(cli["energy_kwh"]) in table and render_cli_kwh(cli["wasted_energy_kwh"]) in table
         )
+        if cli["timeout_energy_kwh"] > 0:
+            row = next(ln for ln in table.splitlines() if ln.startswith("possibly lost"))
+            assert render_cli_kwh(cli["timeout_energy_kwh"]) in row, user
 
 
 def render_cli_kwh(x: float) -> str:
@@ -175,7 +185,7 @@ def test_every_lab_and_the_site_say_the_same(demo: Demo) -> None:
         }
         adm = admin_report.admin_month(conn, demo.cfg, demo.month.start, "demo")
         months = {a: lab_report.lab_month(conn, demo.cfg, a, demo.month.start, cluster="demo") for a in labs}
-    total = dict.fromkeys(("energy_kwh", "co2_kg", "wasted_energy_kwh"), 0.0)
+    total = dict.fromkeys(("energy_kwh", "co2_kg", "wasted_energy_kwh", "timeout_energy_kwh"), 0.0)
     for lab, lm in months.items():
         cli = demo.json("lab", lab, *demo.window)
         api = api_get(client, f"/v1/labs/{lab}", **p)
@@ -197,6 +207,9 @@ def test_every_lab_and_the_site_say_the_same(demo: Demo) -> None:
     page = render.render_admin_html(adm, demo.cfg)
     for part in (mail.text, page):
         assert wording.kwh(t.energy_kwh) in part and wording.kwh(t.wasted_kwh) in part
+        # the time-limit part, apart, with its label (issue 32)
+        assert t.timeout_kwh > 0 and wording.kwh(t.timeout_kwh) in part and "Possibly lost" in part
+    assert close(total["timeout_energy_kwh"], t.timeout_kwh)
     assert sum(w.wasted_kwh for w in adm.waste_by_lab) == pytest.approx(t.wasted_kwh, rel=1e-9)
 
 
@@ -216,8 +229,9 @@ def test_every_job_surface_says_the_same(demo: Demo) -> None:
             assert close(gpu, f.gpu_kwh) and close(
                 sum(e["energy_kwh"] for e in cli["energies"]), f.energy_kwh
             )
-            w = waste(f.state, f.energy_kwh, f.idle_kwh)
+            w = waste(f.state, f.energy_kwh, f.idle_kwh, Sessions.of(demo.cfg.advice).job(f))
             assert close(cli["waste"]["wasted_kwh"], w.total) and w.total <= f.energy_kwh * (1 + REL)
+            assert close(cli["waste"]["timeout_kwh"], w.timeout)
             # the job e-mail says its energy, its parts and the same notes, in the same order
             with demo.engine.connect() as conn:
                 rep = job_report.job_footprint(conn, demo.cfg, line.pk)
@@ -226,6 +240,8 @@ def test_every_job_surface_says_the_same(demo: Demo) -> None:
             assert wording.kwh(f.energy_kwh) in r.text
             if w.total > 0:
                 assert wording.kwh(w.total) in r.text
+            if w.timeout > 0:
+                assert f"Possibly lost: {wording.kwh(w.timeout)}" in r.text
             seen += 1
     assert seen >= 10
 
@@ -343,7 +359,9 @@ def test_time_outs_are_not_failures(demo: Demo) -> None:
         t = um.totals
         failed_jobs = [j for j in um.jobs if j.state.startswith(("FAILED", "NODE_FAIL", "BOOT_FAIL"))]
         assert close(t.failed_kwh, sum(max(j.energy_kwh - j.idle_kwh, 0) * j.share for j in failed_jobs))
-        timed_out = [j for j in um.jobs if j.state == "TIMEOUT"]
+        # interactive sessions ended normally at their limit: not in it (issue 32)
+        sessions = Sessions.of(demo.cfg.advice)
+        timed_out = [j for j in um.jobs if j.state == "TIMEOUT" and not sessions.job(j)]
         assert close(t.timeout_kwh, sum(max(j.energy_kwh - j.idle_kwh, 0) * j.share for j in timed_out))
     # a user whose batch jobs hit their limit is told to checkpoint, sized on those jobs
     found = [a for um in demo.users.values() for a in suggest_for_user(um, demo.cfg) if a.id == "timeouts"]

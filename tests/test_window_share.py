@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Engine, false, insert, select
 
 from cocaq.accounting.aggregate import WATERMARK
 from cocaq.accounting.rollups import rebuild_days
@@ -103,7 +103,7 @@ def test_reports_and_footprint_agree_with_the_formula(engine: Engine, seed: int)
             }
             where = f"window [{lo}, {hi})"
             # the reports: f per job
-            y = _month_jobs(_t(lo), _t(hi), [])
+            y = _month_jobs(_t(lo), _t(hi), [], false())
             with engine.connect() as c:
                 got = {r.user_name: (r.f, r.ov) for r in c.execute(select(y.c.user_name, y.c.f, y.c.ov))}
             for u, (f, o) in got.items():

@@ -46,6 +46,7 @@ from cocaq.accounting import shifting
 from cocaq.accounting.gpu_hours import GpuUse, Scope, gpu_params_key, read_gpu_hours, refresh_gpu_hours
 from cocaq.accounting.ledger import SOURCE_NODE, SOURCE_SAMPLES, clamp_idle, split_node
 from cocaq.accounting.rollups import DAY, day_floor, day_starts, rebuild_days
+from cocaq.accounting.sessions import Sessions
 from cocaq.carbon.zones import co2_grams
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
@@ -206,7 +207,7 @@ def _process_batch(
             J.id, J.cluster_id, J.job_id_raw, J.partition, J.node_list, _ts(J.start_time), J.elapsed_s,
             J.alloc_gpus, J.n_nodes, J.energy_j, J.pue, J.carbon_zone, J.carbon_g_per_kwh, J.co2_g,
             J.carbon_source, J.carbon_flag, _ts(J.updated_at), J.energy_measured_j, J.time_limit_s, J.name,
-            J.is_open, J.slurm_gpu_util, J.slurm_gpu_mem_mb,
+            J.is_open, J.slurm_gpu_util, J.slurm_gpu_mem_mb, J.qos, J.batch_step,
         ).where(_among(conn, J.id, pks))
     ).all()  # fmt: skip
     if len(jobs) > len(pks):  # read by range: only the batch's jobs
@@ -250,11 +251,11 @@ def _process_batch(
     if not plans:
         return 0, days
     slack = cfg.shifting.slack_s
-    interactive = set(cfg.advice.interactive_names)
+    sessions = Sessions.of(cfg.advice)
     shift_jobs = [
         shifting.Job(
             j.id, zone, t0, t1 - t0, j.time_limit_s,
-            (j.name or "").strip().lower() in interactive or "interactive" in (j.partition or "").lower(),
+            sessions.holds(j.name, j.partition, j.qos, None if j.batch_step is None else bool(j.batch_step)),
             bool(j.is_open),
         )
         for j, _, zone, t0, t1 in plans
@@ -689,7 +690,7 @@ def run_aggregate(
                 days = set(day_starts(d_lo, d_hi))
             else:
                 conn.execute(delete(R))
-        res.rollup_rows = rebuild_days(conn, days)
+        res.rollup_rows = rebuild_days(conn, days, sessions=Sessions.of(cfg.advice))
         res.days = len(days)
         _set_state(conn, WATERMARK, db_now, None)
     res.lap("rollups", t)
@@ -768,7 +769,10 @@ def _shift_params(conn: Connection, cfg: Config) -> tuple[str, int, str]:
 
     kind = kind_of(cfg.carbon.basis)
     top = conn.execute(select(func.max(CI.id)).where(CI.kind == kind)).scalar()
-    names = "\n".join(sorted(cfg.advice.interactive_names))
+    a = cfg.advice
+    names = "\n".join(sorted(a.interactive_names))
+    if a.interactive_partitions or a.interactive_qos:  # (only then: the settings' hash stays as it was)
+        names += f"|{sorted(a.interactive_partitions)}|{sorted(a.interactive_qos)}"
     settings = hashlib.sha256(
         f"{cfg.shifting.slack_s!r}|{kind}|{cfg.carbon.gap_tolerance_s!r}|{names}".encode()
     ).hexdigest()[:16]

@@ -165,6 +165,7 @@ def job_row(
         "rss_tasks_per_node": rec.rss_tasks_per_node,
         "slurm_gpu_util": rec.slurm_gpu_util,
         "slurm_gpu_mem_mb": rec.slurm_gpu_mem_mb,
+        "batch_step": rec.batch_step,
         "gpus_unknown": gpus_unknown,
         "submit_time": rec.submit_time,
         "start_time": rec.start_time,
@@ -477,7 +478,7 @@ _PG_COLS = (
     "elapsed_s", "time_limit_s", "state", "state_detail", "is_open", "exit_code", "exit_signal", "name",
     "comment", "total_cpu_s", "consumed_energy_j", "energy_j", "energy_measured_j", "pue", "carbon_zone",
     "carbon_g_per_kwh", "carbon_source", "carbon_year", "carbon_flag", "co2_g", "hw_profile", "assumptions",
-    "imported_from", "record_hash", "energy_est_low_j", "energy_est_high_j",
+    "imported_from", "record_hash", "energy_est_low_j", "energy_est_high_j", "batch_step",
 )  # fmt: skip
 # A schema with other job columns than these (a migration in progress) takes the job_row() route.
 _PG_FAST = sorted(_PG_COLS) == sorted(JOB_COLUMNS)
@@ -543,6 +544,7 @@ def _pg_row(
         _hash_values(rec, v),
         v[12],  # energy_est_low_j
         v[13],  # energy_est_high_j
+        rec.batch_step,
     ]
 
 

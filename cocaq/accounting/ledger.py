@@ -18,12 +18,18 @@ exceed the total:
 * idle GPUs: what allocated GPUs drew while under the idle threshold (their samples), at most the job's
   GPU energy;
 * the rest of the energy of a job that ended badly, by how it ended (`OUTCOME`): failed (FAILED,
-  NODE_FAIL, BOOT_FAIL), out of memory, timed out (TIMEOUT, DEADLINE: lost unless the job saved a
-  checkpoint), cancelled. A job that ended badly and also idled counts its idle GPU energy as idle and the
-  rest under its outcome, never both.
+  NODE_FAIL, BOOT_FAIL), out of memory, cancelled. A job that ended badly and also idled counts its idle
+  GPU energy as idle and the rest under its outcome, never both.
+
+These add up to the energy that *did no work* (`Waste.total`): certain. Apart from it, never added in:
+
+* possibly lost: the rest of the energy of a job that hit its time limit (TIMEOUT, DEADLINE), lost unless
+  it saved a checkpoint (a training job at 88% GPU use may well have). An interactive session
+  (cocaq.accounting.sessions) that ends at its limit ended normally: none of its energy is possibly lost
+  (its idle GPUs still count as idle).
 
 The arithmetic is here once, as Python (`waste`, `split_node`) and as the SQL the queries embed
-(`outcome_sql`, `jobs_sql`); tests hold the two to the same numbers.
+(`outcome_sql`, `count_sql`); tests hold the two to the same numbers.
 """
 
 from __future__ import annotations
@@ -55,6 +61,10 @@ OUTCOME_LABEL = {
     "timeout": "jobs that hit their time limit",
     "cancelled": "cancelled jobs",
 }
+# The parts that add up to the energy that did no work; "timeout" is apart (possibly lost).
+CERTAIN = ("failed", "oom", "cancelled")
+# What the time-limit part is called on every surface (CLI, API docs, e-mails, admin page).
+POSSIBLY_LOST = "possibly lost (hit its time limit: lost unless it saved a checkpoint)"
 
 
 def states(outcome: str) -> tuple[str, ...]:
@@ -79,7 +89,8 @@ def outcome_of(state: str | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Waste:
-    """A job's energy (J) that did no useful work, in disjoint parts (see the module doc)."""
+    """A job's energy (J) that did no useful work, in disjoint parts, and apart from them the energy
+    possibly lost at its time limit (`timeout`; see the module doc)."""
 
     idle: float = 0.0
     failed: float = 0.0
@@ -89,7 +100,9 @@ class Waste:
 
     @property
     def total(self) -> float:
-        return self.idle + self.failed + self.oom + self.timeout + self.cancelled
+        """The energy that certainly did no work: idle GPUs, failed, out of memory, cancelled; never the
+        time-limit part, which is `timeout` (possibly lost)."""
+        return self.idle + self.failed + self.oom + self.cancelled
 
 
 def clamp_idle(idle_j: float, energy_j: float, gpu_j: float) -> float:
@@ -99,12 +112,14 @@ def clamp_idle(idle_j: float, energy_j: float, gpu_j: float) -> float:
     return max(0.0, min(idle_j, cap))
 
 
-def waste(state: str | None, energy_j: float, idle_j: float) -> Waste:
-    """The disjoint parts of a job's energy that did no work; `idle_j` as `clamp_idle` left it."""
+def waste(state: str | None, energy_j: float, idle_j: float, interactive: bool = False) -> Waste:
+    """The disjoint parts of a job's energy that did no work; `idle_j` as `clamp_idle` left it.
+    `interactive`: the job is an interactive session (cocaq.accounting.sessions), whose time limit is how
+    it ends normally: no part of it is possibly lost."""
     energy = max(energy_j, 0.0)
     idle = max(0.0, min(idle_j, energy))
     o = outcome_of(state)
-    if o is None:
+    if o is None or (o == "timeout" and interactive):
         return Waste(idle=idle)
     return Waste(**{"idle": idle, o: energy - idle})
 
@@ -116,20 +131,34 @@ def _in(values: Iterable[str]) -> str:
     return "(" + ", ".join(f"'{v}'" for v in values) + ")"  # constants of this module, never user input
 
 
-def outcome_sql(outcome: str, state: str, energy: str, idle: str, dialect: str) -> str:
-    """SQL for `waste(state, energy, idle)`'s part `outcome` ("idle" too); the arguments are SQL
-    expressions (`state` already its first word)."""
+def _when(outcome: str, state: str, interactive: str) -> str:
+    """SQL: the job's state is of this outcome (and, for the time limit, it is no interactive session)."""
+    cond = f"{state} IN {_in(states(outcome))}"
+    return f"{cond} AND NOT {interactive}" if outcome == "timeout" else cond
+
+
+def outcome_sql(outcome: str, state: str, energy: str, idle: str, dialect: str, *, interactive: str) -> str:
+    """SQL for `waste(state, energy, idle, interactive)`'s part `outcome` ("idle" too); the arguments are
+    SQL expressions (`state` already its first word, `interactive` a boolean:
+    cocaq.accounting.sessions.Sessions.sql)."""
     big = "greatest" if dialect == "postgresql" else "max"
     small = "least" if dialect == "postgresql" else "min"
     idle_part = f"{big}(0.0, {small}({idle}, {big}({energy}, 0.0)))"
     if outcome == "idle":
         return idle_part
-    return f"CASE WHEN {state} IN {_in(states(outcome))} THEN {big}({energy}, 0.0) - {idle_part} ELSE 0.0 END"
+    return (
+        f"CASE WHEN {_when(outcome, state, interactive)} THEN {big}({energy}, 0.0) - {idle_part} ELSE 0.0 END"
+    )
 
 
-def count_sql(outcome: str, state: str) -> str:
-    """SQL: 1 for a job of this outcome, else 0."""
-    return f"CASE WHEN {state} IN {_in(states(outcome))} THEN 1 ELSE 0 END"
+def count_sql(outcome: str, state: str, *, interactive: str) -> str:
+    """SQL: 1 for a job of this outcome, else 0 (an interactive session at its time limit: 0)."""
+    return f"CASE WHEN {_when(outcome, state, interactive)} THEN 1 ELSE 0 END"
+
+
+def counts_as(outcome: str | None, interactive: bool) -> str | None:
+    """The outcome a job counts under in the ledger: none for a session that ended at its time limit."""
+    return None if outcome == "timeout" and interactive else outcome
 
 
 # --- the GPU share of a node-level measurement ----------------------------------------------------------

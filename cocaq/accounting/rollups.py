@@ -18,8 +18,10 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, Table, delete, func, insert, or_, select, text
 
-from cocaq.accounting.ledger import OUTCOMES, count_sql, outcome_of, outcome_sql, waste
+from cocaq.accounting.ledger import OUTCOMES, count_sql, counts_as, outcome_of, outcome_sql, waste
+from cocaq.accounting.sessions import Sessions
 from cocaq.accounting.window import overlap, overlap_sql, share, share_sql
+from cocaq.config import Advice
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import DailyRollup, Job, JobEnergy, JobMetrics
 
@@ -64,17 +66,24 @@ def _ranges(days: Iterable[float]) -> list[tuple[float, float]]:
 
 
 def rebuild_days(
-    conn: Connection, days: set[float], *, in_sql: bool | None = None, wide: bool | None = None
+    conn: Connection,
+    days: set[float],
+    *,
+    in_sql: bool | None = None,
+    wide: bool | None = None,
+    sessions: Sessions | None = None,
 ) -> int:
     """Rebuild the rollups of these days; on PostgreSQL in one statement per range (`in_sql`, `wide`:
-    force the way, for tests)."""
+    force the way, for tests). `sessions`: the site's interactive sessions (whose time-limit energy is no
+    loss), by default the default configuration's."""
+    sessions = sessions if sessions is not None else _DEFAULT_SESSIONS
     if in_sql is None:
         in_sql = conn.dialect.name == "postgresql"
     rows = 0
     for first, last in _ranges(days):
         lo, hi = datetime.fromtimestamp(first, UTC), datetime.fromtimestamp(last + DAY, UTC)
         if in_sql:
-            rows += _rebuild_range_pg(conn, lo, hi, first, last, wide)
+            rows += _rebuild_range_pg(conn, lo, hi, first, last, wide, sessions)
             continue
         jobs = conn.execute(
             select(
@@ -82,7 +91,7 @@ def rebuild_days(
                 J.alloc_cpus, J.alloc_gpus, J.state, J.energy_j, J.energy_measured_j, J.co2_g,
                 J.energy_est_low_j, J.energy_est_high_j, M.c.co2_embodied_g, M.c.gpu_util_pct,
                 M.c.gpu_samples_s, M.c.idle_gpu_s, M.c.gpu_samples_j, M.c.idle_gpu_energy_j, M.c.shift_state,
-                M.c.shift_saved_g, M.c.shift_pause_saved_g,
+                M.c.shift_saved_g, M.c.shift_pause_saved_g, J.name, J.qos, J.batch_step,
             )
             .outerjoin(M, M.c.job_pk == J.id)
             .where(J.start_time < hi, or_(J.end_time >= lo, J.end_time.is_(None)), J.start_time.is_not(None))
@@ -104,11 +113,14 @@ def rebuild_days(
             el = max(j.elapsed_s or 0.0, 0.0)
             t1 = t0 + el
             d = day_floor(t0)
+            inter = sessions.holds(
+                j.name, j.partition, j.qos, None if j.batch_step is None else bool(j.batch_step)
+            )
             while d <= t1 and d <= last:
                 if d >= first:
                     frac = share(t0, el, d, d + DAY)
                     if frac > 0:
-                        _add(acc, j, d, frac, overlap(t0, el, d, d + DAY), comp.get(j.id, {}))
+                        _add(acc, j, d, frac, overlap(t0, el, d, d + DAY), comp.get(j.id, {}), inter)
                 d += DAY
         conn.execute(delete(R).where(R.c.day >= lo, R.c.day < hi))
         if acc:
@@ -123,7 +135,13 @@ _KEYS = ("cluster_id", "day", "user_name", "account", "partition")
 
 
 def _rebuild_range_pg(
-    conn: Connection, lo: datetime, hi: datetime, first: float, last: float, wide: bool | None
+    conn: Connection,
+    lo: datetime,
+    hi: datetime,
+    first: float,
+    last: float,
+    wide: bool | None,
+    sessions: Sessions,
 ) -> int:
     """One range of days on PostgreSQL: the rows computed into a temporary table, then only the
     differences written (most rows of a recompute come out the same, and rewriting a year's rows and
@@ -136,7 +154,7 @@ def _rebuild_range_pg(
     conn.exec_driver_sql("SET LOCAL jit = off")
     conn.exec_driver_sql("SET LOCAL enable_sort = off")
     conn.exec_driver_sql("DROP TABLE IF EXISTS cocaq_rollup_new")
-    sql = _ROLLUP_PG_WIDE if wide else _ROLLUP_PG_NARROW
+    sql = _rollup_pg(bool(wide), sessions)
     params = {"lo": lo, "hi": hi, "first": first, "last": last}
     conn.execute(text(f"CREATE TEMP TABLE cocaq_rollup_new ON COMMIT DROP AS {sql}"), params)
     conn.exec_driver_sql("SET LOCAL enable_sort = on")
@@ -192,7 +210,7 @@ WITH j AS (
            CASE WHEN m.shift_state = 'ok' THEN coalesce(j.co2_g, 0.0) ELSE 0.0 END AS shift_co2,
            coalesce(m.shift_saved_g, 0.0) AS shift_saved, coalesce(m.shift_pause_saved_g, 0.0) AS shift_pause,
            coalesce(c.gpu, 0.0) AS e_gpu, coalesce(c.cpu, 0.0) AS e_cpu, coalesce(c.dram, 0.0) AS e_dram,
-           coalesce(c.other, 0.0) AS e_other
+           coalesce(c.other, 0.0) AS e_other, {interactive} AS inter
     FROM jobs j LEFT JOIN job_metrics m ON m.job_pk = j.id
     {energy}
     WHERE j.start_time < :hi AND (j.end_time >= :lo OR j.end_time IS NULL) AND j.start_time IS NOT NULL
@@ -238,30 +256,36 @@ _ENERGY_SUMS = """
            sum(coalesce(e.energy_j, 0.0)) FILTER (WHERE e.component NOT IN ('gpu', 'cpu', 'dram')) AS other
 """
 # The ledger's disjoint parts (cocaq.accounting.ledger: idle GPUs, then failed, out of memory, timed out,
-# cancelled)
+# cancelled; an interactive session's time limit is none: `inter`, cocaq.accounting.sessions)
 _PARTS_PG = ",\n       ".join(
-    f"sum(({outcome_sql(o, 'st', 'energy', 'idle_j', 'postgresql')}) * frac) AS {col}"
+    f"sum(({outcome_sql(o, 'st', 'energy', 'idle_j', 'postgresql', interactive='inter')}) * frac) AS {col}"
     for o, col in (("idle", "idle_gpu_energy_j"), *((o, f"energy_{o}_j") for o in OUTCOMES))
 )
-_COUNTS_PG = ",\n       ".join(f"sum({count_sql(o, 'st')})::int AS jobs_{o}" for o in OUTCOMES)
+_COUNTS_PG = ",\n       ".join(
+    f"sum({count_sql(o, 'st', interactive='inter')})::int AS jobs_{o}" for o in OUTCOMES
+)
 # Each job's share of a day (cocaq.accounting.window): ov seconds of it in [day, day + 1 day).
 _OV_PG = overlap_sql("j.t0", "j.el", "k.day", "k.day + 86400.0", "postgresql")
 _FRAC_PG = share_sql("x.t0", "x.el", "x.ov", [("x.day", "x.day + 86400.0")])
-_ROLLUP_PG_NARROW = _ROLLUP_JOBS.format(
-    energy=f"LEFT JOIN LATERAL (SELECT {_ENERGY_SUMS} FROM job_energy e WHERE e.job_pk = j.id) c ON true",
-    parts=_PARTS_PG,
-    counts=_COUNTS_PG,
-    ov=_OV_PG,
-    frac=_FRAC_PG,
+_NARROW = f"LEFT JOIN LATERAL (SELECT {_ENERGY_SUMS} FROM job_energy e WHERE e.job_pk = j.id) c ON true"
+_WIDE = (
+    f"LEFT JOIN (SELECT e.job_pk, {_ENERGY_SUMS} FROM job_energy e GROUP BY e.job_pk) c ON c.job_pk = j.id"
 )
-_ROLLUP_PG_WIDE = _ROLLUP_JOBS.format(
-    energy=f"LEFT JOIN (SELECT e.job_pk, {_ENERGY_SUMS} FROM job_energy e GROUP BY e.job_pk) c"
-    " ON c.job_pk = j.id",
-    parts=_PARTS_PG,
-    counts=_COUNTS_PG,
-    ov=_OV_PG,
-    frac=_FRAC_PG,
-)
+_DEFAULT_SESSIONS = Sessions.of(Advice())
+
+
+def _rollup_pg(wide: bool, sessions: Sessions) -> str:
+    """The rollups' statement for a range of days (`wide`: the one-pass variant)."""
+    return _ROLLUP_JOBS.format(
+        energy=_WIDE if wide else _NARROW,
+        interactive=sessions.sql("j.name", "j.partition", "j.qos", "j.batch_step", "postgresql"),
+        parts=_PARTS_PG,
+        counts=_COUNTS_PG,
+        ov=_OV_PG,
+        frac=_FRAC_PG,
+    )
+
+
 WIDE_DAYS = 31  # ranges of more days than this take the one-pass variant
 
 FIELDS = (
@@ -282,6 +306,7 @@ def _add(
     frac: float,
     ov: float,
     comp: dict[str, float],
+    interactive: bool = False,
 ) -> None:
     key = (j.cluster_id, day, j.user_name, j.account or "", j.partition or "")
     v = acc.get(key)
@@ -289,8 +314,8 @@ def _add(
         v = acc[key] = [0.0] * len(FIELDS)
     a = _AT
     energy = j.energy_j or 0.0
-    parts = waste(j.state, energy, j.idle_gpu_energy_j or 0.0)
-    outcome = outcome_of(j.state)
+    parts = waste(j.state, energy, j.idle_gpu_energy_j or 0.0, interactive)
+    outcome = counts_as(outcome_of(j.state), interactive)
     v[a["jobs"]] += 1
     if outcome is not None:
         v[a[f"jobs_{outcome}"]] += 1

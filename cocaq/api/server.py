@@ -383,13 +383,14 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
         limit: Annotated[int, Query(ge=1, le=1000)] = 20,
         cluster: ClusterQ = None,
     ) -> dict[str, Any]:
+        from cocaq.accounting.sessions import Sessions
         from cocaq.footprint.totals import group_totals
 
         if not who.admin:
             raise HTTPException(403, f"{who.user} is not an admin: top lists are for admins")
         w = window(since, until)
         with pool.db() as db:
-            rows = group_totals(db, w, by, cluster=cluster)[:limit]
+            rows = group_totals(db, w, by, cluster=cluster, sessions=Sessions.of(cfg.advice))[:limit]
         return {"since": w.since.isoformat(), "until": w.until.isoformat(), "by": by, "rows": rows}
 
     @get("/v1/export/{table}", summary="A table's rows over a window, a page at a time (as `cocaq export`)")

@@ -66,10 +66,13 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
     from rich.table import Table
 
     from cocaq.accounting.importer import import_records
+    from cocaq.accounting.ledger import POSSIBLY_LOST
+    from cocaq.accounting.sessions import Sessions
     from cocaq.db import migrate
     from cocaq.db.dbapi import connect
     from cocaq.db.engine import make_engine, mask_url
     from cocaq.db.schema import Cluster, Job
+    from cocaq.footprint.advice_words import num
     from cocaq.footprint.totals import Window, cluster_totals, group_totals, user_footprint
     from cocaq.footprint.words import DRAWN_WORDS, cooling_words
     from cocaq.slurm.sacct import ParseStats, iter_parsable
@@ -149,11 +152,14 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
 
     w = Window(end - timedelta(days=days), end)
     with connect(url) as db:
-        total = cluster_totals(db, w, cluster=DEMO_CLUSTER)
-        labs = group_totals(db, w, "account", cluster=DEMO_CLUSTER)
-        users = group_totals(db, w, "user", cluster=DEMO_CLUSTER)
-        parts = group_totals(db, w, "partition", cluster=DEMO_CLUSTER)
-        heavy = user_footprint(db, users[0]["user"], w, cluster=DEMO_CLUSTER) if users else None
+        sessions = Sessions.of(cfg.advice)
+        total = cluster_totals(db, w, cluster=DEMO_CLUSTER, sessions=sessions)
+        labs = group_totals(db, w, "account", cluster=DEMO_CLUSTER, sessions=sessions)
+        users = group_totals(db, w, "user", cluster=DEMO_CLUSTER, sessions=sessions)
+        parts = group_totals(db, w, "partition", cluster=DEMO_CLUSTER, sessions=sessions)
+        heavy = None
+        if users:
+            heavy = user_footprint(db, users[0]["user"], w, cluster=DEMO_CLUSTER, sessions=sessions)
 
     for name, rows in (("labs", labs), ("users", users), ("partitions", parts)):
         with open(out / f"{name}.csv", "w", newline="") as fh:
@@ -197,7 +203,9 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
         f"Total: {total.jobs:,} jobs, {total.gpu_hours:,.0f} GPU-h, {total.cpu_hours:,.0f} CPU-h, "
         f"{total.energy_kwh:,.0f} kWh {DRAWN_WORDS} ({measured:.0%} measured), "
         f"{total.energy_kwh_with_pue:,.0f} kWh {cooling_words(total.pue_min, total.pue_max)}, "
-        f"[bold]{total.co2_kg:,.0f} kg CO2e[/]; {total.failed_energy_kwh:,.0f} kWh went to jobs that failed"
+        f"[bold]{total.co2_kg:,.0f} kg CO2e[/]; {num(total.wasted_energy_kwh)} kWh did no work (idle GPUs, "
+        f"failed, out of memory, cancelled; {num(total.failed_energy_kwh)} kWh of it jobs that failed), and "
+        f"{num(total.timeout_energy_kwh)} kWh {POSSIBLY_LOST}"
     )
     t = Table(title=f"Labs (kWh {DRAWN_WORDS})", title_justify="left")
     for c in ("lab", "jobs", "GPU-h", "kWh", "kg CO2e", "measured"):

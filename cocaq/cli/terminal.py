@@ -20,6 +20,7 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from cocaq.accounting.ledger import POSSIBLY_LOST, TIMEOUT_STATES
 from cocaq.footprint.advice_words import co2_amount, intensity, num, of_member
 from cocaq.footprint.totals import Footprint, equivalents
 from cocaq.footprint.words import (
@@ -242,14 +243,17 @@ OUTCOME_WORDS = (
     ("jobs_timeout", "timed out"),
     ("jobs_cancelled", "cancelled"),
 )
-# The ledger's disjoint parts of energy that did no work (cocaq.accounting.ledger), as the CLI names them.
+# The ledger's disjoint parts of energy that did no work (cocaq.accounting.ledger), as the CLI names them;
+# the time-limit part is apart (possibly lost: POSSIBLY_LOST_ROW), never in "did no work".
 WASTE_ROWS = (
     ("idle_gpu_energy_kwh", "idle GPUs"),
     ("failed_energy_kwh", "failed jobs"),
     ("oom_energy_kwh", "out of memory"),
-    ("timeout_energy_kwh", "hit time limit"),
     ("cancelled_energy_kwh", "cancelled"),
 )
+# "possibly lost (hit its time limit: lost unless it saved a checkpoint)", as label and its note
+POSSIBLY_LOST_LABEL, _, _rest = POSSIBLY_LOST.partition(" (")
+POSSIBLY_LOST_NOTE = "(" + _rest
 
 
 def print_footprint(fp: Footprint, console: Console) -> None:
@@ -291,6 +295,11 @@ def print_footprint(fp: Footprint, console: Console) -> None:
             if v:
                 extra = f", {num(t.idle_gpu_hours)} GPU-hours" if k == "idle_gpu_energy_kwh" else ""
                 tab.add_row(f"  {name}", _kwh(v) + extra)
+    if t.timeout_energy_kwh > 0:
+        tab.add_row(
+            POSSIBLY_LOST_LABEL,
+            f"{_kwh(t.timeout_energy_kwh)} {POSSIBLY_LOST_NOTE}",
+        )
     if t.gpu_util_pct is not None:
         slurm = (
             f"; {t.jobs_gpu_slurm:,} {_jobs(t.jobs_gpu_slurm)}' by Slurm gres/gpuutil"
@@ -330,12 +339,13 @@ def print_footprint(fp: Footprint, console: Console) -> None:
                     _num_kwh(u["energy_kwh"]),
                     _kg(u["co2_kg"]),
                     _num_kwh(u.get("wasted_energy_kwh", 0.0)),
+                    _num_kwh(u.get("timeout_energy_kwh", 0.0)),
                     "" if util is None else f"{util:.0f}%",
                     "" if frac is None else f"{frac:.0%}",
                 ]
             )
         cols = [("user", 0), ("jobs", 3), ("GPU-h", 2), ("kWh", 0), ("CO2e", 1), ("no work kWh", 2),
-                ("GPU use", 3), ("measured", 4)]  # fmt: skip
+                ("time limit kWh", 5), ("GPU use", 3), ("measured", 4)]  # fmt: skip
         console.print(fit_table(console, f"Users (kWh {DRAWN_WORDS})", cols, rows, left=("user",)))
     if fp.top_jobs:
         rows = []
@@ -631,12 +641,15 @@ def print_job(job: dict[str, Any], console: Console) -> None:
                 ("idle_gpu_kwh", "idle GPUs"),
                 ("failed_kwh", "failed"),
                 ("oom_kwh", "out of memory"),
-                ("timeout_kwh", "hit its time limit"),
                 ("cancelled_kwh", "cancelled"),
             )
             if w.get(k)
         ]
         console.print(f"Did no work: {_kwh(w['wasted_kwh'])} ({', '.join(parts)})")
+    if w and w.get("timeout_kwh"):
+        console.print(f"{POSSIBLY_LOST_LABEL.capitalize()}: {_kwh(w['timeout_kwh'])} {POSSIBLY_LOST_NOTE}")
+    elif w and w.get("interactive") and str(job.get("state") or "").split(" ")[0] in TIMEOUT_STATES:
+        console.print("Ended at its time limit: an interactive session, so nothing was lost")
     if job.get("gpus"):
         grows = [
             [

@@ -117,6 +117,9 @@ class Job(Base):
     # job's GPUs (% of one GPU), and the most GPU memory one task held (MB)
     slurm_gpu_util: Mapped[float | None] = mapped_column(Float)
     slurm_gpu_mem_mb: Mapped[float | None] = mapped_column(Float)
+    # sacct showed a `.batch` step (sbatch); false: steps and none of them batch (srun --pty, salloc: an
+    # interactive session); NULL: no step was read (sacct -X), not known (cocaq.slurm.record.JobRecord)
+    batch_step: Mapped[bool | None] = mapped_column(Boolean)
     # No GPU in the job's TRES on a GPU partition of a cluster whose accounting records none (or it used
     # GPUs by Slurm's gres/gpuutil): how many GPUs it held is not known, and they are not in its energy
     gpus_unknown: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())

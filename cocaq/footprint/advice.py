@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from cocaq.accounting.sessions import Sessions
 from cocaq.footprint.advice_words import (
     MB_PER_GB,
     energy,
@@ -160,6 +161,8 @@ class Context:
     until: datetime
     idle_threshold_pct: float = 5.0
     interactive_names: tuple[str, ...] = ()
+    interactive_partitions: tuple[str, ...] = ()  # [advice] interactive_partitions, _qos
+    interactive_qos: tuple[str, ...] = ()
     period: str = "in this period"  # "in November", for sentences
     thresholds: Thresholds = field(default_factory=Thresholds)
     mig_partitions: Mapping[str, str] = field(default_factory=dict)  # partition -> MIG profile ([advice])
@@ -178,11 +181,12 @@ def _saving(jobs: Iterable[JobFacts], kwh: Callable[[JobFacts], float]) -> tuple
 # --- what a job is ---------------------------------------------------------------------------------------
 
 
-def is_interactive(j: JobFacts, names: Sequence[str]) -> bool:
-    """A notebook, shell or editor session: by its name, or an "interactive" partition."""
-    name = (j.name or "").strip().lower()
-    part = (j.partition or "").lower()
-    return name in names or "interactive" in part
+def is_interactive(j: JobFacts, ctx: Context) -> bool:
+    """A notebook, shell or editor session, srun --pty or salloc: by its name, partition, QOS, or its
+    steps without a batch step (cocaq.accounting.sessions, the one definition the ledger uses too)."""
+    return Sessions(ctx.interactive_names, ctx.interactive_partitions, ctx.interactive_qos).holds(
+        j.name, j.partition, j.qos, j.batch_step
+    )
 
 
 def _sampled(j: JobFacts, t: Thresholds) -> bool:
@@ -346,7 +350,7 @@ def _limits(limits: Sequence[float]) -> str:
 
 
 def _timeouts(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
-    hit = [j for j in jobs if j.outcome == "timeout" and not is_interactive(j, ctx.interactive_names)]
+    hit = [j for j in jobs if j.outcome == "timeout" and not is_interactive(j, ctx)]
     if not hit:
         return None
     hit.sort(key=lambda j: -outcome_part(j))
@@ -384,9 +388,7 @@ def _timeouts(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
 def _failures(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
     # An interactive session that ends in an error is no run to rehearse: its cost is the idle time
     # (`notebooks`).
-    failed = [
-        j for j in jobs if j.state.split(" ")[0] == "FAILED" and not is_interactive(j, ctx.interactive_names)
-    ]
+    failed = [j for j in jobs if j.state.split(" ")[0] == "FAILED" and not is_interactive(j, ctx)]
     if len(failed) < ctx.thresholds.fail_min_jobs:
         return None
     failed.sort(key=lambda j: -outcome_part(j))
@@ -450,7 +452,7 @@ def _oom(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
 
 
 def _notebooks(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
-    hit = [j for j in jobs if j.gpus > 0 and is_interactive(j, ctx.interactive_names) and j.idle_kwh > 0]
+    hit = [j for j in jobs if j.gpus > 0 and is_interactive(j, ctx) and j.idle_kwh > 0]
     if not hit:
         return None
     hit.sort(key=lambda j: -_idle_part(j))
@@ -491,7 +493,7 @@ def _fewer_gpus(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
     t = ctx.thresholds
     hits: list[tuple[JobFacts, int, float, float, str]] = []  # job, GPUs to ask for, kWh, kg, detail
     for j in jobs:
-        if j.gpus <= 0 or is_interactive(j, ctx.interactive_names) or not _sampled(j, t):
+        if j.gpus <= 0 or is_interactive(j, ctx) or not _sampled(j, t):
             continue
         idle = j.idle_share
         kwh = _idle_part(j)
@@ -666,7 +668,7 @@ def _time_limits(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
         and j.time_limit_h
         and j.time_limit_h >= t.limit_min_limit_h
         and _ended_in(j, ctx)
-        and not is_interactive(j, ctx.interactive_names)
+        and not is_interactive(j, ctx)
     ]
     short = [j for j in done if j.elapsed_h <= t.limit_max_use * (j.time_limit_h or 0)]
     if len(short) < t.limit_min_jobs or any(j.outcome == "timeout" for j in jobs):
@@ -743,6 +745,8 @@ def site_context(
         until=until,
         idle_threshold_pct=idle,
         interactive_names=cfg.advice.interactive_names,
+        interactive_partitions=cfg.advice.interactive_partitions,
+        interactive_qos=cfg.advice.interactive_qos,
         thresholds=thresholds or Thresholds(),
         mig_partitions=cfg.advice.mig_partitions,
         **extra,

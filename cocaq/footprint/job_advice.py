@@ -35,7 +35,7 @@ def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> lis
     t = ctx.thresholds
     j = job if job.share == 1.0 else _replace(job, share=1.0)
     out: list[Advice] = []
-    interactive = is_interactive(j, ctx.interactive_names)
+    interactive = is_interactive(j, ctx)
 
     def note(
         id_: str,

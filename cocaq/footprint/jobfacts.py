@@ -119,6 +119,8 @@ class JobFacts:
     qos: str | None = None
     gpu_type: str | None = None  # from its TRES (gres/gpu:a100); the profile's gpu_model is the fallback
     gpu_model: str | None = None  # of its hardware profile (config)
+    # sacct showed a `.batch` step; False: steps and none batch (srun --pty, salloc); None: not known
+    batch_step: bool | None = None
     # its node as its hardware profile describes it (config; 0: not said), for a GPU's share of a node
     node_cores: int = 0
     node_gpus: int = 0
@@ -271,7 +273,8 @@ WITH y AS (
            j.is_open, coalesce(j.alloc_cpus, 0) AS cpus, coalesce(j.alloc_gpus, 0) AS gpus,
            coalesce(j.n_nodes, 0) AS nn, j.time_limit_s, j.req_mem_mb, j.max_rss_mb, j.rss_tasks_per_node,
            j.total_cpu_s, coalesce(j.energy_j, 0.0) AS energy, coalesce(j.energy_measured_j, 0.0) AS measured,
-           coalesce(j.co2_g, 0.0) AS co2, j.gpus_unknown, j.qos, j.gpu_type, {t0} AS t0, {el} AS el
+           coalesce(j.co2_g, 0.0) AS co2, j.gpus_unknown, j.qos, j.gpu_type, j.batch_step, {t0} AS t0,
+           {el} AS el
     FROM jobs j JOIN clusters c ON c.id = j.cluster_id
     WHERE j.start_time < %(until_ts)s AND (j.end_time >= %(since_ts)s OR j.end_time IS NULL)
           AND j.start_time IS NOT NULL{where}{fence}
@@ -293,7 +296,7 @@ SELECT w.id, w.job_id, w.job_id_raw, w.cluster_id, w.cluster, w.name, w.user_nam
        mm.model_name, mm.precision, mm.extra, mm.batch_size, mm.epochs, mm.tokens,
        m.shift_state, m.shift_slack_s / 3600.0, m.shift_best_start, m.shift_now_g, m.shift_best_g,
        coalesce(m.shift_saved_g, 0.0) / 1000.0, coalesce(m.shift_pause_saved_g, 0.0) / 1000.0,
-       m.gpu_util_source, w.gpus_unknown, w.qos, w.gpu_type,
+       m.gpu_util_source, w.gpus_unknown, w.qos, w.gpu_type, w.batch_step,
        {energy_j} * w.f
 FROM w {energy}
        LEFT JOIN job_metrics m ON m.job_pk = w.id
@@ -405,6 +408,7 @@ def _facts(
         r[_N_PLAIN + 15],
         r[_N_PLAIN + 16],
         hw.gpu_model if hw.gpu_model != "unknown GPU" else None,
+        None if r[_N_PLAIN + 17] is None else bool(r[_N_PLAIN + 17]),
         hw.cores_per_node,
         hw.gpus_per_node,
         float(hw.mem_gb),

@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
+from cocaq.accounting.sessions import Sessions
 from cocaq.errors import UsageError
 from cocaq.footprint.totals import Footprint, Window, lab_footprint, now_utc, user_footprint
 from cocaq.timeparse import parse_when
@@ -118,7 +119,16 @@ def user_answer(
 ) -> dict[str, Any]:
     """A user's footprint with its advice, as JSON-ready data; UnknownName for a name that is nowhere."""
     check_names(db, user=user, cluster=cluster)
-    fp = user_footprint(db, user, w, cluster=cluster, top=top, from_jobs=from_jobs, within=within)
+    fp = user_footprint(
+        db,
+        user,
+        w,
+        cluster=cluster,
+        top=top,
+        from_jobs=from_jobs,
+        within=within,
+        sessions=Sessions.of(cfg.advice),
+    )
     return add_advice(db, cfg, fp, cluster=cluster).as_dict()
 
 
@@ -137,5 +147,7 @@ def lab_answer(
     no job ever ran under."""
     if check:
         check_names(db, account=account, cluster=cluster)
-    fp = lab_footprint(db, account, w, cluster=cluster, top=top, from_jobs=from_jobs)
+    fp = lab_footprint(
+        db, account, w, cluster=cluster, top=top, from_jobs=from_jobs, sessions=Sessions.of(cfg.advice)
+    )
     return add_advice(db, cfg, fp, cluster=cluster).as_dict()

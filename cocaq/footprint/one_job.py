@@ -138,6 +138,7 @@ def _ledger_and_notes(conn: Connection, cfg: Config, pk: int) -> dict[str, Any]:
     """A job's disjoint parts that did no work (cocaq.accounting.ledger), its memory and its notes
     (cocaq.footprint.job_advice)."""
     from cocaq.accounting.ledger import waste
+    from cocaq.accounting.sessions import Sessions
     from cocaq.db.dbapi import wrap
     from cocaq.footprint import jobfacts
 
@@ -145,16 +146,18 @@ def _ledger_and_notes(conn: Connection, cfg: Config, pk: int) -> dict[str, Any]:
     j = jobfacts.one(db, cfg, pk)
     if j is None:
         return {"waste": None, "memory": None, "notes": []}
-    w = waste(j.state, j.energy_kwh, j.idle_kwh)
+    interactive = Sessions.of(cfg.advice).job(j)
+    w = waste(j.state, j.energy_kwh, j.idle_kwh, interactive)
     notes = job_notes(db, cfg, j)
     return {
         "waste": {
             "idle_gpu_kwh": w.idle,
             "failed_kwh": w.failed,
             "oom_kwh": w.oom,
-            "timeout_kwh": w.timeout,
+            "timeout_kwh": w.timeout,  # possibly lost (hit its time limit): never in wasted_kwh
             "cancelled_kwh": w.cancelled,
-            "wasted_kwh": w.total,
+            "wasted_kwh": w.total,  # did no work, certainly: idle GPUs, failed, out of memory, cancelled
+            "interactive": interactive,  # a session: its time limit is how it ends (no energy lost)
         },
         "memory": {
             "requested_mb": j.req_mem_mb,

@@ -28,8 +28,10 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from cocaq.accounting.ledger import OUTCOMES, count_sql, outcome_sql
+from cocaq.accounting.ledger import CERTAIN, OUTCOMES, count_sql, outcome_sql
+from cocaq.accounting.sessions import Sessions
 from cocaq.accounting.window import overlap_sql, share_sql
+from cocaq.config import Advice
 from cocaq.footprint.dbsql import epoch, first_word, greatest, labs_bound
 from cocaq.units import J_PER_KWH
 
@@ -58,6 +60,9 @@ JOB_SUMS = ("jobs", *(f"jobs_{o}" for o in OUTCOMES), "facility_j", "jobs_gpus_u
 # ... and the lowest and highest PUE of those jobs: the label of the energy with PUE (`PUE 1.20-1.35` where
 # clusters, hardware profiles or months have their own). Folded with min/max, absent where no job ran.
 JOB_RANGES: dict[str, Any] = {"pue_min": min, "pue_max": max}
+# Interactive sessions where no configuration is given (the default [advice]); the CLI, API and reports
+# pass the site's (cocaq.accounting.sessions.Sessions.of(cfg.advice)), as the aggregator's rollups read it.
+DEFAULT_SESSIONS = Sessions.of(Advice())
 # The columns these queries read; tests/test_footprint_tables.py checks them against cocaq.db.schema.
 READS: dict[str, tuple[str, ...]] = {
     "jobs": (
@@ -146,17 +151,20 @@ class Totals:
     measured_energy_fraction: float | None
     co2_kg: float  # operational (with PUE); embodied is apart, never added in
     # What did no work, in disjoint parts of energy_kwh (cocaq.accounting.ledger): idle GPUs
-    # (idle_gpu_energy_kwh
-    # below), then the rest of the energy of jobs that failed, ran out of memory, timed out, were cancelled
+    # (idle_gpu_energy_kwh below), then the rest of the energy of jobs that failed, ran out of memory, were
+    # cancelled; and apart, possibly lost: the rest of jobs that hit their time limit (timeout_energy_kwh),
+    # interactive sessions none (cocaq.accounting.sessions)
     failed_energy_kwh: float  # FAILED, NODE_FAIL, BOOT_FAIL (beyond their idle GPUs)
     jobs_failed: int = 0  # FAILED, NODE_FAIL, BOOT_FAIL
     jobs_cancelled: int = 0
-    jobs_timeout: int = 0  # TIMEOUT, DEADLINE
+    jobs_timeout: int = 0  # TIMEOUT, DEADLINE, not interactive sessions
     jobs_oom: int = 0
     oom_energy_kwh: float = 0.0
-    timeout_energy_kwh: float = 0.0
+    timeout_energy_kwh: float = 0.0  # possibly lost: never in wasted_energy_kwh
     cancelled_energy_kwh: float = 0.0
-    wasted_energy_kwh: float = 0.0  # the five parts added up: never more than energy_kwh
+    # did no work, certainly: idle GPUs, failed, out of memory, cancelled added up (never the time-limit
+    # part, timeout_energy_kwh); with it, never more than energy_kwh
+    wasted_energy_kwh: float = 0.0
     energy_gpu_kwh: float = 0.0
     energy_cpu_kwh: float = 0.0
     energy_dram_kwh: float = 0.0
@@ -190,7 +198,7 @@ class Totals:
         g = {k: float(s.get(k) or 0.0) for k in (*ROLLUP_SUMS, *JOB_SUMS)}
         e = g["energy_measured_j"] + g["energy_estimated_j"]
         util_e = g["gpu_util_energy_j"]
-        wasted = g["idle_gpu_energy_j"] + sum(g[f"energy_{o}_j"] for o in OUTCOMES)
+        wasted = g["idle_gpu_energy_j"] + sum(g[f"energy_{o}_j"] for o in CERTAIN)
         return cls(
             jobs=round(g["jobs"]),
             cpu_hours=g["cpu_hours"],
@@ -395,6 +403,7 @@ def footprint_sql(
     rollups: bool,
     top: bool,
     within: int = 0,
+    sessions: Sessions | None = None,
 ) -> str:
     """One statement, one pass over the scope's jobs in the window, returning rows of three parts:
 
@@ -421,12 +430,16 @@ def footprint_sql(
     # the ledger's disjoint parts (cocaq.accounting.ledger), each job's idle energy from job_metrics
     idle = "coalesce(m.idle_gpu_energy_j, 0.0)"
     parts = ",\n           ".join(
-        f"sum(({outcome_sql(o, 'e.st', 'e.energy', idle, db.dialect)}) * e.fe) AS {col}"
+        f"sum(({outcome_sql(o, 'e.st', 'e.energy', idle, db.dialect, interactive='(e.inter = 1)')})"
+        f" * e.fe) AS {col}"
         for o, col in (*((o, f"energy_{o}_j") for o in OUTCOMES), ("idle", "idle_gpu_energy_j"))
     )
     counts = ",\n           ".join(
-        f"sum(CASE WHEN f > 0 THEN {count_sql(o, 'st')} ELSE 0 END) AS jobs_{o}" for o in OUTCOMES
+        f"sum(CASE WHEN f > 0 THEN {count_sql(o, 'st', interactive='(inter = 1)')} ELSE 0 END) AS jobs_{o}"
+        for o in OUTCOMES
     )
+    # an interactive session's time limit is how it ends: no energy possibly lost (cocaq.accounting.sessions)
+    inter = (sessions or DEFAULT_SESSIONS).sql("j.name", "j.partition", "j.qos", "j.batch_step", db.dialect)
     top_types = [t for _, t in _TOP]
     fence = "\n            OFFSET 0" if db.dialect == "postgresql" else ""
     top_cte = """, t AS (
@@ -446,7 +459,7 @@ WITH y AS (
                    coalesce(j.energy_j, 0.0) * coalesce(j.pue, 1.0) AS facility,
                    CASE WHEN j.gpus_unknown THEN 1 ELSE 0 END AS gunk,
                    CASE WHEN j.slurm_gpu_util IS NOT NULL AND j.alloc_gpus > 0 THEN 1 ELSE 0 END AS gslurm,
-                   coalesce(j.pue, 1.0) AS pue,
+                   coalesce(j.pue, 1.0) AS pue, CASE WHEN {inter} THEN 1 ELSE 0 END AS inter,
                    {_est_range("lo", "low")}, {_est_range("hi", "high")}
             FROM jobs j
             WHERE j.start_time < %(until_ts)s AND (j.end_time >= %(since_ts)s OR j.end_time IS NULL)
@@ -454,7 +467,8 @@ WITH y AS (
         ) w{fence}
     ) x
 ), e AS (
-    SELECT id, k, st, el, ov_e, fe, cpus, gpus, energy, measured, co2, est_lo, est_hi FROM y WHERE fe > 0
+    SELECT id, k, st, el, ov_e, fe, cpus, gpus, energy, measured, co2, est_lo, est_hi, inter
+    FROM y WHERE fe > 0
 ), c AS (
     SELECT q.job_pk,
            sum(CASE WHEN q.component = 'gpu' THEN coalesce(q.energy_j, 0.0) ELSE 0.0 END) AS gpu,
@@ -562,6 +576,7 @@ def query(
     top: int = 0,
     from_jobs: bool = False,
     within: tuple[str, ...] | None = None,
+    sessions: Sessions | None = None,
 ) -> Result:
     """Sums per `group` key (user, account, partition; None: one row keyed '') of the jobs in `scope`
     (("user", name) or ("account", lab)), from rollups and jobs as `plan_window` splits the window,
@@ -571,7 +586,15 @@ def query(
     rollups = plan.rollup_since is not None
     inside = labs_bound(within)
     sql = footprint_sql(
-        db, group, skind, cluster, edges=len(plan.edges), rollups=rollups, top=top > 0, within=len(inside)
+        db,
+        group,
+        skind,
+        cluster,
+        edges=len(plan.edges),
+        rollups=rollups,
+        top=top > 0,
+        within=len(inside),
+        sessions=sessions,
     )
     sums: dict[str, Sums] = {}
     tops = []
@@ -653,18 +676,46 @@ def user_footprint(
     top: int = 5,
     from_jobs: bool = False,
     within: tuple[str, ...] | None = None,
+    sessions: Sessions | None = None,
 ) -> Footprint:
-    """A user's footprint; `within`: only their jobs in these labs (what a lab head may see of them)."""
-    r = query(db, w, None, scope=("user", user), cluster=cluster, top=top, from_jobs=from_jobs, within=within)
+    """A user's footprint; `within`: only their jobs in these labs (what a lab head may see of them);
+    `sessions`: the site's interactive sessions ([advice]; None: the default configuration's)."""
+    r = query(
+        db,
+        w,
+        None,
+        scope=("user", user),
+        cluster=cluster,
+        top=top,
+        from_jobs=from_jobs,
+        within=within,
+        sessions=sessions,
+    )
     totals = Totals.from_sums(_add(r.sums.values()))
     return Footprint("user", user, w.since, w.until, totals, r.top_jobs, plan=r.plan, within=within)
 
 
 def lab_footprint(
-    db: Db, account: str, w: Window, *, cluster: str | None = None, top: int = 5, from_jobs: bool = False
+    db: Db,
+    account: str,
+    w: Window,
+    *,
+    cluster: str | None = None,
+    top: int = 5,
+    from_jobs: bool = False,
+    sessions: Sessions | None = None,
 ) -> Footprint:
     """A lab's totals are the sum of its users' rows (each job has one user)."""
-    r = query(db, w, "user", scope=("account", account), cluster=cluster, top=top, from_jobs=from_jobs)
+    r = query(
+        db,
+        w,
+        "user",
+        scope=("account", account),
+        cluster=cluster,
+        top=top,
+        from_jobs=from_jobs,
+        sessions=sessions,
+    )
     members = [{"user": u, **asdict(Totals.from_sums(s))} for u, s in r.sums.items()]
     members = [m for m in members if m["jobs"]]
     members.sort(key=lambda m: (-m["energy_kwh"], m["user"]))
@@ -673,18 +724,31 @@ def lab_footprint(
 
 
 def group_totals(
-    db: Db, w: Window, by: str, *, cluster: str | None = None, from_jobs: bool = False
+    db: Db,
+    w: Window,
+    by: str,
+    *,
+    cluster: str | None = None,
+    from_jobs: bool = False,
+    sessions: Sessions | None = None,
 ) -> list[dict[str, Any]]:
     """Totals per user, account (lab) or partition, largest energy first."""
-    r = query(db, w, by, cluster=cluster, from_jobs=from_jobs)
+    r = query(db, w, by, cluster=cluster, from_jobs=from_jobs, sessions=sessions)
     rows = [{by: k, **asdict(Totals.from_sums(s))} for k, s in r.sums.items()]
     rows = [row for row in rows if row["jobs"]]
     rows.sort(key=lambda row: (-row["energy_kwh"], row[by]))
     return rows
 
 
-def cluster_totals(db: Db, w: Window, *, cluster: str | None = None, from_jobs: bool = False) -> Totals:
-    r = query(db, w, None, cluster=cluster, from_jobs=from_jobs)
+def cluster_totals(
+    db: Db,
+    w: Window,
+    *,
+    cluster: str | None = None,
+    from_jobs: bool = False,
+    sessions: Sessions | None = None,
+) -> Totals:
+    r = query(db, w, None, cluster=cluster, from_jobs=from_jobs, sessions=sessions)
     return Totals.from_sums(_add(r.sums.values()))
 
 

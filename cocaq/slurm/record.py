@@ -86,3 +86,7 @@ class JobRecord:
     # 150 = one and a half GPUs busy), and the most GPU memory one task held (MB, summed over its GPUs)
     slurm_gpu_util: float | None = None
     slurm_gpu_mem_mb: float | None = None
+    # Whether the job ran a batch step (`JOBID.batch`: sbatch); False: its steps were read and none is
+    # (srun --pty, salloc: an interactive session, cocaq.accounting.sessions); None: no step was read
+    # (sacct -X, or a job that ran none), so nothing is known
+    batch_step: bool | None = None

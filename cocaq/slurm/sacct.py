@@ -216,6 +216,7 @@ class _StepAgg:
     gpu_util_s: float | None = None  # sum over steps of gres/gpuutil x tasks x the step's elapsed seconds
     gpu_mem_mb: float | None = None  # the largest gres/gpumem of one task in any step
     own_gpu: tuple[float | None, float | None, float | None, int | None] | None = None  # the job line's
+    batch: bool = False  # one of its steps is `.batch` (sbatch)
 
     def add_gpu(
         self, util: float | None, mem: float | None, ntasks: int | None, elapsed_s: float | None
@@ -235,6 +236,7 @@ class _Folder:
         self.stats = stats
         self.jobs: OrderedDict[str, tuple[JobRecord, _StepAgg]] = OrderedDict()
         self.done: set[str] = set()
+        self.het_batch: dict[int, bool | None] = {}  # a het job's leader's batch_step, for its components
 
     def add_job(self, key: str, rec: JobRecord) -> Iterator[JobRecord]:
         if key in self.jobs:  # the same job twice in one dump (requeue with -D): keep the later one
@@ -254,15 +256,18 @@ class _Folder:
         ntasks: str = "",
         nnodes: str = "",
         gpu: tuple[float | None, float | None, float | None] | None = None,
+        step: str = "",
     ) -> None:
         """Fold a step in; its task and node counts are parsed only if its MaxRSS is the job's largest.
-        `gpu`: the step's (gres/gpuutil %, gres/gpumem MB, elapsed s) where Slurm recorded GPU use."""
+        `gpu`: the step's (gres/gpuutil %, gres/gpumem MB, elapsed s) where Slurm recorded GPU use;
+        `step`: its id after the dot (batch, extern, interactive, 0)."""
         self.stats.steps += 1
         if key not in self.jobs:
             self.stats.skip("step without its job line", where)
             return
         agg = self.jobs[key][1]
         agg.n_steps += 1
+        agg.batch = agg.batch or step == "batch"
         if gpu is not None:
             agg.add_gpu(gpu[0], gpu[1], _count(ntasks), gpu[2])
         if cpu_s is not None:
@@ -283,6 +288,8 @@ class _Folder:
         if agg.own_gpu is not None and agg.gpu_util_s is None and agg.gpu_mem_mb is None:
             agg.add_gpu(agg.own_gpu[0], agg.own_gpu[1], agg.own_gpu[3], agg.own_gpu[2])
         finish_gpu(rec, agg.gpu_util_s, agg.gpu_mem_mb)
+        rec.batch_step = agg.batch if agg.n_steps else None
+        het_batch(rec, self.het_batch)
         if not rec.consumed_energy_j and agg.energy_max_j:
             # Steps overlap in time (.batch and .extern span the job), so their energies are not added:
             # the largest is the best lower bound of the job's node energy.
@@ -296,6 +303,17 @@ class _Folder:
     def flush(self) -> Iterator[JobRecord]:
         while self.jobs:
             yield self._finish(*self.jobs.popitem(last=False))
+
+
+def het_batch(rec: JobRecord, leaders: dict[int, bool | None]) -> None:
+    """A het job's batch script runs in its first component (`12+0.batch`): the others (`12+1`, with only
+    numbered steps) take the leader's batch_step, or None where the leader was not read before them."""
+    if rec.het_job_id is None or rec.het_job_offset is None:
+        return
+    if rec.het_job_offset == 0:
+        leaders[rec.het_job_id] = rec.batch_step
+    elif not rec.batch_step:
+        rec.batch_step = leaders.get(rec.het_job_id)
 
 
 def finish_gpu(rec: JobRecord, gpu_util_s: float | None, gpu_mem_mb: float | None) -> None:
@@ -443,6 +461,7 @@ def iter_parsable(
                     parts[i_tasks] if i_tasks is not None else "",
                     parts[i_nodes] if i_nodes is not None else "",
                     gpu,
+                    m.group("step"),
                 )
                 continue
 
@@ -508,6 +527,7 @@ def _row_to_job(
             get("ntasks"),
             get("nnodes"),
             _step_gpu(get),
+            m.group("step"),
         )
         return
     # MaxRSS is a step's; a job line that has one counts as a step of its own
@@ -795,7 +815,23 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
         rss_tasks_per_node=rss_tpn,
     )
     finish_gpu(rec, gpu_util_s, gpu_mem_mb)
+    rec.batch_step = _json_batch_step(steps)
     return rec
+
+
+def _json_batch_step(steps: Any) -> bool | None:
+    """Whether a JSON job's steps hold its batch step: `step.id` is "batch" (v0.0.38) or "24.batch"
+    (v0.0.40+; pyslurm's step ids are the same words). None without steps, or where a step's id is
+    missing (then a batch step may be the one not named)."""
+    if not isinstance(steps, list) or not steps:
+        return None
+    for s in steps:
+        sid = ((s.get("step") or {}) if isinstance(s, dict) else {}).get("id")
+        if sid is None or (isinstance(sid, str) and not sid.strip()):
+            return None
+        if str(sid).rsplit(".", 1)[-1].strip() == "batch":
+            return True
+    return False
 
 
 def _json_tres_usage(step: dict[str, Any], which: str, name: str) -> str:
@@ -904,6 +940,7 @@ def iter_job_dicts(
     st = stats if stats is not None else ParseStats()
     seen: dict[tuple[str, Any], int] = {}
     out: list[JobRecord] = []
+    leaders: dict[int, bool | None] = {}
     for i, j in enumerate(jobs):
         st.lines += 1
         where = f"jobs[{i}]"
@@ -917,6 +954,7 @@ def iter_job_dicts(
             continue
         if rec is None:
             continue
+        het_batch(rec, leaders)
         key = (rec.job_id, rec.submit_time)
         if key in seen:
             st.skip("duplicate job line (later one kept)", where)

@@ -109,11 +109,14 @@ def _number(v: Any) -> dict[str, Any]:
 def job_dict(job: Any) -> dict[str, Any]:
     """One pyslurm.db.Job as a job of sacct --json (data_parser v0.0.4x), the fields cocaq reads."""
     steps = []
-    for step in job.steps.values():
+    # pyslurm keys a job's steps by their ids, special ones as words ("batch", "extern", "interactive"),
+    # as sacct --json's step.id ends: the reader tells a batch job from an srun/salloc session by them
+    for sid, step in job.steps.items():
         stats = step.stats
         rss = getattr(stats, "max_resident_memory", None)
         steps.append(
             {
+                "step": {"id": f"{job.id}.{sid}"},
                 "statistics": {"energy": {"consumed": getattr(stats, "consumed_energy", None)}},
                 "tres": {"requested": {"max": [{"type": "mem", "name": "", "count": rss}] if rss else []}},
                 "nodes": {"count": step.num_nodes},
