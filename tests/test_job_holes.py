@@ -100,9 +100,9 @@ def test_running_job_gets_no_cpu_memory_or_time_note(env: dict[str, str]) -> Non
     assert "Ask for fewer CPU cores" not in r.out and "Ask for less memory" not in r.out
     assert "busy" not in r.out  # the CPUs line says no share of cores busy
     cpu_line = next(x for x in r.out.splitlines() if x.startswith("CPU time"))
-    assert "0.08 h" in cpu_line and "when the step ends" in cpu_line
+    assert "5 min" in cpu_line and "when the step ends" in cpu_line  # not "0.0833 h"
     mem_line = next(x for x in r.out.splitlines() if x.startswith("memory"))
-    assert "2.0 GB used (MaxRSS) by the steps that ended so far" in mem_line
+    assert "at most 2 GB used (MaxRSS) by the steps that ended so far" in mem_line
 
 
 def test_running_job_is_no_evidence_in_users_suggestions(env: dict[str, str], db_url: str) -> None:

@@ -525,9 +525,16 @@ def cpu_time_text(total_cpu_s: float | None, running: bool) -> str:
     """A job's TotalCPU in words: Slurm adds a step's CPU time when the step ends, so a running job's is
     the ended steps' only, and a finished job's None is one Slurm did not record (not zero)."""
     if running:
-        done = "none yet" if total_cpu_s is None else f"{num(total_cpu_s / 3600)} h"
+        done = "none yet" if total_cpu_s is None else _cpu_time(total_cpu_s)
         return f"{done} (Slurm counts a step's CPU time when the step ends)"
-    return "not recorded by Slurm" if total_cpu_s is None else f"{num(total_cpu_s / 3600)} h"
+    return "not recorded by Slurm" if total_cpu_s is None else _cpu_time(total_cpu_s)
+
+
+def _cpu_time(seconds: float) -> str:
+    """CPU time as people say it: `5 min` under an hour (never `0.0833 h`), else hours: `2,081 h`."""
+    if seconds < 3600:
+        return f"{round(seconds / 60)} min" if seconds >= 30 else f"{num(seconds)} s"
+    return f"{num(seconds / 3600)} h"
 
 
 def print_job(job: dict[str, Any], console: Console) -> None:
