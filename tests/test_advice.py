@@ -319,7 +319,7 @@ def test_jobfacts_rows_line_up_with_its_fields() -> None:
         "gpu_tdp_w", "gpu_mem_gb", "model", "precision", "precision_label", "batch_size", "epochs", "tokens",
         "devices", "shift_state", "shift_slack_h", "shift_best_start", "shift_now_g", "shift_best_g",
         "shift_saved_kg", "shift_pause_saved_kg", "gpu_util_source", "gpus_unknown", "qos", "gpu_type",
-        "gpu_model", "batch_step", "node_cores", "node_gpus", "node_mem_gb",
+        "gpu_model", "batch_step", "node_cores", "node_gpus", "node_mem_gb", "zero_cpu_nodes",
     ]  # fmt: skip
     sql = jobfacts._sql(type("Db", (), {"dialect": "postgresql"})(), "user", False)  # type: ignore[arg-type]
     select = sql.rsplit("\nSELECT ", 1)[1].split("\nFROM w", 1)[0]
@@ -333,8 +333,9 @@ def test_jobfacts_rows_line_up_with_its_fields() -> None:
             cur += ch
     cols.append(cur.strip())
     # the fields, the model metadata, the when-to-run figures, the GPU figures' source and flag, the QOS and
-    # TRES GPU type, the batch step, the sort key (the profile's gpu_model comes from the config)
-    assert len(cols) == n + 6 + 7 + 2 + 2 + 1 + 1
+    # TRES GPU type, the batch step, the nodes with no CPU use, the sort key (the profile's gpu_model comes
+    # from the config)
+    assert len(cols) == n + 6 + 7 + 2 + 2 + 1 + 1 + 1
     assert cols[n - 1].startswith("CASE WHEN m.gpu_samples_s > 0") and cols[n] == "mm.model_name"
     assert cols[n + 6] == "m.shift_state" and cols[n + 12].startswith("coalesce(m.shift_pause_saved_g")
     assert cols[n + 13 : n + 18] == [
@@ -344,6 +345,7 @@ def test_jobfacts_rows_line_up_with_its_fields() -> None:
         "w.gpu_type",
         "w.batch_step",
     ]
+    assert cols[n + 18] == "w.zero_cpu_nodes"
 
 
 def test_the_precision_advice_reads_the_same_whatever_the_hash_seed() -> None:

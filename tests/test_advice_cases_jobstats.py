@@ -185,6 +185,10 @@ def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     f.write_text(dump(now))
     r = run_cocaq(["import", "sacct", "--file", str(f)], env)
     assert r.code == 0, r.err
+    f = tmp / "sacct-nodes.txt"  # the nodes' cases: a dump with the per-step minimum's fields
+    f.write_text(node_dump(now))
+    r = run_cocaq(["import", "sacct", "--file", str(f)], env)
+    assert r.code == 0, r.err
     cfg = load_config(cfg_path)
     eng = make_engine(url)
     busy, zero, low = (300.0, 90.0), (60.0, 0.0), (80.0, 3.0)
@@ -197,7 +201,7 @@ def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     with connect(url) as db:
         loaded = jobfacts.load(db, cfg, now - timedelta(days=30), now)
     by_user = {j.user: j for j in _with_devices(url, cfg, loaded)}
-    assert set(by_user) == {c.user for c in CASES}
+    assert set(by_user) == {c.user for c in CASES} | {c.user for c in NODE_CASES}
     yield Site(url, cfg, env, now, by_user)
 
 
@@ -215,7 +219,7 @@ def both(site: Site, user: str) -> tuple[dict[str, Advice], dict[str, Advice]]:
     return window(site, user), notes(site, user)
 
 
-JOBSTATS = {"cpus", "cores-per-gpu", "mem-per-gpu", "fewer-nodes", "unused-gpus", "mig"}
+JOBSTATS = {"cpus", "cores-per-gpu", "mem-per-gpu", "fewer-nodes", "unused-gpus", "mig", "zero-cpu-nodes"}
 
 
 def only(found: dict[str, Advice], *ids: str) -> None:
@@ -372,3 +376,196 @@ def test_cocaq_job_says_them(site: Site) -> None:
     r = run_cocaq(["user", "nodes2fit1", "--since", "30d", "-o", "json"], site.env)
     assert r.code == 0, r.err
     assert not {a["id"] for a in json.loads(r.out)["advice"]} & JOBSTATS
+
+
+# --- a node with no CPU use -------------------------------------------------------------------------------
+#
+# What sacct says per step (sacct(1)): TRESUsageInMin, the least use of any one task; TRESUsageInMinNode,
+# where; TRESUsageInMinTask, which task (-1: node-centric). A zero minimum is one task's: it is the node's
+# whole share only where the step ran one task per node. With 64 tasks per node (case 704) one idle task
+# says nothing of its node, whose other 63 may work: no node is named, whatever the node did, because the
+# data cannot tell an idle node from one idle rank on a busy node.
+
+NODE_HEADER = HEADER + "|TRESUsageInMin|TRESUsageInMinNode|TRESUsageInMinTask"
+
+
+@dataclass(frozen=True)
+class NodeCase:
+    """A job of 4 nodes of 64 cores (or 1) and its steps: (step, nodes, tasks, TotalCPU in s, least CPU
+    of one task in s, where, which task); the nodes are the step's first `nodes` of the job's."""
+
+    raw: int
+    user: str
+    nodes: int
+    steps: tuple[tuple[str, int, int, float, float, int, int], ...]
+
+
+BUSY = 64 * 2 * H * 0.95  # one node's 64 cores, 95% busy for 2 h
+NODE_CASES = (
+    # srun's step ran one task per node, and the one on the third node did nothing
+    NodeCase(701, "idlenode", 4, (("batch", 1, 1, 2, 2, 1, 0), ("extern", 4, 4, 0, 0, 1, 0),
+                                  ("0", 4, 4, 3 * BUSY, 0, 3, 2))),
+    NodeCase(702, "allnodes", 4, (("batch", 1, 1, 2, 2, 1, 0), ("extern", 4, 4, 0, 0, 1, 0),
+                                  ("0", 4, 4, 4 * BUSY, BUSY / 64, 2, 1))),
+    NodeCase(703, "onenode", 1, (("batch", 1, 1, 2, 2, 1, 0), ("0", 1, 1, 0, 0, 1, 0))),
+    # 64 tasks per node: its least-used task (130, on the third node) did nothing, its node's others worked
+    NodeCase(704, "manytasks", 4, (("batch", 1, 1, 2, 2, 1, 0), ("extern", 4, 4, 0, 0, 1, 0),
+                                   ("0", 4, 256, 4 * BUSY - BUSY / 64, 0, 3, 130))),
+    # no srun: the batch script ran the work on the first node; only the extern step is on the others
+    NodeCase(705, "nosrun", 4, (("batch", 1, 1, BUSY, BUSY, 1, 0), ("extern", 4, 4, 0, 0, 2, 1))),
+)  # fmt: skip
+
+
+def _host(c: NodeCase, i: int) -> str:
+    return f"n{c.raw}{i}" if c.nodes > 1 else f"n{c.raw}"
+
+
+def node_dump(now: datetime) -> str:
+    rows = []
+    for c in NODE_CASES:
+        t0 = start_of(Case(c.raw, c.user, 0, 0.0), now)
+        t1, el = t0 + timedelta(hours=2), 2 * H
+        nodes = f"n{c.raw}[1-{c.nodes}]" if c.nodes > 1 else f"n{c.raw}"
+        cpus = 64 * c.nodes
+        tres = f"cpu={cpus},mem=64G,node={c.nodes}"
+        total = _dur(sum(s[3] for s in c.steps))
+        rows.append(
+            f"{c.raw}|{c.raw}|job{c.raw}|{c.user}|1000|lab|cpu|normal|{nodes}|{c.nodes}|{cpus}|{tres}|64G|"
+            f"{_t(t0)}|{_t(t0)}|{_t(t1)}|{el}|COMPLETED|0:0|{total}|||hal|1-00:00:00|||||||"
+        )
+        for step, nn, tasks, cpu_s, least, at, task in c.steps:
+            on = f"n{c.raw}[1-{nn}]" if nn > 1 else _host(c, 1)
+            where = _host(c, at)
+            mins = f"cpu={_dur(least)},energy=0,fs/disk=2012,mem=1200K,pages=0,vmem=4000K"
+            node = f"cpu={where},energy={_host(c, 1)},fs/disk={_host(c, 1)},mem={where},pages={where},vmem={where}"
+            rows.append(
+                f"{c.raw}.{step}|{c.raw}.{step}|{step}||1000|lab|||{on}|{nn}|{64 * nn}|cpu={64 * nn}||"
+                f"{_t(t0)}|{_t(t0)}|{_t(t1)}|{el}|COMPLETED|0:0|{_dur(cpu_s)}|||||2G|{tasks}|||"
+                f"{mins}|{node}|cpu={task},energy=0,fs/disk=0,mem={task},pages=0,vmem=0"
+            )
+    return NODE_HEADER + "\n" + "\n".join(rows) + "\n"
+
+
+def test_zero_cpu_node_is_named_with_the_line_to_change(site: Site) -> None:
+    assert site.jobs["idlenode"].zero_cpu_nodes == ("n7013",)
+    w, n = both(site, "idlenode")
+    only(w, "zero-cpu-nodes")  # its 75% CPU use and its nodes are the idle node's doing: no other note
+    only(n, "zero-cpu-nodes")
+    z = n["zero-cpu-nodes"]
+    assert z.title == "Start the code on every node"
+    assert "It ran on 4 nodes and Slurm accounted no CPU time on 1 of them: n7013 (sacct" in z.body
+    assert "Is the code able" not in z.body  # three nodes worked
+    assert z.change == (
+        "srun python train.py  (your command after srun, in the batch script)",
+        "#SBATCH --ntasks-per-node=64  (one task per core, as an MPI code runs; 1 for a code that starts "
+        "its own threads)",
+        "#SBATCH --nodes=3  (or ask for the nodes it used)",
+    )
+    assert w["zero-cpu-nodes"].job_ids == ("701",) and w["zero-cpu-nodes"].saving_kwh is None
+    assert "701: 1 of 4 nodes idle (n7013)" in w["zero-cpu-nodes"].body
+
+
+def test_a_batch_script_without_srun_leaves_every_other_node_idle(site: Site) -> None:
+    assert site.jobs["nosrun"].zero_cpu_nodes == ("n7052", "n7053", "n7054")
+    n = notes(site, "nosrun")
+    only(n, "zero-cpu-nodes")  # not "cpus" for its 24% CPU use: the three idle nodes are why
+    z = n["zero-cpu-nodes"]
+    assert "no CPU time on 3 of them: n7052, n7053, n7054" in z.body
+    assert "Is the code able to use more than one node?" in z.body  # only one node worked
+    assert z.change[-1] == "#SBATCH --nodes=1  (or ask for the nodes it used)"
+
+
+def test_no_zero_cpu_node_note_where_every_node_worked_one_node_or_many_tasks(site: Site) -> None:
+    for user in ("allnodes", "onenode", "manytasks"):
+        assert site.jobs[user].zero_cpu_nodes == (), user
+        assert "zero-cpu-nodes" not in window(site, user), user
+        assert "zero-cpu-nodes" not in notes(site, user), user
+
+
+def test_cocaq_job_names_the_idle_node(site: Site) -> None:
+    r = run_cocaq(["job", "701", "-o", "json"], site.env)
+    assert r.code == 0, r.err
+    got = {x["id"]: x for x in json.loads(r.out)["notes"]}
+    assert "n7013" in got["zero-cpu-nodes"]["body"]
+    assert got["zero-cpu-nodes"]["change"][-1] == "#SBATCH --nodes=3  (or ask for the nodes it used)"
+
+
+def _json_job(steps: list[dict[str, object]], nodes: str = "n[1-4]") -> dict[str, object]:
+    """A finished 4-node job as sacct --json (data_parser v0.0.40+) writes it."""
+    return {
+        "job_id": 9, "user": "alice", "cluster": "hal", "partition": "cpu", "nodes": nodes,
+        "allocation_nodes": 4, "state": {"current": ["COMPLETED"]},
+        "time": {"submission": 1_800_000_000, "start": 1_800_000_000, "end": 1_800_007_200,
+                 "elapsed": 7200, "total": {"seconds": 0, "microseconds": 0}},
+        "tres": {"allocated": [{"type": "cpu", "count": 256}, {"type": "node", "count": 4}]},
+        "steps": steps,
+    }  # fmt: skip
+
+
+def _json_step(sid: str, nodes: list[str], tasks: int, cpu_s: float, least_ms: int, at: str, task: int):  # type: ignore[no-untyped-def]
+    return {
+        "step": {"id": f"9.{sid}"}, "nodes": {"count": len(nodes), "list": nodes}, "tasks": {"count": tasks},
+        "time": {"total": {"seconds": int(cpu_s), "microseconds": 0}},
+        "tres": {"requested": {"min": [{"type": "cpu", "name": "", "count": least_ms, "task": task, "node": at},
+                                       {"type": "mem", "name": "", "count": 10**6, "task": 0, "node": "n1"}]}},
+    }  # fmt: skip
+
+
+def test_json_and_pyslurm_read_the_same() -> None:
+    from types import SimpleNamespace
+
+    from cocaq.slurm.sacct import iter_job_dicts, iter_json
+    from cocaq.slurm.slurmdb import job_dict
+    from tests.test_slurm_backend_choice import job as pyslurm_job
+    from tests.test_slurm_backend_choice import tres
+
+    four = ["n1", "n2", "n3", "n4"]
+    steps = [_json_step("batch", ["n1"], 1, 2, 2000, "n1", 0), _json_step("extern", four, 4, 0, 0, "n1", 0),
+             _json_step("0", four, 4, 3 * BUSY, 0, "n3", 2)]  # fmt: skip
+    (rec,) = iter_json(json.dumps({"jobs": [_json_job(steps)]}))
+    assert rec.zero_cpu_nodes == "n3"
+    steps[2] = _json_step("0", four, 256, 4 * BUSY, 0, "n3", 130)  # 64 tasks per node: one task's zero
+    (rec,) = iter_json(json.dumps({"jobs": [_json_job(steps)]}))
+    assert rec.zero_cpu_nodes is None
+    steps[2] = _json_step("0", four, 256, 4 * BUSY, 0, "n3", -1)  # node-centric (sacct(1): task -1)
+    (rec,) = iter_json(json.dumps({"jobs": [_json_job(steps)]}))
+    assert rec.zero_cpu_nodes == "n3"
+
+    def step(nodes: str, n: int, tasks: int, cpu: float, least: float, at: str, task: int) -> object:
+        stats = SimpleNamespace(total_cpu_time=cpu, max_resident_memory=None, consumed_energy=None,
+                                min_cpu_time=least, min_cpu_time_node=at, min_cpu_time_task=task)  # fmt: skip
+        return SimpleNamespace(stats=stats, num_nodes=n, ntasks=tasks, nodelist=nodes)
+
+    j = pyslurm_job(
+        nodelist="n[1-4]", num_nodes=4, allocated_tres=tres(cpu=256, mem=64000, node=4),
+        elapsed_time=7200, end_time=1_800_007_210,
+        steps={"batch": step("n1", 1, 1, 2, 2, "n1", 0), "extern": step("n[1-4]", 4, 4, 0, 0, "n1", 0),
+               0: step("n[1-4]", 4, 4, 3 * BUSY, 0, "n3", 2)},
+    )  # fmt: skip
+    (rec,) = iter_job_dicts([job_dict(j)])
+    assert rec.zero_cpu_nodes == "n3"
+
+
+def test_hostile_minimum_fields_cost_only_themselves() -> None:
+    """Bad values in the three fields (a duration no run has, a node name with shell characters, a task
+    that is not a number, a host list of a billion nodes) leave the job as it is, with no node named."""
+    from cocaq.slurm.sacct import ParseStats, iter_parsable
+
+    now = datetime(2026, 11, 10, tzinfo=UTC)
+    text = node_dump(now).splitlines()
+    head, body = text[0], [x for x in text[1:] if x.startswith("701")]
+    bad = []
+    for x in body:
+        if x.startswith("701.0|"):
+            parts = x.split("|")
+            parts[-3] = "cpu=99999999999-00:00:00,mem=1e400"
+            parts[-2] = "cpu=$(rm -rf ~);n7013"
+            parts[-1] = "cpu=two"
+            x = "|".join(parts)
+        if x.startswith("701.extern|"):
+            x = x.replace("n701[1-4]", "n[0-999999999]")
+        bad.append(x)
+    st = ParseStats()
+    (rec,) = iter_parsable([(y + "\n").encode() for y in [head, *bad]], tz=UTC, stats=st)
+    assert rec.job_id == "701" and rec.n_nodes == 4 and not st.skipped
+    assert rec.zero_cpu_nodes is None

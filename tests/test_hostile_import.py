@@ -33,6 +33,7 @@ BASE = {
     "End": "2026-11-10T16:00:00", "Elapsed": "06:00:00", "ElapsedRaw": "21600", "State": "COMPLETED",
     "ExitCode": "0:0", "TotalCPU": "40:00:00", "Comment": "", "ConsumedEnergyRaw": "", "Cluster": "c1",
     "Timelimit": "1-00:00:00", "MaxRSS": "", "NTasks": "", "TRESUsageInAve": "", "TRESUsageInMax": "",
+    "TRESUsageInMin": "", "TRESUsageInMinNode": "", "TRESUsageInMinTask": "",
 }  # fmt: skip
 BIG = "99999999999999999999"
 # (overrides, what happens: "skip: <reason start>" or "keep")

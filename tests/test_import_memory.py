@@ -24,7 +24,7 @@ T0 = datetime(2026, 11, 10, 10, tzinfo=UTC)
 JOB = (
     "100|100|train|alice|1001|lab_nlp|gpu|normal|gpu[01-02]|2|16|cpu=16,gres/gpu=8,mem=512G,node=2|"
     "cpu=16,gres/gpu=8,mem=512G,node=2|512G|2026-11-10T10:00:00|2026-11-10T10:00:00|2026-11-10T20:00:00|"
-    "10:00:00|36000|COMPLETED|0:0|2-00:00:00|||c1|1-00:00:00||||"
+    "10:00:00|36000|COMPLETED|0:0|2-00:00:00|||c1|1-00:00:00|||||||"
 )
 # The steps: JobID|MaxRSS|NTasks|NNodes, the rest as on the job line.
 STEPS = (("100.extern", "1000K", "2", "2"), ("100.batch", "350M", "1", "1"), ("100.0", "{rss}", "8", "2"))

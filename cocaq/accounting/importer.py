@@ -166,6 +166,7 @@ def job_row(
         "slurm_gpu_util": rec.slurm_gpu_util,
         "slurm_gpu_mem_mb": rec.slurm_gpu_mem_mb,
         "batch_step": rec.batch_step,
+        "zero_cpu_nodes": rec.zero_cpu_nodes,
         "gpus_unknown": gpus_unknown,
         "submit_time": rec.submit_time,
         "start_time": rec.start_time,
@@ -478,7 +479,7 @@ _PG_COLS = (
     "elapsed_s", "time_limit_s", "state", "state_detail", "is_open", "exit_code", "exit_signal", "name",
     "comment", "total_cpu_s", "consumed_energy_j", "energy_j", "energy_measured_j", "pue", "carbon_zone",
     "carbon_g_per_kwh", "carbon_source", "carbon_year", "carbon_flag", "co2_g", "hw_profile", "assumptions",
-    "imported_from", "record_hash", "energy_est_low_j", "energy_est_high_j", "batch_step",
+    "imported_from", "record_hash", "energy_est_low_j", "energy_est_high_j", "batch_step", "zero_cpu_nodes",
 )  # fmt: skip
 # A schema with other job columns than these (a migration in progress) takes the job_row() route.
 _PG_FAST = sorted(_PG_COLS) == sorted(JOB_COLUMNS)
@@ -545,6 +546,7 @@ def _pg_row(
         v[12],  # energy_est_low_j
         v[13],  # energy_est_high_j
         rec.batch_step,
+        rec.zero_cpu_nodes,
     ]
 
 

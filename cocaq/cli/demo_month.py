@@ -73,6 +73,9 @@ cpu_tdp_w_per_core = 3.75
 gpu_tdp_w = 0
 mem_gb = 768
 
+[advice]                 # slurm.conf's MaxTime per partition: no --time the advice proposes goes above it
+partition_max_time = { gpu_a100 = "2-00:00:00", gpu_v100 = "1-00:00:00", cpu = "1-00:00:00" }
+
 [collector]
 interval_s = 300         # the demo's GPU samples (A100 nodes) are 5 minutes apart; a real collector: 10 s
 
@@ -482,6 +485,9 @@ def sacct_lines(jobs: list[DemoJob]) -> list[str]:
             "NTasks": "",
             "TRESUsageInAve": "",  # the demo's site records no GPU use in Slurm (its collector does)
             "TRESUsageInMax": "",
+            "TRESUsageInMin": "",  # nor the least-used task of each step (cocaq.slurm.idle_nodes)
+            "TRESUsageInMinNode": "",
+            "TRESUsageInMinTask": "",
         }
         out.append("|".join(row[f] for f in fields))
         if j.running:

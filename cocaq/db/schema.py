@@ -120,6 +120,9 @@ class Job(Base):
     # sacct showed a `.batch` step (sbatch); false: steps and none of them batch (srun --pty, salloc: an
     # interactive session); NULL: no step was read (sacct -X), not known (cocaq.slurm.record.JobRecord)
     batch_step: Mapped[bool | None] = mapped_column(Boolean)
+    # the nodes of a multi-node job on which Slurm accounted no CPU time in any step (comma-separated, in
+    # NodeList order; cocaq.slurm.idle_nodes); NULL: none, or its steps cannot tell
+    zero_cpu_nodes: Mapped[str | None] = mapped_column(Text)
     # No GPU in the job's TRES on a GPU partition of a cluster whose accounting records none (or it used
     # GPUs by Slurm's gres/gpuutil): how many GPUs it held is not known, and they are not in its energy
     gpus_unknown: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())

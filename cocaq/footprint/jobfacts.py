@@ -125,6 +125,9 @@ class JobFacts:
     node_cores: int = 0
     node_gpus: int = 0
     node_mem_gb: float = 0.0
+    # the nodes of a multi-node job on which Slurm accounted no CPU time in any step (sacct's per-step
+    # minimum, cocaq.slurm.idle_nodes); () where none, or its steps cannot tell
+    zero_cpu_nodes: tuple[str, ...] = ()
 
     # --- derived -------------------------------------------------------------------------------------
 
@@ -273,8 +276,8 @@ WITH y AS (
            j.is_open, coalesce(j.alloc_cpus, 0) AS cpus, coalesce(j.alloc_gpus, 0) AS gpus,
            coalesce(j.n_nodes, 0) AS nn, j.time_limit_s, j.req_mem_mb, j.max_rss_mb, j.rss_tasks_per_node,
            j.total_cpu_s, coalesce(j.energy_j, 0.0) AS energy, coalesce(j.energy_measured_j, 0.0) AS measured,
-           coalesce(j.co2_g, 0.0) AS co2, j.gpus_unknown, j.qos, j.gpu_type, j.batch_step, {t0} AS t0,
-           {el} AS el
+           coalesce(j.co2_g, 0.0) AS co2, j.gpus_unknown, j.qos, j.gpu_type, j.batch_step, j.zero_cpu_nodes,
+           {t0} AS t0, {el} AS el
     FROM jobs j JOIN clusters c ON c.id = j.cluster_id
     WHERE j.start_time < %(until_ts)s AND (j.end_time >= %(since_ts)s OR j.end_time IS NULL)
           AND j.start_time IS NOT NULL{where}{fence}
@@ -296,7 +299,7 @@ SELECT w.id, w.job_id, w.job_id_raw, w.cluster_id, w.cluster, w.name, w.user_nam
        mm.model_name, mm.precision, mm.extra, mm.batch_size, mm.epochs, mm.tokens,
        m.shift_state, m.shift_slack_s / 3600.0, m.shift_best_start, m.shift_now_g, m.shift_best_g,
        coalesce(m.shift_saved_g, 0.0) / 1000.0, coalesce(m.shift_pause_saved_g, 0.0) / 1000.0,
-       m.gpu_util_source, w.gpus_unknown, w.qos, w.gpu_type, w.batch_step,
+       m.gpu_util_source, w.gpus_unknown, w.qos, w.gpu_type, w.batch_step, w.zero_cpu_nodes,
        {energy_j} * w.f
 FROM w {energy}
        LEFT JOIN job_metrics m ON m.job_pk = w.id
@@ -412,6 +415,7 @@ def _facts(
         hw.cores_per_node,
         hw.gpus_per_node,
         float(hw.mem_gb),
+        tuple(r[_N_PLAIN + 18].split(",")) if r[_N_PLAIN + 18] else (),
     )
     return JobFacts(*plain)
 

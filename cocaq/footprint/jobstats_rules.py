@@ -21,6 +21,11 @@ What each rests on:
   node is the node's cores (memory) / its GPUs. Without the profile's figures, no note.
 * ``unused-gpus``: cocaq's collector samples of each GPU (`JobFacts.devices`, where they were examined
   one by one): a GPU at 0% in every sample of a multi-GPU job.
+* ``zero-cpu-nodes``: the nodes of a multi-node job on which Slurm accounted no CPU time in any step
+  (`JobFacts.zero_cpu_nodes`, from sacct's TRESUsageInMin/MinNode/MinTask, cocaq.slurm.idle_nodes: a
+  step's least-used task is the node's whole share only where the step ran one task per node). jobstats
+  says "did not use N of the M allocated nodes", and leaves such a job out of its low-CPU and too-many-
+  nodes notes, as these do (``cpus``, ``fewer-nodes``): the idle node is the cause of both.
 * ``mig``: the job's mean GPU use and its peak GPU memory (samples, or Slurm's gres/gpuutil and
   gres/gpumem), against a MIG slice of `[advice] mig_partitions`: an NVIDIA A100 or H100 has 7 compute
   slices, so an `Ng.XXgb` slice has N/7 of its compute and XX GB.
@@ -37,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from cocaq.footprint.advice_words import MB_PER_GB, n_gpus, n_jobs, num, pct, slurm_mem
+from cocaq.footprint.advice_words import MB_PER_GB, n_gpus, n_jobs, num, pct, plural, slurm_mem
 from cocaq.footprint.jobfacts import JobFacts
 
 A = TypeVar("A")
@@ -99,6 +104,8 @@ def _cpus(j: JobFacts, ctx: Ctx) -> _Hit | None:
     t = ctx.thresholds
     u = j.cpu_usage  # None for a running job or one whose TotalCPU Slurm did not gather
     if u is None or j.elapsed_h < MIN_RUN_H or j.cpus < (t.cpu_min_cores if j.gpus else 2):
+        return None
+    if j.zero_cpu_nodes:  # its idle nodes are the cause: the zero-cpu-nodes note says so
         return None
     if j.gpus and _cores_per_gpu(j, ctx) is not None:  # the same cores, said per GPU
         return None
@@ -203,7 +210,7 @@ def _mem_per_gpu(j: JobFacts, ctx: Ctx) -> _Hit | None:
 
 
 def _fewer_nodes(j: JobFacts, ctx: Ctx) -> _Hit | None:
-    if j.nodes <= 1 or j.node_cores <= 0 or (j.gpus and j.node_gpus <= 0):
+    if j.nodes <= 1 or j.node_cores <= 0 or (j.gpus and j.node_gpus <= 0) or j.zero_cpu_nodes:
         return None
     need = math.ceil(j.cpus / j.node_cores - 1e-9)
     if j.gpus:
@@ -256,6 +263,37 @@ def _unused_gpus(j: JobFacts, ctx: Ctx) -> _Hit | None:
         change,
         (("GPUs at 0%", len(zero), "GPUs"), ("GPUs", len(devs), "GPUs")),
         len(zero) * j.elapsed_h,
+    )
+
+
+def _zero_cpu_nodes(j: JobFacts, ctx: Ctx) -> _Hit | None:
+    idle = j.zero_cpu_nodes
+    if j.nodes < 2 or not idle or not j.ended or j.elapsed_h < MIN_RUN_H or len(idle) >= j.nodes:
+        return None
+    worked = j.nodes - len(idle)
+    names = ", ".join(idle[:4]) + (f" and {len(idle) - 4} more" if len(idle) > 4 else "")
+    multi = "" if worked > 1 else " Is the code able to use more than one node?"
+    per_node = (
+        f"#SBATCH --ntasks-per-node={max(1, j.gpus // j.nodes)}  (one task per GPU)"
+        if j.gpus
+        else f"#SBATCH --ntasks-per-node={max(1, j.cpus // j.nodes)}  (one task per core, as an MPI code "
+        "runs; 1 for a code that starts its own threads)"
+    )
+    return _Hit(
+        j,
+        f"It ran on {plural(j.nodes, 'node')} and Slurm accounted no CPU time on {len(idle)} of them: "
+        f"{names} (sacct's least-used task of each step, TRESUsageInMin). The code was not started on "
+        "every node: a batch script runs on the first node only, so a program started without srun, or a "
+        f"launcher that starts one process, leaves the others idle.{multi} Start it with srun, which runs "
+        "the tasks on every node of the job, or ask for the nodes it uses.",
+        f"{j.job_id}: {len(idle)} of {j.nodes} nodes idle ({names})",
+        (
+            "srun python train.py  (your command after srun, in the batch script)",
+            per_node,
+            f"#SBATCH --nodes={worked}  (or ask for the nodes it used)",
+        ),
+        (("nodes with no CPU use", len(idle), "nodes"), ("nodes", j.nodes, "nodes")),
+        len(idle) * j.elapsed_h,
     )
 
 
@@ -333,6 +371,14 @@ RULES: tuple[_Rule, ...] = (
         "none claimed here: what the idle GPUs drew is the fewer-gpus advice's",
         "a GPU of a multi-GPU job at 0% in every one of its samples",
         _unused_gpus,
+    ),
+    _Rule(
+        "zero-cpu-nodes", "Start your code on every node you ask for", "Start the code on every node",
+        "Start the code with srun on every node, or ask for the nodes it uses.",
+        "none claimed: an idle node draws little that cocaq counts; it is freed for others",
+        "a multi-node job with a node on which no step used any CPU time (sacct TRESUsageInMin/MinNode, "
+        "one task per node)",
+        _zero_cpu_nodes,
     ),
     _Rule(
         "mig", "Run small GPU jobs on a MIG slice", "Run it on a MIG slice",

@@ -90,3 +90,7 @@ class JobRecord:
     # (srun --pty, salloc: an interactive session, cocaq.accounting.sessions); None: no step was read
     # (sacct -X, or a job that ran none), so nothing is known
     batch_step: bool | None = None
+    # The job's nodes (comma-separated, in NodeList order) on which Slurm accounted no CPU time in any step,
+    # from each step's least-used task (sacct TRESUsageInMin/MinNode/MinTask, cocaq.slurm.idle_nodes);
+    # None: none, or the steps cannot tell (one node, several tasks per node, nothing gathered)
+    zero_cpu_nodes: str | None = None

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import IO, Any
 
+from cocaq.slurm.idle_nodes import StepCpu, idle_nodes
+from cocaq.slurm.idle_nodes import from_json as step_cpu_json
+from cocaq.slurm.idle_nodes import from_text as step_cpu_text
 from cocaq.slurm.record import FINAL_STATES, NOT_STARTED_STATES, OPEN_STATES, JobRecord
 from cocaq.timeparse import parse_slurm_duration
 
@@ -23,7 +26,7 @@ from cocaq.timeparse import parse_slurm_duration
 SACCT_FIELDS = (
     "JobID,JobIDRaw,JobName,User,UID,Account,Partition,QOS,NodeList,NNodes,AllocCPUS,AllocTRES,ReqTRES,"
     "ReqMem,Submit,Start,End,Elapsed,ElapsedRaw,State,ExitCode,TotalCPU,Comment,ConsumedEnergyRaw,Cluster,"
-    "Timelimit,MaxRSS,NTasks,TRESUsageInAve,TRESUsageInMax"
+    "Timelimit,MaxRSS,NTasks,TRESUsageInAve,TRESUsageInMax,TRESUsageInMin,TRESUsageInMinNode,TRESUsageInMinTask"
 )
 
 _JOBID = re.compile(
@@ -217,6 +220,7 @@ class _StepAgg:
     gpu_mem_mb: float | None = None  # the largest gres/gpumem of one task in any step
     own_gpu: tuple[float | None, float | None, float | None, int | None] | None = None  # the job line's
     batch: bool = False  # one of its steps is `.batch` (sbatch)
+    cpu_steps: list[StepCpu] | None = None  # a multi-node job's steps' CPU use, for its idle nodes
 
     def add_gpu(
         self, util: float | None, mem: float | None, ntasks: int | None, elapsed_s: float | None
@@ -257,10 +261,12 @@ class _Folder:
         nnodes: str = "",
         gpu: tuple[float | None, float | None, float | None] | None = None,
         step: str = "",
+        cpu: StepCpu | None = None,
     ) -> None:
         """Fold a step in; its task and node counts are parsed only if its MaxRSS is the job's largest.
         `gpu`: the step's (gres/gpuutil %, gres/gpumem MB, elapsed s) where Slurm recorded GPU use;
-        `step`: its id after the dot (batch, extern, interactive, 0)."""
+        `step`: its id after the dot (batch, extern, interactive, 0); `cpu`: a multi-node job's step's CPU
+        use (cocaq.slurm.idle_nodes)."""
         self.stats.steps += 1
         if key not in self.jobs:
             self.stats.skip("step without its job line", where)
@@ -268,6 +274,8 @@ class _Folder:
         agg = self.jobs[key][1]
         agg.n_steps += 1
         agg.batch = agg.batch or step == "batch"
+        if cpu is not None:
+            agg.cpu_steps = [*(agg.cpu_steps or ()), cpu]
         if gpu is not None:
             agg.add_gpu(gpu[0], gpu[1], _count(ntasks), gpu[2])
         if cpu_s is not None:
@@ -290,6 +298,8 @@ class _Folder:
         finish_gpu(rec, agg.gpu_util_s, agg.gpu_mem_mb)
         rec.batch_step = agg.batch if agg.n_steps else None
         het_batch(rec, self.het_batch)
+        if agg.cpu_steps and not rec.is_open:
+            rec.zero_cpu_nodes = idle_nodes(rec.node_list, agg.cpu_steps)
         if not rec.consumed_energy_j and agg.energy_max_j:
             # Steps overlap in time (.batch and .extern span the job), so their energies are not added:
             # the largest is the best lower bound of the job's node energy.
@@ -335,6 +345,17 @@ def _step_gpu(get: Any) -> tuple[float | None, float | None, float | None] | Non
         return None
     el = _count(get("elapsedraw"))
     return util, mem, float(el) if el is not None else parse_slurm_duration(get("elapsed"))
+
+
+def _step_cpu(get: Any, step: str, total_cpu_s: float | None) -> StepCpu | None:
+    """A parsable step line's CPU use for cocaq.slurm.idle_nodes, None where sacct printed no minimum."""
+    tres_min = get("tresusageinmin")
+    if "cpu=" not in tres_min:
+        return None
+    return step_cpu_text(
+        step, get("nodelist"), get("nnodes"), get("ntasks"), total_cpu_s, tres_min,
+        get("tresusageinminnode"), get("tresusageinmintask"),
+    )  # fmt: skip
 
 
 def _classify_state(
@@ -452,9 +473,16 @@ def iter_parsable(
                 if i_ave is not None and "gres/gpu" in parts[i_ave]:
                     gpu = _step_gpu(lambda name, parts=parts, idx=idx: _field(parts, idx, name))
                 i_tasks, i_nodes = (idx.get("ntasks"), idx.get("nnodes")) if rss or gpu else (None, None)
+                cpu_s = parse_slurm_duration(parts[i_cpu]) if i_cpu is not None else None
+                held = folder.jobs.get(m.group("base"))
+                cpu_use = None
+                if held is not None and held[0].n_nodes > 1 and "tresusageinmin" in idx:
+                    cpu_use = _step_cpu(
+                        lambda name, parts=parts, idx=idx: _field(parts, idx, name), m.group("step"), cpu_s
+                    )
                 folder.add_step(
                     m.group("base"),
-                    parse_slurm_duration(parts[i_cpu]) if i_cpu is not None else None,
+                    cpu_s,
                     _energy(parts[i_energy]) if i_energy is not None else None,
                     lineno,
                     rss,
@@ -462,6 +490,7 @@ def iter_parsable(
                     parts[i_nodes] if i_nodes is not None else "",
                     gpu,
                     m.group("step"),
+                    cpu_use,
                 )
                 continue
 
@@ -518,6 +547,8 @@ def _row_to_job(
     rss = _rss_mb(get("maxrss"))
     if m.group("step"):
         cpu = parse_slurm_duration(get("totalcpu"))
+        held = folder.jobs.get(base)
+        multi = held is not None and held[0].n_nodes > 1
         folder.add_step(
             base,
             cpu,
@@ -528,6 +559,7 @@ def _row_to_job(
             get("nnodes"),
             _step_gpu(get),
             m.group("step"),
+            _step_cpu(get, m.group("step"), cpu) if multi else None,
         )
         return
     # MaxRSS is a step's; a job line that has one counts as a step of its own
@@ -750,6 +782,7 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
     steps = j.get("steps") or []
     gpu_util_s: float | None = None
     gpu_mem_mb: float | None = None
+    cpu_steps: list[StepCpu] = []
     for s in steps:
         st.steps += 1
         su = _json_step_gpu(s)
@@ -765,9 +798,15 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
         if rss is not None and rss[0] > (rss_mb or 0.0):
             rss_mb, rss_tpn = rss
         stt = (s.get("time") or {}).get("total") or {}
+        s_cpu = None
         if isinstance(stt, dict) and "seconds" in stt:
-            step_cpu += (_n(stt.get("seconds")) or 0.0) + (_n(stt.get("microseconds")) or 0.0) / 1e6
+            s_cpu = (_n(stt.get("seconds")) or 0.0) + (_n(stt.get("microseconds")) or 0.0) / 1e6
+            step_cpu += s_cpu
             any_step_cpu = True
+        if nnodes > 1 and not is_open:
+            sc = step_cpu_json(s, s_cpu)
+            if sc is not None:
+                cpu_steps.append(sc)
     if not total_cpu and any_step_cpu:
         total_cpu = step_cpu
     if total_cpu == 0 and not steps and not is_open:
@@ -816,6 +855,8 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
     )
     finish_gpu(rec, gpu_util_s, gpu_mem_mb)
     rec.batch_step = _json_batch_step(steps)
+    if cpu_steps:
+        rec.zero_cpu_nodes = idle_nodes(rec.node_list, cpu_steps)
     return rec
 
 

@@ -114,12 +114,27 @@ def job_dict(job: Any) -> dict[str, Any]:
     for sid, step in job.steps.items():
         stats = step.stats
         rss = getattr(stats, "max_resident_memory", None)
+        # the least CPU time of one task and where (pyslurm: seconds, the node's name, the task), as
+        # sacct --json's tres.requested.min has them (milliseconds), for cocaq.slurm.idle_nodes
+        min_node = getattr(stats, "min_cpu_time_node", None)
+        least = (
+            [{"type": "cpu", "name": "", "count": (getattr(stats, "min_cpu_time", 0) or 0) * 1000,
+              "node": min_node, "task": getattr(stats, "min_cpu_time_task", None)}]
+            if min_node else []
+        )  # fmt: skip
+        nodelist = getattr(step, "nodelist", None)
+        nodes = {"count": step.num_nodes, **({"range": nodelist} if isinstance(nodelist, str) else {})}
         steps.append(
             {
                 "step": {"id": f"{job.id}.{sid}"},
                 "statistics": {"energy": {"consumed": getattr(stats, "consumed_energy", None)}},
-                "tres": {"requested": {"max": [{"type": "mem", "name": "", "count": rss}] if rss else []}},
-                "nodes": {"count": step.num_nodes},
+                "tres": {
+                    "requested": {
+                        "max": [{"type": "mem", "name": "", "count": rss}] if rss else [],
+                        "min": least,
+                    }
+                },
+                "nodes": nodes,
                 "tasks": {"count": step.ntasks},
                 "time": {"total": {"seconds": getattr(stats, "total_cpu_time", 0) or 0, "microseconds": 0}},
             }
