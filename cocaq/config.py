@@ -47,9 +47,6 @@ class Hardware:
     mem_gb: float = field(
         default=0.0, metadata={"doc": "memory per node, GB, for the report only (estimates use the request)"}
     )
-    gpu_mem_gb: float = field(
-        default=0.0, metadata={"doc": "memory of one GPU, GB (0: unknown), to tell a job how much it used"}
-    )
     cores_per_node: int = field(
         default=0, metadata={"doc": "CPU cores per node (0: unknown), for the advice on cores per GPU, nodes"}
     )
@@ -442,6 +439,20 @@ class Advice:
         metadata={
             "doc": 'partitions of MIG slices and the profile each gives (its gres type), e.g. { "gpu-mig" = '
             '"1g.10gb" }: jobs that use a small part of a full GPU are pointed to them'
+        },
+    )
+    partition_max_time: dict[str, float] = field(
+        default_factory=dict,
+        metadata={
+            "doc": 'partitions\' MaxTime (slurm.conf), e.g. { debug = "01:00:00", gpu = "2-00:00:00" }: no '
+            "--time the advice proposes is longer (hours once read)"
+        },
+    )
+    qos_max_time: dict[str, float] = field(
+        default_factory=dict,
+        metadata={
+            "doc": 'QOS MaxWall (sacctmgr show qos), e.g. { short = "04:00:00" }: no --time the advice '
+            "proposes is longer (hours once read)"
         },
     )
 

@@ -448,7 +448,32 @@ def _advice(t: Any) -> Advice:
             v[key] = tuple(dict.fromkeys(n.strip().lower() for n in got if n.strip()))
     if "mig_partitions" in t:
         v["mig_partitions"] = _mig_partitions("advice.mig_partitions", t["mig_partitions"])
+    for key in ("partition_max_time", "qos_max_time"):
+        if key in t:
+            v[key] = _max_times(f"advice.{key}", t[key])
     return replace(Advice(), **v)
+
+
+def _max_times(key: str, value: Any) -> dict[str, float]:
+    """`{ debug = "01:00:00" }` (Slurm's [D-]HH:MM:SS, as slurm.conf and sacctmgr print it) -> hours."""
+    if not isinstance(value, dict):
+        raise ConfigError(f'config: {key}: expected a table like {{ debug = "01:00:00" }}, got {value!r}')
+    from cocaq.timeparse import parse_slurm_duration
+
+    out: dict[str, float] = {}
+    for name, text in value.items():
+        seconds = None
+        if isinstance(text, str):
+            try:
+                seconds = parse_slurm_duration(text)
+            except ValueError:
+                seconds = None
+        if seconds is None or seconds <= 0:
+            raise ConfigError(
+                f'config: {key}.{name}: expected a Slurm time limit like "1-12:00:00", got {text!r}'
+            )
+        out[str(name)] = seconds / 3600
+    return out
 
 
 def _mig_partitions(key: str, value: Any) -> dict[str, str]:

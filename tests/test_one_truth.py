@@ -365,7 +365,7 @@ def test_time_outs_are_not_failures(demo: Demo) -> None:
         assert close(t.timeout_kwh, sum(max(j.energy_kwh - j.idle_kwh, 0) * j.share for j in timed_out))
     # a user whose batch jobs hit their limit is told to checkpoint, sized on those jobs
     found = [a for um in demo.users.values() for a in suggest_for_user(um, demo.cfg) if a.id == "timeouts"]
-    assert found and all("#SBATCH --signal=B:USR1@600" in a.change for a in found)
+    assert found and all("#SBATCH --signal=B:USR1@300" in a.change for a in found)
 
 
 def test_savings_are_the_users_own_and_sized_on_what_they_change(demo: Demo) -> None:

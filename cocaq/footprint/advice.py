@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 from cocaq.accounting.sessions import Sessions
 from cocaq.footprint.advice_words import (
     MB_PER_GB,
+    duration_unit,
     energy,
     hours,
     job_list,
@@ -67,8 +68,10 @@ from cocaq.footprint.advice_words import (
     slurm_time,
     were,
 )
+from cocaq.footprint.gpu_caps import capability
 from cocaq.footprint.jobfacts import JobFacts
 from cocaq.footprint.jobstats_rules import window_rules
+from cocaq.footprint.own_limits import completed_by_kind, kind_of, kind_words, max_time_h
 from cocaq.footprint.own_runs import own_comparisons
 
 # The Baler energy study: the same training took 0.213 kWh without and 0.143 kWh with automatic mixed
@@ -77,12 +80,82 @@ BALER_FP32_KWH = 0.213
 BALER_AMP_KWH = 0.143
 BALER_SAVING = 1 - BALER_AMP_KWH / BALER_FP32_KWH
 
-AMP_HOW = (
-    "In PyTorch: torch.autocast(device_type='cuda', dtype=torch.bfloat16) around the forward pass (with a "
-    "GradScaler for float16); in Lightning: Trainer(precision='bf16-mixed'); in Hugging Face: "
-    "TrainingArguments(bf16=True). Record it with `cocaq tag precision=bf16` so that the next report "
-    "can compare."
-)
+# How to turn mixed precision on, per the dtype the GPU can compute (cocaq.footprint.gpu_caps): bf16 needs
+# compute capability 8.0 (A100, H100 and newer); on 7.x (V100, T4) it is float16, whose small range needs
+# a loss scaler (torch.cuda.amp.GradScaler); "mixed": the GPU is not known, both are named.
+AMP_HOWTO = {
+    "bf16": (
+        "In PyTorch: torch.autocast(device_type='cuda', dtype=torch.bfloat16) around the forward pass; in "
+        "Lightning: Trainer(precision='bf16-mixed'); in Hugging Face: TrainingArguments(bf16=True)."
+    ),
+    "fp16": (
+        "These GPUs have no bf16 (it needs compute capability 8.0): use float16 with a loss scaler. In "
+        "PyTorch: torch.autocast(device_type='cuda', dtype=torch.float16) around the forward pass and a "
+        "torch.cuda.amp.GradScaler (scaler.scale(loss).backward(); scaler.step(optimizer); "
+        "scaler.update()); in Lightning: Trainer(precision='16-mixed'); in Hugging Face: "
+        "TrainingArguments(fp16=True)."
+    ),
+    "mixed": (
+        "On A100, H100 and newer GPUs (compute capability 8.0+) use bf16: torch.autocast(device_type='cuda', "
+        "dtype=torch.bfloat16), Trainer(precision='bf16-mixed'), TrainingArguments(bf16=True); on V100 or "
+        "T4 (7.x, no bf16) use float16 with a torch.cuda.amp.GradScaler (precision='16-mixed', fp16=True)."
+    ),
+}
+AMP_CHANGE = {
+    "bf16": "torch.autocast(device_type='cuda', dtype=torch.bfloat16)",
+    "fp16": "torch.autocast(device_type='cuda', dtype=torch.float16) + torch.cuda.amp.GradScaler()",
+    "mixed": "torch.autocast(device_type='cuda', dtype=torch.bfloat16)  (float16 + GradScaler before A100)",
+}
+AMP_RECORD = "Record it with `cocaq tag precision=bf16` (or fp16) so that the next report can compare."
+AMP_HOW = AMP_HOWTO["bf16"] + " " + AMP_RECORD  # (the name the notes have used)
+
+
+def amp_dtype(j: JobFacts) -> str | None:
+    """The mixed precision the job's GPUs can use: "bf16", "fp16", "mixed" (GPU not known), or None (no
+    tensor cores: before compute capability 7.0 mixed precision gains little, so nothing is advised)."""
+    cap = capability(j.gpu_type, j.gpu_model)
+    if cap is None:
+        return "mixed"
+    if cap.bf16:
+        return "bf16"
+    return "fp16" if cap.fp16_tensor_cores else None
+
+
+def amp_words(dtypes: set[str]) -> str:
+    """The precision a set of jobs is told to use, as a title says it (short: it is the e-mail's subject);
+    the body says which GPUs take which (`amp_which`)."""
+    if dtypes == {"bf16"}:
+        return "bf16 mixed precision"
+    if dtypes == {"fp16"}:
+        return "fp16 mixed precision"
+    return "mixed precision"
+
+
+def amp_which(gpus: Mapping[str, set[str]]) -> str:
+    """Where the jobs ran on GPUs of both kinds: which take bf16, which fp16. '' otherwise."""
+    if not gpus.get("bf16") or not gpus.get("fp16"):
+        return ""
+    return (
+        f"Use bf16 on {'/'.join(sorted(gpus['bf16']))}, and float16 with a GradScaler on "
+        f"{'/'.join(sorted(gpus['fp16']))} (no bf16 before compute capability 8.0). "
+    )
+
+
+def _gpus_by_dtype(jobs: Iterable[JobFacts]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = defaultdict(set)
+    for j in jobs:
+        cap = capability(j.gpu_type, j.gpu_model)
+        d = amp_dtype(j)
+        if cap is not None and d is not None:
+            out[d].add(cap.model)
+    return out
+
+
+def amp_how(dtypes: set[str]) -> tuple[str, tuple[str, ...]]:
+    """The how-to and the lines to change for the jobs' GPUs."""
+    key = next(iter(dtypes)) if len(dtypes) == 1 else "mixed"
+    return AMP_HOWTO[key] + " " + AMP_RECORD, (AMP_CHANGE[key], "cocaq tag precision=bf16")
+
 
 if TYPE_CHECKING:
     from cocaq.config import Config
@@ -135,6 +208,8 @@ class Thresholds:
     amp_busy_idle_share: float = 0.5  # jobs idle more than this are left out (AMP does not help idling)
     own_min_saving: float = 0.05  # the user's own runs must show at least 5% less per unit
     fail_min_jobs: int = 1
+    fail_early_h: float = 0.5  # a failure this early is what a short test run catches
+    repeat_min_jobs: int = 5  # this many jobs ending the same bad way get a note whatever their energy
     idle_min_share: float = 0.5  # a batch job's GPUs idle at least this share of their sampled time
     gpu_idle_share: float = 0.8  # per GPU: idle in at least 80% of its samples...
     gpu_busy_share: float = 0.5  # ...while another GPU of the job was idle less than half of the time
@@ -148,7 +223,7 @@ class Thresholds:
     mem_min_req_gb: float = 8.0  # per node: smaller requests are not worth a note
     cpu_max_usage: float = 0.5
     cpu_min_cores: int = 4
-    limit_max_use: float = 0.25  # completed jobs that ran at most a quarter of their limit
+    limit_max_use: float = 0.5  # a kind of job whose runs need at most half of the limit they ask for
     limit_min_limit_h: float = 2.0
     limit_min_jobs: int = 3
 
@@ -165,6 +240,9 @@ class Context:
     interactive_qos: tuple[str, ...] = ()
     period: str = "in this period"  # "in November", for sentences
     thresholds: Thresholds = field(default_factory=Thresholds)
+    # MaxTime per partition and MaxWall per QOS where the site said ([advice]), in hours
+    partition_max_time_h: Mapping[str, float] = field(default_factory=dict)
+    qos_max_time_h: Mapping[str, float] = field(default_factory=dict)
     mig_partitions: Mapping[str, str] = field(default_factory=dict)  # partition -> MIG profile ([advice])
 
 
@@ -219,7 +297,8 @@ def _precision(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
     t = ctx.thresholds
     gpu = [j for j in jobs if j.gpus > 0]
     busy = [j for j in gpu if j.idle_share is None or j.idle_share < t.amp_busy_idle_share]
-    full = [j for j in busy if j.precision == "full"]
+    # jobs on GPUs without tensor cores (before compute capability 7.0) gain little: nothing is advised there
+    full = [j for j in busy if j.precision == "full" and amp_dtype(j) is not None]
     reduced_known = any(j.precision == "reduced" for j in gpu)
     own = own_comparisons([j for j in gpu if _ended_in(j, ctx)], t.own_min_saving)
     if full:
@@ -236,8 +315,9 @@ def _precision(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
                 e, c = _saving(js, _scaled(cmp.saving))
                 r, f = cmp.reduced, cmp.full
                 own_lines.append(
-                    f"{pct(cmp.saving)} less energy per {r.unit} in {r.precision} than in {f.precision} for "
-                    f"{shorten(model, 40)} (runs {', '.join(r.runs[:2])} against {', '.join(f.runs[:2])})"
+                    f"{cmp.percent}% less energy per {r.unit} in {r.precision} than in {f.precision}"
+                    f"{cmp.at_batch()} for {shorten(model, 40)} (runs {', '.join(r.runs[:2])} against "
+                    f"{', '.join(f.runs[:2])})"
                 )
             else:
                 e, c = _saving(js, lambda j: j.gpu_kwh * j.share * BALER_SAVING)
@@ -249,9 +329,13 @@ def _precision(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
         if gpu_energy < t.amp_min_gpu_kwh:
             return None
         top = max(per_model, key=lambda m: m[1])[0]
-        title = (
-            f"Train {shorten(top, 40)} in bf16 mixed precision" if top else "Train in bf16 mixed precision"
-        )
+        dtypes = {d for j in full if (d := amp_dtype(j)) is not None}
+        others = sum(1 for m, _ in per_model if m != top)
+        what = shorten(top, 40) if top else "your jobs that name no model"
+        if others:
+            what += f" and {others} more {'model' if others == 1 else 'models'}"
+        title = f"Train {what} in {amp_words(dtypes)}"
+        how, change = amp_how(dtypes)
         said = []
         if own_lines:
             more = len(own_lines) - 3
@@ -274,15 +358,19 @@ def _precision(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
                 f"{n_jobs(len(full))} {ctx.period} ran in full precision (fp32), by their metadata: "
                 f"{job_list(largest, 3)}. "
                 + " ".join(said)
-                + f" Together about {energy(kwh)} less. {AMP_HOW}"
+                + f" Together about {energy(kwh)} less. "
+                + amp_which(_gpus_by_dtype(full))
+                + how
             ),
-            change=("torch.autocast(device_type='cuda', dtype=torch.bfloat16)", "cocaq tag precision=bf16"),
+            change=change,
             evidence=(
                 Evidence("jobs in full precision", len(full), "jobs"),
                 Evidence("their GPU energy", gpu_energy, "kWh"),
                 *(  # in the body's order: the models by the energy that ran in full precision
                     Evidence(
-                        f"{m}: less energy per {o.reduced.unit} in {o.reduced.precision}", o.saving * 100, "%"
+                        f"{m}: less energy per {o.reduced.unit} in {o.reduced.precision}{o.at_batch()}",
+                        o.percent,
+                        "%",
                     )
                     for m, o in ((m, own.get(m)) for m, _ in per_model if m)
                     if o is not None
@@ -305,7 +393,7 @@ def _precision(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
                 f"{energy(t.amp_min_gpu_kwh)}"
             ),
         )
-    unknown = [j for j in busy if j.precision is None]
+    unknown = [j for j in busy if j.precision is None and amp_dtype(j) is not None]
     gpu_hours = sum(j.gpu_hours * j.share for j in gpu)
     if reduced_known or not unknown or gpu_hours < t.amp_unknown_min_gpu_hours:
         return None
@@ -314,16 +402,18 @@ def _precision(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
         return None
     unknown.sort(key=lambda j: -j.gpu_kwh * j.share)
     kwh, kg = _saving(unknown, lambda j: j.gpu_kwh * j.share * BALER_SAVING)
+    dtypes = {d for j in unknown if (d := amp_dtype(j)) is not None}
+    how, change = amp_how(dtypes)
     return Advice(
         id="precision",
         title="Mixed precision, if you do not use it yet",
         body=(
             f"You used {num(gpu_hours)} GPU-hours {ctx.period}; your GPU jobs ({job_list(unknown)}) drew "
             f"{energy(gpu_energy)} and none of them records its precision. If they train in full precision, "
-            f"bf16 mixed precision is the change most likely to pay: the Baler study measured "
-            f"{pct(BALER_SAVING)} less energy for the same training. {AMP_HOW}"
+            f"{amp_words(dtypes)} is the change most likely to pay: the Baler study measured "
+            f"{pct(BALER_SAVING)} less energy for the same training. {how}"
         ),
-        change=("torch.autocast(device_type='cuda', dtype=torch.bfloat16)", "cocaq tag precision=bf16"),
+        change=change,
         evidence=(
             Evidence("GPU-hours", gpu_hours, "h"),
             Evidence("GPU energy of jobs of unknown precision", gpu_energy, "kWh"),
@@ -349,6 +439,69 @@ def _limits(limits: Sequence[float]) -> str:
     return "limits of " + (", ".join(shown) + tail if tail else ", ".join(shown[:-1]) + " and " + shown[-1])
 
 
+# The checkpoint-and-requeue pattern of a batch script (sbatch(1) --signal, scontrol(1) requeue): Slurm
+# sends the batch shell (B:) SIGUSR1 300 s before the limit (up to 60 s earlier, by its event resolution);
+# the trap has the program save a checkpoint, then puts the job back in the queue, where it starts the
+# script again from the top. The program runs in the background so that the shell's `wait` returns on the
+# signal (bash runs a trap only between commands).
+CHECKPOINT_SCRIPT = (
+    "#SBATCH --signal=B:USR1@300",
+    "on_warning() {",
+    "  kill -USR1 $pid; wait $pid  # it saves a checkpoint",
+    "  scontrol requeue $SLURM_JOB_ID",
+    "}",
+    "trap on_warning USR1",
+    "python train.py --resume &  # from its latest checkpoint",
+    "pid=$!; wait $pid",
+)
+CHECKPOINT_WHY = (
+    "Slurm does not requeue a job that hits its time limit: --requeue only makes a job eligible to be "
+    "put back in the queue after a node failure, on preemption or by scontrol requeue. Ask for a warning "
+    "instead: "
+    "#SBATCH --signal=B:USR1@300 sends the batch script SIGUSR1 five minutes before the limit; trap it, "
+    "have the program save a checkpoint, and requeue the job with scontrol requeue $SLURM_JOB_ID (it "
+    "starts the script again, so the program must resume from its latest checkpoint; sites cap requeues "
+    "with MaxBatchRequeue), or resubmit it."
+)
+
+
+def more_time(hit: Sequence[JobFacts], jobs: Sequence[JobFacts], ctx: Context) -> tuple[str, str | None]:
+    """What to say of asking for more time, for the kinds of job that hit their limit: sized on the
+    user's own completed runs of that kind where there are some, never above the partition's MaxTime or
+    the QOS's MaxWall. (sentence, an `#SBATCH --time` line or None)."""
+    kinds = completed_by_kind(jobs, ctx.partition_max_time_h, ctx.qos_max_time_h)
+    j = max(hit, key=lambda x: outcome_part(x))
+    k = kind_of(j)
+    limit = j.time_limit_h or j.elapsed_h
+    cap = max_time_h(j, ctx.partition_max_time_h, ctx.qos_max_time_h)
+    own = kinds.get(k)
+    where = kind_words(k)
+    if cap is not None and limit >= cap - 1e-9:
+        return (
+            f" {j.job_id}'s limit is already the longest its partition or QOS allows ({hours(cap)}): "
+            "checkpoints are the way to run longer.",
+            None,
+        )
+    if own is not None and own.need_h > limit:
+        line = f"#SBATCH --time={slurm_time(own.need_h)}"
+        return (
+            f" Your completed runs of {where} took up to {hours(own.p95_h)} (95th percentile of "
+            f"{len(own.runs)}): if the run needs that, ask for it ({line}).",
+            line,
+        )
+    longer = limit * 1.5 if cap is None else min(limit * 1.5, cap)
+    line = f"#SBATCH --time={slurm_time(longer)}"
+    allows = (
+        f"its partition or QOS allows up to {hours(cap)}"
+        if cap is not None
+        else "scontrol show partition shows the partition's MaxTime"
+    )
+    return (
+        f" If a run of {where} really needs longer than {hours(limit)}, ask for it ({line}; {allows}).",
+        line,
+    )
+
+
 def _timeouts(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
     hit = [j for j in jobs if j.outcome == "timeout" and not is_interactive(j, ctx)]
     if not hit:
@@ -356,69 +509,116 @@ def _timeouts(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
     hit.sort(key=lambda j: -outcome_part(j))
     kwh, kg = _saving(hit, outcome_part)
     limits = sorted({round(j.time_limit_h or j.elapsed_h, 2) for j in hit})
-    longest = max(j.time_limit_h or j.elapsed_h for j in hit)
-    warn = "#SBATCH --signal=B:USR1@600"
+    one = len(hit) == 1
+    more, time_line = more_time(hit, jobs, ctx)
     return Advice(
         id="timeouts",
         title="Save checkpoints in jobs that hit their time limit",
         body=(
-            f"{n_jobs(len(hit))} {ctx.period} ran until Slurm stopped {'it' if len(hit) == 1 else 'them'} at "
+            f"{n_jobs(len(hit))} {ctx.period} ran until Slurm stopped {'it' if one else 'them'} at "
             f"{_limits(limits)}: {job_list(hit)}. "
-            f"{'Its' if len(hit) == 1 else 'Their'} {energy(kwh)} is lost unless "
-            f"{'it' if len(hit) == 1 else 'they'} saved a checkpoint. "
-            f"Ask Slurm for a warning 10 minutes before the end ({warn}, and trap "
-            "SIGUSR1 in the batch script to write a checkpoint), save checkpoints regularly and resume from "
-            f"the last one (#SBATCH --requeue); if a run really needs longer, ask for it "
-            f"(#SBATCH --time={slurm_time(longest * 1.5)})."
+            f"{'Its' if one else 'Their'} {energy(kwh)} beyond idle GPUs is possibly lost: lost unless "
+            f"{'it' if one else 'they'} saved a checkpoint. {CHECKPOINT_WHY}" + more
         ),
-        change=(warn, "#SBATCH --requeue", f"#SBATCH --time={slurm_time(longest * 1.5)}"),
+        change=(*CHECKPOINT_SCRIPT, *((time_line,) if time_line else ())),
         evidence=(
             Evidence("jobs that hit the time limit", len(hit), "jobs"),
-            Evidence("their energy beyond idle GPUs", kwh, "kWh"),
+            Evidence("their energy beyond idle GPUs, possibly lost", kwh, "kWh"),
         ),
         job_ids=tuple(j.job_id for j in hit),
         saving_kwh=kwh,
         saving_kg=kg,
         upper_bound=True,
-        basis="up to: their energy beyond idle GPUs, all of it lost if they saved no checkpoint",
-        test="batch jobs in state TIMEOUT or DEADLINE",
+        basis="up to: their energy beyond idle GPUs, all of it lost only if they saved no checkpoint",
+        test="batch jobs in state TIMEOUT or DEADLINE (interactive sessions end at their limit normally)",
     )
 
 
-def _failures(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
+def _failed(jobs: Sequence[JobFacts], ctx: Context) -> list[JobFacts]:
     # An interactive session that ends in an error is no run to rehearse: its cost is the idle time
-    # (`notebooks`).
-    failed = [j for j in jobs if j.state.split(" ")[0] == "FAILED" and not is_interactive(j, ctx)]
-    if len(failed) < ctx.thresholds.fail_min_jobs:
+    # (`notebooks`). NODE_FAIL and BOOT_FAIL are the cluster's, not the user's.
+    return [j for j in jobs if j.state.split(" ")[0] == "FAILED" and not is_interactive(j, ctx)]
+
+
+def _codes(failed: Sequence[JobFacts]) -> str:
+    codes = sorted({j.exit_code for j in failed if j.exit_code is not None})
+    return ", ".join(str(c) for c in codes[:5]) or "not recorded"
+
+
+def _failures(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
+    """Failures early in the run: what a short test on a small input catches before the long run. Only
+    these are sized: a job that failed after 6 h would pass a 15-minute test."""
+    t = ctx.thresholds
+    failed = [j for j in _failed(jobs, ctx) if j.elapsed_h <= t.fail_early_h]
+    if len(failed) < t.fail_min_jobs:
         return None
     failed.sort(key=lambda j: -outcome_part(j))
     kwh, kg = _saving(failed, outcome_part)
-    runs = sorted(j.elapsed_h for j in failed)
-    codes = sorted({j.exit_code for j in failed if j.exit_code is not None})
+    median_h = statistics.median(j.elapsed_h for j in failed)
+    test_time = slurm_time(t.fail_early_h)
+    value, unit = duration_unit(median_h)
     return Advice(
         id="failures",
         title="Test on a small input before the long run",
         body=(
-            f"{n_jobs(len(failed))} {ctx.period} failed (exit code "
-            f"{', '.join(str(c) for c in codes[:5]) or 'not recorded'}) after a median of "
-            f"{hours(statistics.median(runs))}: {job_list(failed)}. "
+            f"{n_jobs(len(failed))} {ctx.period} failed within {hours(t.fail_early_h)} of starting "
+            f"(exit code {_codes(failed)}), after a median of {hours(median_h)}: {job_list(failed)}. "
             f"They used {energy(kwh)} beyond idle GPUs. "
-            "A run of a few minutes on a tiny input (a few steps, one evaluation, one checkpoint write) "
-            "catches most bugs, paths and environment problems before they cost a full run; read the job's "
-            "error output (slurm-JOBID.out) first."
+            f"A test run of up to {hours(t.fail_early_h)} on a tiny input (a few steps, one evaluation, one "
+            "checkpoint write) catches such failures (bugs, paths, the environment) before they cost a full "
+            "allocation; read the job's error output (slurm-JOBID.out) first."
         ),
-        change=("#SBATCH --time=00:15:00  (for the test run, on a small input)",),
+        change=(f"#SBATCH --time={test_time}  (for the test run, on a small input)",),
         evidence=(
-            Evidence("failed jobs", len(failed), "jobs"),
+            Evidence("jobs that failed early", len(failed), "jobs"),
             Evidence("their energy beyond idle GPUs", kwh, "kWh"),
-            Evidence("median run time before failing", statistics.median(runs), "h"),
+            Evidence("median run time before failing", value, unit),
         ),
         job_ids=tuple(j.job_id for j in failed),
         saving_kwh=kwh,
         saving_kg=kg,
         upper_bound=True,
-        basis="up to: the failed jobs' energy beyond idle GPUs, if a test had caught every failure",
-        test="jobs in state FAILED (node failures are not the user's)",
+        basis="up to: the early failures' energy beyond idle GPUs, if a test had caught every one",
+        test=f"jobs in state FAILED within {hours(t.fail_early_h)} of their start (node failures are not "
+        "the user's)",
+    )
+
+
+def _late_failures(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
+    """Failures late in the run: no short test catches them; what limits their cost is a checkpoint to
+    resume from, and what fixes them is in that job's own log."""
+    t = ctx.thresholds
+    failed = [j for j in _failed(jobs, ctx) if j.elapsed_h > t.fail_early_h]
+    if len(failed) < t.fail_min_jobs:
+        return None
+    failed.sort(key=lambda j: -outcome_part(j))
+    kwh, kg = _saving(failed, outcome_part)
+    median_h = statistics.median(j.elapsed_h for j in failed)
+    j0 = failed[0]
+    value, unit = duration_unit(median_h)
+    return Advice(
+        id="failures-late",
+        title="Save checkpoints in long runs that fail late",
+        body=(
+            f"{n_jobs(len(failed))} {ctx.period} failed after running a while (exit code {_codes(failed)}; a "
+            f"median of {hours(median_h)}): {job_list(failed)}. They used {energy(kwh)} beyond idle GPUs, "
+            "and a short test would not have caught them. Read what the job printed before it failed "
+            f"(slurm-{j0.job_id}.out, and sacct -j {j0.job_id} -o JobID,State,ExitCode,MaxRSS,Elapsed for "
+            "the step that failed), and save checkpoints regularly so that a rerun resumes from the latest "
+            "instead of starting over."
+        ),
+        change=(f"sacct -j {j0.job_id} -o JobID,State,ExitCode,MaxRSS,Elapsed",),
+        evidence=(
+            Evidence("jobs that failed late", len(failed), "jobs"),
+            Evidence("their energy beyond idle GPUs", kwh, "kWh"),
+            Evidence("median run time before failing", value, unit),
+        ),
+        job_ids=tuple(j.job_id for j in failed),
+        saving_kwh=kwh,
+        saving_kg=kg,
+        upper_bound=True,
+        basis="up to: their energy beyond idle GPUs, what a rerun from a checkpoint would not redo",
+        test=f"jobs in state FAILED after more than {hours(t.fail_early_h)}",
     )
 
 
@@ -469,10 +669,10 @@ def _notebooks(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
             f"{ctx.idle_threshold_pct:g}% utilisation for {num(idle_h)} GPU-hours, drawing {energy(kwh)} "
             "while "
             "nobody else could use them. Ask for GPUs only while you compute: edit and explore on a CPU "
-            "session, end the session when you stop (scancel JOBID, or File > Shut Down), and give "
-            "notebooks a short limit (#SBATCH --time=02:00:00)."
+            "session, end the session when you stop (scancel JOBID, or File > Shut Down), and ask for "
+            "no more hours than you will work in it."
         ),
-        change=("#SBATCH --time=02:00:00", "scancel JOBID"),
+        change=("scancel JOBID",),
         evidence=(
             Evidence("idle GPU-hours", idle_h, "GPU-h"),
             Evidence("what the idle GPUs drew", kwh, "kWh"),
@@ -660,50 +860,74 @@ def _memory(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
 
 
 def _time_limits(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
+    """Kinds of batch job (same name, partition, QOS) whose completed runs need at most `limit_max_use`
+    of the limit they ask for: a `--time` sized on those runs (cocaq.footprint.own_limits), per kind."""
     t = ctx.thresholds
     done = [
         j
         for j in jobs
-        if j.state == "COMPLETED"
+        if _ended_in(j, ctx)
         and j.time_limit_h
         and j.time_limit_h >= t.limit_min_limit_h
-        and _ended_in(j, ctx)
         and not is_interactive(j, ctx)
     ]
-    short = [j for j in done if j.elapsed_h <= t.limit_max_use * (j.time_limit_h or 0)]
-    if len(short) < t.limit_min_jobs or any(j.outcome == "timeout" for j in jobs):
+    timed_out = {kind_of(j) for j in jobs if j.outcome == "timeout"}
+    kinds = completed_by_kind(done, ctx.partition_max_time_h, ctx.qos_max_time_h)
+    found = [
+        k
+        for k in kinds.values()
+        if len(k.runs) >= t.limit_min_jobs
+        and k.kind not in timed_out  # some runs of it need their whole limit
+        and k.median_limit_h is not None
+        and k.need_h <= t.limit_max_use * k.median_limit_h
+    ]
+    if not found:
         return None
-    runs = sorted(j.elapsed_h for j in short)
-    p95 = runs[max(0, math.ceil(0.95 * len(runs)) - 1)]
-    proposal = slurm_time(p95 * 1.5)
+    found.sort(key=lambda k: (-len(k.runs) * (k.median_limit_h or 0), k.kind))
+    lines = [
+        f"{kind_words(k.kind)}: {len(k.runs)} completed runs, 95% within {hours(k.p95_h)}, asked for "
+        f"{hours(k.median_limit_h or 0)} (median)"
+        for k in found[:3]
+    ]
+    more = f"; and {len(found) - 3} more kinds" if len(found) > 3 else ""
+    change = tuple(
+        f"#SBATCH --time={slurm_time(k.need_h)}  ({shorten(k.kind[0] or '(no name)', 24)}"
+        f"{', ' + k.kind[1] if k.kind[1] else ''})"
+        for k in found[:3]
+    )
+    short = [j for k in found for j in k.runs]
     return Advice(
         id="time-limits",
-        title="Shorter time limits",
+        title="Shorter time limits, sized on your own runs",
         body=(
-            f"{n_jobs(len(short))} that completed {ctx.period} used at most a quarter of their time limit "
-            f"(median limit {hours(statistics.median(j.time_limit_h or 0 for j in short))}, median run "
-            f"{hours(statistics.median(runs))}; 95% within {hours(p95)}). "
-            f"A limit of #SBATCH --time={proposal} "
-            "would still leave them half as much again, and Slurm's backfill starts jobs with accurate "
-            "limits sooner."
+            f"Your completed jobs {ctx.period} used much less than the time they asked for: "
+            + "; ".join(lines)
+            + more
+            + ". A limit of their 95th percentile plus a quarter (at least 15 minutes more: the lines "
+            "below) still covers them, and Slurm's backfill scheduler starts jobs with accurate limits "
+            "sooner."
         ),
-        change=(f"#SBATCH --time={proposal}",),
+        change=change,
         evidence=(Evidence("completed jobs far under their limit", len(short), "jobs"),),
         job_ids=tuple(j.job_id for j in short),
         saving_kwh=None,
         saving_kg=None,
         upper_bound=False,
         basis="none claimed: a time limit does not change what a job draws",
-        test=f">= {t.limit_min_jobs} completed jobs that ran <= {pct(t.limit_max_use)} of a limit >= "
-        f"{num(t.limit_min_limit_h)} h",
+        test=f">= {t.limit_min_jobs} completed runs of the same name, partition and QOS whose 95th "
+        f"percentile with headroom is <= {pct(t.limit_max_use)} of their median limit (>= "
+        f"{num(t.limit_min_limit_h)} h), never above the partition's or QOS's MaxTime",
     )
 
 
 RULES: tuple[Callable[[Sequence[JobFacts], Context], Advice | None], ...] = (
-    _precision, _timeouts, _failures, _oom, _notebooks, _fewer_gpus, _dataloader, _memory,
-    *window_rules(Advice, Evidence),
-    _time_limits,
+    _precision, _timeouts, _failures, _late_failures, _oom, _notebooks, _fewer_gpus, _dataloader, _memory,
+    *window_rules(Advice, Evidence), _time_limits,
 )  # fmt: skip
+
+
+# The suggestions about jobs that ended badly: frequent ones count whatever their energy (`advise`).
+REPEATED = frozenset({"out-of-memory", "failures", "failures-late", "timeouts"})
 
 
 def candidates(jobs: Sequence[JobFacts], ctx: Context) -> list[Advice]:
@@ -717,9 +941,19 @@ def advise(
     jobs: Sequence[JobFacts], ctx: Context, *, total_kwh: float, min_share: float, min_kwh: float
 ) -> list[Advice]:
     """The suggestions worth a user's attention: a saving of at least `min_share` of their energy in the
-    window (`total_kwh`) and `min_kwh`, largest first."""
+    window (`total_kwh`) and `min_kwh`, largest first; then, whatever their energy, the jobs that ended the
+    same bad way again and again (`REPEATED`: `repeat_min_jobs` or more), most jobs first. 27 jobs killed
+    for memory in a month are worth a line even when each died in a minute."""
     floor = max(min_share * total_kwh, min_kwh)
-    return [a for a in candidates(jobs, ctx) if a.saving_kwh is not None and a.saving_kwh >= floor]
+    found = candidates(jobs, ctx)
+    sized = [a for a in found if a.saving_kwh is not None and a.saving_kwh >= floor]
+    often = [
+        a
+        for a in found
+        if a not in sized and a.id in REPEATED and len(a.job_ids) >= ctx.thresholds.repeat_min_jobs
+    ]
+    often.sort(key=lambda a: (-len(a.job_ids), a.id))
+    return sized + often
 
 
 # --- the site's settings, the same for every surface ------------------------------------------------
@@ -748,6 +982,8 @@ def site_context(
         interactive_partitions=cfg.advice.interactive_partitions,
         interactive_qos=cfg.advice.interactive_qos,
         thresholds=thresholds or Thresholds(),
+        partition_max_time_h=cfg.advice.partition_max_time,
+        qos_max_time_h=cfg.advice.qos_max_time,
         mig_partitions=cfg.advice.mig_partitions,
         **extra,
     )

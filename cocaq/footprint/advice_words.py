@@ -49,6 +49,16 @@ def hours(h: float) -> str:
     return f"{num(h / 24)} days"
 
 
+def duration_unit(h: float) -> tuple[float, str]:
+    """A duration as a value and the unit `hours` would say it in (min, h, days), for an Evidence: "4 min",
+    never "0.0733 h"."""
+    if h < 1:
+        return float(max(1, round(h * 60))), "min"
+    if h < 72:
+        return h, "h"
+    return h / 24, "days"
+
+
 def n_gpus(n: int) -> str:
     return "1 GPU" if n == 1 else f"{num(n)} GPUs"
 

@@ -15,17 +15,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from cocaq.footprint.advice import (
-    AMP_HOW,
     BALER_SAVING,
+    CHECKPOINT_SCRIPT,
+    CHECKPOINT_WHY,
     Advice,
     Context,
     Evidence,
+    amp_dtype,
+    amp_how,
+    amp_words,
     is_interactive,
+    more_time,
     outcome_part,
 )
 from cocaq.footprint.advice_words import MB_PER_GB, energy, hours, n_gpus, num, pct, slurm_mem, slurm_time
 from cocaq.footprint.jobfacts import JobFacts
 from cocaq.footprint.jobstats_rules import notes as jobstats_notes
+from cocaq.footprint.own_limits import completed_by_kind, kind_of, kind_words
 from cocaq.footprint.own_runs import own_comparisons
 
 
@@ -57,17 +63,16 @@ def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> lis
     so_far = "" if ended else " so far"
     if o == "timeout" and not interactive:
         limit = j.time_limit_h or j.elapsed_h
+        more, time_line = more_time([j], [*runs, j], ctx)
         note(
             "timeouts",
-            "Save checkpoints, or ask for the time it needs",
+            "Save checkpoints, or ask for the time it needs" if time_line else "Save checkpoints",
             f"Slurm stopped it at its {hours(limit)} limit: its {energy(outcome_part(j))} beyond idle GPUs "
-            "is "
-            "lost unless it saved a checkpoint. Ask for a warning before the end and save a checkpoint "
-            "then (trap SIGUSR1), resume from it (#SBATCH --requeue), or ask for the time it needs.",
-            ("#SBATCH --signal=B:USR1@600", f"#SBATCH --time={slurm_time(limit * 1.5)}"),
+            f"is possibly lost: lost unless it saved a checkpoint. {CHECKPOINT_WHY}" + more,
+            (*CHECKPOINT_SCRIPT, *((time_line,) if time_line else ())),
             outcome_part(j),
             True,
-            "up to: its energy beyond idle GPUs",
+            "up to: its energy beyond idle GPUs, all of it lost only if it saved no checkpoint",
         )
     elif o == "oom":
         asked = j.mem_req_per_node_mb
@@ -83,18 +88,33 @@ def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> lis
             "up to: its energy beyond idle GPUs",
         )
     elif first == "FAILED" and not interactive:
-        note(
-            "failures",
-            "Test on a small input before the long run",
-            f"It failed (exit code {j.exit_code if j.exit_code is not None else '?'}) after "
-            f"{hours(j.elapsed_h)}, using {energy(outcome_part(j))} beyond idle GPUs. "
-            "Read its error output "
-            "(slurm-JOBID.out); test changes on a small input with a short run before the long one.",
-            ("#SBATCH --time=00:15:00  (for the test run)",),
-            outcome_part(j),
-            True,
-            "up to: its energy beyond idle GPUs",
-        )
+        code = j.exit_code if j.exit_code is not None else "?"
+        log = f"slurm-{j.job_id}.out"
+        if j.elapsed_h <= t.fail_early_h:
+            note(
+                "failures",
+                "Test on a small input before the long run",
+                f"It failed (exit code {code}) after {hours(j.elapsed_h)}, using {energy(outcome_part(j))} "
+                f"beyond idle GPUs. Read its error output ({log}); a test run of up to "
+                f"{hours(t.fail_early_h)} on a small input catches a failure this early before the long run.",
+                (f"#SBATCH --time={slurm_time(t.fail_early_h)}  (for the test run)",),
+                outcome_part(j),
+                True,
+                "up to: its energy beyond idle GPUs",
+            )
+        else:
+            note(
+                "failures-late",
+                "Find why it failed late, and save checkpoints",
+                f"It failed (exit code {code}) after {hours(j.elapsed_h)}, using {energy(outcome_part(j))} "
+                f"beyond idle GPUs; a short test would not have caught it. Read what it printed before it "
+                f"failed ({log}; sacct -j {j.job_id} -o JobID,State,ExitCode,MaxRSS,Elapsed for the step "
+                "that failed), and save checkpoints regularly so that a rerun resumes from the latest.",
+                (f"sacct -j {j.job_id} -o JobID,State,ExitCode,MaxRSS,Elapsed",),
+                outcome_part(j),
+                True,
+                "up to: its energy beyond idle GPUs, what a rerun from a checkpoint would not redo",
+            )
     if j.gpus > 0 and j.gpu_util_pct is not None:
         idle = j.idle_share
         if interactive and j.idle_kwh > 0:
@@ -103,8 +123,9 @@ def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> lis
                 "End interactive sessions when you stop computing",
                 f"This interactive session held {n_gpus(j.gpus)} that sat idle "
                 f"{pct(idle or 0.0)} {j.idle_when}{so_far} ({num(j.idle_gpu_hours)} GPU-hours, "
-                f"{energy(j.idle_kwh)}). End sessions when you stop computing and give them a short limit.",
-                ("#SBATCH --time=02:00:00", f"scancel {j.job_id}" if j.is_open else "scancel JOBID"),
+                f"{energy(j.idle_kwh)}). End sessions when you stop computing, and ask for no more hours "
+                "than you will work in them.",
+                (f"scancel {j.job_id}" if j.is_open else "scancel JOBID",),
                 j.idle_kwh,
                 False,
                 "what its idle GPUs drew",
@@ -144,14 +165,15 @@ def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> lis
                 f"Its GPUs held at most {num(used)} GB of their {num(j.gpu_mem_gb)} GB: a larger batch would "
                 "use them better, or a GPU with less memory would do.",
             )
-    if j.precision == "full" and j.gpus > 0:
+    dtype = amp_dtype(j) if j.gpus > 0 else None
+    if j.precision == "full" and dtype is not None:
         mine = [r for r in runs if r.pk != j.pk]
         cmp = own_comparisons([j, *mine], t.own_min_saving).get(j.model or "") if j.model else None
         if cmp is not None:
             kwh = j.energy_kwh * cmp.saving
             body = (
-                f"It ran in {j.precision_label}; {cmp.sentence()}. At that rate bf16 would have saved "
-                f"about {energy(kwh)} here."
+                f"It ran in {j.precision_label}; {cmp.sentence()}. At that rate "
+                f"{cmp.reduced.precision} would have saved about {energy(kwh)} here."
             )
             basis = "your own runs' difference in energy per unit of work"
         else:
@@ -162,8 +184,8 @@ def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> lis
                 f"mixed precision: about {energy(kwh)} of its GPU energy."
             )
             basis = f"the Baler study's {pct(BALER_SAVING)} of its GPU energy"
-        note("precision", "Train in bf16 mixed precision", body + " " + AMP_HOW,
-             ("torch.autocast(device_type='cuda', dtype=torch.bfloat16)",), kwh, False, basis)  # fmt: skip
+        how, change = amp_how({dtype})
+        note("precision", f"Train in {amp_words({dtype})}", body + " " + how, change[:1], kwh, False, basis)
     used_mb, asked_mb = j.mem_used_per_node_mb, j.mem_req_per_node_mb
     if (
         ended
@@ -185,17 +207,34 @@ def job_notes(job: JobFacts, ctx: Context, runs: Sequence[JobFacts] = ()) -> lis
         and first == "COMPLETED"
         and j.time_limit_h
         and j.time_limit_h >= t.limit_min_limit_h
-        and j.elapsed_h <= 0.5 * j.time_limit_h
+        and j.elapsed_h <= t.limit_max_use * j.time_limit_h
         and not interactive
     ):
-        note(
-            "time-limits",
-            "Ask for a shorter time limit",
+        # sized on the user's own completed runs of this kind of job (name, partition, QOS), never on
+        # this run alone: the next run's input may be larger
+        kinds = completed_by_kind([*runs, j] if j.pk not in {r.pk for r in runs} else runs,
+                                  ctx.partition_max_time_h, ctx.qos_max_time_h)  # fmt: skip
+        own = kinds.get(kind_of(j))
+        said = (
             f"It ran {hours(j.elapsed_h)} of its {hours(j.time_limit_h)} limit "
             f"({pct(j.elapsed_h / j.time_limit_h)}). "
-            "An accurate limit lets Slurm's backfill start your jobs sooner.",
-            (f"#SBATCH --time={slurm_time(j.elapsed_h * 1.5)}",),
         )
+        if own is not None and own.need_h <= t.limit_max_use * j.time_limit_h:
+            note(
+                "time-limits",
+                "Ask for a shorter time limit",
+                said + f"Your {len(own.runs)} completed runs of {kind_words(own.kind)} took up to "
+                f"{hours(own.p95_h)} (95th percentile): a limit of {slurm_time(own.need_h)} still covers "
+                "them, and Slurm's backfill scheduler starts jobs with accurate limits sooner.",
+                (f"#SBATCH --time={slurm_time(own.need_h)}",),
+            )
+        elif own is None:
+            note(
+                "time-limits",
+                "Ask for a shorter time limit",
+                said + f"With a few more completed runs of {kind_words(kind_of(j))} cocaq can size the "
+                "limit on them; an accurate limit lets Slurm's backfill scheduler start your jobs sooner.",
+            )
     out += jobstats_notes(j, ctx, Advice, Evidence)
     out.sort(key=lambda a: (a.saving_kwh is None, -(a.saving_kwh or 0.0), a.id))
     return out

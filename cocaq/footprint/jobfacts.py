@@ -226,7 +226,9 @@ def _classify(value: str) -> tuple[str | None, str]:
 # --- the query -------------------------------------------------------------------------------------------
 
 
-def _sql(db: Db, scope: str | None, cluster: bool, pk: bool = False, within: int = 0) -> str:
+def _sql(
+    db: Db, scope: str | None, cluster: bool, pk: bool = False, within: int = 0, name: bool = False
+) -> str:
     """The window's jobs, one row each, in JobFacts' field order up to `mean_gpu_power_w`, converted to
     its units here (SQL arithmetic is cheaper than Python's for the heavy users' 10,000 jobs a month),
     then the hardware key, the model metadata and the window's share of the job's energy for the sort."""
@@ -239,6 +241,8 @@ def _sql(db: Db, scope: str | None, cluster: bool, pk: bool = False, within: int
         where += " AND j.cluster_id = (SELECT id FROM clusters WHERE name = %(cluster)s)"
     if pk:
         where += " AND j.id = %(pk)s"
+    if name:  # one kind of job (its runs size its time limit)
+        where += " AND j.name = %(name)s"
     if within:  # only the jobs in these labs (a lab head's view of a member)
         where += f" AND j.account IN ({', '.join(f'%(in{i})s' for i in range(within))})"
     pg = db.dialect == "postgresql"
@@ -322,6 +326,7 @@ def load(
     cluster: str | None = None,
     pk: int | None = None,
     within: tuple[str, ...] | None = None,
+    name: str | None = None,
 ) -> list[JobFacts]:
     """The jobs that ran in [since, until) (of a user, a lab, everyone, or the job `pk`; `within`: only
     those in these labs), most energy first per user."""
@@ -338,10 +343,12 @@ def load(
         params["cluster"] = cluster
     if pk is not None:
         params["pk"] = pk
+    if name is not None:
+        params["name"] = name
     inside = labs_bound(within)
     for i, a in enumerate(inside):
         params[f"in{i}"] = a
-    rows = db.rows(_sql(db, scope, bool(cluster), pk is not None, len(inside)), params)
+    rows = db.rows(_sql(db, scope, bool(cluster), pk is not None, len(inside), name is not None), params)
     # sorted here: the database's collation-aware sort of 10,000 wide rows cost more than the query
     rows.sort(key=lambda r: (r[6], -r[-1], r[0]))
     hw: dict[tuple[Any, Any], Any] = {}

@@ -115,21 +115,24 @@ def _energy_split(
     }
 
 
-NOTE_RUNS = timedelta(
-    days=90
-)  # the user's runs the precision note compares a job with: ended this long before
+# the user's runs the precision and time-limit notes compare a job with: ended this long before
+NOTE_RUNS = timedelta(days=90)
 
 
 def job_notes(db: Db, cfg: Config, j: Any) -> list[Any]:
     """cocaq.footprint.job_advice.job_notes for one job (a cocaq.footprint.jobfacts.JobFacts), its precision
-    compared with the
-    user's own runs that ended in the NOTE_RUNS before it: what `cocaq job` and the job e-mail say."""
+    and time limit compared with the user's own runs that ended in the NOTE_RUNS before it: what `cocaq
+    job` and the job e-mail say."""
     from cocaq.footprint import advice, job_advice, jobfacts
 
     end = j.end or datetime.now(UTC)
     runs: list[Any] = []
+    since, until = end - NOTE_RUNS, end + timedelta(seconds=1)
     if j.precision == "full":
-        runs = jobfacts.load(db, cfg, end - NOTE_RUNS, end + timedelta(seconds=1), user=j.user)
+        runs = jobfacts.load(db, cfg, since, until, user=j.user)
+    elif j.outcome == "timeout" or (j.state.startswith("COMPLETED") and j.time_limit_h):
+        # its time limit is sized on the user's runs of the same kind (cocaq.footprint.own_limits)
+        runs = jobfacts.load(db, cfg, since, until, user=j.user, name=j.name or "")
     ctx = advice.site_context(cfg, end - NOTE_RUNS, end + timedelta(seconds=1))
     return job_advice.job_notes(j, ctx, [r for r in runs if not r.is_open and r.end is not None])
 
