@@ -48,7 +48,10 @@ def test_table_has_every_section_and_shows_hostile_names_as_text(env: dict[str, 
     assert r.code == 0, r.err
     for title in ("By model", "By framework", "Runs, most energy first", "energy per epoch by precision"):
         assert title in r.out
-    assert "alice's llama-3-8b runs in bf16 at batch size 32 used 1.70 kWh per epoch, 32% less than in fp32." in r.out
+    assert (
+        "alice's llama-3-8b runs in bf16 at batch size 32 used 1.70 kWh per epoch, 32% less than in fp32."
+        in r.out
+    )
     assert "(unnamed)" in r.out and "(unknown)" in r.out
     _no_raw_controls(r.out)
     assert "?[31mred" in r.out and "gpt?evil" in r.out  # the escape byte and the override as `?`
