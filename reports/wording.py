@@ -259,6 +259,8 @@ def evidence(value: float, unit: str) -> str:
         return pct(value)
     if unit in ("jobs", "job"):
         return plural(value, "job")
+    if unit == "kWh":  # as the suggestion's sentence says it: 110 Wh, not 0.11 kWh
+        return kwh(value)
     return f"{num(value)} {unit}".strip()
 
 

@@ -362,6 +362,7 @@ def test_v100s_get_fp16_with_a_grad_scaler_never_bf16(book: Book) -> None:
     a = book.candidates("vic")["precision"]
     assert "fp16" in a.title and "bf16" not in a.title
     assert "GradScaler" in a.body and "torch.float16" in a.change[0]
+    assert a.change[1] == "cocaq tag precision=fp16"
     assert "torch.bfloat16" not in " ".join(a.change) and "bf16-mixed" not in a.body
     n = book.notes(VIC[0])["precision"]
     assert "bf16" not in n.title and "GradScaler" in n.body

@@ -154,7 +154,8 @@ def _gpus_by_dtype(jobs: Iterable[JobFacts]) -> dict[str, set[str]]:
 def amp_how(dtypes: set[str]) -> tuple[str, tuple[str, ...]]:
     """The how-to and the lines to change for the jobs' GPUs."""
     key = next(iter(dtypes)) if len(dtypes) == 1 else "mixed"
-    return AMP_HOWTO[key] + " " + AMP_RECORD, (AMP_CHANGE[key], "cocaq tag precision=bf16")
+    tag = "cocaq tag precision=fp16" if key == "fp16" else "cocaq tag precision=bf16"
+    return AMP_HOWTO[key] + " " + AMP_RECORD, (AMP_CHANGE[key], tag)
 
 
 if TYPE_CHECKING:
@@ -342,8 +343,12 @@ def _precision(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
             shown = own_lines[:3] + ([f"{more} more model{'s' if more > 1 else ''}"] if more > 0 else [])
             said.append("By your own runs: " + "; ".join(shown) + ".")
         if literature:
-            names = ", ".join(literature[:3]) + (
-                f" and {len(literature) - 3} more" if len(literature) > 3 else ""
+            names = (
+                ", ".join(literature[:3]) + f" and {len(literature) - 3} more"
+                if len(literature) > 3
+                else " and ".join(literature)
+                if len(literature) < 3
+                else f"{literature[0]}, {literature[1]} and {literature[2]}"
             )
             said.append(
                 f"For {names}, which you have not run in reduced precision, the Baler study's "
