@@ -7,6 +7,13 @@ once per database (SQLite and PostgreSQL), then each case reads its suggestions 
 does (cocaq.footprint.jobfacts + advice: what `cocaq user`, the e-mail and the API say) and its jobs'
 notes (what `cocaq job` and the job e-mail say), and a few through the real CLI. Where a rule rests on
 Slurm's documentation or the hardware, the case says which (docs/user-guide.md has the table).
+
+Point by point of issue 32: 1 time-outs, 2 time limits per kind of job, 3 sessions and the possibly lost
+energy, 4 early and late failures, 5 precision by the GPU, 6 frequency, 8 words (a count of one), 9 a
+running job and unknown names, here; 7 (every jobstats note) on a site of its own, with node shapes, MIG
+partitions and per-GPU samples, in tests/advice_casebook_jobstats.py, whose tests run as part of this
+module. Point 10 (when to run) needs hourly series around clock changes: tests/test_cli_carbon.py and
+tests/test_when_advice.py.
 """
 
 from __future__ import annotations
@@ -25,6 +32,26 @@ from cocaq.config_load import load_config
 from cocaq.footprint import advice, jobfacts
 from cocaq.footprint.advice import Advice
 from cocaq.footprint.jobfacts import JobFacts
+from tests.advice_casebook_jobstats import (  # noqa: F401  (point 7's cases, collected here)
+    site,
+    test_a_batch_script_without_srun_leaves_every_other_node_idle,
+    test_cocaq_job_names_the_idle_node,
+    test_cocaq_job_says_them,
+    test_cores_per_gpu,
+    test_cpu_between_half_and_80_asks_for_a_scaling_test,
+    test_cpu_one_core_worth_is_a_serial_code,
+    test_cpu_two_cores_and_gpu_jobs,
+    test_cpu_under_half_is_sized_down,
+    test_fewer_nodes,
+    test_hostile_minimum_fields_cost_only_themselves,
+    test_json_and_pyslurm_read_the_same,
+    test_mem_per_gpu,
+    test_mig_partitions_config_errors,
+    test_mig_slice_for_a_small_part_of_a_gpu,
+    test_no_zero_cpu_node_note_where_every_node_worked_one_node_or_many_tasks,
+    test_unused_gpus_from_per_gpu_samples,
+    test_zero_cpu_node_is_named_with_the_line_to_change,
+)
 from tests.conftest import new_database, run_cocaq
 
 CONFIG = """
@@ -104,12 +131,14 @@ class J:
     comment: str = ""
     max_rss: str = ""
     steps: tuple[str, ...] = ("batch",)
+    start: datetime | None = None  # None: an hour after the user's last job
     id: int = field(default_factory=lambda: next(_ids))
 
     def lines(self) -> list[str]:
-        start = _starts.get(self.user, T0)
+        start = self.start or _starts.get(self.user, T0)
         _starts[self.user] = start + timedelta(hours=self.hours + 1)
         end = start + timedelta(hours=self.hours)
+        running = self.state == "RUNNING"
         el = round(self.hours * 3600)
         cpu = self.total_cpu_h if self.total_cpu_h is not None else self.cpus * self.hours * 0.5
         kind = {"v100": "v100", "p100": "p100"}.get(self.partition, "a100")
@@ -118,7 +147,8 @@ class J:
         nodes = "n01" if self.nodes == 1 else f"n[01-{self.nodes:02d}]"
         head = (
             f"{self.id}|{self.id}|{self.name}|{self.user}|2001|lab_{self.user}|{self.partition}|{self.qos}|"
-            f"{nodes}|{self.nodes}|{self.cpus}|{tres}|{tres}|{self.mem}|{_t(start)}|{_t(start)}|{_t(end)}|"
+            f"{nodes}|{self.nodes}|{self.cpus}|{tres}|{tres}|{self.mem}|{_t(start)}|{_t(start)}|"
+            f"{'Unknown' if running else _t(end)}|"
             f"{_clock(self.hours)}|{el}|{self.state}|{self.exit}|{_clock(cpu)}|{self.comment}||hal|"
             f"{self.limit}||||"
         )
@@ -130,7 +160,8 @@ class J:
             step_state = self.state.split(" ")[0] if s not in ("extern",) else "COMPLETED"
             out.append(
                 f"{self.id}.{s}|{self.id}.{s}|{s}|||lab_{self.user}|||{nodes}|{self.nodes}|{self.cpus}|{tres}|||"
-                f"{_t(start)}|{_t(start)}|{_t(end)}|{_clock(self.hours)}|{el}|{step_state}|{self.exit}|"
+                f"{_t(start)}|{_t(start)}|{'Unknown' if running else _t(end)}|{_clock(self.hours)}|{el}|"
+                f"{step_state}|{self.exit}|"
                 f"{_clock(cpu if s != 'extern' else 0)}|||||{use if s != 'extern' else ''}|"
                 f"{use if s != 'extern' else ''}|{self.max_rss if s != 'extern' else ''}|1"
             )
@@ -197,7 +228,22 @@ OLGA = [
       for _ in range(27)),
 ]  # fmt: skip
 
-CASES = [*TINA, *DEBBY, *DEBBY_TIMEOUTS, *FAY, *VIC, *PAM, *ANA, *OLGA]
+# 3. Time-limit energy: a training run at its limit is "possibly lost", apart from what did no work; a
+# notebook (salloc: an interactive step, no batch step) and an `srun --pty` shell that end at their limit
+# ended normally: the notebook's idle GPUs did no work, nothing of either is possibly lost.
+TESS = [
+    J("tess", hours=12, limit="12:00:00", state="TIMEOUT", gpus=2, gpu_util=170),
+    J("tess", name="jupyter", hours=8, limit="08:00:00", state="TIMEOUT", gpu_util=1,
+      steps=("interactive", "extern")),
+    J("tess", name="shell", hours=2, limit="02:00:00", state="TIMEOUT", gpus=0, cpus=4, steps=("0", "extern")),
+]  # fmt: skip
+# 8. A count of one: a 4-core job at 20% is told about 1 core, never "1 cores".
+CARL = [J("carl", name="post", partition="cpu", hours=2, cpus=4, gpus=0, total_cpu_h=1.6)]
+# 9. A job running for 54 minutes of a 12 h limit (its sacct elapsed is minutes old).
+RITA = [J("rita", hours=0.8, limit="12:00:00", state="RUNNING", gpus=1, gpu_util=90,
+          start=datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=54))]  # fmt: skip
+
+CASES = [*TINA, *DEBBY, *DEBBY_TIMEOUTS, *FAY, *VIC, *PAM, *ANA, *OLGA, *TESS, *CARL, *RITA]
 
 
 def dump() -> str:
@@ -409,3 +455,54 @@ def test_repeated_failures_of_a_kind_get_a_note_whatever_their_energy(book: Book
     # through the real CLI: the same order
     d = book.cli("user", "olga", "--since", "30d")
     assert [a["id"] for a in d["advice"]][:2] == ["timeouts", "out-of-memory"]
+
+
+# --- 3. time-limit energy, sessions -------------------------------------------------------------------------
+
+
+def test_possibly_lost_is_apart_and_sessions_lose_nothing_at_their_limit(book: Book) -> None:
+    jobs = {j.job_id: j for j in book.jobs("tess")}
+    train, notebook, shell = (jobs[str(j.id)] for j in TESS)
+    assert notebook.batch_step is False and shell.batch_step is False and train.batch_step is True
+    t = book.cli("user", "tess", "--since", "30d")
+    # only the batch job's energy beyond idle GPUs is possibly lost; what did no work is the notebook's idle
+    assert t["timeout_energy_kwh"] == pytest.approx(train.energy_kwh - train.idle_kwh, rel=1e-3)
+    assert t["wasted_energy_kwh"] == pytest.approx(notebook.idle_kwh + train.idle_kwh, rel=1e-3)
+    assert notebook.idle_kwh > 0
+    found = book.candidates("tess")
+    assert found["timeouts"].job_ids == (str(TESS[0].id),)
+    assert "notebooks" in found and "time-limits" not in found
+    assert "timeouts" not in book.notes(TESS[1]) and "timeouts" not in book.notes(TESS[2])
+
+
+# --- 8. words ----------------------------------------------------------------------------------------------
+
+
+def test_a_count_of_one_is_singular(book: Book) -> None:
+    n = book.notes(CARL[0])["cpus"]
+    text = text_of(n)
+    assert "About 1 core per node" in text and not re.search(r"\b1 cores\b", text)
+    everything = " ".join(
+        text_of(a) for user in ("tina", "debby", "fay", "vic", "ana", "olga", "tess", "carl")
+        for a in book.candidates(user).values()
+    )  # fmt: skip
+    assert not re.search(r"\b1 (cores|jobs|GPUs|nodes|models)\b", everything)
+
+
+# --- 9. surfaces -----------------------------------------------------------------------------------------------
+
+
+def test_a_running_job_says_one_run_time_and_no_power_now(book: Book) -> None:
+    r = run_cocaq(["job", str(RITA[0].id)], {**book.env, "COLUMNS": "60"})
+    assert r.code == 0, r.err
+    out = " ".join(r.out.split())
+    assert re.search(r"0:5\d:\d\d so far of a 12:00:00 limit", out), out  # not sacct's 0.8 h
+    assert "0.8 h" not in out and "Power now" not in out  # nothing measures it: rated power, said so
+    notes = book.notes(RITA[0])
+    assert not set(notes) & {"cpus", "memory", "time-limits", "gpu-memory"}  # its steps have not ended
+
+
+def test_names_nowhere_in_the_database_exit_2(book: Book) -> None:
+    for args in (["report", "user", "nosuch", "--out", "/tmp"], ["models", "-u", "nosuch"]):
+        r = run_cocaq(args, book.env)
+        assert r.code == 2 and "nosuch" in r.err, (args, r.code, r.err)
