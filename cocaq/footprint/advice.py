@@ -155,7 +155,8 @@ def amp_how(dtypes: set[str]) -> tuple[str, tuple[str, ...]]:
     """The how-to and the lines to change for the jobs' GPUs."""
     key = next(iter(dtypes)) if len(dtypes) == 1 else "mixed"
     tag = "cocaq tag precision=fp16" if key == "fp16" else "cocaq tag precision=bf16"
-    return AMP_HOWTO[key] + " " + AMP_RECORD, (AMP_CHANGE[key], tag)
+    record = AMP_RECORD if key == "mixed" else f"Record it with `{tag}` so that the next report can compare."
+    return AMP_HOWTO[key] + " " + record, (AMP_CHANGE[key], tag)
 
 
 if TYPE_CHECKING:
