@@ -379,7 +379,7 @@ def test_held_out_measured_jobs_are_closer_with_the_calibrated_estimate(
     assert r.code == 0, r.err
     assert "estimate from the site's measured jobs" in r.out and "what the site's measured jobs drew" in r.out
     assert re.search(
-        r"Energy drawn by the hardware: [\d.,]+ kWh \(0\.00 kWh measured, [\d.,]+ kWh, [\d.,]+-[\d.,]+ "
+        r"Energy drawn by the hardware: [\d.,]+ kWh \(0 kWh measured, [\d.,]+ kWh, [\d.,]+-[\d.,]+ "
         r"estimated\)",
         " ".join(r.out.split()),  # (the heading wraps at the table's width)
     ), r.out

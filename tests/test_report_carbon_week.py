@@ -186,7 +186,7 @@ def test_words_for_the_cheapest_and_dearest_hours() -> None:
     w = data.HourWindow
     z = data.ZoneWeek("FR", "lca", (), 720, 744, 250.0, w(11, 4, 180.4), w(19, 4, 320.0), 260.0, 230.0, ())
     assert wording.week_text(z) == (
-        "cheapest 11:00-15:00 UTC, 180 g/kWh; dearest 19:00-23:00 UTC, 320 g/kWh; mean 250 g/kWh; "
+        "cheapest 11:00-15:00 UTC, 180 g CO2e/kWh; dearest 19:00-23:00 UTC, 320 g CO2e/kWh; mean 250 g CO2e/kWh; "
         "weekends 12% below weekdays (series over 720 of 744 hours)"
     )
     late = data.ZoneWeek("ES", "direct", (), 30, 744, 99.0, w(22, 4, 50.0), w(5, 4, 90.0), 99.0, 100.0, ())
@@ -194,12 +194,12 @@ def test_words_for_the_cheapest_and_dearest_hours() -> None:
     assert "weekends about the same as weekdays" in wording.week_text(late)
     flat = data.ZoneWeek("FR", "lca", (), 480, 744, 30.5, w(0, 4, 30.5), w(3, 4, 31.9), 31.0, 28.5, ())
     assert wording.week_text(flat) == (
-        "no hours of the day much cleaner than others (within 5%); mean 30.5 g/kWh; weekends 8% below "
+        "no hours of the day much cleaner than others (within 5%); mean 30.5 g CO2e/kWh; weekends 8% below "
         "weekdays (series over 480 of 744 hours)"
     )
     sparse = data.ZoneWeek("SE", "lca", (), 3, 744, 40.0, None, None, 40.0, None, ())
     assert wording.week_text(sparse) == (
-        "too few hours of series to name the cheapest and dearest hours of the day; mean 40 g/kWh "
+        "too few hours of series to name the cheapest and dearest hours of the day; mean 40 g CO2e/kWh "
         "(series over 3 of 744 hours)"
     )
 

@@ -453,7 +453,8 @@ def test_idle_gpus_and_failed_jobs_in_kwh_and_co2(month_db: Setup) -> None:
     assert t.failed_kwh == approx(e102 - 0.2) and t.timeout_kwh == approx(e106)
     assert t.failed_co2_kg == approx(by_raw[102].co2_g / 1000 * (e102 - 0.2) / e102)
     assert t.timeout_co2_kg == approx(by_raw[106].co2_g / 1000)
-    assert t.wasted_kwh == approx(t.idle_gpu_kwh + e102 - 0.2 + e106) and t.wasted_kwh < t.energy_kwh
+    # what did no work is certain; the time-out's part is possibly lost, apart (issue 32)
+    assert t.wasted_kwh == approx(t.idle_gpu_kwh + e102 - 0.2) and t.wasted_kwh < t.energy_kwh
     # the jobs that held GPUs nearly idle: 102 (all of it) then 101 (one GPU of two)
     idle = alice.idle_jobs
     assert [j.job_id for j in idle] == ["102", "101"]

@@ -721,10 +721,10 @@ def print_job(job: dict[str, Any], console: Console) -> None:
     if job.get("assumptions") and job["assumptions"].get("basis") in ESTIMATED_BASES:
         a = job["assumptions"]
         console.print(
-            f"[dim]Estimated: CPU {a['cpu_core_seconds'] / 3600:,.2f} core-hours ({a['cpu_basis']}) x "
-            f"{a['cpu_tdp_w_per_core']} W per core; "
+            f"[dim]Estimated: CPU {num(a['cpu_core_seconds'] / 3600)} core-hours ({a['cpu_basis']}) x "
+            f"{num(a['cpu_tdp_w_per_core'])} W per core; "
             + (f"GPU {gpu_basis_text(a)}; " if gpus else "")  # no GPU power for a job without GPUs
-            + f"memory {a['mem_gb']} GB x {a['mem_w_per_gb']} W/GB (profile {term(a['profile'])})[/]"
+            + f"memory {num(a['mem_gb'])} GB x {a['mem_w_per_gb']} W/GB (profile {term(a['profile'])})[/]"
         )
     if job.get("model"):
         print_model_metadata(job["model"], console)
