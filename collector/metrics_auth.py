@@ -137,7 +137,7 @@ class Auth:
             return True
         scheme, _, given = (authorization or "").partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(
-            given.strip().encode("latin-1", "replace"), self.token
+            given.strip(" \t").encode("latin-1", "replace"), self.token
         )
 
     def guard(self, app: WsgiApp) -> WsgiApp:
