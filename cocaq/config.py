@@ -223,8 +223,24 @@ class Collector:
         metadata={
             "doc": 'serve Prometheus/OpenMetrics metrics here: ":9830" (all IPv4 interfaces),'
             ' "127.0.0.1:9830", "[::1]:9830"; "" = off. It shows user names and job ids to whoever'
-            " reaches it: bind it to the management network (docs/node-side.md)"
+            " reaches it: bind it to the management network, set metrics_token_file (docs/node-side.md)"
         },
+    )
+    metrics_token_file: str | None = field(
+        default=None,
+        metadata={
+            "doc": "file holding a bearer token the metrics endpoint then requires (root's or the"
+            " collector's own, chmod 600; Prometheus' `authorization: {credentials_file: ...}`); unset:"
+            " none, and whoever reaches the port reads every running job's user, account and job id"
+        },
+    )
+    metrics_tls_cert_file: str | None = field(
+        default=None,
+        metadata={"doc": "serve the metrics endpoint over HTTPS with this certificate (PEM, with the chain)"},
+    )
+    metrics_tls_key_file: str | None = field(
+        default=None,
+        metadata={"doc": "the certificate's private key (PEM; root's or the collector's own, chmod 600)"},
     )
 
 

@@ -209,6 +209,11 @@ def _collector(t: Any) -> Collector:
             except ValueError as exc:
                 raise ConfigError(f"config: collector.metrics_listen: {exc}") from None
         v["metrics_listen"] = m.strip()
+    for k in ("metrics_token_file", "metrics_tls_cert_file", "metrics_tls_key_file"):
+        if k in t:
+            v[k] = _str(f"collector.{k}", t[k])
+    if ("metrics_tls_cert_file" in v) != ("metrics_tls_key_file" in v):
+        raise ConfigError("config: collector: metrics_tls_cert_file and metrics_tls_key_file go together")
     return replace(c, **v)
 
 

@@ -65,9 +65,18 @@ def _running(
 
 class Collector:
     """One node's collector. With `[collector] metrics_listen` set (and `serve_metrics`), it also serves
-    its last cycle to Prometheus (cocaq.collector.metrics); a failure there is logged, never fatal."""
+    its last cycle to Prometheus (cocaq.collector.metrics); a failure to listen is logged, never fatal,
+    but a token or TLS file that does not pass its checks stops the start (ConfigError)."""
 
     def __init__(self, cfg: Config, out: Any = None, *, serve_metrics: bool = True) -> None:
+        auth = None
+        if cfg.collector.metrics_listen:
+            # its token and TLS files first, also with --once (which serves nothing): one that does not
+            # pass is a ConfigError, and the collector does not start, rather than serve without them
+            from cocaq.collector import metrics_auth
+
+            cc = cfg.collector
+            auth = metrics_auth.load(cc.metrics_token_file, cc.metrics_tls_cert_file, cc.metrics_tls_key_file)
         self.cfg = cfg
         self.out = out or sys.stderr
         self.node = node_name()
@@ -99,10 +108,10 @@ class Collector:
         self.last_jobs: set[str] = set()  # the last cycle's running jobs (whose end the metrics keep)
         self.stop = False
         self.metrics: Any = None  # cocaq.collector.metrics.Exporter, when the endpoint is on
-        if serve_metrics and cfg.collector.metrics_listen:
-            self._start_metrics(cfg.collector.metrics_listen)
+        if auth is not None and serve_metrics:
+            self._start_metrics(cfg.collector.metrics_listen, auth)
 
-    def _start_metrics(self, listen: str) -> None:
+    def _start_metrics(self, listen: str, auth: Any) -> None:
         """Serve the metrics endpoint; if it cannot listen, say why once and go on collecting."""
         from cocaq.config import parse_listen
 
@@ -111,12 +120,13 @@ class Collector:
             from cocaq.collector.metrics import Exporter
 
             exporter = Exporter(self.cfg.cluster.name, self.node, self.cfg.collector.annotate_dir)
-            exporter.serve(host, port)
+            exporter.serve(host, port, auth)
         except (OSError, ValueError, ImportError) as exc:
             log.error("metrics: not serving on %s: %s; collecting without them", listen, exc)
             return
         self.metrics = exporter
-        log.info("metrics: serving on %s", listen)
+        how = ("https" if auth.tls else "http") + (", bearer token required" if auth.token else ", no token")
+        log.info("metrics: serving on %s (%s)", listen, how)
 
     def _on_off(self, name: str, why: str | None) -> None:
         self.status[name] = why

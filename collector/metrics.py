@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector as PromCollector
 from prometheus_client.registry import CollectorRegistry
 
 from cocaq.collector import annotation_files
+from cocaq.collector.metrics_auth import Auth
 from cocaq.collector.records import GPU_SOURCE_RANK, EnergyRow
 from cocaq.collector.sources import Cycle
 from cocaq.ml.meta import parse_comment
@@ -191,6 +192,8 @@ class SnapshotCollector(PromCollector):
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = 30  # a connection that sends nothing (or stalls its TLS handshake) frees its thread
+
     def log_message(self, format: str, *args: Any) -> None:
         """No line per scrape in the collector's log."""
 
@@ -215,12 +218,15 @@ class Exporter:
         self.server: Any = None
         self.thread: threading.Thread | None = None
 
-    def serve(self, host: str, port: int) -> None:
+    def serve(self, host: str, port: int, auth: Auth | None = None) -> None:
         """Listen on (host, port) in a daemon thread; raises OSError when it cannot.
 
         prometheus_client's start_http_server, except that the server's thread sleeps until a
         connection comes (its select wakes every 0.5 s otherwise: 0.02% of a core, as much as the
-        scrapes); `close` wakes it with a connection of its own."""
+        scrapes); `close` wakes it with a connection of its own. `auth`: the bearer token every request
+        must carry and the TLS context (cocaq.collector.metrics_auth). The TLS handshake is done in the
+        request's thread (not at accept, where a client that stalls it would stop the server)."""
+        auth = auth or Auth()
         family, _, _, _, sockaddr = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
@@ -228,9 +234,21 @@ class Exporter:
         class Server(ThreadingWSGIServer):
             address_family = family
 
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                """A client that hangs up, speaks HTTP to TLS or fails the handshake: no traceback."""
+                log.debug("metrics: a request from %s failed", client_address[0] if client_address else "?")
+
         self.server = make_server(
-            str(sockaddr[0]), port, make_wsgi_app(self.registry), Server, handler_class=_QuietHandler
+            str(sockaddr[0]),
+            port,
+            auth.guard(make_wsgi_app(self.registry)),
+            Server,
+            handler_class=_QuietHandler,
         )
+        if auth.tls is not None:
+            self.server.socket = auth.tls.wrap_socket(
+                self.server.socket, server_side=True, do_handshake_on_connect=False
+            )
         self.thread = threading.Thread(
             target=self.server.serve_forever,
             kwargs={"poll_interval": None},

@@ -138,3 +138,82 @@ def test_the_server_role_writes_prometheus_targets_and_the_grafana_dashboard(tmp
     assert (dash / "cocaq.json").read_bytes() == shipped.read_bytes()
     provider = yaml.safe_load((prov / "cocaq.yaml").read_text())
     assert provider["providers"][0]["options"]["path"] == str(dash)
+
+
+def test_the_collectors_metrics_token_and_tls_reach_the_node_and_prometheus(tmp_path: Path) -> None:
+    """Issue 33: with cocaq_collector_metrics_token the node role writes the token root's and 0600 and
+    names it in [collector] metrics_token_file (with the TLS files), which the collector's own checks
+    accept; the server role writes Prometheus' copy (root:prometheus 0640) and gives the cocaq-nodes job
+    `authorization: {type: Bearer, credentials_file}`, `scheme: https` and `tls_config.ca_file`, which
+    promtool accepts. Without a token neither is written (the default stays off)."""
+    import yaml
+
+    from cocaq.collector import metrics_auth
+    from cocaq.config_load import load_config
+    from tests.promkit import Prometheus
+    from tests.test_collector_metrics_auth import _self_signed
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the roles write root-owned files")
+    cert, key = _self_signed(tmp_path / "tls")
+    inv = tmp_path / "hosts.yml"
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inv.write_text(yaml.safe_dump({"all": {"children": {
+        "head": {"hosts": {"head1": local}},
+        "compute": {"hosts": {"gpu001": local}},
+    }}}))  # fmt: skip
+
+    def play(node_vars: dict[str, object], server_vars: dict[str, object]) -> None:
+        etc = tmp_path / "etc"
+        p = tmp_path / "play.yml"
+        p.write_text(yaml.safe_dump([
+            {"hosts": "compute", "gather_facts": False,
+             "vars": {"cocaq_config_path": str(etc / "cocaq.toml"), "cocaq_spool_dir": str(tmp_path / "spool"),
+                      "cocaq_log_dir": str(tmp_path / "log"), "cocaq_logrotate_conf": "",
+                      "cocaq_service_manager": "none", "cocaq_database_url": "sqlite:///nonexistent",
+                      "cocaq_collector_metrics_listen": "127.0.0.1:9830", **node_vars},
+             "tasks": [{"name": "Node", "ansible.builtin.include_role": {"name": "cocaq_node", "tasks_from": "config"}}]},
+            {"hosts": "head", "gather_facts": False,
+             "vars": {"cocaq_prometheus_scrape_config_dir": str(tmp_path / "prometheus"),
+                      "cocaq_prometheus_group": "root", **server_vars},
+             "tasks": [{"name": "Prometheus", "ansible.builtin.include_role": {"name": "cocaq_server", "tasks_from": "prometheus"}}]},
+        ]))  # fmt: skip
+        r = subprocess.run(
+            [str(BIN / "ansible-playbook"), "-i", str(inv), str(p)],
+            cwd=ANSIBLE, env=ansible_env(), capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+        assert "n0de-T0ken" not in r.stdout + r.stderr  # no_log
+
+    play({}, {})  # no token: none written, nothing asked of Prometheus
+    cfg = load_config(tmp_path / "etc" / "cocaq.toml", {})
+    assert cfg.collector.metrics_token_file is None and cfg.collector.metrics_tls_cert_file is None
+    assert not (tmp_path / "etc" / "collector-metrics-token").exists()
+    nodes_job = yaml.safe_load((tmp_path / "prometheus" / "cocaq-scrape.yml").read_text())["scrape_configs"][
+        0
+    ]
+    assert "authorization" not in nodes_job and nodes_job.get("scheme", "http") == "http"
+
+    play(
+        {"cocaq_collector_metrics_token": "n0de-T0ken", "cocaq_collector_metrics_tls_cert_file": str(cert),
+         "cocaq_collector_metrics_tls_key_file": str(key)},
+        {"cocaq_prometheus_node_metrics_token": "n0de-T0ken", "cocaq_prometheus_node_scheme": "https",
+         "cocaq_prometheus_node_ca_file": str(cert)},
+    )  # fmt: skip
+    cfg = load_config(tmp_path / "etc" / "cocaq.toml", {})
+    token = tmp_path / "etc" / "collector-metrics-token"
+    assert cfg.collector.metrics_token_file == str(token)
+    st = token.stat()
+    assert (st.st_uid, oct(st.st_mode & 0o777)) == (0, "0o600")
+    cc = cfg.collector
+    auth = metrics_auth.load(cc.metrics_token_file, cc.metrics_tls_cert_file, cc.metrics_tls_key_file)
+    assert auth.token == b"n0de-T0ken" and auth.tls is not None  # the collector's own checks pass
+    prom_token = tmp_path / "prometheus" / "cocaq-nodes-token"
+    assert prom_token.read_text() == "n0de-T0ken\n" and oct(prom_token.stat().st_mode & 0o777) == "0o640"
+    jobs = yaml.safe_load((tmp_path / "prometheus" / "cocaq-scrape.yml").read_text())["scrape_configs"]
+    nodes_job = jobs[0]
+    assert nodes_job["job_name"] == "cocaq-nodes" and nodes_job["scheme"] == "https"
+    assert nodes_job["authorization"] == {"type": "Bearer", "credentials_file": str(prom_token)}
+    assert nodes_job["tls_config"] == {"ca_file": str(cert)}
+    with Prometheus(tmp_path / "run", jobs):  # (promtool checks the config first)
+        pass
