@@ -28,6 +28,12 @@ class ApiNotFound(ApiRefused):
     exit_code = 2
 
 
+class ApiBadInput(ApiRefused):
+    """The API refused a parameter (400, 422: a time out of range, say): exit 2, as the CLI says it."""
+
+    exit_code = 2
+
+
 class ApiUnreachable(CocaqError):
     """No answer from the API (down, wrong URL, TLS): the database may be tried by those who can."""
 
@@ -74,6 +80,8 @@ def get(api: Any, path_parts: tuple[str, ...], params: Mapping[str, Any] | None 
             detail = "; ".join(str(d.get("msg", d)) for d in detail if isinstance(d, dict))
         if exc.code == 404 and detail and detail != "Not Found":  # (not a route: an old server)
             raise ApiNotFound(str(detail)) from None
+        if exc.code in (400, 422):
+            raise ApiBadInput(f"{api.url}: {exc.code}: {detail or exc.reason}") from None
         raise ApiRefused(f"{api.url}: {exc.code}: {detail or exc.reason}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)

@@ -41,6 +41,7 @@ from cocaq.slurm.record import JOB_ID_PATTERN
 NAME = r"^[A-Za-z0-9._@+-]{1,128}$"  # user and account names (as the hooks accept them)
 JOB_OR_ARRAY = rf"^(?:{ASK_PATTERN})$"  # a job, or an array's tasks as squeue prints them (123_[0-9])
 WHEN = r"^[0-9A-Za-z:.+ -]{1,40}$"
+WHEN_DOC = "30d, 12h, a date (2026-11-01, 20261101) or an ISO time, 1970 to 2200 (cocaq.timeparse)"
 LIVE_JOBS = rf"^{JOB_ID_PATTERN}(,{JOB_ID_PATTERN}){{0,99}}$"  # at most cocaq.footprint.live.MAX_JOBS
 
 
@@ -181,7 +182,7 @@ def create_app(cfg: Config, *, decode: Any = None) -> FastAPI:
         return app.get(path, summary=summary, response_model=None)
 
     Who = Annotated[Caller, Depends(caller)]
-    Since = Annotated[str, Query(pattern=WHEN, description="30d, 12h, a date or an ISO time")]
+    Since = Annotated[str, Query(pattern=WHEN, description=WHEN_DOC)]
     Until = Annotated[str | None, Query(pattern=WHEN)]
     ClusterQ = Annotated[str | None, Query(pattern=NAME)]
     Top = Annotated[int, Query(ge=0, le=1000)]

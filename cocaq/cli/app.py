@@ -64,7 +64,7 @@ since_opt = click.option(
     "since",
     default="30d",
     show_default=True,
-    help="Window start: a duration back from now (30d, 12h, 2w) or a date (2026-11-01).",
+    help="Window start: a duration back from now (30d, 12h, 2w) or a date (2026-11-01, 20261101).",
 )
 until_opt = click.option(
     "-E",

@@ -10,7 +10,6 @@ unless --force.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -21,14 +20,13 @@ import click
 
 from cocaq.errors import UsageError
 from cocaq.reports.files import file_stem, user_address, write_email
+from cocaq.timeparse import parse_month as month_start
 
 if TYPE_CHECKING:
     from cocaq.cli.app import Ctx
     from cocaq.reports.data import Month
     from cocaq.reports.deliver import Outgoing
     from cocaq.reports.render import Rendered
-
-_MONTH_RE = re.compile(r"(\d{4})-(\d{2})")
 
 
 def parse_month(text: str | None, now: datetime | None = None) -> datetime:
@@ -41,10 +39,7 @@ def parse_month(text: str | None, now: datetime | None = None) -> datetime:
         )
         last = first - timedelta(days=1)
         return datetime(last.year, last.month, 1, tzinfo=UTC)
-    m = _MONTH_RE.fullmatch(text.strip())
-    if not m or not 1 <= int(m.group(2)) <= 12:
-        raise UsageError(f"--month {text!r}: expected a month like 2026-03")
-    return datetime(int(m.group(1)), int(m.group(2)), 1, tzinfo=UTC)
+    return month_start(text)
 
 
 def _kind(what: str, cluster: str | None, lab: str | None = None) -> str:
