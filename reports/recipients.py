@@ -313,7 +313,7 @@ def resolve_named(engine: Engine, mail: Mail, args: Iterable[str], *, force: boo
                 if not seen and not force:
                     raise UsageError(
                         f"mail: no user {arg!r} (no jobs, no users row, not in the address map): "
-                        f"{_did_you_mean(conn, book, arg)}--force opts out a user not seen yet"
+                        f"{_did_you_mean(conn, book, arg)}--force takes a user not seen yet"
                     )
                 book = _with(engine, book, [arg])
                 r = book.for_user(arg)
@@ -343,17 +343,15 @@ def resolve_named(engine: Engine, mail: Mail, args: Iterable[str], *, force: boo
                 where = "; ".join(
                     f"{u}'s go to {r.address or 'no address'} ({r.source})" for u, r in elsewhere
                 )
-                names = " ".join(u for u, _ in elsewhere)
-                raise UsageError(
-                    f"mail: no reports go to {addr} ({where}): to stop them, cocaq mail opt-out {names}"
-                )
+                names = ", ".join(u for u, _ in elsewhere)
+                raise UsageError(f"mail: no reports go to {addr} ({where}): give the user's name ({names})")
             if guess is not None and force:
                 out.append((arg, Named(guess, addr, "address_template", False)))
                 continue
             if guess is not None:
                 raise UsageError(
                     f"mail: no user {guess!r} has jobs or a users row, and no line of the address map "
-                    f"gives {addr}: {_did_you_mean(conn, book, guess)}--force opts out a user not seen yet"
+                    f"gives {addr}: {_did_you_mean(conn, book, guess)}--force takes a user not seen yet"
                 )
             how = (
                 f"it is not of the address template's form ({mail.address_template})"

@@ -93,7 +93,7 @@ def test_an_address_two_users_receive_opts_out_both(engine: Engine, site: dict[s
 def test_an_address_where_the_file_sends_elsewhere_is_refused(engine: Engine, site: dict[str, str]) -> None:
     # The template would make gina@example.org, but gina's line in the map sends her reports elsewhere.
     r = run_cocaq(["mail", "opt-out", "gina@example.org", "--force"], site)
-    one_line_error(r, "gina@example.org", "gina@lab.example", "cocaq mail opt-out gina")
+    one_line_error(r, "gina@example.org", "gina@lab.example", "give the user's name (gina)")
     assert opted(engine) == {"ivan": False}
     assert run_cocaq(["mail", "opt-out", "gina@lab.example"], site).code == 0
     assert opted(engine)["gina"] is True
