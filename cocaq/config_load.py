@@ -60,8 +60,54 @@ _NON_SETTING_ENV = {
     "`[collector] annotate_dir`)",
     "COCAQ_PROC_ROOT": "the collector's /proc (tests point it at a fixture tree)",
     "COCAQ_MUNGE_BACKEND": "`library` or `binary`: force how the API reads MUNGE credentials",
+    "COCAQ_FAKE_NVML": "the fake NVML's GPUs where nothing configured it (collector/fakenvml.py, for tests)",
 }
 _NON_SETTING_PREFIXES = ("COCAQ_TEST_", "COCAQ_BENCH_")
+# The variables of the repository's own scripts and tests, by exact name: an admin who builds Slurm and
+# pyslurm with tests/slurm/ exports them in the shell cocaq then runs in. Exact names, not a prefix, so
+# that `COCAQ_SLURM_BACKEND` (for COCAQ_SLURM__BACKEND) is still a typo; tests/test_env_namespace.py
+# checks that every COCAQ_* name in the repository is a setting, listed here, or COCAQ_TEST_*/BENCH_*.
+TOOL_ENV = {
+    "COCAQ_SLURM_SOURCE": "tests/slurm/build.sh: Slurm 25.11's source tarball",
+    "COCAQ_SLURM_VERSION": "tests/slurm/cluster.sh, capture_sacct.sh: the test cluster's Slurm",
+    "COCAQ_SLURM25_PREFIX": "tests/slurm/build.sh: where Slurm 25.11 is installed",
+    "COCAQ_SLURM25_SYSCONF": "tests/slurm/build.sh: its configuration folder",
+    "COCAQ_SLURM_PROLOG": "tests/slurm/cluster.sh: the test cluster's Prolog",
+    "COCAQ_SLURM_EPILOG": "tests/slurm/cluster.sh: its Epilog",
+    "COCAQ_SLURM_TASK_PROLOG": "tests/slurm/cluster.sh: its TaskProlog",
+    "COCAQ_SLURM_TASK_EPILOG": "tests/slurm/cluster.sh: its TaskEpilog",
+    "COCAQ_SLURM_EXTRA_CONF": "tests/slurm/cluster.sh: lines added to its slurm.conf",
+    "COCAQ_SLURM_USERS": "tests/slurm/cluster.sh: its users",
+    "COCAQ_DB_PASS": "tests/slurm/cluster.sh: its slurmdbd's MariaDB password",
+    "COCAQ_STOP_MARIADB": "tests/slurm/cluster.sh: `down` stops MariaDB too",
+    "COCAQ_SKIP_PROMETHEUS": "tests: skip the tests that need Prometheus",
+    "COCAQ_SKIP_SCREENSHOTS": "tests: skip the report screenshots (no Chromium)",
+    "COCAQ_CHROMIUM": "tests: the Chromium for the screenshots",
+    "COCAQ_SCREENSHOT_DIR": "tests: where the screenshots are copied",
+    "COCAQ_UPDATE_GOLDEN": "tests: rewrite the golden e-mails",
+    "COCAQ_FUZZ_EXAMPLES": "tests: Hypothesis examples per fuzz test",
+}
+
+
+def is_not_a_setting(name: str) -> bool:
+    """True for a COCAQ_* variable that cocaq reads elsewhere or leaves to the repository's tools."""
+    return name in _NON_SETTING_ENV or name in TOOL_ENV or name.startswith(_NON_SETTING_PREFIXES)
+
+
+def _did_you_mean(name: str) -> str:
+    """': did you mean X?' for the variable `name` was most likely meant as, or ''; on the error path only."""
+    from dataclasses import MISSING
+    from difflib import get_close_matches
+
+    known = [*ENV_SHORTHANDS, *_NON_SETTING_ENV, *TOOL_ENV]
+    for f in fields(Config):
+        section = f.metadata.get("toml", f.name)
+        if section in ENV_SECTIONS and f.default_factory is not MISSING:
+            known += [f"COCAQ_{section.upper()}__{g.name.upper()}" for g in fields(f.default_factory)]  # type: ignore[arg-type]
+    close = get_close_matches(name, known, n=1, cutoff=0.8)
+    return f": did you mean {close[0]}?" if close else ""
+
+
 # The sections that `COCAQ_SECTION__KEY` may set (partitions and node groups only in the file).
 ENV_SECTIONS = (
     "cluster", "estimate", "defaults", "collector", "carbon", "shifting", "embodied", "aggregate",
@@ -754,12 +800,7 @@ def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
         mail.get("smtp_password_env") if isinstance(mail, dict) else None,
     }
     for name, value in sorted(environ.items()):
-        if (
-            not name.startswith("COCAQ_")
-            or name in _NON_SETTING_ENV
-            or name in secret_vars
-            or name.startswith(_NON_SETTING_PREFIXES)
-        ):
+        if not name.startswith("COCAQ_") or name in secret_vars or is_not_a_setting(name):
             continue
         key = name[len("COCAQ_") :].lower()
         if "__" in key:
@@ -786,8 +827,8 @@ def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
             tbl[key] = value
         else:
             raise ConfigError(
-                f"environment: {name}: unknown setting (use COCAQ_DATABASE_URL, COCAQ_SPOOL_DIR, "
-                "COCAQ_CLUSTER, COCAQ_SMTP_HOST, COCAQ_SMTP_PORT or COCAQ_SECTION__KEY)"
+                f"environment: {name}: unknown setting{_did_you_mean(name)} (use COCAQ_DATABASE_URL, "
+                "COCAQ_SPOOL_DIR, COCAQ_CLUSTER, COCAQ_SMTP_HOST, COCAQ_SMTP_PORT or COCAQ_SECTION__KEY)"
             )
     return data
 

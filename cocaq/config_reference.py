@@ -215,6 +215,17 @@ def _environment() -> Iterator[str]:
     yield "| --- | --- |"
     for var, what in L._NON_SETTING_ENV.items():
         yield f"| `{var}` | {_cell(what)} |"
+    yield ""
+    yield (
+        "Nor are the variables of the repository's own scripts and tests, so that a shell which built "
+        "Slurm and pyslurm with `tests/slurm/` can run cocaq. They are ignored by exact name: "
+        "`COCAQ_SLURM_BACKEND`, say, is still an error (did you mean `COCAQ_SLURM__BACKEND`?)."
+    )
+    yield ""
+    yield "| variable | used by |"
+    yield "| --- | --- |"
+    for var, what in L.TOOL_ENV.items():
+        yield f"| `{var}` | {_cell(what)} |"
 
 
 def render() -> str:

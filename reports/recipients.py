@@ -144,17 +144,7 @@ class AddressBook:
 
     @classmethod
     def load(cls, engine: Engine, mail: Mail, names: Iterable[str]) -> AddressBook:
-        book = cls(mail)
-        wanted = sorted(set(names))
-        with engine.connect() as conn:
-            for i in range(0, len(wanted), 500):
-                rows = conn.execute(
-                    select(User.name, User.email, User.full_name, User.opted_out).where(
-                        User.name.in_(wanted[i : i + 500])
-                    )
-                )
-                for name, email, full_name, opted_out in rows:
-                    book.users[name] = (email, full_name, bool(opted_out))
+        book = cls(mail, cls.load_users(engine, names))
         if mail.address_map:
             book.address_map, problems = load_address_map(mail.address_map)
             book.problems += problems
@@ -164,6 +154,22 @@ class AddressBook:
         for p in book.problems:
             log.warning("mail: %s", p)
         return book
+
+    @staticmethod
+    def load_users(engine: Engine, names: Iterable[str]) -> dict[str, tuple[str | None, str | None, bool]]:
+        """The users rows of `names`: email, full name, opted out."""
+        users: dict[str, tuple[str | None, str | None, bool]] = {}
+        wanted = sorted(set(names))
+        with engine.connect() as conn:
+            for i in range(0, len(wanted), 500):
+                rows = conn.execute(
+                    select(User.name, User.email, User.full_name, User.opted_out).where(
+                        User.name.in_(wanted[i : i + 500])
+                    )
+                )
+                for name, email, full_name, opted_out in rows:
+                    users[name] = (email, full_name, bool(opted_out))
+        return users
 
     def is_opted_out(self, user: str | None, address: str | None) -> bool:
         if user is not None and (
@@ -219,3 +225,148 @@ def sent_today(conn: Connection, recipient: str, now: datetime, *, kind: str, pe
         not_(this_one),
     )
     return int(conn.execute(q).scalar_one())
+
+
+# --- who an opt-out names -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Named:
+    """A user an `opt-out` argument names, where their reports go, and whether cocaq has seen them."""
+
+    user: str
+    address: str | None
+    source: str  # where `address` comes from (Recipient.source)
+    seen: bool  # with jobs, a users row or a line in the address map
+
+
+def _name_problem(name: str) -> str | None:
+    if not name or len(name) > 64 or not name.isprintable() or any(c.isspace() for c in name):
+        return "is not a user name (1 to 64 printable characters, no spaces)"
+    return None
+
+
+def _seen(conn: Connection, names: Iterable[str]) -> set[str]:
+    """Which of `names` have jobs or a users row (each an indexed lookup: jobs may be millions of rows)."""
+    from cocaq.db.schema import Job
+
+    found = set()
+    for n in set(names):
+        if conn.execute(select(User.name).where(User.name == n)).first() is not None or (
+            conn.execute(select(Job.user_name).where(Job.user_name == n).limit(1)).first() is not None
+        ):
+            found.add(n)
+    return found
+
+
+def _template_user(template: str | None, address: str) -> str | None:
+    """The user name the `{user}` template would turn into `address` (case aside), or None."""
+    if not template:
+        return None
+    head, _, tail = template.partition("{user}")
+    low = address.lower()
+    if len(low) <= len(head) + len(tail) or not (low.startswith(head.lower()) and low.endswith(tail.lower())):
+        return None
+    middle = address[len(head) : len(address) - len(tail)]
+    return middle if _name_problem(middle) is None and "@" not in middle else None
+
+
+def _close_names(conn: Connection, book: AddressBook, name: str) -> list[str]:
+    """Users cocaq knows whose names are close to `name` (for the error on a typo); only on that path."""
+    from difflib import get_close_matches
+
+    from cocaq.db.schema import Job
+
+    known = set(book.address_map)
+    known |= {n for (n,) in conn.execute(select(User.name))}
+    known |= {n for (n,) in conn.execute(select(Job.user_name).distinct())}
+    return get_close_matches(name, sorted(known), n=3, cutoff=0.7)
+
+
+def _did_you_mean(conn: Connection, book: AddressBook, name: str) -> str:
+    close = _close_names(conn, book, name)
+    return f"did you mean {' or '.join(close)}? " if close else ""
+
+
+def resolve_named(engine: Engine, mail: Mail, args: Iterable[str], *, force: bool) -> list[tuple[str, Named]]:
+    """(argument, user) for each user the arguments name, or a UsageError on the first that names none.
+
+    A name is a user cocaq has seen (jobs, users, the address map), or with `force` one not seen yet. An
+    address names the users whose reports go there, as `AddressBook.for_user` finds it (users.email, then
+    the map, then the template): where the map and the template disagree, the map wins as it does when
+    sending, and an address two users are mailed at names both. An address nobody is mailed at is refused,
+    even with `force` unless the template makes it for a user not seen yet. Nothing is resolved halfway:
+    the caller writes only when every argument resolved.
+    """
+    from cocaq.errors import UsageError
+
+    args = list(args)
+    out: list[tuple[str, Named]] = []
+    with engine.connect() as conn:
+        book = AddressBook.load(engine, mail, [])
+        for arg in args:
+            if "@" not in arg:
+                problem = _name_problem(arg)
+                if problem:
+                    raise UsageError(f"mail: {arg!r} {problem}")
+                seen = arg in book.address_map or bool(_seen(conn, [arg]))
+                if not seen and not force:
+                    raise UsageError(
+                        f"mail: no user {arg!r} (no jobs, no users row, not in the address map): "
+                        f"{_did_you_mean(conn, book, arg)}--force takes a user not seen yet"
+                    )
+                book = _with(engine, book, [arg])
+                r = book.for_user(arg)
+                out.append((arg, Named(arg, r.address, r.source, seen)))
+                continue
+            text = arg.strip()
+            if not looks_like_address(text):
+                raise UsageError(f"mail: {arg!r} is not an e-mail address nor a user name")
+            addr = normalise_address(text)
+            candidates = {u for u, a in book.address_map.items() if a.lower() == addr.lower()}
+            for name, email in conn.execute(select(User.name, User.email).where(User.email.is_not(None))):
+                if email and normalise_address(email).lower() == addr.lower():
+                    candidates.add(name)
+            guess = _template_user(mail.address_template, addr)
+            guesses = {guess, guess.lower()} if guess else set()
+            known = _seen(conn, candidates | guesses) | set(book.address_map)
+            candidates |= guesses & known
+            book = _with(engine, book, candidates)
+            hits = sorted(u for u in candidates if (book.for_user(u).address or "").lower() == addr.lower())
+            if hits:
+                out += [
+                    (arg, Named(u, book.for_user(u).address, book.for_user(u).source, True)) for u in hits
+                ]
+                continue
+            elsewhere = [(u, book.for_user(u)) for u in sorted(candidates)]
+            if elsewhere:
+                where = "; ".join(
+                    f"{u}'s go to {r.address or 'no address'} ({r.source})" for u, r in elsewhere
+                )
+                names = ", ".join(u for u, _ in elsewhere)
+                raise UsageError(f"mail: no reports go to {addr} ({where}): give the user's name ({names})")
+            if guess is not None and force:
+                out.append((arg, Named(guess, addr, "address_template", False)))
+                continue
+            if guess is not None:
+                raise UsageError(
+                    f"mail: no user {guess!r} has jobs or a users row, and no line of the address map "
+                    f"gives {addr}: {_did_you_mean(conn, book, guess)}--force takes a user not seen yet"
+                )
+            how = (
+                f"it is not of the address template's form ({mail.address_template})"
+                if mail.address_template
+                else "there is no address template"
+            )
+            raise UsageError(
+                f"mail: no user's reports go to {addr} (not in users.email nor the address map, and {how}): "
+                "give the user's name"
+            )
+    return out
+
+
+def _with(engine: Engine, book: AddressBook, names: Iterable[str]) -> AddressBook:
+    """`book` with the users rows of `names` as well (the files are read once)."""
+    more = AddressBook.load_users(engine, set(names) - set(book.users))
+    book.users.update(more)
+    return book

@@ -75,26 +75,72 @@ def mail_test(obj: Ctx, to: str) -> None:
 
 @mail.command("opt-out")
 @click.argument("users", nargs=-1, required=True)
-@click.option("--undo", is_flag=True, help="Opt them back in.")
+@click.option("--undo", is_flag=True, help="Opt them back in (as `cocaq mail opt-in`).")
+@click.option("--force", is_flag=True, help="Take a user cocaq has not seen yet (no jobs, no users row).")
 @click.pass_obj
-def mail_opt_out(obj: Ctx, users: tuple[str, ...], undo: bool) -> None:
+def mail_opt_out(obj: Ctx, users: tuple[str, ...], undo: bool, force: bool) -> None:
     """Send these users no more report e-mails (what an "unsubscribe" reply asks for); --undo reverses it.
 
-    Recorded in the database (users.opted_out), which every sender reads; the `[mail] opt_out_file`, if
-    any, applies as well.
+    USERS are user names or addresses: an address stands for the user(s) whose reports go there (users.email,
+    the address map, the template). Recorded in the database (users.opted_out), which every sender reads;
+    the `[mail] opt_out_file`, if any, applies as well. A name cocaq has never seen (a typo) or an address
+    nobody is mailed at is refused and nothing is written; --force takes a user not seen yet.
     """
+    _set_opted_out(obj, users, opted_out=not undo, force=force)
+
+
+@mail.command("opt-in")
+@click.argument("users", nargs=-1, required=True)
+@click.option("--force", is_flag=True, help="Take a user cocaq has not seen yet (no jobs, no users row).")
+@click.pass_obj
+def mail_opt_in(obj: Ctx, users: tuple[str, ...], force: bool) -> None:
+    """Send these users report e-mails again (undoes `cocaq mail opt-out`); names or addresses, as there."""
+    _set_opted_out(obj, users, opted_out=False, force=force)
+
+
+def _set_opted_out(obj: Ctx, args: tuple[str, ...], *, opted_out: bool, force: bool) -> None:
+    """Resolve every argument to its users first (one bad one writes nothing), then set users.opted_out."""
     from sqlalchemy import insert, select, update
 
     from cocaq.db.schema import User
+    from cocaq.reports.recipients import load_opt_out, resolve_named
 
-    for u in users:
-        if not u.strip() or any(c.isspace() for c in u) or len(u) > 64:
-            raise UsageError(f"{u!r} is not a user name")
-    with obj.engine().begin() as conn:
-        for u in users:
-            if conn.execute(select(User.name).where(User.name == u)).first() is None:
-                conn.execute(insert(User).values(name=u, opted_out=not undo))
+    engine = obj.engine()
+    named = resolve_named(engine, obj.cfg.mail, args, force=force)
+    listed: set[str] = set()
+    if not opted_out and obj.cfg.mail.opt_out_file:
+        listed = load_opt_out(obj.cfg.mail.opt_out_file)[0]
+    lines: dict[str, str] = {}
+    with engine.begin() as conn:
+        for _, n in named:
+            if n.user in lines:
+                continue
+            was = conn.execute(select(User.opted_out).where(User.name == n.user)).first()
+            if was is None:
+                conn.execute(insert(User).values(name=n.user, opted_out=opted_out))
             else:
-                conn.execute(update(User).where(User.name == u).values(opted_out=not undo))
-    what = "opted back in" if undo else "opted out: no more report e-mails"
-    click.echo(f"mail: {', '.join(users)} {what}", err=True)
+                conn.execute(update(User).where(User.name == n.user).values(opted_out=opted_out))
+            where = n.address or "no address"
+            if n.address and n.source != "users.email":
+                where += f", by the {n.source.replace('_', ' ')}"
+            if not n.seen:
+                where += "; not seen yet"
+            same = was is not None and bool(was[0]) == opted_out
+            if opted_out:
+                lines[n.user] = (
+                    f"mail: user {n.user} ({where}) was already opted out"
+                    if same
+                    else f"mail: opted out user {n.user} ({where}): no more report e-mails"
+                )
+            else:
+                line = (
+                    f"mail: user {n.user} ({where}) was not opted out"
+                    if same
+                    else f"mail: opted back in user {n.user} ({where})"
+                )
+                hit = {n.user.lower(), (n.address or "").lower()} & listed
+                if hit:
+                    line += f"; still listed in {obj.cfg.mail.opt_out_file} (as {', '.join(sorted(hit))})"
+                lines[n.user] = line
+    for line in lines.values():
+        click.echo(line, err=True)
