@@ -388,7 +388,8 @@ class Reports:
         default=30, metadata={"doc": "window on each side of a user's first report (admin report), days"}
     )
     archive_dir: str | None = field(
-        default=None, metadata={"doc": "where the batch keeps the admins' interactive HTML, one file a month"}
+        default=None,
+        metadata={"doc": "where the batch keeps the admins' interactive HTML, one file a month (0640)"},
     )
     job_digest_minutes: int = field(
         default=30, metadata={"doc": "job e-mails: a user's ended jobs wait this long to go as one digest"}
