@@ -404,7 +404,8 @@ class Reports:
         default=30, metadata={"doc": "window on each side of a user's first report (admin report), days"}
     )
     archive_dir: str | None = field(
-        default=None, metadata={"doc": "where the batch keeps the admins' interactive HTML, one file a month"}
+        default=None,
+        metadata={"doc": "where the batch keeps the admins' interactive HTML, one file a month (0640)"},
     )
     job_digest_minutes: int = field(
         default=30, metadata={"doc": "job e-mails: a user's ended jobs wait this long to go as one digest"}
@@ -504,8 +505,12 @@ class Study:
     holdout_share: float = field(
         default=0.2, metadata={"doc": "the share of users drawn into the hold-out arm, 0.05 to 0.5"}
     )
-    seed: int = field(
-        default=1, metadata={"doc": "the draw's seed: with the start month, it names the study"}
+    seed: int | None = field(
+        default=None,
+        metadata={
+            "doc": "the draw's seed, for a study anyone can redo (it names the study); unset: the first "
+            "draw picks one at random and keeps it with the study, shown to admins only"
+        },
     )
     baseline_months: int = field(
         default=3,
@@ -514,11 +519,6 @@ class Study:
     bootstrap: int = field(
         default=2000, metadata={"doc": "bootstrap resamples for the intervals, 200 to 100000"}
     )
-
-    @property
-    def key(self) -> str | None:
-        """The study's name in the database: its start month and seed (None: no study)."""
-        return None if self.start is None else f"{self.start}/seed {self.seed}"
 
 
 @dataclass(frozen=True)

@@ -581,7 +581,7 @@ def _study(t: Any) -> Study:
     if "holdout_share" in t:
         v["holdout_share"] = _num("study.holdout_share", t["holdout_share"], 0.05, 0.5)
     for k, lo, hi in (("seed", 0, 2**31 - 1), ("baseline_months", 1, 24), ("bootstrap", 200, 100_000)):
-        if k in t:
+        if k in t and not (k == "seed" and isinstance(t[k], str) and not t[k].strip()):  # "": random
             n = _num(f"study.{k}", t[k], lo, hi)
             if n != int(n):
                 raise ConfigError(f"config: study.{k}: expected a whole number, got {t[k]!r}")

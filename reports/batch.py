@@ -16,8 +16,8 @@ The order of work, and why:
    waits on the SMTP server and the ledger's commits.
 4. Labs (to `[reports] lab_heads`), then the admin report (to `[reports] admins`). The admins' interactive
    HTML (plotly, a few MB) is not attached: it is written to `[reports] archive_dir` as
-   `admin-YYYY-MM[-CLUSTER].html` and the e-mail says where; without an archive_dir it is not kept (the
-   e-mail says `cocaq report admin --out DIR` makes it).
+   `admin-YYYY-MM[-CLUSTER].html` (0640 less the umask: it names every user) and the e-mail says where;
+   without an archive_dir it is not kept (the e-mail says `cocaq report admin --out DIR` makes it).
 
 While an e-mail study runs (`[study]`, cocaq.study.assign), users drawn into its hold-out arm get no
 user report: each one held back is recorded as a `skipped` ledger row with the reason ("study hold-out
@@ -37,7 +37,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -491,20 +490,6 @@ def archive_path(directory: str | os.PathLike[str], month: Month, cluster: str |
     return Path(directory).expanduser() / f"admin-{month.label}{'-' + cluster if cluster else ''}.html"
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and rename: a reader never sees half a report."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def first_reports(engine: Engine, cluster: str | None = None) -> dict[str, datetime]:
     """user -> when their first user-monthly report was sent, for the admin report's before/after
     comparison (the sent-mail record keeps whom each user report was for)."""
@@ -552,6 +537,7 @@ def _send_admin(sender: _Sender, month: Month, cluster: str | None, section: Sec
         return str(path) if path is not None and path.exists() else None
     from cocaq.reports.admin_report import admin_month
     from cocaq.reports.deliver import Outgoing
+    from cocaq.reports.files import write_private
     from cocaq.reports.render import render_admin_email, render_admin_html
 
     with engine.connect() as conn:
@@ -567,7 +553,7 @@ def _send_admin(sender: _Sender, month: Month, cluster: str | None, section: Sec
     r = render_admin_email(am, cfg)
     text, html = r.text, r.html
     if path is not None:
-        _write_atomic(path, render_admin_html(am, cfg))
+        write_private(path, render_admin_html(am, cfg))  # everyone's figures: 0640 at most
         note = f"The interactive report (charts to explore, tables to sort): {path}"
     else:
         note = (

@@ -4,12 +4,20 @@ safe from user and account names, addressed as it would be.
 
 Both `cocaq report --out` and the demo write reports this way; it lives with the reports, not with either
 command, so that neither front-end borrows the other's helpers.
+
+Reports hold users' names and figures (the admin's, everyone's), so every report file cocaq writes,
+these and the batch's archive (`[reports] archive_dir`), goes through `write_private`: created 0640 less
+the umask (never wider, not even for a moment: the mode is given to open(), not set after) and renamed
+into place; the directories it makes are 0750 less the umask.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import re
+import secrets
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +31,36 @@ if TYPE_CHECKING:
 log = logging.getLogger("cocaq.reports")
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+FILE_MODE, DIR_MODE = 0o640, 0o750  # the most a report file or its directory gets; the umask takes more
+
+
+def make_dirs(directory: Path) -> None:
+    """`mkdir -p` with DIR_MODE for each directory it makes (Path.mkdir gives parents the default)."""
+    missing = []
+    d = directory
+    while not d.exists() and d != d.parent:
+        missing.append(d)
+        d = d.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another run
+            os.mkdir(d, DIR_MODE)
+
+
+def write_private(path: Path, data: str | bytes) -> None:
+    """`data` into `path`, created FILE_MODE less the umask and renamed over any file there, so that a
+    reader never sees half a report and an older, wider file is replaced by a narrower one."""
+    make_dirs(path.parent)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(tmp, flags, FILE_MODE)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def file_stem(*parts: str) -> str:
@@ -45,7 +83,7 @@ def write_email(
     from cocaq.reports.message import build_message, new_message_id, parse_sender, unsubscribe_header
     from cocaq.reports.render import inline_images
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(out_dir)
     sender = parse_sender(cfg.mail.from_address)
     msg = build_message(
         sender=sender,
@@ -60,8 +98,8 @@ def write_email(
         reply_to=cfg.mail.reply_to,
     )
     html_path, eml_path = out_dir / f"{stem}.html", out_dir / f"{stem}.eml"
-    html_path.write_text(inline_images(r.html, r.images), encoding="utf-8")
-    eml_path.write_bytes(bytes(msg))
+    write_private(html_path, inline_images(r.html, r.images))
+    write_private(eml_path, bytes(msg))
     return [html_path, eml_path]
 
 

@@ -346,3 +346,47 @@ def test_cli(db: Month, tmp_path: Path, server: SmtpServer, cli_env: dict[str, s
     assert r.code == 0 and "users: 0 sent, 6 already sent" in r.err and len(server.messages) == 10
     r = run_cocaq(["report", "send", "--month", "March"], env)
     assert r.code == 2 and "expected a month like" in r.err and "Traceback" not in r.err
+
+
+# --- the files it writes hold everyone's names and figures: never wider than 0640 -----------------------------
+
+
+def _cocaq_umask(args: list[str], env: dict[str, str], umask: int) -> Any:
+    """`python -m cocaq ARGS` as run_cocaq does, under `umask` (a cron job's or an admin's shell's)."""
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "cocaq", *args], env=env, capture_output=True, text=True, timeout=300,
+        check=False, umask=umask,
+    )  # fmt: skip
+
+
+def _modes(root: Path) -> dict[str, int]:
+    import stat
+
+    return {str(p.relative_to(root)): stat.S_IMODE(p.stat().st_mode) for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o000])
+def test_archive_and_out_files_are_0640_at_most_whatever_the_umask(
+    db: Month, tmp_path: Path, server: SmtpServer, cli_env: dict[str, str], umask: int
+) -> None:
+    archive = tmp_path / "archive"
+    make_cfg(db, tmp_path, server, archive=archive)
+    env = dict(cli_env, COCAQ_CONFIG=str(tmp_path / "c.toml"))
+    old = archive / "admin-2025-03.html"
+    old.write_text("an archive written before, 0644")
+    old.chmod(0o644)
+    r = _cocaq_umask(["report", "send", "--month", "2025-03", "--only", "admin", "--force"], env, umask)
+    assert r.returncode == 0 and "admin: 1 sent" in r.stderr, r.stderr
+    f, d = 0o640 & ~umask, 0o750 & ~umask
+    assert _modes(archive) == {"admin-2025-03.html": f}  # replaced (no temp file left), and narrowed
+    out = tmp_path / "out" / "deeper"  # created by --out, parents too
+    for args in (["admin"], ["user", "alice"], ["lab", "lab_a"]):
+        r = _cocaq_umask(["report", *args, "--month", "2025-03", "--out", str(out)], env, umask)
+        assert r.returncode == 0, r.stderr
+    got = _modes(tmp_path / "out")
+    assert got.pop("deeper") == d
+    assert len(got) == 7 and set(got.values()) == {f}, got  # admin page + 3 x (.html, .eml)
+    assert _modes(tmp_path)["out"] == d

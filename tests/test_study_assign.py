@@ -415,3 +415,133 @@ def test_a_report_sent_by_hand_is_held_back_too(
     r = run_cocaq(["report", "user", e, "--month", "2026-10", "--send"], env)
     assert r.code == 0, r.err
     assert rcpts(server) == [f"{e}@example.org"]
+
+
+# --- the seed: drawn at random unless the config gives one, kept with the study, shown to admins only ---------
+
+
+def _unshare_works() -> bool:
+    import shutil
+    import subprocess
+
+    return (
+        bool(shutil.which("unshare"))
+        and subprocess.run(["unshare", "--user", "true"], capture_output=True, check=False).returncode == 0
+    )
+
+
+def as_plain_user(args: list[str], env: dict[str, str]) -> Any:
+    """`cocaq ARGS` as a user who is no admin: in a user namespace of its own the process is nobody (uid
+    65534, no group of [api] admin_groups), while the kernel still checks files against its real ids, so it
+    reads the same config and database (SQLite included) as the test."""
+    import subprocess
+    import sys
+
+    from tests.conftest import Result
+
+    p = subprocess.run(["unshare", "--user", sys.executable, "-m", "cocaq", *args], env=env,
+                       capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    return Result(p.returncode, p.stdout, p.stderr)
+
+
+def stored_seed(engine: Engine, key: str = START) -> int:
+    from cocaq.db.schema import StudySeed
+
+    with engine.connect() as c:
+        return int(c.execute(select(StudySeed.seed).where(StudySeed.study == key)).scalar_one())
+
+
+def draws(engine: Engine, key: str = START) -> dict[str, float]:
+    with engine.connect() as c:
+        return dict(c.execute(select(StudyArm.user_name, StudyArm.draw).where(StudyArm.study == key)).all())  # type: ignore[arg-type]
+
+
+needs_unshare = pytest.mark.skipif(
+    not _unshare_works(), reason="needs unprivileged user namespaces (unshare)"
+)
+
+
+@needs_unshare
+def test_no_seed_in_the_config_draws_a_random_one_kept_with_the_study(
+    engine: Engine, tmp_path: Path, cli_env: dict[str, str], request: pytest.FixtureRequest
+) -> None:
+    import json
+
+    from cocaq.db import migrate
+    from cocaq.db.engine import make_engine
+    from tests.conftest import new_database
+
+    cfg = make_cfg(tmp_path, url_of(engine), seed=None, holdout_share=0.25)
+    baseline(engine, cfg)
+    env = dict(cli_env, COCAQ_CONFIG=str(tmp_path / "cocaq.toml"))
+    r = run_cocaq(["study", "assign"], env)
+    assert r.code == 0 and r.out.startswith(f"study {START}: drew 13 user(s) ("), r.out + r.err
+    assert "its seed was drawn at random and kept with the study" in r.out
+    seed = stored_seed(engine)
+    assert seed.bit_length() > 64 and str(seed) not in r.out + r.err  # not 1, not printed by assign
+    # The stored seed reproduces the draw: each number, and the baseline's arms.
+    got, numbers = arms(engine, START), draws(engine)
+    assert numbers == {u: sa.draw(seed, u) for u in got}
+    base = {u: v for u, v in got.items() if v[1] >= 0}
+    assert {u: a for u, (a, *_) in base.items()} == sa.split(
+        sa.strata({u: v[2] for u, v in base.items()}), seed, 0.25
+    )
+    # A joiner is drawn with the same seed; no new seed is drawn.
+    load(engine, cfg, [job(130, "late", datetime(2026, 11, 25, tzinfo=UTC), 1.0)], aggregate=False)
+    r = run_cocaq(["study", "assign"], env)
+    assert r.code == 0 and r.out.startswith(f"study {START}: added 1 user(s)"), r.out
+    assert stored_seed(engine) == seed and draws(engine)["late"] == sa.draw(seed, "late")
+    assert arms(engine, START)["late"][:2] == ("hold-out" if sa.draw(seed, "late") < 0.25 else "emailed", -1)
+    # Admins (root here) see the seed; a plain user sees neither it nor the arms' numbers.
+    r = run_cocaq(["study", "status"], env)
+    assert r.code == 0 and f"seed {seed} (drawn at random)" in r.out, r.out
+    assert json.loads(run_cocaq(["study", "status", "-o", "json"], env).out)["seed"] == seed
+    for fmt in ("table", "json"):
+        r = as_plain_user(["study", "status", "-o", fmt], env)
+        assert r.code == 0 and str(seed) not in r.out + r.err, r.out + r.err
+        assert f"study {START}" in r.out or f'"study": "{START}"' in r.out, r.out
+    assert "seed drawn at random (shown to admins)" in as_plain_user(["study", "status"], env).out
+    assert json.loads(as_plain_user(["study", "status", "-o", "json"], env).out)["seed"] is None
+    # ... unless [api] admin_users names them, as the read API does.
+    text = (tmp_path / "cocaq.toml").read_text()
+    (tmp_path / "admins.toml").write_text(text + '\n[api]\nadmin_users = ["nobody"]\n')
+    r = as_plain_user(["study", "status"], dict(env, COCAQ_CONFIG=str(tmp_path / "admins.toml")))
+    assert r.code == 0 and f"seed {seed}" in r.out, r.out + r.err
+    # Another site with the same users and jobs, no seed either: another seed, another draw.
+    other = tmp_path / "site2"
+    other.mkdir()
+    url2 = new_database(engine.dialect.name, other, request)
+    engine2 = make_engine(url2)
+    try:
+        migrate.upgrade(engine2)
+        cfg2 = make_cfg(other, url2, seed=None, holdout_share=0.25)
+        baseline(engine2, cfg2)
+        r = run_cocaq(["study", "assign"], dict(env, COCAQ_CONFIG=str(other / "cocaq.toml")))
+        assert r.code == 0, r.err
+        seed2, numbers2 = stored_seed(engine2), draws(engine2)
+        assert seed2 != seed and set(numbers2) == set(numbers) - {"late"}
+        assert all(numbers2[u] != numbers[u] for u in numbers2)
+    finally:
+        engine2.dispose()
+
+
+def test_a_study_drawn_with_the_old_default_seed_keeps_it(
+    engine: Engine, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    # Drawn before random seeds, when an unset [study] seed meant 1: its key names seed 1.
+    old = make_cfg(tmp_path, url_of(engine), name="old.toml", seed=1)
+    baseline(engine, old)
+    draw_now(engine, old, T0, users=[])
+    before = arms(engine, f"{START}/seed 1")
+    cfg = make_cfg(tmp_path, url_of(engine), seed=None)  # the same config after the upgrade: no seed
+    env = dict(cli_env, COCAQ_CONFIG=str(tmp_path / "cocaq.toml"))
+    r = run_cocaq(["study", "assign"], env)
+    assert r.code == 0 and r.out.startswith(f"study {START}/seed 1: added 1 user(s)"), r.out + r.err
+    after = arms(engine, f"{START}/seed 1")
+    assert {u: after[u] for u in before} == before and after["newbie"][1] == -1
+    assert draws(engine, f"{START}/seed 1")["newbie"] == sa.draw(1, "newbie")
+    with engine.connect() as c:
+        assert c.execute(select(StudyArm.study).distinct()).scalars().all() == [f"{START}/seed 1"]
+    r = run_cocaq(["study", "status"], env)
+    assert r.code == 0 and f"study {START}/seed 1:" in r.out and "seed 1" in r.out, r.out
+    assert cfg.study.seed is None

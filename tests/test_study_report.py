@@ -43,7 +43,7 @@ def _site(engine: Engine, tmp_path: Path, users: int = 30):  # type: ignore[no-u
         c.execute(
             insert(StudyArm),
             [
-                {"study": cfg.study.key, "user_name": f"u{i:02d}", "arm": "hold-out" if f"u{i:02d}" in held else "emailed",
+                {"study": f"{cfg.study.start}/seed {cfg.study.seed}", "user_name": f"u{i:02d}", "arm": "hold-out" if f"u{i:02d}" in held else "emailed",
                  "stratum": 1 + i % 4, "gpu_hours_before": 0.0, "draw": i / users,
                  "assigned_at": datetime(2026, 9, 1, tzinfo=UTC)}
                 for i in range(users)

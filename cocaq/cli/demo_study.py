@@ -55,7 +55,7 @@ def run_study_demo(
     from cocaq.reports.render import render_admin_email, render_admin_html
     from cocaq.slurm.sacct import ParseStats, iter_parsable
     from cocaq.study.analysis import add_months, study_report
-    from cocaq.study.assign import assign
+    from cocaq.study.assign import assign, study_id
     from cocaq.study.assign import month_start as _start
 
     t0 = time.monotonic()
@@ -84,7 +84,8 @@ def run_study_demo(
         cid = conn.execute(select(Cluster.id).where(Cluster.name == DEMO_CLUSTER)).scalar()
         if cid is not None:
             conn.execute(delete(Job).where(Job.cluster_id == cid))
-        conn.execute(delete(StudyArm).where(StudyArm.study == cfg.study.key))
+        key = study_id(conn, cfg.study).key  # the demo's seed is its own: "START/seed 42"
+        conn.execute(delete(StudyArm).where(StudyArm.study == key))
     with open(dump, "rb") as fh:
         records = iter_parsable(fh, tz=UTC, default_cluster=DEMO_CLUSTER, stats=ParseStats())
         import_records(engine, records, cfg, source="demo")
@@ -93,11 +94,7 @@ def run_study_demo(
     with engine.begin() as conn:
         assign(conn, cfg, _start(start))  # the draw, as the study begins
         assign(conn, cfg, now)  # and the users who first ran a job since
-        arms = dict(
-            conn.execute(
-                select(StudyArm.user_name, StudyArm.arm).where(StudyArm.study == cfg.study.key)
-            ).all()
-        )
+        arms = dict(conn.execute(select(StudyArm.user_name, StudyArm.arm).where(StudyArm.study == key)).all())
     effect_from = _start(add_months(start, 1))
 
     def idle_factor(j: Any) -> float:

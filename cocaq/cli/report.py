@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cocaq.errors import UsageError
-from cocaq.reports.files import file_stem, user_address, write_email
+from cocaq.reports.files import file_stem, user_address, write_email, write_private
 from cocaq.timeparse import parse_month as month_start
 
 if TYPE_CHECKING:
@@ -212,7 +212,7 @@ def report_admin(
         paths = write_email(
             out, file_stem(*parts, "email"), r, obj.cfg, admins[0] if admins else "admins@example.invalid"
         )
-        page.write_text(render_admin_html(am, obj.cfg), encoding="utf-8")
+        write_private(page, render_admin_html(am, obj.cfg))
         _echo_paths([page, *paths])
     if send:
         kind = _kind("admin", cluster)

@@ -29,12 +29,45 @@ STRATA = {
 }
 
 
-def _require(cfg: Config) -> str:
+def _require(cfg: Config) -> None:
     from cocaq.study.assign import NO_STUDY
 
-    if cfg.study.key is None:
+    if cfg.study.start is None:
         raise UsageError(NO_STUDY)
-    return cfg.study.key
+
+
+def is_admin(cfg: Config) -> bool:
+    """Whether whoever runs this may see a study's random seed (whoever has it can tell every user's
+    arm): root, or an admin of the read API, `[api] admin_users` and members of `[api] admin_groups`."""
+    import grp
+    import os
+    import pwd
+
+    uid = os.geteuid()
+    if uid == 0:
+        return True
+    try:
+        pw = pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    if pw.pw_name in cfg.api.admin_users:
+        return True
+    groups = set()
+    for gid in os.getgrouplist(pw.pw_name, pw.pw_gid) if cfg.api.admin_groups else ():
+        try:
+            groups.add(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            continue
+    return bool(groups & set(cfg.api.admin_groups))
+
+
+def _seed_words(seed: int | None, random: bool, admin: bool) -> str:
+    """The seed as `study status` says it: a random one to admins only."""
+    if not random:
+        return f"seed {seed}"
+    if seed is None:
+        return "seed to be drawn at random by the first draw"
+    return f"seed {seed} (drawn at random)" if admin else "seed drawn at random (shown to admins)"
 
 
 def _by_stratum(arms: Mapping[str, Mapping[int, int]], opted: Mapping[str, int] | None = None) -> list[str]:
@@ -79,17 +112,22 @@ def assign_cmd(obj: Ctx) -> None:
     from cocaq.study.assign import assign, note_opted_out
 
     cfg = obj.cfg
-    key = _require(cfg)
+    _require(cfg)
     engine = obj.engine()
     now = datetime.now(UTC)
     with engine.begin() as conn:
         summary = assign(conn, cfg, now)
+    key = summary.key
     with engine.connect() as conn:
         names = sorted(conn.execute(select(StudyArm.user_name).where(StudyArm.study == key)).scalars())
     book = AddressBook.load(engine, cfg.mail, names)  # the opt-out file, as the senders read it
     with engine.begin() as conn:
         summary.opted_out += note_opted_out(conn, key, now, [u for u in names if book.for_user(u).opted_out])
     click.echo(summary.line())
+    if summary.first_draw and summary.random_seed:
+        click.echo(
+            "  its seed was drawn at random and kept with the study (`cocaq study status` shows admins)"
+        )
     if summary.added:
         arms: dict[str, dict[int, int]] = defaultdict(dict)
         for (arm, stratum), n in summary.drawn.items():
@@ -113,8 +151,9 @@ def status_cmd(obj: Ctx, fmt: str) -> None:
     now = datetime.now(UTC)
     with engine.connect() as conn:
         st = status(conn, cfg, now)
+    admin = is_admin(cfg)
     if fmt == "json":
-        click.echo(json.dumps(st.as_dict(), indent=2))
+        click.echo(json.dumps(st.as_dict(seed=admin or not st.random), indent=2))
         return
     months = f"{st.start} to {st.end}" if st.end else f"from {st.start} (no end month set)"
     if st.running:
@@ -126,7 +165,7 @@ def status_cmd(obj: Ctx, fmt: str) -> None:
     click.echo(f"study {st.key}: {months}, {state}")
     click.echo(
         f"  baseline: the {st.baseline_months} month(s) before {st.start}; "
-        f"hold-out share {st.holdout_share:g}, seed {st.seed}"
+        f"hold-out share {st.holdout_share:g}, {_seed_words(st.seed, st.random, admin)}"
     )
     if st.drawn_at is None:
         click.echo(

@@ -596,7 +596,8 @@ class StudyArm(Base):
     __tablename__ = "study_arms"
     __table_args__ = (Index("ix_study_arms_arm", "study", "arm"),)
 
-    study: Mapped[str] = mapped_column(String(64), primary_key=True)  # Study.key: "2026-09/seed 7"
+    # cocaq.study.assign.study_id: "2026-09/seed 7" (a seed from the config), "2026-09" (a random one)
+    study: Mapped[str] = mapped_column(String(64), primary_key=True)
     user_name: Mapped[str] = mapped_column(String(64), primary_key=True)
     arm: Mapped[str] = mapped_column(String(16))  # emailed, hold-out
     stratum: Mapped[int]
@@ -604,3 +605,15 @@ class StudyArm(Base):
     draw: Mapped[float] = mapped_column(Float)
     assigned_at: Mapped[datetime]
     opted_out_at: Mapped[datetime | None]
+
+
+class StudySeed(Base):
+    """The seed of a study drawn without `[study] seed`: drawn at random (cocaq.study.assign) by its first
+    draw, so that nobody can redo the draw from the config, and kept so that joiners and the report use
+    the same. Decimal text (128 bits). Admins only: whoever has it can tell every user's arm."""
+
+    __tablename__ = "study_seeds"
+
+    study: Mapped[str] = mapped_column(String(64), primary_key=True)  # its start month, "2026-09"
+    seed: Mapped[str] = mapped_column(String(40))
+    drawn_at: Mapped[datetime]

@@ -440,10 +440,12 @@ def analyse(
 def study_report(conn: Connection, cfg: Config, now: datetime) -> StudyReport:
     """The configured study's report, from the database, with the months that have begun by `now`."""
     from cocaq.errors import UsageError
+    from cocaq.study.assign import study_id
 
     s = cfg.study
-    if s.start is None or s.key is None:
+    if s.start is None:
         raise UsageError("no study configured: set [study] start (docs/study.md)")
+    sid = study_id(conn, s)
     current = month_label(now.astimezone(UTC))
     last = min(s.end, current) if s.end is not None else current
     months = []
@@ -453,11 +455,11 @@ def study_report(conn: Connection, cfg: Config, now: datetime) -> StudyReport:
         m = add_months(m, 1)
     baseline = [add_months(s.start, -k) for k in range(s.baseline_months, 0, -1)]
     p = panel(conn, baseline[0], last if months else add_months(s.start, -1))
-    arms = arms_frame(conn, s.key)
-    if arms.empty:
-        raise UsageError(f"study {s.key}: no user has been drawn yet (cocaq study assign)")
+    arms = arms_frame(conn, sid.key)
+    if arms.empty or sid.seed is None:
+        raise UsageError(f"study {sid.key}: no user has been drawn yet (cocaq study assign)")
     with_data = [m for m in months if (p["month"] == m).any()]
     return analyse(
-        p, arms, study=s.key, start=s.start, end=s.end, baseline=baseline, months=with_data,
-        resamples=s.bootstrap, seed=s.seed,
+        p, arms, study=sid.key, start=s.start, end=s.end, baseline=baseline, months=with_data,
+        resamples=s.bootstrap, seed=sid.seed,
     )  # fmt: skip

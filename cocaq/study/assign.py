@@ -2,6 +2,11 @@
 
 The draw, documented so that anyone can redo it:
 
+* The seed: `[study] seed` where the config gives one (the study is then "START/seed N", and anyone who
+  knows the seed can redo the draw); else 128 random bits (`secrets`) picked by the study's first draw
+  and kept in `study_seeds` (the study is then "START"), so that the draw cannot be computed from the
+  config or the code, and joiners and the report use the same. It is shown to admins only. A study
+  drawn before seeds were random, with the old default seed 1 ("START/seed 1"), keeps it.
 * Each user's number is `draw(seed, user)`: the first 8 bytes of SHA-256 of the UTF-8 text
   f"{seed}:{user}", as a big-endian integer, shifted right by 11 bits and divided by 2**53: uniform in
   [0, 1), the same on every machine and Python version (no `random`, no hash randomisation).
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import secrets
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +45,7 @@ from sqlalchemy import Connection, Engine, exists, func, or_, select, update
 
 from cocaq.config import STUDY_ARMS, Config, Study
 from cocaq.db.coltypes import as_utc
-from cocaq.db.schema import DailyRollup, Job, SentReport, StudyArm, User
+from cocaq.db.schema import DailyRollup, Job, SentReport, StudyArm, StudySeed, User
 from cocaq.errors import UsageError
 
 EMAILED, HOLDOUT = STUDY_ARMS
@@ -47,6 +53,8 @@ JOINER = -1  # the stratum of users first seen after the draw
 QUARTILES = 4
 NO_STUDY = "no study configured: set [study] start"
 _CHUNK = 500  # names per IN (...) list
+SEED_BITS = 128  # a random seed: too many to try them all against the arms users can tell they are in
+LEGACY_SEED = 1  # what an unset [study] seed meant before seeds were random
 
 
 def draw(seed: int, user: str) -> float:
@@ -71,10 +79,42 @@ def month_start(label: str, add: int = 0) -> datetime:
 
 
 @dataclass(frozen=True)
+class StudyId:
+    """The configured study as the database knows it: its key in study_arms and its seed."""
+
+    key: str
+    seed: int | None  # None: random, and not drawn yet (the first draw picks it)
+    random: bool  # picked at random and kept in study_seeds (shown to admins only), not the config's
+
+
+def study_id(conn: Connection, study: Study) -> StudyId:
+    """The config's seed; else the random one kept with the study; else, for a study drawn with the old
+    default seed, that; else a random one to be picked by the first draw (module doc)."""
+    if study.start is None:
+        raise UsageError(NO_STUDY)
+    if study.seed is not None:
+        return StudyId(f"{study.start}/seed {study.seed}", study.seed, False)
+    kept = conn.execute(select(StudySeed.seed).where(StudySeed.study == study.start)).scalar()
+    if kept is not None:
+        return StudyId(study.start, int(kept), True)
+    legacy = f"{study.start}/seed {LEGACY_SEED}"
+    if conn.execute(select(exists().where(StudyArm.study == legacy))).scalar():
+        return StudyId(legacy, LEGACY_SEED, False)
+    return StudyId(study.start, None, True)
+
+
+def _pick_seed(conn: Connection, sid: StudyId, now: datetime) -> StudyId:
+    """The study's random seed, picked and kept now unless a concurrent first draw kept one first."""
+    row = {"study": sid.key, "seed": str(secrets.randbits(SEED_BITS)), "drawn_at": now}
+    _insert_ignore(conn, StudySeed.__table__, [row])
+    kept = conn.execute(select(StudySeed.seed).where(StudySeed.study == sid.key)).scalar_one()
+    return StudyId(sid.key, int(kept), True)
+
+
+@dataclass(frozen=True)
 class Window:
     """The study's instants: baseline [baseline_start, start), study [start, end) (end None: open)."""
 
-    key: str
     baseline_start: datetime
     start: datetime
     end: datetime | None
@@ -84,10 +124,9 @@ class Window:
 
 
 def window(study: Study) -> Window:
-    if study.key is None or study.start is None:
+    if study.start is None:
         raise UsageError(NO_STUDY)
     return Window(
-        study.key,
         month_start(study.start, -study.baseline_months),
         month_start(study.start),
         month_start(study.end, 1) if study.end is not None else None,
@@ -96,7 +135,7 @@ def window(study: Study) -> Window:
 
 def running(study: Study, now: datetime) -> bool:
     """Whether the study holds e-mails back at `now`: from its start month to its end month inclusive."""
-    return study.key is not None and window(study).running(as_utc(now))
+    return study.start is not None and window(study).running(as_utc(now))
 
 
 # --- the baseline ------------------------------------------------------------------------------------------
@@ -181,6 +220,7 @@ class AssignSummary:
 
     key: str
     first_draw: bool = False
+    random_seed: bool = False  # the study's seed is a random one (study_seeds), not the config's
     drawn: Counter[tuple[str, int]] = field(default_factory=Counter)
     already: int = 0  # users found drawn before
     opted_out: int = 0  # users found opted out for the first time
@@ -247,16 +287,20 @@ def assign(
     """
     study = cfg.study
     w = window(study)
-    seed, share = study.seed, study.holdout_share
-    s = AssignSummary(w.key)
+    sid = study_id(conn, study)
+    if sid.seed is None:
+        sid = _pick_seed(conn, sid, now)
+    assert sid.seed is not None
+    key, seed, share = sid.key, sid.seed, study.holdout_share
+    s = AssignSummary(key, random_seed=sid.random)
     rows: list[dict[str, Any]] = []
 
     def row(user: str, arm: str, stratum: int, hours: float) -> dict[str, Any]:
-        return {"study": w.key, "user_name": user, "arm": arm, "stratum": stratum,
+        return {"study": key, "user_name": user, "arm": arm, "stratum": stratum,
                 "gpu_hours_before": hours, "draw": draw(seed, user), "assigned_at": now}  # fmt: skip
 
     taken: set[str] = set()
-    if not conn.execute(select(exists().where(StudyArm.study == w.key))).scalar():
+    if not conn.execute(select(exists().where(StudyArm.study == key))).scalar():
         s.first_draw = True
         hours = baseline_hours(conn, w.baseline_start, w.start)
         stratum = strata(hours)
@@ -264,7 +308,7 @@ def assign(
         rows += [row(u, arms[u], stratum[u], hours[u]) for u in sorted(hours)]
         taken = set(hours)
     seen = sorted({u for u in (users if users is not None else _users_since(conn, w.start)) if u} - taken)
-    drawn = _drawn(conn, w.key, seen)
+    drawn = _drawn(conn, key, seen)
     s.already = len(drawn) if not s.first_draw else 0
     joiners = [u for u in seen if u not in drawn]
     if joiners:
@@ -274,7 +318,7 @@ def assign(
     added = {str(u) for _, u in _insert_ignore(conn, StudyArm.__table__, rows)}
     s.drawn.update((r["arm"], r["stratum"]) for r in rows if r["user_name"] in added)
     s.already += len(rows) - len(added)  # a concurrent run drew them first
-    s.opted_out = note_opted_out(conn, w.key, now, opted_out)
+    s.opted_out = note_opted_out(conn, key, now, opted_out)
     return s
 
 
@@ -323,9 +367,8 @@ def hold_out(
     if not running(cfg.study, judged_at if judged_at is not None else now):
         return None
     names = sorted(set(users))
-    key = str(cfg.study.key)
     with engine.connect() as conn:
-        assign(conn, cfg, as_utc(now), users=names, opted_out=opted_out)
+        key = assign(conn, cfg, as_utc(now), users=names, opted_out=opted_out).key
         held: set[str] = set()
         for part in _chunks(names):
             q = select(StudyArm.user_name).where(
@@ -366,7 +409,8 @@ class StudyStatus:
     end: str | None
     baseline_months: int
     holdout_share: float
-    seed: int
+    seed: int | None  # None: random and not drawn yet
+    random: bool  # the seed was picked at random: shown to admins only (as_dict(seed=False) leaves it out)
     running: bool
     drawn_at: datetime | None
     arms: dict[str, dict[int, int]]  # arm -> stratum -> users
@@ -375,14 +419,16 @@ class StudyStatus:
     def total(self, arm: str) -> int:
         return sum(self.arms.get(arm, {}).values())
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, *, seed: bool = True) -> dict[str, Any]:
+        """For JSON; `seed` False: the seed None (a random seed is for admins' eyes only)."""
         return {
             "study": self.key,
             "start": self.start,
             "end": self.end,
             "baseline_months": self.baseline_months,
             "holdout_share": self.holdout_share,
-            "seed": self.seed,
+            "seed": self.seed if seed else None,
+            "seed_random": self.random,
             "running": self.running,
             "drawn_at": self.drawn_at.isoformat() if self.drawn_at else None,
             "arms": {
@@ -400,15 +446,16 @@ def status(conn: Connection, cfg: Config, now: datetime) -> StudyStatus:
     """The configured study's arms as drawn so far (nothing drawn: empty arms)."""
     study = cfg.study
     w = window(study)
+    sid = study_id(conn, study)
     A = StudyArm
     arms: dict[str, dict[int, int]] = {a: {} for a in STUDY_ARMS}
-    q = select(A.arm, A.stratum, func.count()).where(A.study == w.key).group_by(A.arm, A.stratum)
+    q = select(A.arm, A.stratum, func.count()).where(A.study == sid.key).group_by(A.arm, A.stratum)
     for arm, stratum, n in conn.execute(q):
         arms.setdefault(str(arm), {})[int(stratum)] = int(n)
-    q2 = select(A.arm, func.count()).where(A.study == w.key, A.opted_out_at.is_not(None)).group_by(A.arm)
+    q2 = select(A.arm, func.count()).where(A.study == sid.key, A.opted_out_at.is_not(None)).group_by(A.arm)
     opted = {str(a): int(n) for a, n in conn.execute(q2)}
-    first = conn.execute(select(func.min(A.assigned_at)).where(A.study == w.key)).scalar()
+    first = conn.execute(select(func.min(A.assigned_at)).where(A.study == sid.key)).scalar()
     return StudyStatus(
-        w.key, str(study.start), study.end, study.baseline_months, study.holdout_share, study.seed,
-        w.running(as_utc(now)), as_utc(first) if first is not None else None, arms, opted,
+        sid.key, str(study.start), study.end, study.baseline_months, study.holdout_share, sid.seed,
+        sid.random, w.running(as_utc(now)), as_utc(first) if first is not None else None, arms, opted,
     )  # fmt: skip
