@@ -46,8 +46,9 @@ def carbon_import(obj: Ctx, file: str, zone: str | None, basis: str | None) -> N
     """Import an Electricity Maps CSV export, or a CSV with zone,datetime,gco2_per_kwh (any time step).
 
     Times take an offset or Z; times without one are UTC. Importing a file again changes nothing; an
-    overlapping file replaces the values it has for the same zone, basis and start time. Bad rows are
-    skipped and reported with their line numbers.
+    overlapping file replaces the values it has for the same zone, basis and start time. Bad rows (a time
+    outside 1990..2100, a zone id that is not letters and digits joined by - or _, a value that is not a
+    plausible g/kWh, a repeated time) are skipped and reported with their line numbers.
     """
     from cocaq.carbon.series_import import parse_csv, read_file, write_rows
 
