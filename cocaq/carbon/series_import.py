@@ -234,6 +234,18 @@ def _provenance(
     return cache[key]
 
 
+def _shown(name: str) -> str:
+    """A file name as text a database and a terminal take: bytes that are not UTF-8 (a name from argv
+    holds them as lone surrogates, which PostgreSQL and SQLite refuse) and controls as replacements."""
+    from cocaq.textsafe import plain
+
+    try:
+        raw = name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raw = name.encode("utf-8", "replace")
+    return plain(raw.decode("utf-8", "replace"))
+
+
 def parse_csv(
     data: bytes | str,
     name: str,
@@ -269,7 +281,7 @@ def parse_csv(
             "export with 'Datetime (UTC)', 'Zone Id' and both 'Carbon Intensity ... (direct)' and '(LCA)', "
             f"or 'zone,datetime,gco2_per_kwh'); first line: {first[:80]!r}"
         )
-    base = os.path.basename(name)
+    base = _shown(os.path.basename(name))
     if source is None:
         source = f"Electricity Maps ({base})" if layout.fmt == "electricitymaps" else f"CSV ({base})"
     out = ParsedFile(base, layout.fmt, kind, source[:SOURCE_MAX], [])
