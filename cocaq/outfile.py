@@ -33,6 +33,9 @@ def _umask() -> int:
 
 def write_atomic(path: str, write: Callable[[str], None]) -> None:
     """Have `write(tmp)` write the whole output to the path `tmp`, then rename it to `path`."""
+    if not path or path.endswith(os.sep):  # (open() refuses these too; realpath would drop the slash)
+        code = errno.EISDIR if path else errno.ENOENT
+        raise _error(path or "''", OSError(code, os.strerror(code)))
     target = os.path.realpath(path)  # through a symlink, as open() would: the link stays a link
     try:
         st: os.stat_result | None = os.stat(target)
@@ -40,6 +43,8 @@ def write_atomic(path: str, write: Callable[[str], None]) -> None:
         st = None
     except OSError as exc:
         raise _error(path, exc) from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise _error(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
     if st is not None and not stat.S_ISREG(st.st_mode):
         try:
             write(target)

@@ -30,7 +30,7 @@ FORMATS = ("csv", "parquet")
     "--format", "fmt", type=click.Choice(FORMATS), default=None,
     help="csv (default; parquet when -o ends in .parquet) or parquet (needs -o).",
 )  # fmt: skip
-@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+@click.option("-o", "--output", type=click.Path(allow_dash=True), default=None,
               help="Write this file, whole or not at all (default or -: CSV to stdout).")  # fmt: skip
 @click.pass_obj
 def export(
