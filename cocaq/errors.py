@@ -23,6 +23,11 @@ class UsageError(CocaqError):
     exit_code = 2
 
 
+class OutputError(CocaqError):
+    """An output (a file named with -o, standard output) cannot be written: a missing directory, no
+    permission, a full disk. Exit 1, as other failures of the environment rather than of the input."""
+
+
 class ConfigError(CocaqError):
     """A bad configuration key or value; the message names the key."""
 

@@ -26,12 +26,22 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from cocaq.carbon.series import SOURCE_MAX, basis_of, from_epoch, kind_of, resolution_name, to_epoch, zone_key
+from cocaq.carbon.zones import ZONE_RULE, valid_zone
 from cocaq.db.schema import CarbonIntensity
-from cocaq.errors import InputError
+from cocaq.errors import InputError, UsageError
 
 _EXAMPLES = 5  # line numbers kept per reason a row was skipped
 _DEFAULT_STEP_S = 3600.0  # the step of a file with a single row (nothing to take a median of)
 
+
+# The years a row may start in: no Slurm job ran before 1990 (nor do Electricity Maps' series start
+# earlier), and a forecast past 2100 is a typo. The bounds keep every time and every row's end (its start
+# plus the file's step, at most the span) inside what datetime holds: one row in 9999 cannot stop a file.
+FIRST_YEAR, LAST_YEAR = 1990, 2100
+_T_MIN = datetime(FIRST_YEAR, 1, 1, tzinfo=UTC).timestamp()
+_T_MAX = datetime(LAST_YEAR + 1, 1, 1, tzinfo=UTC).timestamp()
+BAD_YEAR = f"year outside {FIRST_YEAR}..{LAST_YEAR}"
+BAD_ZONE = "bad zone id"
 
 # No grid emits more: lignite plants alone are 1,000-1,300 g/kWh (life cycle), whole grids under 1,000.
 MAX_G_PER_KWH = 3000.0
@@ -191,14 +201,18 @@ def _layout(header: list[str], kind: str, zone_given: bool) -> _Layout | None:
 
 
 def _parse_time(text: str) -> tuple[float, bool] | None:
-    """(epoch seconds, was naive) or None. ISO 8601 with offset or Z; a naive time is UTC."""
+    """(epoch seconds, was naive) or None. ISO 8601 with offset or Z; a naive time is UTC. The time may be
+    outside FIRST_YEAR..LAST_YEAR (the caller skips it, saying so), never outside what a float holds."""
     try:
         d = datetime.fromisoformat(text.strip())
     except ValueError:
         return None
     if d.tzinfo is None:
         return d.replace(tzinfo=UTC).timestamp(), True
-    return d.timestamp(), False
+    try:
+        return d.timestamp(), False
+    except (OverflowError, ValueError):  # (0001-01-01T00:00+14:00 is before datetime's first instant)
+        return -math.inf, False
 
 
 def _provenance(
@@ -218,6 +232,18 @@ def _provenance(
         d["estimation_method"] = method
     cache[key] = json.dumps(d, ensure_ascii=False) if d else None
     return cache[key]
+
+
+def _shown(name: str) -> str:
+    """A file name as text a database and a terminal take: bytes that are not UTF-8 (a name from argv
+    holds them as lone surrogates, which PostgreSQL and SQLite refuse) and controls as replacements."""
+    from cocaq.textsafe import plain
+
+    try:
+        raw = name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raw = name.encode("utf-8", "replace")
+    return plain(raw.decode("utf-8", "replace"))
 
 
 def parse_csv(
@@ -255,11 +281,13 @@ def parse_csv(
             "export with 'Datetime (UTC)', 'Zone Id' and both 'Carbon Intensity ... (direct)' and '(LCA)', "
             f"or 'zone,datetime,gco2_per_kwh'); first line: {first[:80]!r}"
         )
-    base = os.path.basename(name)
+    base = _shown(os.path.basename(name))
     if source is None:
         source = f"Electricity Maps ({base})" if layout.fmt == "electricitymaps" else f"CSV ({base})"
     out = ParsedFile(base, layout.fmt, kind, source[:SOURCE_MAX], [])
     zone_over = zone_key(zone) if zone is not None else None
+    if zone_over is not None and not valid_zone(zone_over):
+        raise UsageError(f"--zone: {zone_over!r} is not a zone id: {ZONE_RULE}")
     per_zone: dict[str, dict[float, tuple[float, Any, int]]] = {}
     cache: dict[Any, Any] = {}
     ti, zi, vi = layout.time, layout.zone, layout.value
@@ -274,11 +302,17 @@ def parse_csv(
                 out.skip("bad time", line)
                 continue
             t, naive = parsed
+            if not _T_MIN <= t < _T_MAX:
+                out.skip(BAD_YEAR, line)
+                continue
             if naive and not layout.naive_is_utc_by_header:
                 out.naive_times = True
             z = zone_over or (zone_key(row[zi]) if zi is not None and zi < n else "")
             if not z:
                 out.skip("missing zone", line)
+                continue
+            if not valid_zone(z):
+                out.skip(BAD_ZONE, line)
                 continue
             raw = row[vi].strip() if vi < n else ""
             if not raw:

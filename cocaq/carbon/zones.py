@@ -14,6 +14,7 @@ import importlib.metadata
 import importlib.util
 import json
 import math
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -54,6 +55,14 @@ _PROVINCE_CODES = {
     "yukon": "YT",
 }
 
+# A zone id as a series is stored under: codecarbon's (FRA, USA-CA, CAN-QC, SE3, WORLD), Electricity Maps'
+# (DE, SE3, DK-DK1, US-CAL-CISO, US-MIDA-PJM) or a site's own (HAL-DC): ASCII letters and digits in parts
+# joined by `-` or `_`. Nothing else, so a zone cannot be a path (`../X`), carry a quote or a control
+# character into a report or a CSV, or be a sentence; 32 characters is twice the longest real id.
+ZONE_MAX = 32
+ZONE_RULE = f"letters and digits joined by - or _, at most {ZONE_MAX} characters (FR, SE3, US-CAL-CISO)"
+_ZONE = re.compile(r"[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*", re.ASCII)
+
 WORLD_AVERAGE_G_PER_KWH: float  # read on first use (see __getattr__), so importing never touches disk
 
 
@@ -72,6 +81,12 @@ def __getattr__(name: str) -> Any:
     if name == "WORLD_AVERAGE_G_PER_KWH":
         return _world().g_per_kwh
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def valid_zone(zone: str) -> bool:
+    """Whether `zone` (stripped) is a zone id by ZONE_RULE: every real form, and no path, quote or control."""
+    z = zone.strip()
+    return len(z) <= ZONE_MAX and _ZONE.fullmatch(z) is not None
 
 
 def co2_grams(energy_j: float, pue: float, g_per_kwh: float) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -148,6 +149,9 @@ LazyGroup.lazy.update(
 )
 
 
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="cocaq", standalone_mode=False)
@@ -167,6 +171,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         os._exit(0)
+    except OSError as exc:
+        # A full disk under `> file` as click.echo writes (commands that write CSV or JSON say which
+        # output: cocaq.outfile.stdout); only the errors a write alone gives, so no read error hides here.
+        if exc.filename is not None or exc.errno not in _WRITE_ERRNOS:
+            raise
+        click.echo(f"cocaq: error: cannot write the output: {exc.strerror or exc}", err=True)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)  # (so that the interpreter's last flush of stdout does not fail again)
+        sys.exit(1)
     except Exception as exc:  # last resort: the database going away mid-command, say
         from sqlalchemy.exc import OperationalError
 

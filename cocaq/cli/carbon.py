@@ -46,8 +46,9 @@ def carbon_import(obj: Ctx, file: str, zone: str | None, basis: str | None) -> N
     """Import an Electricity Maps CSV export, or a CSV with zone,datetime,gco2_per_kwh (any time step).
 
     Times take an offset or Z; times without one are UTC. Importing a file again changes nothing; an
-    overlapping file replaces the values it has for the same zone, basis and start time. Bad rows are
-    skipped and reported with their line numbers.
+    overlapping file replaces the values it has for the same zone, basis and start time. Bad rows (a time
+    outside 1990..2100, a zone id that is not letters and digits joined by - or _, a value that is not a
+    plausible g/kWh, a repeated time) are skipped and reported with their line numbers.
     """
     from cocaq.carbon.series_import import parse_csv, read_file, write_rows
 
@@ -70,22 +71,25 @@ def carbon_import(obj: Ctx, file: str, zone: str | None, basis: str | None) -> N
 @click.pass_obj
 def carbon_zones(obj: Ctx, fmt: str) -> None:
     """Each imported zone and basis: first and last time, points, resolution, gaps, sources."""
+    from cocaq import outfile
     from cocaq.carbon.series import resolution_name, zone_summaries
 
     with obj.engine().connect() as conn:
         zones = zone_summaries(conn)
     if fmt == "json":
-        click.echo(json.dumps([z.as_dict() for z in zones], indent=2, ensure_ascii=False))
+        outfile.stdout(json.dumps([z.as_dict() for z in zones], indent=2, ensure_ascii=False) + "\n")
         return
     if fmt == "csv":
+        from cocaq.textsafe import csv_value
+
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         cols = ["zone", "basis", "first", "last", "points", "resolution_s", "gaps", "gap_hours", "sources"]
         w.writerow(cols)
         for z in zones:
             d = z.as_dict()
-            w.writerow([*(d[c] for c in cols[:-1]), "; ".join(d["sources"])])
-        click.echo(buf.getvalue(), nl=False)
+            w.writerow([csv_value(v) for v in (*(d[c] for c in cols[:-1]), "; ".join(d["sources"]))])
+        outfile.stdout(buf.getvalue())
         return
     if not zones:
         click.echo("no carbon-intensity series imported (cocaq carbon import FILE)", err=True)

@@ -161,12 +161,14 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
         if users:
             heavy = user_footprint(db, users[0]["user"], w, cluster=DEMO_CLUSTER, sessions=sessions)
 
+    from cocaq.textsafe import csv_value
+
     for name, rows in (("labs", labs), ("users", users), ("partitions", parts)):
         with open(out / f"{name}.csv", "w", newline="") as fh:
-            if rows:
+            if rows:  # (text cells as every CSV writes them: no formula a spreadsheet would run)
                 wr = csv.DictWriter(fh, fieldnames=list(rows[0]))
                 wr.writeheader()
-                wr.writerows(rows)
+                wr.writerows({k: csv_value(v) for k, v in row.items()} for row in rows)
     (out / "summary.json").write_text(
         json.dumps(
             {

@@ -106,15 +106,16 @@ def _api_or_db(obj: Ctx, parts: tuple[str, ...], params: dict[str, Any], from_db
 
 def _emit(d: dict[str, Any], fmt: str) -> None:
     """JSON and CSV stay light (no rich: `cocaq user` runs on every login node); tables use rich."""
+    from cocaq import outfile
     from cocaq.cli import terminal as render
     from cocaq.footprint.totals import Footprint
 
     if fmt == "json":
-        click.echo(render.to_json(d))
+        outfile.stdout(render.to_json(d) + "\n")
         return
     fp = Footprint.from_dict(d)
     if fmt == "csv":
-        click.echo(render.footprint_csv(fp), nl=False)
+        outfile.stdout(render.footprint_csv(fp))
     else:
         render.print_footprint(fp, _console())
 

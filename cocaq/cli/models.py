@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from cocaq import outfile
 from cocaq.cli import terminal as render
 from cocaq.cli.app import FORMAT, Ctx, _console, _window, cluster_opt, since_opt, until_opt
 from cocaq.cli.footprint import _api_or_db
@@ -93,9 +94,9 @@ def models(
         if section is not None:  # the other sections' lists left out
             keep = JSON_KEYS[SECTIONS.index(section)]
             d = {k: v for k, v in d.items() if k == keep or k not in JSON_KEYS}
-        click.echo(render.to_json(d))
+        outfile.stdout(render.to_json(d) + "\n")
     elif fmt == "csv":
-        click.echo(models_csv(stats, section or "runs"), nl=False)
+        outfile.stdout(models_csv(stats, section or "runs"))
     else:
         print_models(stats, _console(), section)
 

@@ -6,7 +6,8 @@ one of the escapes here:
 * `term` for rich: control characters and bidi overrides become `?` (an ANSI escape or a carriage
   return cannot rewrite the terminal), and rich markup such as `[bold]` is shown, not obeyed;
 * `csv_cell` for CSV: the same characters as `?`, and a `'` before text that starts with `=`, `+`, `-`,
-  `@`, tab or CR, so that a spreadsheet does not run it as a formula;
+  `@`, tab or CR, so that a spreadsheet does not run it as a formula (`cocaq.textsafe`, the rule every
+  CSV writer follows);
 * `to_json`: the C1 controls, line/paragraph separators and bidi controls, which JSON would carry raw,
   as \\u escapes (the same data).
 
@@ -31,6 +32,7 @@ from cocaq.footprint.words import (
     cooling_words,
     source_words,
 )
+from cocaq.textsafe import csv_text, plain
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -81,17 +83,8 @@ SUMMARY_FIELDS = [
 ]
 
 
-# C0 and C1 controls, DEL, the line/paragraph separators and the bidirectional overrides and isolates
-# (which reorder what a terminal shows: "Trojan Source").
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 # What json.dumps leaves raw with ensure_ascii=False (it escapes only \x00-\x1f itself).
 _JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_FORMULA = ("=", "+", "-", "@", "\t", "\r")
-
-
-def plain(s: object) -> str:
-    """User-supplied text that a terminal shows as text: unsafe characters (see _UNSAFE) become `?`."""
-    return _UNSAFE.sub("?", "" if s is None else str(s))
 
 
 def term(s: object) -> str:
@@ -102,12 +95,9 @@ def term(s: object) -> str:
 
 
 def csv_cell(v: Any) -> str:
-    """A CSV value: numbers as `_fmt_csv`; text as `plain` (CSV is often read in a terminal too), and
-    with a `'` before it where a spreadsheet would run it as a formula."""
-    if not isinstance(v, str):
-        return _fmt_csv(v)
-    out = plain(v)
-    return "'" + out if v.startswith(_FORMULA) else out
+    """A CSV value: numbers as `_fmt_csv`; text as `cocaq.textsafe.csv_text` (`plain`, and a `'` before
+    it where a spreadsheet would run it as a formula)."""
+    return csv_text(v) if isinstance(v, str) else _fmt_csv(v)
 
 
 def _default(o: Any) -> Any:
