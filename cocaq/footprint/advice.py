@@ -551,6 +551,21 @@ def _codes(failed: Sequence[JobFacts]) -> str:
     return ", ".join(str(c) for c in codes[:5]) or "not recorded"
 
 
+def _failure_facts(failed: list[JobFacts], which: str) -> tuple[float, float, float, tuple[Evidence, ...]]:
+    """Early or late failures, largest first: (kWh, kg beyond idle GPUs, median run time in hours, the
+    evidence both suggestions show)."""
+    failed.sort(key=lambda j: -outcome_part(j))
+    kwh, kg = _saving(failed, outcome_part)
+    median_h = statistics.median(j.elapsed_h for j in failed)
+    value, unit = duration_unit(median_h)
+    evidence = (
+        Evidence(f"jobs that failed {which}", len(failed), "jobs"),
+        Evidence("their energy beyond idle GPUs", kwh, "kWh"),
+        Evidence("median run time before failing", value, unit),
+    )
+    return kwh, kg, median_h, evidence
+
+
 def _failures(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
     """Failures early in the run: what a short test on a small input catches before the long run. Only
     these are sized: a job that failed after 6 h would pass a 15-minute test."""
@@ -558,11 +573,8 @@ def _failures(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
     failed = [j for j in _failed(jobs, ctx) if j.elapsed_h <= t.fail_early_h]
     if len(failed) < t.fail_min_jobs:
         return None
-    failed.sort(key=lambda j: -outcome_part(j))
-    kwh, kg = _saving(failed, outcome_part)
-    median_h = statistics.median(j.elapsed_h for j in failed)
+    kwh, kg, median_h, evidence = _failure_facts(failed, "early")
     test_time = slurm_time(t.fail_early_h)
-    value, unit = duration_unit(median_h)
     return Advice(
         id="failures",
         title="Test on a small input before the long run",
@@ -575,11 +587,7 @@ def _failures(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
             "allocation; read the job's error output (slurm-JOBID.out) first."
         ),
         change=(f"#SBATCH --time={test_time}  (for the test run, on a small input)",),
-        evidence=(
-            Evidence("jobs that failed early", len(failed), "jobs"),
-            Evidence("their energy beyond idle GPUs", kwh, "kWh"),
-            Evidence("median run time before failing", value, unit),
-        ),
+        evidence=evidence,
         job_ids=tuple(j.job_id for j in failed),
         saving_kwh=kwh,
         saving_kg=kg,
@@ -597,11 +605,8 @@ def _late_failures(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
     failed = [j for j in _failed(jobs, ctx) if j.elapsed_h > t.fail_early_h]
     if len(failed) < t.fail_min_jobs:
         return None
-    failed.sort(key=lambda j: -outcome_part(j))
-    kwh, kg = _saving(failed, outcome_part)
-    median_h = statistics.median(j.elapsed_h for j in failed)
+    kwh, kg, median_h, evidence = _failure_facts(failed, "late")
     j0 = failed[0]
-    value, unit = duration_unit(median_h)
     return Advice(
         id="failures-late",
         title="Save checkpoints in long runs that fail late",
@@ -614,11 +619,7 @@ def _late_failures(jobs: Sequence[JobFacts], ctx: Context) -> Advice | None:
             "instead of starting over."
         ),
         change=(f"sacct -j {j0.job_id} -o JobID,State,ExitCode,MaxRSS,Elapsed",),
-        evidence=(
-            Evidence("jobs that failed late", len(failed), "jobs"),
-            Evidence("their energy beyond idle GPUs", kwh, "kWh"),
-            Evidence("median run time before failing", value, unit),
-        ),
+        evidence=evidence,
         job_ids=tuple(j.job_id for j in failed),
         saving_kwh=kwh,
         saving_kg=kg,
