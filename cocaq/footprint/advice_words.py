@@ -91,11 +91,15 @@ def were(n: int) -> str:
     return "was" if n == 1 else "were"
 
 
-def slurm_time(hours: float) -> str:
-    """A `--time` value, rounded up to the quarter hour below 2 h, else to the hour."""
+def limit_hours(hours: float) -> float:
+    """Hours rounded up as a proposed `--time` is: to the quarter hour below 2 h, else to the hour."""
     step = 0.25 if hours < 2 else 1.0
-    h = max(step, math.ceil(hours / step - 1e-9) * step)
-    return format_slurm_duration(h * 3600)
+    return max(step, math.ceil(hours / step - 1e-9) * step)
+
+
+def slurm_time(hours: float) -> str:
+    """A `--time` value: `limit_hours` in Slurm's [D-]HH:MM:SS."""
+    return format_slurm_duration(limit_hours(hours) * 3600)
 
 
 def slurm_mem(mb: float) -> str:

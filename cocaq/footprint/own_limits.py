@@ -18,9 +18,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from cocaq.footprint.advice_words import slurm_time
+from cocaq.footprint.advice_words import limit_hours
 from cocaq.footprint.jobfacts import JobFacts
-from cocaq.timeparse import parse_slurm_duration
 
 HEADROOM = 1.25
 MIN_HEADROOM_H = 0.25
@@ -56,10 +55,7 @@ def p95(values: Iterable[float]) -> float:
 
 def needed_h(runs_p95_h: float) -> float:
     """The limit for runs whose 95th percentile is `runs_p95_h`, in hours, rounded up as `--time` is."""
-    h = max(runs_p95_h * HEADROOM, runs_p95_h + MIN_HEADROOM_H)
-    text = slurm_time(h)
-    seconds = parse_slurm_duration(text)
-    return (seconds or h * 3600) / 3600
+    return limit_hours(max(runs_p95_h * HEADROOM, runs_p95_h + MIN_HEADROOM_H))
 
 
 @dataclass(frozen=True)
