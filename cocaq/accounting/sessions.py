@@ -20,6 +20,7 @@ embed (`Sessions.sql`); tests hold the two to the same answer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from cocaq.config import Advice
@@ -67,6 +68,11 @@ class Sessions:
         self, name: str | None, partition: str | None, qos: str | None, batch_step: bool | None
     ) -> bool:
         """Whether a job of this name, partition, QOS and batch step (None: not known) is a session."""
+        return _holds(self, name, partition, qos, batch_step)
+
+    def _test(
+        self, name: str | None, partition: str | None, qos: str | None, batch_step: bool | None
+    ) -> bool:
         nm = (name or "").strip().lower()
         if nm and nm in self.names:
             return True
@@ -105,3 +111,12 @@ class Sessions:
             f"({batch_step} IS NOT NULL AND NOT {batch_step})",
         ]
         return "(" + " OR ".join(t for t in terms if t) + ")"
+
+
+@lru_cache(maxsize=4096)
+def _holds(
+    s: Sessions, name: str | None, partition: str | None, qos: str | None, batch_step: bool | None
+) -> bool:
+    """`Sessions.holds`, cached: the advice asks it of each of a heavy user's 10,000 jobs, several times,
+    and they have a few kinds of name, partition and QOS."""
+    return s._test(name, partition, qos, batch_step)

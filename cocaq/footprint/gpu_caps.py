@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 # (pattern on the lowered name with separators removed, compute capability, the name to say)
 _TABLE: tuple[tuple[str, float, str], ...] = (
@@ -64,10 +65,16 @@ def capability(*names: str | None) -> Capability | None:
     """The first of `names` (a job's gres type, its profile's gpu_model) that the table knows; None where
     none is known (the advice then names both precisions with the capability each needs)."""
     for raw in names:
-        if not raw:
-            continue
-        key = _SEPARATORS.sub("", raw.lower()).replace("nvidia", "").replace("tesla", "")
-        for pat, cc, name in _COMPILED:
-            if pat.search(key):
-                return Capability(name, cc)
+        if raw and (cap := _known(raw)) is not None:
+            return cap
+    return None
+
+
+@lru_cache(maxsize=256)
+def _known(raw: str) -> Capability | None:
+    """One name against the table; cached, as a heavy user's 10,000 jobs name the same few GPUs."""
+    key = _SEPARATORS.sub("", raw.lower()).replace("nvidia", "").replace("tesla", "")
+    for pat, cc, name in _COMPILED:
+        if pat.search(key):
+            return Capability(name, cc)
     return None
