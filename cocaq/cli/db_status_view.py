@@ -116,7 +116,7 @@ def show(obj: Ctx, fmt: str) -> None:
         )
         console.print(
             f"Retention: raw samples kept {r['samples_days']} days ([retention] samples_days): {how}"
-            f" (now {_when(r['cutoff'])}); `cocaq db retention --dry-run` lists what would go.",
+            f" (the cut-off now: {_when(r['cutoff'])}); `cocaq db retention --dry-run` lists what would go.",
             markup=False,
         )
     console.print(
