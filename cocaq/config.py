@@ -1,11 +1,12 @@
 """The configuration model: every setting of cocaq.toml, with its type, default and description.
 
 One frozen dataclass per section of the file (Cluster, Estimate, Hardware for `[defaults]`,
-`[partitions.NAME]` and `[node_groups.NAME]`, Collector, Carbon, Embodied, Aggregate, Mail, Reports, Api,
-Advice, Alerts, Slurm) and Config, which holds them with the top-level keys; beside them the values some
-settings may take (COLLECTOR_SOURCES, SLURM_BACKENDS, ...) and the questions the rest of cocaq asks of a
-Config (a job's hardware profile, its zone and PUE in a month, the cluster's time zone). Each field carries
-its one-line description in its metadata, from which cocaq.config_reference writes docs/configuration.md.
+`[partitions.NAME]` and `[node_groups.NAME]`, Collector, Carbon, Embodied, Aggregate, Retention, Mail,
+Reports, Api, Advice, Alerts, Slurm) and Config, which holds them with the top-level keys; beside them the
+values some settings may take (COLLECTOR_SOURCES, SLURM_BACKENDS, ...) and the questions the rest of cocaq
+asks of a Config (a job's hardware profile, its zone and PUE in a month, the cluster's time zone). Each
+field carries its one-line description in its metadata, from which cocaq.config_reference writes
+docs/configuration.md.
 This module reads nothing: turning the file and the COCAQ_* variables into a Config, and refusing bad
 input, is cocaq.config_load, so code that is handed a Config imports only the model.
 """
@@ -277,6 +278,24 @@ class Aggregate:
         default=0,
         metadata={
             "doc": "processes for deriving many jobs (PostgreSQL): 0 = one per CPU, 1 = none; up to 64"
+        },
+    )
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long raw GPU samples stay in the database (`cocaq db retention`, the scheduler's daily job).
+
+    The per-job and per-hour summaries derived from them (job_metrics, job_gpu_hours, the rollups) are
+    kept for ever; only the raw rows go, and only once the aggregator has summarised them.
+    """
+
+    samples_days: int = field(
+        default=35,
+        metadata={
+            "doc": "days of raw samples to keep, 1 to 36500, or 0 = keep for ever; on PostgreSQL a month "
+            "goes once all of it is this old. 35: the scheduler's calibrate window (the jobs whose "
+            "estimates it redoes); calibration itself learns from job summaries, never raw samples"
         },
     )
 
@@ -606,6 +625,7 @@ class Config:
     embodied: Embodied = field(default_factory=Embodied)
     shifting: Shifting = field(default_factory=Shifting)
     aggregate: Aggregate = field(default_factory=Aggregate)
+    retention: Retention = field(default_factory=Retention)
     mail: Mail = field(default_factory=Mail)
     reports: Reports = field(default_factory=Reports)
     api: Api = field(default_factory=Api)

@@ -43,6 +43,7 @@ from cocaq.config import (
     Mail,
     NodeGroup,
     Reports,
+    Retention,
     Shifting,
     Slurm,
     Study,
@@ -111,7 +112,7 @@ def _did_you_mean(name: str) -> str:
 # The sections that `COCAQ_SECTION__KEY` may set (partitions and node groups only in the file).
 ENV_SECTIONS = (
     "cluster", "estimate", "defaults", "collector", "carbon", "shifting", "embodied", "aggregate",
-    "mail", "reports", "api", "advice", "alerts", "study", "slurm",
+    "retention", "mail", "reports", "api", "advice", "alerts", "study", "slurm",
 )  # fmt: skip
 # Short variables for the keys set most often, and the key each one sets (`_apply_env`); a short one
 # wins over its `COCAQ_SECTION__KEY` form where both are set, except COCAQ_CLUSTER and COCAQ_API_URL.
@@ -560,6 +561,28 @@ def _alerts(t: Any) -> Alerts:
     return replace(Alerts(), **v)
 
 
+RETENTION_MAX_DAYS = 36500
+
+
+def _retention(t: Any) -> Retention:
+    """`[retention]`: samples_days a whole number of days, 0 meaning keep for ever."""
+    if not isinstance(t, dict):
+        raise ConfigError(f"config: retention: expected a table, got {t!r}")
+    _check_keys("retention", t, {f.name for f in fields(Retention)})
+    if "samples_days" not in t:
+        return Retention()
+    v = t["samples_days"]
+    n = v if isinstance(v, int) and not isinstance(v, bool) else None
+    if isinstance(v, str) and v.strip().isdigit():  # from the environment
+        n = int(v.strip())
+    if n is None or not 0 <= n <= RETENTION_MAX_DAYS:
+        raise ConfigError(
+            "config: retention.samples_days: expected a whole number of days from 1 to "
+            f"{RETENTION_MAX_DAYS}, or 0 to keep samples for ever, got {v!r}"
+        )
+    return Retention(samples_days=n)
+
+
 def _month(key: str, value: Any) -> str:
     text = _str(key, value).strip()
     import re
@@ -671,6 +694,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
             "shifting",
             "embodied",
             "aggregate",
+            "retention",
             "mail",
             "reports",
             "api",
@@ -773,6 +797,7 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
         aggregate=_small_table(
             "aggregate", data.get("aggregate", {}), Aggregate, {"idle_gpu_util_pct": (0.0, 100.0)}
         ),
+        retention=_retention(data.get("retention", {})),
         pue_monthly=pue_monthly,
         collector=_collector(data.get("collector", {})),
         mail=_mail(data.get("mail", {})),

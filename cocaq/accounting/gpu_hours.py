@@ -6,7 +6,9 @@ They are derived in SQL from the samples, for every job or only for jobs with ne
 the hour before the first new one on), and read back per job by the aggregator (`cocaq.accounting.aggregate`),
 which turns them into the job's GPU utilisation, idle energy and the weights of its carbon intensity.
 They depend on the idle threshold and the collector's step (`gpu_params_key`): a change of either
-derives them all again.
+derives them all again, from the samples still there: the hours before the samples' horizon
+(`aggregator_state` SAMPLES_FROM, which cocaq.accounting.retention moves when it drops old samples) are
+kept as they were derived, since their samples are gone.
 """
 
 from __future__ import annotations
@@ -21,11 +23,16 @@ from sqlalchemy import Connection, Table, delete, func, insert, select
 
 from cocaq.accounting.rollups import big_work_mem
 from cocaq.config import Config
-from cocaq.db.schema import JobGpuHour, Sample
+from cocaq.db.coltypes import as_utc
+from cocaq.db.schema import AggregatorState, JobGpuHour, Sample
 from cocaq.db.sqlfuncs import epoch
 
 S = cast(Table, Sample.__table__).c
 GH = cast(Table, JobGpuHour.__table__)
+AS = cast(Table, AggregatorState.__table__).c
+# aggregator_state: the samples before its watermark (an hour's start) were dropped by retention; the
+# job_gpu_hours derived from them are all that is left of them, never derived again
+SAMPLES_FROM = "samples_from"
 
 
 @dataclass
@@ -123,20 +130,32 @@ _GH_COLS = (
 Scope = dict[int, dict[str, float | None]]  # cluster -> raw job id -> from when (epoch s; None: all)
 
 
+def samples_horizon(conn: Connection) -> datetime | None:
+    """The start of the hour before which retention dropped the samples (None: none dropped)."""
+    return as_utc(conn.execute(select(AS.watermark).where(AS.name == SAMPLES_FROM)).scalar())
+
+
 def refresh_gpu_hours(conn: Connection, cfg: Config, scope: Scope | None) -> int:
     """Derive job_gpu_hours again from the samples: of every job (scope None), or of these jobs from the
     hour before their first new sample on (that hour's last sample now has a successor; earlier hours
-    cannot change, and a week-long job's older samples are not read again every hour)."""
+    cannot change, and a week-long job's older samples are not read again every hour). Never before the
+    samples' horizon: those hours' samples are gone, and their rows are what remains of them."""
     big_work_mem(conn)
+    horizon = samples_horizon(conn)
+    first = None if horizon is None else int(horizon.timestamp() // 3600)  # the first hour with samples
     if scope is None:
-        conn.execute(delete(GH))
-        ins = insert(GH).from_select(list(_GH_COLS), _gpu_hours_select(conn, cfg, None, None))
+        conn.execute(delete(GH) if first is None else delete(GH).where(GH.c.hour >= first))
+        since = None if first is None else datetime.fromtimestamp(first * 3600.0, UTC)
+        ins = insert(GH).from_select(list(_GH_COLS), _gpu_hours_select(conn, cfg, None, None, since))
         return int(conn.execute(ins.execution_options(preserve_rowcount=True)).rowcount or 0)
     n = 0
     for cid, jobs in scope.items():
         by_hour: dict[int | None, list[str]] = defaultdict(list)
         for jid, t in jobs.items():
-            by_hour[None if t is None else int(t // 3600) - 1].append(jid)
+            h0 = None if t is None else int(t // 3600) - 1
+            if first is not None:
+                h0 = first if h0 is None else max(h0, first)
+            by_hour[h0].append(jid)
         for h0, ids_ in by_hour.items():
             ids = sorted(ids_)
             for i in range(0, len(ids), 5000):

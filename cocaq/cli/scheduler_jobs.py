@@ -12,6 +12,9 @@
                      (cocaq.reports.alerts)
     calibrate        Sundays at 04:20: the GPU power of the measured jobs learnt again, and applied to the
                      estimates of the jobs of the last 35 days (cocaq.accounting.calibrate)
+    retention        daily at 03:40 (after catchup's aggregate): raw samples older than [retention]
+                     samples_days that the aggregator has summarised go, and the coming months'
+                     partitions are made (cocaq.accounting.retention)
 
 Times are in the cluster's timezone (config `cluster.timezone`, else this machine's).
 
@@ -375,6 +378,20 @@ def job_calibrate(config_path: str | None = None, via: str = "scheduler") -> Run
     return _recorded("calibrate", config_path, via, _calibrate)
 
 
+def _retention(engine: Engine, cfg: Config, now: datetime) -> tuple[str, str]:
+    """The samples' lifecycle; "skipped" where samples are kept for ever and no partition was due."""
+    run_retention = _optional("cocaq.accounting.retention", "run_retention")
+    if run_retention is None:
+        return "skipped", "retention: not available in this version; samples kept"
+    res = run_retention(engine, cfg)
+    status = "skipped" if res.cutoff is None and not res.created else "ok"
+    return status, "retention: " + _describe(res)
+
+
+def job_retention(config_path: str | None = None, via: str = "scheduler") -> RunResult:
+    return _recorded("retention", config_path, via, _retention)
+
+
 JOB_FUNCS: dict[str, Callable[..., RunResult]] = {
     "reconcile": job_reconcile,
     "aggregate": job_aggregate,
@@ -384,6 +401,7 @@ JOB_FUNCS: dict[str, Callable[..., RunResult]] = {
     "reports-jobs": job_reports_jobs,
     "alerts": job_alerts,
     "calibrate": job_calibrate,
+    "retention": job_retention,
 }
 JOB_IDS = tuple(JOB_FUNCS)
 _TAKES_SACCT = {"reconcile", "catchup"}
@@ -444,6 +462,7 @@ def job_specs(opts: Options, tz: tzinfo) -> list[JobSpec]:
             base,
         ),
         JobSpec("calibrate", CronTrigger(day_of_week="sun", hour=4, minute=20, timezone=tz), 7 * day, base),
+        JobSpec("retention", CronTrigger(hour=3, minute=40, timezone=tz), day, base),
     ]
 
 

@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 import cocaq.migrations
+from cocaq.db.partitions import ensure_sample_partitions
 
 
 def alembic_config(engine: Engine) -> AlembicConfig:
@@ -40,27 +41,3 @@ def current_revision(engine: Engine) -> str | None:
 
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
-
-
-def _month_add(d: datetime, n: int) -> datetime:
-    y, m = divmod(d.month - 1 + n, 12)
-    return d.replace(year=d.year + y, month=m + 1, day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
-def ensure_sample_partitions(engine: Engine, around: datetime, months_ahead: int = 2) -> list[str]:
-    """Monthly partitions of `samples` from `around`'s month to `months_ahead` later (PostgreSQL only)."""
-    made = []
-    with engine.begin() as conn:
-        for i in range(months_ahead + 1):
-            lo, hi = _month_add(around, i), _month_add(around, i + 1)
-            name = f"samples_p{lo:%Y%m}"
-            exists = conn.execute(text("SELECT to_regclass(:n)"), {"n": name}).scalar()
-            if exists is None:
-                conn.execute(
-                    text(
-                        f"CREATE TABLE {name} PARTITION OF samples "
-                        f"FOR VALUES FROM ('{lo:%Y-%m-%d} 00:00:00+00') TO ('{hi:%Y-%m-%d} 00:00:00+00')"
-                    )
-                )
-                made.append(name)
-    return made
