@@ -178,7 +178,9 @@ def write_shims(d: Path, cfg: Path, env: dict[str, str]) -> dict[str, str]:
 
 
 def users_by_jobs(dbname: str, since: datetime) -> tuple[list[tuple[str, int]], str]:
-    """Users with jobs in the window, most jobs first (as heavy_user counts them), and one without jobs."""
+    """Users with jobs in the window, most jobs first (as heavy_user counts them), and one without jobs:
+    an account of this machine (`nobody`) that ran none, as `cocaq user` refuses a name that is nowhere
+    (exit 2) and takes a local account with no jobs as all zeros."""
     import psycopg
 
     with psycopg.connect(pg_url(dbname, sqlalchemy=False)) as conn:
@@ -187,9 +189,13 @@ def users_by_jobs(dbname: str, since: datetime) -> tuple[list[tuple[str, int]], 
             "AND (end_time >= %s OR end_time IS NULL) GROUP BY 1 ORDER BY 2 DESC, 1",
             (since,),
         ).fetchall()
-        nobody = "nobody-bench"
-        while conn.execute("SELECT 1 FROM jobs WHERE user_name = %s LIMIT 1", (nobody,)).fetchone():
-            nobody += "x"
+        import pwd
+
+        known = {r[0] for r in conn.execute("SELECT DISTINCT user_name FROM jobs").fetchall()}
+        local = [p.pw_name for p in pwd.getpwall() if p.pw_name not in known]
+        if not local:
+            raise SystemExit("bench: every account of this machine has jobs: no user without jobs to time")
+        nobody = "nobody" if "nobody" in local else sorted(local)[0]
     return [(str(u), int(n)) for u, n in rows], nobody
 
 

@@ -14,7 +14,7 @@ an already loaded database is used as it is (aggregated first if the aggregator 
 Then, interleaved round-robin so the machine's noise hits every command alike, 15 runs each of
   * `cocaq user <heavy> --since 30d --format json`   the user with the most jobs in the window
   * `cocaq user <median> --since 30d --format json`  the user with the median number of jobs in it
-  * `cocaq user <nobody> --since 30d --format json`  a user with no jobs at all
+  * `cocaq user <nobody> --since 30d --format json`  an account of this machine without jobs
   * the heavy user again with `--from-jobs`          no rollups: what reading them saves
   * `python -m cocaq --version`                      the floor: interpreter start and cocaq's CLI import
   * `python -c 'import <what cocaq user imports>'`  the floor of the command's imports alone
