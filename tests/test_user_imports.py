@@ -67,6 +67,8 @@ def test_json_and_csv_paths_import_no_sqlalchemy(
     assert heavy == [], heavy
     # the other commands' modules load when those commands are named (cocaq.cli.app.LazyGroup)
     assert not {"cocaq.cli.report", "cocaq.cli.mail", "cocaq.cli.carbon", "cocaq.cli.scheduler"} & mods
+    # nor the estimating, which the ledger's source names used to bring (cocaq.accounting.sources)
+    assert not {"cocaq.accounting.estimate", "cocaq.accounting.calibrate", "cocaq.carbon.zones"} & mods
     # only the driver the URL names: for PostgreSQL psycopg2 (fast to import), not psycopg 3 as well
     if engine.dialect.name == "postgresql":
         assert "psycopg2" in mods and "psycopg" not in mods and "sqlite3" not in mods

@@ -11,23 +11,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from cocaq.accounting.calibrate import BASIS_TDP, Calibration, GpuPower, job_gpu_model, tdp_power
+
+# The sources' names live in cocaq.accounting.sources (read without the estimating); here as they were.
+from cocaq.accounting.sources import SOURCE_CALIBRATED as SOURCE_CALIBRATED
+from cocaq.accounting.sources import SOURCE_SAMPLES as SOURCE_SAMPLES
+from cocaq.accounting.sources import SOURCE_SLURM as SOURCE_SLURM
+from cocaq.accounting.sources import SOURCE_SLURM_GPU as SOURCE_SLURM_GPU
+from cocaq.accounting.sources import SOURCE_SLURM_UTIL as SOURCE_SLURM_UTIL
+from cocaq.accounting.sources import SOURCE_TDP as SOURCE_TDP
 from cocaq.carbon.zones import co2_grams, zone_intensity
 from cocaq.config import Config, Estimate, Hardware
 from cocaq.hostlist import expand_hostlist
 from cocaq.slurm.record import JobRecord
 
-SOURCE_TDP = "tdp-estimate"
-SOURCE_SLURM = "slurm-consumed-energy"
-SOURCE_CALIBRATED = (
-    "calibrated-estimate"  # GPU power from the site's measured jobs (cocaq.accounting.calibrate)
-)
-SOURCE_SAMPLES = (
-    "nvml-samples"  # the GPUs' share the aggregator takes out of SOURCE_SLURM (cocaq.accounting.ledger)
-)
-# ConsumedEnergy under acct_gather_energy/gpu ([slurm] consumed_energy = "gpus"): the job's GPUs, measured
-SOURCE_SLURM_GPU = "slurm-gpu-energy"
-# GPUs that nothing measured, from Slurm's gres/gpuutil (the power at that use: calibrated, else rated)
-SOURCE_SLURM_UTIL = "slurm-gpuutil-estimate"
 # Rows an import writes or derives from what it wrote, and so may replace; rows from the node-side hooks
 # are never touched by it. A re-imported node measurement drops its old GPU split with it (else the old
 # split and the new total would add up to more than the job used); the aggregator splits it again.

@@ -38,8 +38,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 # The sources of the GPU share that the aggregator takes out of a node-level measurement.
-from cocaq.accounting.estimate import SOURCE_SAMPLES as SOURCE_SAMPLES
-from cocaq.accounting.estimate import SOURCE_SLURM
+from cocaq.accounting.sources import SOURCE_SAMPLES as SOURCE_SAMPLES
+from cocaq.accounting.sources import SOURCE_SLURM
 
 SOURCE_NODE = SOURCE_SLURM
 
