@@ -937,22 +937,49 @@ RULES: tuple[Callable[[Sequence[JobFacts], Context], Advice | None], ...] = (
 REPEATED = frozenset({"out-of-memory", "failures", "failures-late", "timeouts"})
 
 
-def candidates(jobs: Sequence[JobFacts], ctx: Context) -> list[Advice]:
-    """Every suggestion the jobs support, largest saving first (those without one last)."""
-    out = [a for rule in RULES if (a := rule(jobs, ctx)) is not None]
+# The rules whose suggestion `advise` can show: those that may claim a saving, and those of REPEATED. The
+# others (jobstats' notes, time limits) never claim one and are not REPEATED, so `advise` would drop what
+# they found: it does not run them (most of the rules' time for a user with 10,000 jobs). `cocaq job` and
+# `candidates` still run every rule; tests/test_advice_fast.py holds this list to the rules' outputs.
+SHOWN: tuple[Callable[[Sequence[JobFacts], Context], Advice | None], ...] = (
+    _precision, _timeouts, _failures, _late_failures, _oom, _notebooks, _fewer_gpus, _dataloader, _memory,
+)  # fmt: skip
+
+
+def candidates(
+    jobs: Sequence[JobFacts],
+    ctx: Context,
+    rules: Sequence[Callable[[Sequence[JobFacts], Context], Advice | None]] = RULES,
+    precision_jobs: Sequence[JobFacts] | None = None,
+) -> list[Advice]:
+    """Every suggestion the jobs support (of `rules`), largest saving first (those without one last).
+    `precision_jobs`: the jobs the precision rule reads where they are not `jobs`
+    (cocaq.footprint.advice_jobs: every GPU job, most of them read narrowly)."""
+    out = [
+        a
+        for rule in rules
+        if (a := rule(precision_jobs if rule is _precision and precision_jobs is not None else jobs, ctx))
+        is not None
+    ]
     out.sort(key=lambda a: (a.saving_kwh is None, -(a.saving_kwh or 0.0), a.id))
     return out
 
 
 def advise(
-    jobs: Sequence[JobFacts], ctx: Context, *, total_kwh: float, min_share: float, min_kwh: float
+    jobs: Sequence[JobFacts],
+    ctx: Context,
+    *,
+    total_kwh: float,
+    min_share: float,
+    min_kwh: float,
+    precision_jobs: Sequence[JobFacts] | None = None,
 ) -> list[Advice]:
     """The suggestions worth a user's attention: a saving of at least `min_share` of their energy in the
     window (`total_kwh`) and `min_kwh`, largest first; then, whatever their energy, the jobs that ended the
     same bad way again and again (`REPEATED`: `repeat_min_jobs` or more), most jobs first. 27 jobs killed
     for memory in a month are worth a line even when each died in a minute."""
     floor = max(min_share * total_kwh, min_kwh)
-    found = candidates(jobs, ctx)
+    found = candidates(jobs, ctx, SHOWN, precision_jobs)
     sized = [a for a in found if a.saving_kwh is not None and a.saving_kwh >= floor]
     often = [
         a
@@ -996,19 +1023,39 @@ def site_context(
     )
 
 
-def advise_user(jobs: Sequence[JobFacts], ctx: Context, total_kwh: float, cfg: Config) -> list[Advice]:
+def advise_user(
+    jobs: Sequence[JobFacts],
+    ctx: Context,
+    total_kwh: float,
+    cfg: Config,
+    precision_jobs: Sequence[JobFacts] | None = None,
+) -> list[Advice]:
     """`advise` at the site's configured floor: a share of the user's energy, and at least so many kWh."""
-    return advise(jobs, ctx, total_kwh=total_kwh, min_share=cfg.advice.min_share, min_kwh=cfg.advice.min_kwh)
+    return advise(
+        jobs,
+        ctx,
+        total_kwh=total_kwh,
+        min_share=cfg.advice.min_share,
+        min_kwh=cfg.advice.min_kwh,
+        precision_jobs=precision_jobs,
+    )
 
 
 def largest_per_user(
-    jobs_by_user: Mapping[str, Sequence[JobFacts]], totals: Mapping[str, float], ctx: Context, cfg: Config
+    jobs_by_user: Mapping[str, Sequence[JobFacts]],
+    totals: Mapping[str, float],
+    ctx: Context,
+    cfg: Config,
+    precision_jobs: Mapping[str, Sequence[JobFacts]] | None = None,
 ) -> list[tuple[str, Advice]]:
     """Each user's largest suggestion worth their attention (the one their own e-mail opens with), the
-    largest saving first: what a lab's footprint and its monthly report show of its members."""
+    largest saving first: what a lab's footprint and its monthly report show of its members.
+    `precision_jobs`: per user, as `advise` takes them (a user without an entry has no GPU job)."""
     out = []
-    for user, jobs in jobs_by_user.items():
-        found = advise_user(jobs, ctx, totals.get(user, 0.0), cfg)
+    users = jobs_by_user if precision_jobs is None else {**{u: () for u in precision_jobs}, **jobs_by_user}
+    for user, jobs in users.items():
+        pj = None if precision_jobs is None else precision_jobs.get(user, ())
+        found = advise_user(jobs, ctx, totals.get(user, 0.0), cfg, pj)
         if found:
             out.append((user, found[0]))
     out.sort(key=lambda p: (-(p[1].saving_kwh or 0.0), p[0]))

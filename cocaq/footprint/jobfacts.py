@@ -15,6 +15,7 @@ login node can afford it; the reports hand it their SQLAlchemy connection's driv
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -227,7 +228,13 @@ def _classify(value: str) -> tuple[str | None, str]:
 
 
 def _sql(
-    db: Db, scope: str | None, cluster: bool, pk: bool = False, within: int = 0, name: bool = False
+    db: Db,
+    scope: str | None,
+    cluster: bool,
+    pk: bool = False,
+    within: int = 0,
+    name: bool = False,
+    ids: Sequence[int] | None = None,
 ) -> str:
     """The window's jobs, one row each, in JobFacts' field order up to `mean_gpu_power_w`, converted to
     its units here (SQL arithmetic is cheaper than Python's for the heavy users' 10,000 jobs a month),
@@ -245,6 +252,8 @@ def _sql(
         where += " AND j.name = %(name)s"
     if within:  # only the jobs in these labs (a lab head's view of a member)
         where += f" AND j.account IN ({', '.join(f'%(in{i})s' for i in range(within))})"
+    if ids is not None:  # only these (cocaq.footprint.advice_jobs: the ones the advice reads whole)
+        where += f" AND j.id IN ({', '.join(str(int(i)) for i in ids) or 'NULL'})"
     pg = db.dialect == "postgresql"
     big = "greatest" if pg else "max"
     small = "least" if pg else "min"
@@ -327,9 +336,12 @@ def load(
     pk: int | None = None,
     within: tuple[str, ...] | None = None,
     name: str | None = None,
+    ids: Sequence[int] | None = None,
+    order: dict[int, tuple[str, float, int]] | None = None,
 ) -> list[JobFacts]:
     """The jobs that ran in [since, until) (of a user, a lab, everyone, or the job `pk`; `within`: only
-    those in these labs), most energy first per user."""
+    those in these labs; `ids`: only these primary keys), most energy first per user. `order`, where
+    given, gets each job's sort key (pk -> key), for merging the jobs of several loads in this order."""
     scope = "user" if user is not None else "account" if account is not None else None
     params: dict[str, Any] = {
         "since": since.timestamp(),
@@ -348,9 +360,13 @@ def load(
     inside = labs_bound(within)
     for i, a in enumerate(inside):
         params[f"in{i}"] = a
-    rows = db.rows(_sql(db, scope, bool(cluster), pk is not None, len(inside), name is not None), params)
+    if ids is not None and not ids:
+        return []
+    rows = db.rows(_sql(db, scope, bool(cluster), pk is not None, len(inside), name is not None, ids), params)
     # sorted here: the database's collation-aware sort of 10,000 wide rows cost more than the query
     rows.sort(key=lambda r: (r[6], -r[-1], r[0]))
+    if order is not None:
+        order.update((r[0], (r[6], -r[-1], r[0])) for r in rows)
     hw: dict[tuple[Any, Any], Any] = {}
     pg = db.dialect == "postgresql"
     return [_facts(db, cfg, r, hw, pg) for r in rows]

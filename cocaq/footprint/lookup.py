@@ -23,6 +23,8 @@ from cocaq.timeparse import parse_when
 if TYPE_CHECKING:
     from cocaq.config import Config
     from cocaq.db.dbapi import Db
+    from cocaq.footprint.advice import Thresholds
+    from cocaq.footprint.jobfacts import JobFacts
 
 
 class UnknownName(UsageError):
@@ -65,28 +67,64 @@ def _local_user(name: str) -> bool:
     return True
 
 
-def add_advice(db: Db, cfg: Config, fp: Footprint, *, cluster: str | None = None) -> Footprint:
+def add_advice(
+    db: Db,
+    cfg: Config,
+    fp: Footprint,
+    *,
+    cluster: str | None = None,
+    whole: bool = False,
+    thresholds: Thresholds | None = None,
+) -> Footprint:
     """Fill `fp.advice` from the window's jobs (cocaq.footprint.advice): a user's suggestions above the
-    configured share of their energy, or a lab's members' largest each."""
-    from cocaq.footprint import advice, jobfacts
+    configured share of their energy, or a lab's members' largest each. Only the jobs a shown suggestion
+    reads are loaded (cocaq.footprint.advice_jobs); `whole`: every job of the window, as the reports do
+    (what tests compare the two with); `thresholds`: the rules' own, where not the defaults (tests)."""
+    from cocaq.footprint import advice
 
     user, account = (fp.key, None) if fp.scope == "user" else (None, fp.key)
-    jobs = jobfacts.load(
-        db, cfg, fp.since, fp.until, user=user, account=account, cluster=cluster, within=fp.within
-    )
-    ctx = advice.site_context(cfg, fp.since, fp.until, period="in this window")
+    ctx = advice.site_context(cfg, fp.since, fp.until, period="in this window", thresholds=thresholds)
+    if whole:
+        from cocaq.footprint import jobfacts
+
+        jobs = jobfacts.load(
+            db, cfg, fp.since, fp.until, user=user, account=account, cluster=cluster, within=fp.within
+        )
+        by_user: dict[str, list[JobFacts]] = {}
+        for j in jobs:
+            by_user.setdefault(j.user, []).append(j)
+        got: dict[str, tuple[list[JobFacts], list[JobFacts] | None]] = {
+            u: (js, None) for u, js in by_user.items()
+        }
+        total: Any = None
+        shift = True
+    else:
+        from cocaq.footprint.advice_jobs import load_for_advice
+
+        aj = load_for_advice(
+            db, cfg, ctx, fp.since, fp.until, user=user, account=account, cluster=cluster, within=fp.within
+        )
+        got = {u: (x.jobs, x.precision_jobs) for u, x in aj.users.items()}
+        total, shift = aj.co2_total, aj.shift
     if fp.scope == "user":
         from cocaq.footprint.when_advice import settings, when_to_run
 
-        fp.advice = [a.as_dict() for a in advice.advise_user(jobs, ctx, fp.totals.energy_kwh, cfg)]
-        when = when_to_run(jobs, settings(cfg), ctx.period)
+        jobs, gpu_jobs = got.get(fp.key, ([], None))
+        fp.advice = [a.as_dict() for a in advice.advise_user(jobs, ctx, fp.totals.energy_kwh, cfg, gpu_jobs)]
+        when = when_to_run(
+            jobs if shift else [], settings(cfg), ctx.period, None if total is None else lambda: total(fp.key)
+        )
         fp.when_to_run = when.as_dict() if when is not None else None
         return fp
     totals = {m["user"]: float(m["energy_kwh"]) for m in fp.members}
-    by_user: dict[str, list[Any]] = {}
-    for j in jobs:
-        by_user.setdefault(j.user, []).append(j)
-    fp.advice = [{"user": u, **a.as_dict()} for u, a in advice.largest_per_user(by_user, totals, ctx, cfg)]
+    pairs = advice.largest_per_user(
+        {u: js for u, (js, _) in got.items()},
+        totals,
+        ctx,
+        cfg,
+        None if whole else {u: pj for u, (_, pj) in got.items() if pj is not None},
+    )
+    fp.advice = [{"user": u, **a.as_dict()} for u, a in pairs]
     return fp
 
 
