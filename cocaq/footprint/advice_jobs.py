@@ -18,18 +18,18 @@ rounding never leaves one out; the rules then decide exactly), and only those ar
 The one rule that reads every GPU job is precision (none of them recorded in reduced precision, the
 GPU-hours of all, the GPU energy of those of unknown precision, and it names them all): the GPU jobs no
 other rule reads come from the same statement as narrow JobFacts (`_light`), with just what that rule
-reads of them, and only that rule is handed them. The CO2 of all the window's jobs, which when-to-run
-compares its saving with, is read only when it is needed (`_co2_total`), summed in the order the whole
-computation sums it. Everything is in the whole computation's order (user, then energy in the window),
-so that every list, sum and tie comes out the same; tests/test_advice_fast.py compares the two on the demo
-and on a generated site under several thresholds, byte for byte.
+reads of them, and only that rule is handed them. When-to-run's test (what the jobs with shifting
+figures would have saved, against the CO2 of all the window's jobs) is made on the statement's rows,
+summed as cocaq.footprint.when_advice sums them; its jobs are loaded whole only where it may pass.
+Everything is in the whole computation's order (user, then energy in the window), so that every list,
+sum and tie comes out the same; tests/test_advice_fast.py compares the two on the demo and on a
+generated site under several thresholds, byte for byte.
 
 Plain DB-API SQL (cocaq.db.dbapi), standard library only: login nodes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -55,15 +55,16 @@ class UserJobs:
     """One user's jobs as the shown advice reads them."""
 
     jobs: list[JobFacts] = field(default_factory=list)  # whole: those a rule or when-to-run may count
-    precision_jobs: list[JobFacts] = field(default_factory=list)  # every GPU job (and `jobs`), in order
+    # every GPU job, in order: of `jobs` (JobFacts), the others as GpuJob (the precision rule's own view)
+    precision_jobs: list[Any] = field(default_factory=list)
 
 
 @dataclass
 class AdviceJobs:
-    """Per user (in the whole computation's order), and the CO2 of every window job, on demand."""
+    """Per user (in the whole computation's order), and for a user what when-to-run reads besides."""
 
     users: dict[str, UserJobs]
-    co2_total: Callable[[str], float]
+    co2_kg: float  # of all of a user's window jobs (when-to-run compares its saving with it)
     shift: bool  # when-to-run may fire, and its jobs are among `jobs` (else it says nothing)
 
 
@@ -102,11 +103,10 @@ WITH y AS (
 )"""
 
 
-def _triage_sql(db: Db, where: str, user: bool) -> str:
-    """Each window job that a shown rule may count (`cand`), and every other GPU job as the precision rule
-    reads it (`_light`'s columns); for a user, what when-to-run's test reads: the CO2 of all the window's
-    jobs, and of those with shifting figures what they would have saved and how many they are (on
-    every row, and so on one row of the window at least: `rn`)."""
+def _triage_sql(db: Db, where: str) -> str:
+    """Every window job: whether a shown rule may count it (`cand`), the precision rule's columns
+    (`_light`'s; the GPU energy only for a GPU job no other rule reads), and what when-to-run's test
+    reads (its CO2, whether it has shifting figures, what its best start would have saved)."""
     pg = db.dialect == "postgresql"
     big, small = ("greatest", "least") if pg else ("max", "min")
     fw = first_word(db, "w.state")
@@ -124,15 +124,6 @@ def _triage_sql(db: Db, where: str, user: bool) -> str:
             AND w.max_rss_mb * {big}(coalesce(w.rss_tasks_per_node, 1), 1) <= %(c_mem_use)s * {per_node})
     )"""
     no = "false" if pg else "0"
-    flex = "CASE WHEN m.shift_state = 'ok' THEN"
-    shift = (
-        f""",
-           sum(w.co2 / 1000.0 * w.f) OVER () AS co2_all,
-           sum({flex} coalesce(m.shift_saved_g, 0.0) / 1000.0 * w.f END) OVER () AS saved,
-           count({flex} 1 END) OVER () AS flex, row_number() OVER () AS rn"""
-        if user
-        else ", NULL AS co2_all, NULL AS saved, NULL AS flex, 0 AS rn"
-    )
     held = "w.gpus * w.el"
     gpu_j = "(SELECT sum(q.energy_j) FROM job_energy q WHERE q.job_pk = w.id AND q.component = 'gpu')"
     cols = """
@@ -140,7 +131,8 @@ def _triage_sql(db: Db, where: str, user: bool) -> str:
            coalesce(j.alloc_cpus, 0) AS cpus, coalesce(j.alloc_gpus, 0) AS gpus, coalesce(j.n_nodes, 0) AS nn,
            j.req_mem_mb, j.max_rss_mb, j.rss_tasks_per_node, j.total_cpu_s, j.gpu_type,"""
     return f"""{_window_cte(db, where, cols)}, x AS (
-    SELECT w.*, coalesce({cand}, {no}) AS cand, m.gpu_samples_s, m.idle_gpu_s{shift}
+    SELECT w.*, coalesce({cand}, {no}) AS cand, m.gpu_samples_s, m.idle_gpu_s,
+           coalesce(m.shift_state = 'ok', {no}) AS flex, coalesce(m.shift_saved_g, 0.0) / 1000.0 AS saved
     FROM w LEFT JOIN job_metrics m ON m.job_pk = w.id
     WHERE w.f > 0
 )
@@ -148,42 +140,62 @@ SELECT w.id, w.user_name, {energy_j} * w.f, w.cand,
        w.job_id, w.name, w.partition, w.node_list, w.gpus, w.el / 3600.0, w.f, {energy_j} / {J_PER_KWH!r},
        CASE WHEN w.gpus > 0 AND NOT w.cand THEN coalesce({gpu_j}, 0.0) / {J_PER_KWH!r} END, w.co2 / 1000.0,
        CASE WHEN {held} > 0 THEN {small}(coalesce(w.gpu_samples_s, 0.0) / ({held}), 1.0) ELSE 0.0 END,
-       coalesce(w.idle_gpu_s, 0.0) / 3600.0, w.gpu_type, w.co2_all, w.saved, w.flex
-FROM x w
-WHERE w.cand OR w.gpus > 0 OR w.rn = 1"""
+       coalesce(w.idle_gpu_s, 0.0) / 3600.0, w.gpu_type, w.flex, w.saved, {fw} = 'COMPLETED'
+FROM x w"""
 
 
-def _flex_sql(db: Db, where: str) -> str:
-    """The window's jobs with shifting figures (when-to-run's)."""
-    return f"""{_window_cte(db, where, "")}
-SELECT w.id FROM w JOIN job_metrics m ON m.job_pk = w.id WHERE w.f > 0 AND m.shift_state = 'ok'"""
+class GpuJob:
+    """A GPU job as the precision rule reads it, where no other rule reads it: the JobFacts attributes
+    that rule (`advice._precision`, `own_runs`, `advice_words.job_list`) reads, the derived ones computed
+    as JobFacts computes them. Built for each of a heavy user's 10,000 GPU jobs, so plain slots; a rule
+    that read anything else would fail on it loudly (tests/test_advice_fast.py runs them all)."""
+
+    __slots__ = (
+        "co2_kg",
+        "elapsed_h",
+        "energy_kwh",
+        "gpu_hours",
+        "gpu_kwh",
+        "gpu_model",
+        "gpu_type",
+        "gpus",
+        "idle_share",
+        "job_id",
+        "kg_per_kwh",
+        "name",
+        "pk",
+        "share",
+        "user",
+    )  # fmt: skip
+    model = precision = precision_label = end = tokens = epochs = batch_size = None
+    is_open = False
+
+    def __init__(self, r: tuple[Any, ...], gpu_model: str | None) -> None:
+        self.pk, self.user, self.job_id, self.name, self.gpus = r[0], r[1], r[4], r[5], r[8]
+        self.elapsed_h, self.share, self.energy_kwh, self.gpu_kwh, self.co2_kg = (
+            r[9],
+            r[10],
+            r[11],
+            r[12],
+            r[13],
+        )
+        sampled_share, idle_gpu_hours, self.gpu_type = r[14], r[15], r[16]
+        self.gpu_model = gpu_model
+        self.gpu_hours = self.gpus * self.elapsed_h
+        covered = sampled_share * self.gpu_hours
+        self.idle_share = idle_gpu_hours / covered if covered > 0 else None
+        self.kg_per_kwh = self.co2_kg / self.energy_kwh if self.energy_kwh > 0 else 0.0
 
 
-def _co2_sql(db: Db, where: str) -> str:
-    """Every window job's CO2 in the window, in the whole computation's order's terms."""
-    big = "greatest" if db.dialect == "postgresql" else "max"
-    return f"""{_window_cte(db, where, "")}
-SELECT w.user_name, {big}(w.energy, 0.0) * w.f, w.id, w.co2 / 1000.0, w.f FROM w WHERE w.f > 0"""
-
-
-def _light(cfg: Config, r: tuple[Any, ...], hw_cache: dict[tuple[Any, Any], Any]) -> JobFacts:
-    """A GPU job as the precision rule reads it (and nothing else may read it): its id and name, GPUs,
-    run time and share, energy, GPU energy, CO2, sampled and idle GPU time, GPU type and model."""
+def _light(cfg: Config, r: tuple[Any, ...], hw_cache: dict[tuple[Any, Any], Any]) -> GpuJob:
+    """A GPU job no other rule reads, as the precision rule reads it (its hardware profile's GPU model)."""
     partition, node_list = r[6], r[7]
     key = (partition, node_list if cfg.node_groups else None)
-    hw = hw_cache.get(key)
-    if hw is None:
-        hw = hw_cache[key] = _hardware(cfg, partition, node_list)
-    return JobFacts(
-        pk=r[0], job_id=r[4], job_id_raw=None, cluster_id=0, cluster="", name=r[5], user=r[1],
-        account=None, partition=partition, node_list=node_list, state="", exit_code=None, start=None,
-        end=None, is_open=False, cpus=0, gpus=r[8], nodes=0, elapsed_h=r[9], time_limit_h=None,
-        req_mem_mb=None, max_rss_mb=None, rss_tasks_per_node=None, total_cpu_s=None, share=r[10],
-        energy_kwh=r[11], gpu_kwh=r[12], cpu_kwh=0.0, dram_kwh=0.0, other_kwh=0.0, measured_kwh=0.0,
-        gpu_source=None, co2_kg=r[13], gpu_util_pct=None, sampled_share=r[14], idle_gpu_hours=r[15],
-        idle_kwh=0.0, gpu_mem_peak_mb=None, mean_gpu_power_w=None, gpu_type=r[16],
-        gpu_model=hw.gpu_model if hw.gpu_model != "unknown GPU" else None,
-    )  # fmt: skip
+    model = hw_cache.get(key)
+    if model is None:
+        hw = _hardware(cfg, partition, node_list)
+        model = hw_cache[key] = (hw.gpu_model if hw.gpu_model != "unknown GPU" else None,)
+    return GpuJob(r, model[0])
 
 
 def load_for_advice(
@@ -222,60 +234,49 @@ def load_for_advice(
         params["cluster"] = cluster
     for i, a in enumerate(inside):
         params[f"in{i}"] = a
-    where = _scope(db, user, account, cluster, len(inside))
-    rows = db.rows(_triage_sql(db, where, user is not None), params)
-    order: dict[int, tuple[str, float, int]] = {}
+    rows = db.rows(_triage_sql(db, _scope(db, user, account, cluster, len(inside))), params)
+    rows.sort(key=lambda r: (r[1], -r[2], r[0]))  # the whole computation's order (jobfacts.load)
+    order: dict[int, tuple[str, float, int]] = {r[0]: (r[1], -r[2], r[0]) for r in rows}
+    # when-to-run's test, as cocaq.footprint.when_advice sums it: all the user's CO2, and the saving
+    co2 = sum(r[13] * r[10] for r in rows)
+    flex = [r for r in rows if r[17]]
+    shift = user is not None and _may_shift(cfg, sum(r[18] * r[10] for r in flex), co2, len(flex))
+    whole = [r[0] for r in rows if r[3] or (shift and r[17])]
     scope: dict[str, Any] = {"user": user, "account": account, "cluster": cluster, "within": within}
-    whole = [r[0] for r in rows if r[3]]
-    shift = user is not None and bool(rows) and _may_shift(cfg, rows[0])
-    if shift:  # when-to-run may fire: its jobs, whole
-        cands = set(whole)
-        whole += [r[0] for r in db.rows(_flex_sql(db, where), params) if r[0] not in cands]
-    facts = load(db, cfg, since, until, **scope, ids=whole, order=order)
-    by_user = _by_user(facts)
+    by_user = _by_user(load(db, cfg, since, until, **scope, ids=whole))
     # the completed runs of the kind of job whose time-out loses most: they size its `--time`
-    for u, js in list(by_user.items()):
+    extra: list[int] = []
+    for js in by_user.values():
         hit = [j for j in js if j.outcome == "timeout" and not is_interactive(j, ctx)]
-        if not hit:
-            continue
-        name = kind_of(max(hit, key=outcome_part))[0]
-        more = load(
-            db, cfg, since, until, **{**scope, "user": u}, name=name or None, order=order
-        )  # (no name: all of the user's jobs, of which those without one are the kind)
-        have = {j.pk for j in js}
-        more = [j for j in more if j.pk not in have and (account is None or j.account == account)]
-        by_user[u] = sorted([*js, *more], key=lambda j: order[j.pk])
-    for r in rows:
-        order.setdefault(r[0], (r[1], -r[2], r[0]))
+        if hit:
+            top = max(hit, key=outcome_part)
+            name = kind_of(top)[0]
+            extra += [r[0] for r in rows if r[19] and r[1] == top.user and (r[5] or "") == name]
+    if extra:
+        have = {j.pk for js in by_user.values() for j in js}
+        more = load(db, cfg, since, until, **scope, ids=[pk for pk in extra if pk not in have])
+        for u, add in _by_user(more).items():
+            by_user[u] = sorted([*by_user.get(u, []), *add], key=lambda j: order[j.pk])
     hw: dict[tuple[Any, Any], Any] = {}
     loaded = {j.pk for js in by_user.values() for j in js}
     light = [_light(cfg, r, hw) for r in rows if r[8] > 0 and r[0] not in loaded]
     users = {u: UserJobs(js) for u, js in by_user.items()}
-    gpu_jobs = [j for js in by_user.values() for j in js if j.gpus > 0]
+    gpu_jobs: list[Any] = [j for js in by_user.values() for j in js if j.gpus > 0]
     for u, pj in _by_user(sorted([*gpu_jobs, *light], key=lambda j: order[j.pk])).items():
         users.setdefault(u, UserJobs()).precision_jobs = pj
-
-    def co2_total(name: str) -> float:
-        got = db.rows(_co2_sql(db, where), params)
-        got.sort(key=lambda r: (r[0], -r[1], r[2]))
-        return sum(r[3] * r[4] for r in got if r[0] == name)
-
-    return AdviceJobs(users, co2_total, shift)
+    return AdviceJobs(users, co2, shift)
 
 
-def _may_shift(cfg: Config, r: tuple[Any, ...]) -> bool:
-    """Whether when-to-run may fire (cocaq.footprint.when_advice's test on the triage's sums, with a
-    margin that SQL's order of summing cannot cross)."""
+def _may_shift(cfg: Config, saved: float, co2: float, flex: int) -> bool:
+    """Whether when-to-run may fire (cocaq.footprint.when_advice's test, a hair wider)."""
     s = cfg.shifting
-    co2_all, saved, flex = float(r[17] or 0.0), float(r[18] or 0.0), int(r[19] or 0)
     if not flex or s.slack_s <= 0:
         return False
-    eps = 1e-12
-    return saved > -eps and saved >= max(s.min_share * co2_all, s.min_kg) * (1 - 1e-6) - eps
+    return saved > 0 and saved >= max(s.min_share * co2, s.min_kg) * (1 - _HAIR)
 
 
-def _by_user(jobs: list[JobFacts]) -> dict[str, list[JobFacts]]:
-    out: dict[str, list[JobFacts]] = {}
+def _by_user(jobs: list[Any]) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
     for j in jobs:
         out.setdefault(j.user, []).append(j)
     return out

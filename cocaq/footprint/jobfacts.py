@@ -337,11 +337,9 @@ def load(
     within: tuple[str, ...] | None = None,
     name: str | None = None,
     ids: Sequence[int] | None = None,
-    order: dict[int, tuple[str, float, int]] | None = None,
 ) -> list[JobFacts]:
     """The jobs that ran in [since, until) (of a user, a lab, everyone, or the job `pk`; `within`: only
-    those in these labs; `ids`: only these primary keys), most energy first per user. `order`, where
-    given, gets each job's sort key (pk -> key), for merging the jobs of several loads in this order."""
+    those in these labs; `ids`: only these primary keys), most energy first per user."""
     scope = "user" if user is not None else "account" if account is not None else None
     params: dict[str, Any] = {
         "since": since.timestamp(),
@@ -365,8 +363,6 @@ def load(
     rows = db.rows(_sql(db, scope, bool(cluster), pk is not None, len(inside), name is not None, ids), params)
     # sorted here: the database's collation-aware sort of 10,000 wide rows cost more than the query
     rows.sort(key=lambda r: (r[6], -r[-1], r[0]))
-    if order is not None:
-        order.update((r[0], (r[6], -r[-1], r[0])) for r in rows)
     hw: dict[tuple[Any, Any], Any] = {}
     pg = db.dialect == "postgresql"
     return [_facts(db, cfg, r, hw, pg) for r in rows]

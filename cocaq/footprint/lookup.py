@@ -105,14 +105,14 @@ def add_advice(
             db, cfg, ctx, fp.since, fp.until, user=user, account=account, cluster=cluster, within=fp.within
         )
         got = {u: (x.jobs, x.precision_jobs) for u, x in aj.users.items()}
-        total, shift = aj.co2_total, aj.shift
+        total, shift = aj.co2_kg, aj.shift
     if fp.scope == "user":
         from cocaq.footprint.when_advice import settings, when_to_run
 
         jobs, gpu_jobs = got.get(fp.key, ([], None))
         fp.advice = [a.as_dict() for a in advice.advise_user(jobs, ctx, fp.totals.energy_kwh, cfg, gpu_jobs)]
         when = when_to_run(
-            jobs if shift else [], settings(cfg), ctx.period, None if total is None else lambda: total(fp.key)
+            jobs if shift else [], settings(cfg), ctx.period, None if total is None else lambda: total
         )
         fp.when_to_run = when.as_dict() if when is not None else None
         return fp
