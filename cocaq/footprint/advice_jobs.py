@@ -125,6 +125,8 @@ def _triage_sql(db: Db, where: str) -> str:
     )"""
     no = "false" if pg else "0"
     held = "w.gpus * w.el"
+    light = "CASE WHEN w.gpus > 0 AND NOT w.cand THEN"  # (a row the precision rule alone reads)
+    fence = "\n    OFFSET 0" if pg else ""  # (`cand` once per job, not once per use)
     gpu_j = "(SELECT sum(q.energy_j) FROM job_energy q WHERE q.job_pk = w.id AND q.component = 'gpu')"
     cols = """
            j.job_id, j.name, j.partition, j.node_list, coalesce(j.state, '') AS state,
@@ -134,13 +136,15 @@ def _triage_sql(db: Db, where: str) -> str:
     SELECT w.*, coalesce({cand}, {no}) AS cand, m.gpu_samples_s, m.idle_gpu_s,
            coalesce(m.shift_state = 'ok', {no}) AS flex, coalesce(m.shift_saved_g, 0.0) / 1000.0 AS saved
     FROM w LEFT JOIN job_metrics m ON m.job_pk = w.id
-    WHERE w.f > 0
+    WHERE w.f > 0{fence}
 )
-SELECT w.id, w.user_name, {energy_j} * w.f, w.cand,
-       w.job_id, w.name, w.partition, w.node_list, w.gpus, w.el / 3600.0, w.f, {energy_j} / {J_PER_KWH!r},
-       CASE WHEN w.gpus > 0 AND NOT w.cand THEN coalesce({gpu_j}, 0.0) / {J_PER_KWH!r} END, w.co2 / 1000.0,
-       CASE WHEN {held} > 0 THEN {small}(coalesce(w.gpu_samples_s, 0.0) / ({held}), 1.0) ELSE 0.0 END,
-       coalesce(w.idle_gpu_s, 0.0) / 3600.0, w.gpu_type, w.flex, w.saved, {fw} = 'COMPLETED'
+SELECT w.id, w.user_name, {energy_j} * w.f, w.cand, {light} w.job_id END, w.name, {light} w.partition END,
+       {light} w.node_list END, w.gpus, {light} w.el / 3600.0 END, w.f,
+       {light} {energy_j} / {J_PER_KWH!r} END,
+       {light} coalesce({gpu_j}, 0.0) / {J_PER_KWH!r} END, w.co2 / 1000.0,
+       {light} CASE WHEN {held} > 0 THEN {small}(coalesce(w.gpu_samples_s, 0.0) / ({held}), 1.0) ELSE 0.0 END
+       END, {light} coalesce(w.idle_gpu_s, 0.0) / 3600.0 END, {light} w.gpu_type END, w.flex, w.saved,
+       {fw} = 'COMPLETED'
 FROM x w"""
 
 
