@@ -48,5 +48,15 @@ if [ "$(id -u)" = 0 ] && ! command -v promtool >/dev/null && command -v apt-get 
 fi
 echo "== ruff" && .venv/bin/ruff check .
 echo "== mypy" && scripts/typecheck.sh
-echo "== pytest (PostgreSQL: $COCAQ_TEST_PG_URL)"
-exec .venv/bin/python -m pytest "$@"
+# pytest-xdist: COCAQ_TEST_WORKERS processes (default one per core; 1 runs the suite in this one process).
+# Each real Slurm cluster's tests run on one worker, 25.11's last; the other modules are shared out
+# (tests/parallel.py).
+workers=${COCAQ_TEST_WORKERS:-$(nproc)}
+if ! [[ $workers =~ ^[1-9][0-9]*$ ]]; then
+    echo "test: COCAQ_TEST_WORKERS=$workers: expected a whole number of processes, 1 or more" >&2
+    exit 2
+fi
+xdist=()
+[ "$workers" -gt 1 ] && xdist=(-n "$workers" --dist load)
+echo "== pytest (PostgreSQL: $COCAQ_TEST_PG_URL; $workers worker(s))"
+exec .venv/bin/python -m pytest "${xdist[@]}" "$@"

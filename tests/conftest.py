@@ -199,6 +199,14 @@ def run_cocaq(
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, the real Slurm clusters' tests each on one worker (tests/parallel.py)."""
+    if config.pluginmanager.hasplugin("xdist"):
+        from tests.parallel import Plugin
+
+        config.pluginmanager.register(Plugin(), "cocaq-parallel")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tests on the Slurm 25.11 cluster go last: scripts/test.sh builds that Slurm (and pyslurm) in
     the background while the rest of the suite runs, and these wait for the build."""
