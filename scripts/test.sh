@@ -26,25 +26,16 @@ fi
 # looks at screenshots (without it that module fails and says why; COCAQ_SKIP_SCREENSHOTS=1 skips it).
 if [ "$(id -u)" = 0 ] && [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null; then
     echo "== chromium: apt-get install chromium (first run only)"
-    apt=(apt-get install -y -q chromium)
-    if ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null; then
-        # a fresh machine (CI image) may have no or stale package lists
-        apt-get update -q >/dev/null || true
-        DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null \
-            || echo "test: chromium could not be installed; tests/test_report_screens.py will say why" >&2
-    fi
+    scripts/apt-install.sh chromium \
+        || echo "test: chromium could not be installed; tests/test_report_screens.py will say why" >&2
 fi
 # As root: Debian's prometheus package (prometheus + promtool) for the tests that scrape cocaq's metrics with a
 # real Prometheus and check its exposition and the Grafana dashboard's PromQL (tests/promkit.py). The package's
 # own service is not started (no systemd here; the tests start their own servers on free ports).
 if [ "$(id -u)" = 0 ] && ! command -v promtool >/dev/null && command -v apt-get >/dev/null; then
     echo "== prometheus: apt-get install prometheus (first run only)"
-    apt=(apt-get install -y -q --no-install-recommends prometheus)
-    if ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null; then
-        apt-get update -q >/dev/null || true
-        DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null \
-            || echo "test: prometheus could not be installed; the tests that need it will say why" >&2
-    fi
+    scripts/apt-install.sh --no-install-recommends prometheus \
+        || echo "test: prometheus could not be installed; the tests that need it will say why" >&2
 fi
 echo "== ruff" && .venv/bin/ruff check .
 echo "== mypy" && scripts/typecheck.sh
