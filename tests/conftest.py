@@ -137,11 +137,18 @@ def migrated_database(kind: str, tmp_path: Path, request: pytest.FixtureRequest)
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty database of each kind; a migrated one when the test uses `engine` (which would migrate it
-    before the test's body anyway)."""
-    if "engine" in request.fixturenames:
+    """An empty database of each kind; a migrated one when the test uses `engine` or `migrated_db_url` (a
+    copy of the template, as running `cocaq db upgrade` on the empty one would give)."""
+    if {"engine", "migrated_db_url"} & set(request.fixturenames):
         return migrated_database(request.param, tmp_path, request)
     return new_database(request.param, tmp_path, request)
+
+
+@pytest.fixture
+def migrated_db_url(db_url: str) -> str:
+    """`db_url`, migrated: for tests that drive the `cocaq` process and would otherwise start one more just
+    for `cocaq db upgrade` (which tests/test_cli.py and the module-scoped sites still run)."""
+    return db_url
 
 
 @pytest.fixture

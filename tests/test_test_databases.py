@@ -108,3 +108,12 @@ def test_db_url_with_engine_is_the_engines_migrated_database(db_url: str, engine
     assert make_url(db_url) == engine.url
     assert migrate.current_revision(engine) is not None
     assert "jobs" in inspect(engine).get_table_names()
+
+
+def test_migrated_db_url_is_db_url_migrated(db_url: str, migrated_db_url: str) -> None:
+    assert migrated_db_url == db_url
+    eng = make_engine(migrated_db_url)
+    try:
+        assert migrate.current_revision(eng) is not None
+    finally:
+        eng.dispose()
