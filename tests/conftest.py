@@ -179,7 +179,11 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 @pytest.fixture
 def cli_env(tmp_path: Path) -> dict[str, str]:
     """Environment for running the real `cocaq` process: no site config, a private data dir."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COCAQ_")}
+    # COLUMNS and LINES too: pytest-xdist's workers have them set (80 x 24), which a user's piped command
+    # does not; a test about the width sets COLUMNS itself
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("COCAQ_") and k not in ("COLUMNS", "LINES")
+    }
     env["XDG_DATA_HOME"] = str(tmp_path / "xdg-data")
     env["COCAQ_CONFIG"] = str(tmp_path / "no-such-config.toml")
     env.pop("COCAQ_CONFIG")
