@@ -277,7 +277,8 @@ class Aggregate:
     workers: int = field(
         default=0,
         metadata={
-            "doc": "processes for deriving many jobs (PostgreSQL): 0 = one per CPU, 1 = none; up to 64"
+            "doc": "processes for deriving many jobs, and connections for rebuilding many days (PostgreSQL):"
+            " 0 = one per CPU, 1 = none; up to 64"
         },
     )
 

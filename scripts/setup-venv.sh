@@ -12,7 +12,7 @@ if [ ! -x .venv/bin/python ]; then
         rm -rf .venv
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
             echo "setup: installing python3-venv" >&2
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+            scripts/apt-install.sh python3-venv
             "$PY" -m venv .venv
         else
             echo "setup: '$PY -m venv' failed: install python3-venv (sudo apt-get install python3-venv)" >&2

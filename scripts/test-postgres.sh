@@ -25,7 +25,7 @@ else
     if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
         [ "$(id -u)" = 0 ] || { echo "test: PostgreSQL is not installed (apt-get install postgresql)" >&2; exit 1; }
         echo "test: installing PostgreSQL" >&2
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+        scripts/apt-install.sh postgresql
     fi
     bin=$(dirname "$(ls -d /usr/lib/postgresql/*/bin/initdb | sort -V | tail -1)")
     dir=${COCAQ_TEST_PG_DIR:-/tmp/cocaq-test-pg}

@@ -26,27 +26,28 @@ fi
 # looks at screenshots (without it that module fails and says why; COCAQ_SKIP_SCREENSHOTS=1 skips it).
 if [ "$(id -u)" = 0 ] && [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null; then
     echo "== chromium: apt-get install chromium (first run only)"
-    apt=(apt-get install -y -q chromium)
-    if ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null; then
-        # a fresh machine (CI image) may have no or stale package lists
-        apt-get update -q >/dev/null || true
-        DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null \
-            || echo "test: chromium could not be installed; tests/test_report_screens.py will say why" >&2
-    fi
+    scripts/apt-install.sh chromium \
+        || echo "test: chromium could not be installed; tests/test_report_screens.py will say why" >&2
 fi
 # As root: Debian's prometheus package (prometheus + promtool) for the tests that scrape cocaq's metrics with a
 # real Prometheus and check its exposition and the Grafana dashboard's PromQL (tests/promkit.py). The package's
 # own service is not started (no systemd here; the tests start their own servers on free ports).
 if [ "$(id -u)" = 0 ] && ! command -v promtool >/dev/null && command -v apt-get >/dev/null; then
     echo "== prometheus: apt-get install prometheus (first run only)"
-    apt=(apt-get install -y -q --no-install-recommends prometheus)
-    if ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null; then
-        apt-get update -q >/dev/null || true
-        DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null \
-            || echo "test: prometheus could not be installed; the tests that need it will say why" >&2
-    fi
+    scripts/apt-install.sh --no-install-recommends prometheus \
+        || echo "test: prometheus could not be installed; the tests that need it will say why" >&2
 fi
 echo "== ruff" && .venv/bin/ruff check .
 echo "== mypy" && scripts/typecheck.sh
-echo "== pytest (PostgreSQL: $COCAQ_TEST_PG_URL)"
-exec .venv/bin/python -m pytest "$@"
+# pytest-xdist: COCAQ_TEST_WORKERS processes (default one per core; 1 runs the suite in this one process).
+# Each real Slurm cluster's tests run on one worker, 25.11's last; the other modules are shared out
+# (tests/parallel.py).
+workers=${COCAQ_TEST_WORKERS:-$(nproc)}
+if ! [[ $workers =~ ^[1-9][0-9]*$ ]]; then
+    echo "test: COCAQ_TEST_WORKERS=$workers: expected a whole number of processes, 1 or more" >&2
+    exit 2
+fi
+xdist=()
+[ "$workers" -gt 1 ] && xdist=(-n "$workers" --dist load)
+echo "== pytest (PostgreSQL: $COCAQ_TEST_PG_URL; $workers worker(s))"
+exec .venv/bin/python -m pytest "${xdist[@]}" "$@"

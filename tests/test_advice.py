@@ -19,7 +19,6 @@ from sqlalchemy import Engine, insert, text
 from cocaq.accounting.aggregate import run_aggregate
 from cocaq.accounting.importer import import_records
 from cocaq.config import Config
-from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.db.schema import ModelMetadata
 from cocaq.footprint import advice
@@ -28,7 +27,7 @@ from cocaq.footprint.job_advice import job_notes
 from cocaq.footprint.jobfacts import DeviceUse, JobFacts
 from cocaq.reports import data, user_report
 from cocaq.reports.suggest import suggest_for_user
-from tests.conftest import ROOT, new_database
+from tests.conftest import ROOT, migrated_database
 from tests.test_report_data import config, gpu_samples, job
 
 JUNE = datetime(2025, 6, 1, tzinfo=UTC)
@@ -265,9 +264,8 @@ def month(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[dict[str, data.UserMonth], Config]]:
     tmp = tmp_path_factory.mktemp(f"advice-{request.param}")
-    url = new_database(request.param, tmp, request)
+    url = migrated_database(request.param, tmp, request)
     engine = make_engine(url)
-    migrate.upgrade(engine)
     cfg = config(tmp, url, "[advice]\nmin_share = 0.0\nmin_kwh = 0.0\n")
     build(engine, cfg)
     with engine.connect() as conn:

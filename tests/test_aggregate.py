@@ -231,6 +231,49 @@ def test_rollups_in_sql_equal_the_python_ones(engine: Engine, tmp_path: Path) ->
     assert len(in_sql) >= 8
 
 
+def test_days_rebuilt_in_parallel_parts_equal_one_transaction(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full recompute rebuilds many days in parts on several connections at once (PostgreSQL): the
+    rows must be those of one transaction, whatever the cut, and the watermark set after them."""
+    import threading
+
+    from cocaq.accounting import aggregate, rollups
+
+    if engine.dialect.name != "postgresql":
+        pytest.skip("the parallel rebuild is PostgreSQL's")
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    _scenario(engine, cfg)
+    _series(engine, "FR", DAY0, [float(30 + i % 7) for i in range(24 * 5)])
+    run_aggregate(engine, cfg, full=True)  # a few days: one transaction
+    serial = _rollups(engine)
+    assert len(serial) >= 5
+    threads: list[str] = []
+    real = rollups.rebuild_days
+
+    def spy(conn: Any, days: set[float], **kw: Any) -> int:
+        threads.append(threading.current_thread().name)
+        return real(conn, days, **kw)
+
+    monkeypatch.setattr(rollups, "rebuild_days", spy)
+    monkeypatch.setattr(rollups, "PARALLEL_DAYS", 1)
+    monkeypatch.setattr(aggregate, "PARALLEL_DAYS", 1)
+    for workers in (2, 3):  # parts of two days and one, or one day each
+        cfg = _cfg(tmp_path, url, f"[aggregate]\nworkers = {workers}\n")
+        threads.clear()
+        with engine.begin() as c:
+            c.execute(text("UPDATE daily_rollups SET co2_g = -1"))  # stale rows the rebuild must fix
+        res = run_aggregate(engine, cfg, full=True)
+        assert _rollups(engine) == serial, workers
+        assert res.rollup_rows == len(serial)
+        assert res.days == 3 and len(threads) == workers, threads
+        assert all(t.startswith("cocaq-rollups") for t in threads), threads
+    with engine.connect() as c:
+        wm = c.execute(text("SELECT watermark FROM aggregator_state WHERE name = 'jobs'")).scalar_one()
+    assert wm is not None
+
+
 def test_unchanged_metrics_are_not_rewritten_but_stale_ones_are(
     engine: Engine, tmp_path: Path, no_margin: None
 ) -> None:

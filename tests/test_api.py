@@ -49,7 +49,10 @@ def need_munge_and_users() -> None:
     missing = [u for u in USERS if not _exists(u)]
     if missing or subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode != 0:
         # the one-node Slurm cluster's setup makes the users and starts munged (and installs munge)
-        r = subprocess.run(["tests/slurm/cluster.sh", "up"], capture_output=True, text=True, timeout=900)
+        from tests.slurmkit import cluster_lock
+
+        with cluster_lock():  # not while another worker's Slurm tests have hooks in slurm.conf
+            r = subprocess.run(["tests/slurm/cluster.sh", "up"], capture_output=True, text=True, timeout=900)
         assert r.returncode == 0, f"tests/slurm/cluster.sh up failed: {r.stdout[-2000:]}{r.stderr[-2000:]}"
 
 

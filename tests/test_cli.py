@@ -36,12 +36,10 @@ gpu_tdp_w = 300
 
 
 @pytest.fixture
-def env(cli_env: dict[str, str], db_url: str, tmp_path: Path) -> dict[str, str]:
+def env(cli_env: dict[str, str], migrated_db_url: str, tmp_path: Path) -> dict[str, str]:
     cfg = tmp_path / "cocaq.toml"
     cfg.write_text(CONFIG)
-    e = dict(cli_env, COCAQ_DATABASE_URL=db_url, COCAQ_CONFIG=str(cfg))
-    r = run_cocaq(["db", "upgrade"], e)
-    assert r.code == 0, r.err
+    e = dict(cli_env, COCAQ_DATABASE_URL=migrated_db_url, COCAQ_CONFIG=str(cfg))
     (tmp_path / "dump.txt").write_text(DUMP)
     r = run_cocaq(["import", "sacct", "--file", str(tmp_path / "dump.txt")], e)
     assert r.code == 0, r.err

@@ -19,13 +19,10 @@ CISO = str(DATA / "US-CAL-CISO_2023_hourly_slice.csv")
 
 
 @pytest.fixture
-def env(cli_env: dict[str, str], db_url: str, tmp_path: Path) -> dict[str, str]:
+def env(cli_env: dict[str, str], migrated_db_url: str, tmp_path: Path) -> dict[str, str]:
     cfg = tmp_path / "cocaq.toml"
     cfg.write_text('[cluster]\nname = "hal"\ncarbon_zone = "ES"\n[carbon]\ngap_tolerance_s = 3600\n')
-    e = dict(cli_env, COCAQ_DATABASE_URL=db_url, COCAQ_CONFIG=str(cfg))
-    r = run_cocaq(["db", "upgrade"], e)
-    assert r.code == 0, r.err
-    return e
+    return dict(cli_env, COCAQ_DATABASE_URL=migrated_db_url, COCAQ_CONFIG=str(cfg))
 
 
 def test_import_zones_show(env: dict[str, str]) -> None:

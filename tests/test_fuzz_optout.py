@@ -22,14 +22,13 @@ from sqlalchemy import Engine, delete, insert, select
 from cocaq.accounting.importer import import_records
 from cocaq.addresses import looks_like_address, normalise_address
 from cocaq.config import Mail
-from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.db.schema import User
 from cocaq.errors import UsageError
 from cocaq.reports.recipients import AddressBook, resolve_named
 from tests import builders
 from tests.builders import write_config
-from tests.conftest import new_database, run_cocaq
+from tests.conftest import migrated_database, run_cocaq
 from tests.mailkit import mail_toml
 
 BUDGET = settings(
@@ -60,9 +59,8 @@ def site(
 ) -> Iterator[tuple[Engine, Path]]:
     """dave, Eve, frank and x.y-1 with jobs; erin only in the address map (at lab.example); one config file."""
     tmp = tmp_path_factory.mktemp(f"optout-{request.param}")
-    url = new_database(request.param, tmp, request)
+    url = migrated_database(request.param, tmp, request)
     engine = make_engine(url)
-    migrate.upgrade(engine)
     amap = tmp / "map.csv"
     amap.write_text("erin,erin@lab.example\nfrank,frank@lab.example\n")
     extra = mail_toml(address_template=TEMPLATES[0], address_map=str(amap))

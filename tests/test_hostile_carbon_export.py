@@ -45,11 +45,8 @@ HOSTILE_CSV = (
 
 
 @pytest.fixture
-def carbon_env(cli_env: dict[str, str], db_url: str, tmp_path: Path) -> dict[str, str]:
-    e = dict(cli_env, COCAQ_DATABASE_URL=db_url)
-    r = run_cocaq(["db", "upgrade"], e)
-    assert r.code == 0, r.err
-    return e
+def carbon_env(cli_env: dict[str, str], migrated_db_url: str, tmp_path: Path) -> dict[str, str]:
+    return dict(cli_env, COCAQ_DATABASE_URL=migrated_db_url)
 
 
 def test_carbon_import_skips_each_bad_row_with_its_line_and_keeps_the_good(

@@ -64,11 +64,10 @@ def dump(now: datetime) -> str:
 
 
 @pytest.fixture
-def env(cli_env: dict[str, str], db_url: str, tmp_path: Path) -> dict[str, str]:
+def env(cli_env: dict[str, str], migrated_db_url: str, tmp_path: Path) -> dict[str, str]:
     cfg = tmp_path / "cocaq.toml"
     cfg.write_text(CONFIG)
-    e = dict(cli_env, COCAQ_DATABASE_URL=db_url, COCAQ_CONFIG=str(cfg), COLUMNS="200")
-    assert run_cocaq(["db", "upgrade"], e).code == 0
+    e = dict(cli_env, COCAQ_DATABASE_URL=migrated_db_url, COCAQ_CONFIG=str(cfg), COLUMNS="200")
     f = tmp_path / "sacct.txt"
     f.write_text(dump(datetime.now(UTC).replace(microsecond=0)))
     r = run_cocaq(["import", "sacct", "--file", str(f)], e)

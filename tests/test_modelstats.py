@@ -16,11 +16,10 @@ import pytest
 from pytest import approx
 from sqlalchemy import Connection, Engine, insert, select
 
-from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.db.schema import Cluster, Job, JobMetrics, ModelMetadata
 from cocaq.footprint.by_model import Comparison, Scope, comparisons, model_stats, runs
-from tests.conftest import new_database
+from tests.conftest import migrated_database
 
 SINCE = datetime(2026, 11, 1, tzinfo=UTC)
 UNTIL = datetime(2026, 12, 1, tzinfo=UTC)
@@ -106,8 +105,7 @@ def populate(engine: Engine, jobs: list[J] = JOBS) -> dict[str, int]:
 def conn(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Connection]:
     """The jobs above, inserted once per database kind for the module's read-only tests."""
     tmp = tmp_path_factory.mktemp(f"models-{request.param}")
-    engine = make_engine(new_database(request.param, tmp, request))
-    migrate.upgrade(engine)
+    engine = make_engine(migrated_database(request.param, tmp, request))
     populate(engine)
     with engine.connect() as c:
         yield c

@@ -36,7 +36,10 @@ def _round_trip() -> bool:
 
 
 def _cluster_up() -> None:
-    p = subprocess.run([str(CLUSTER_SH), "up"], capture_output=True, text=True, timeout=1200)
+    from tests.slurmkit import cluster_lock
+
+    with cluster_lock():  # not while another worker's Slurm tests have hooks in slurm.conf
+        p = subprocess.run([str(CLUSTER_SH), "up"], capture_output=True, text=True, timeout=1200)
     if p.returncode != 0:
         pytest.fail(f"tests/slurm/cluster.sh up failed ({p.returncode}): {(p.stdout + p.stderr)[-2000:]}")
 

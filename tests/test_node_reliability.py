@@ -17,16 +17,14 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 
 from cocaq.collector.localdb import CollectorDB
-from cocaq.db import migrate
-from tests.conftest import ROOT, new_database, run_cocaq
+from tests.conftest import ROOT, migrated_database, run_cocaq
 from tests.nodekit import assert_fails_fast, cocaq_env, make_node
 
 
 @pytest.fixture
 def pg(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
-    url = new_database("postgresql", tmp_path, request)
+    url = migrated_database("postgresql", tmp_path, request)
     eng = create_engine(url)
-    migrate.upgrade(eng)
     request.addfinalizer(eng.dispose)
     return eng
 

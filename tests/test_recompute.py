@@ -11,7 +11,7 @@ from sqlalchemy import Engine, create_engine, select, text
 
 from cocaq.db import migrate
 from cocaq.db.schema import DailyRollup
-from tests.conftest import new_database, run_cocaq
+from tests.conftest import migrated_database, new_database, run_cocaq
 
 DAY0 = datetime(2026, 10, 5, tzinfo=UTC)
 BEFORE = "[cluster]\nname = 'c'\ncarbon_zone = 'FR'\npue = 1.2\n[defaults]\ngpu_tdp_w = 300\n"
@@ -78,9 +78,8 @@ def test_recompute_equals_computing_from_scratch(
     for name, steps in (("later", "recompute"), ("scratch", "scratch")):
         d = tmp_path / name
         d.mkdir()
-        url = new_database(kind, d, request)
+        url = migrated_database(kind, d, request)
         eng = create_engine(url)
-        migrate.upgrade(eng)
         cfg = d / "c.toml"
         env = dict(cli_env, COCAQ_CONFIG=str(cfg), COCAQ_DATABASE_URL=url)
 

@@ -26,7 +26,6 @@ from sqlalchemy import Engine, text
 from cocaq.cli.report import parse_month
 from cocaq.config import Config
 from cocaq.config_load import load_config
-from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.errors import ConfigError
 from cocaq.footprint.advice_words import co2_amount, lower_first
@@ -34,7 +33,7 @@ from cocaq.reports import admin_report, charts, data, job_report, lab_report, re
 from cocaq.reports.files import write_email
 from cocaq.reports.message import PNG_MAGIC
 from cocaq.reports.suggest import suggest_for_user
-from tests.conftest import new_database, run_cocaq
+from tests.conftest import migrated_database, run_cocaq
 from tests.test_report_data import MONTH, at, build_month, config
 
 XSS_SCRIPT = "<script>alert(1)</script>"
@@ -56,9 +55,8 @@ class Month:
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def month(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Month]:
     tmp = tmp_path_factory.mktemp(f"render-{request.param}")
-    url = new_database(request.param, tmp, request)
+    url = migrated_database(request.param, tmp, request)
     engine = make_engine(url)
-    migrate.upgrade(engine)
     cfg = config(
         tmp,
         url,

@@ -22,12 +22,11 @@ from sqlalchemy import Engine, insert, text, update
 from cocaq.accounting.aggregate import run_aggregate
 from cocaq.accounting.importer import import_records
 from cocaq.config import Config
-from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.db.schema import CarbonIntensity, DailyRollup
 from cocaq.reports import admin_report, charts, data, render, wording
 from tests import builders
-from tests.conftest import new_database
+from tests.conftest import migrated_database
 
 MONTH = datetime(2025, 3, 1, tzinfo=UTC)
 NEXT = datetime(2025, 4, 1, tzinfo=UTC)
@@ -106,9 +105,8 @@ class Setup:
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def month(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     tmp = tmp_path_factory.mktemp(f"carbon-week-{request.param}")
-    url = new_database(request.param, tmp, request)
+    url = migrated_database(request.param, tmp, request)
     engine = make_engine(url)
-    migrate.upgrade(engine)
     cfg = builders.config(
         tmp,
         url,

@@ -22,7 +22,6 @@ from sqlalchemy import Engine, insert, select, text
 from cocaq.accounting.aggregate import run_aggregate
 from cocaq.accounting.importer import import_records
 from cocaq.config import Config
-from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.db.schema import CarbonIntensity, Cluster, ModelMetadata, Sample
 from cocaq.errors import UsageError
@@ -31,7 +30,7 @@ from cocaq.footprint.jobfacts import precision_of
 from cocaq.reports import admin_report, data, job_report, lab_report, queries, user_report
 from cocaq.slurm.record import JobRecord
 from tests import builders
-from tests.conftest import new_database
+from tests.conftest import migrated_database
 
 MONTH = datetime(2025, 3, 1, tzinfo=UTC)
 NEXT = datetime(2025, 4, 1, tzinfo=UTC)
@@ -165,9 +164,8 @@ class Setup:
 def month_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     """The month, built once per database kind for the module's read-only tests."""
     tmp = tmp_path_factory.mktemp(f"report-{request.param}")
-    url = new_database(request.param, tmp, request)
+    url = migrated_database(request.param, tmp, request)
     engine = make_engine(url)
-    migrate.upgrade(engine)
     cfg = config(tmp, url)
     build_month(engine, cfg)
     yield Setup(engine, cfg)

@@ -18,7 +18,6 @@ import pytest
 from sqlalchemy import Engine, delete, insert, select, update
 
 from cocaq.config import Config
-from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.db.schema import JobNotice, SentReport, User
 from cocaq.reports import batch
@@ -26,7 +25,7 @@ from cocaq.reports.batch import kind_for, send_month
 from cocaq.reports.sent_mail import first_reports
 from cocaq.reports.transport import make_transport
 from cocaq.reports.user_report import users_month
-from tests.conftest import new_database, run_cocaq
+from tests.conftest import migrated_database, run_cocaq
 from tests.mailkit import SmtpServer, mail_toml
 from tests.test_report_data import MONTH, build_month, config
 
@@ -45,9 +44,8 @@ class Month:
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def month_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Month]:
     tmp = tmp_path_factory.mktemp(f"send-{request.param}")
-    url = new_database(request.param, tmp, request)
+    url = migrated_database(request.param, tmp, request)
     engine = make_engine(url)
-    migrate.upgrade(engine)
     build_month(engine, config(tmp, url))
     yield Month(engine, url, tmp)
     engine.dispose()

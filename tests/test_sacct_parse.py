@@ -489,6 +489,40 @@ def test_a_bad_number_skips_only_its_line(overrides: dict[str, str]) -> None:
     assert sum(st.skipped.values()) == 1
 
 
+def test_a_repeated_bad_value_skips_every_line_that_has_it() -> None:
+    """The parser caches what it parsed from repeated texts (TRES, Timelimit, TotalCPU), never a failure."""
+    bad = {"AllocTRES": "cpu=4,gres/gpu=two,node=1", "Timelimit": "soon", "TotalCPU": "nan"}
+    for field_name, value in bad.items():
+        rows = [row(JobID=str(i), **{field_name: value}) for i in range(1, 4)]
+        jobs, st = parse(dump(row(JobID="9"), *rows, row(JobID="10")))
+        assert list(jobs) == ["9", "10"], field_name
+        assert bad_values(st) == 3, field_name
+
+
+def test_more_distinct_allocations_than_the_cache_holds() -> None:
+    """Past the cache's bound it starts again: every job still gets its own resources and limits."""
+    n = sacct._CACHE_MAX + 500
+    rows = [
+        row(
+            JobID=str(i),
+            NNodes="",
+            AllocCPUS="",
+            AllocTRES=f"cpu={i % 97 + 1},mem={i}M,node={i % 5 + 1},gres/gpu:a100={i % 3}",
+            Timelimit=f"{i}",
+            TotalCPU=f"00:{i % 60:02d}:{i % 59:02d}",
+        )
+        for i in range(1, n + 1)
+    ]
+    jobs, _ = parse(dump(*rows))
+    assert len(jobs) == n
+    for i in (1, 2, sacct._CACHE_MAX, sacct._CACHE_MAX + 1, n):
+        rec = jobs[str(i)]
+        assert (rec.alloc_cpus, rec.n_nodes, rec.req_mem_mb) == (i % 97 + 1, i % 5 + 1, float(i))
+        assert rec.alloc_gpus == i % 3 and rec.time_limit_s == i * 60.0
+        assert rec.total_cpu_s == parse_slurm_duration(f"00:{i % 60:02d}:{i % 59:02d}")
+    assert len(sacct._ALLOCATIONS) <= sacct._CACHE_MAX and len(sacct._TIMELIMITS) <= sacct._CACHE_MAX
+
+
 def test_a_bad_step_value_skips_only_the_step() -> None:
     data = dump(row(TotalCPU=""), row(JobID="7.batch", TotalCPU="nan"), row(JobID="7.0", TotalCPU="00:00:30"))
     jobs, st = parse(data)

@@ -16,11 +16,10 @@ WINDOW = ["-S", "2026-11-01", "-E", "2026-12-01"]
 
 
 @pytest.fixture
-def env(cli_env: dict[str, str], db_url: str, tmp_path: Path) -> dict[str, str]:
+def env(cli_env: dict[str, str], migrated_db_url: str, tmp_path: Path) -> dict[str, str]:
     cfg = tmp_path / "cocaq.toml"
     cfg.write_text(CONFIG)
-    e = dict(cli_env, COCAQ_DATABASE_URL=db_url, COCAQ_CONFIG=str(cfg))
-    assert run_cocaq(["db", "upgrade"], e).code == 0
+    e = dict(cli_env, COCAQ_DATABASE_URL=migrated_db_url, COCAQ_CONFIG=str(cfg))
     (tmp_path / "dump.txt").write_text(DUMP)
     r = run_cocaq(["import", "sacct", "--file", str(tmp_path / "dump.txt")], e)
     assert r.code == 0, r.err

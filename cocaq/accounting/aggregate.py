@@ -45,7 +45,14 @@ from sqlalchemy import cast as sql_cast
 from cocaq.accounting import shifting
 from cocaq.accounting.gpu_hours import GpuUse, Scope, gpu_params_key, read_gpu_hours, refresh_gpu_hours
 from cocaq.accounting.ledger import SOURCE_NODE, SOURCE_SAMPLES, clamp_idle, split_node
-from cocaq.accounting.rollups import DAY, day_floor, day_starts, rebuild_days
+from cocaq.accounting.rollups import (
+    DAY,
+    PARALLEL_DAYS,
+    day_floor,
+    day_starts,
+    rebuild_days,
+    rebuild_days_parallel,
+)
 from cocaq.accounting.sessions import Sessions
 from cocaq.carbon.zones import co2_grams
 from cocaq.config import Config
@@ -678,6 +685,7 @@ def run_aggregate(
             progress(done, len(pks))
     res.jobs = len(pks)
     t = res.lap("deriving jobs", t)
+    sessions = Sessions.of(cfg.advice)
     with engine.begin() as conn:
         if full:  # from scratch: days that only old rollups cover (their jobs deleted since) go too
             if days:  # one range from the first day to the last: days with no jobs in between are emptied
@@ -690,9 +698,15 @@ def run_aggregate(
                 days = set(day_starts(d_lo, d_hi))
             else:
                 conn.execute(delete(R))
-        res.rollup_rows = rebuild_days(conn, days, sessions=Sessions.of(cfg.advice))
         res.days = len(days)
-        _set_state(conn, WATERMARK, db_now, None)
+        rollup_workers = _rollup_workers(engine, cfg, len(days))
+        if rollup_workers == 1:  # the days and the watermark in one transaction
+            res.rollup_rows = rebuild_days(conn, days, sessions=sessions)
+            _set_state(conn, WATERMARK, db_now, None)
+    if rollup_workers > 1:  # many days (a full recompute): the days in parts at once, then the watermark
+        res.rollup_rows = rebuild_days_parallel(engine, days, rollup_workers, sessions=sessions)
+        with engine.begin() as conn:
+            _set_state(conn, WATERMARK, db_now, None)
     res.lap("rollups", t)
     res.seconds = time.monotonic() - t_start
     log.info("aggregate: %s", ", ".join(f"{k} {v:.2f} s" for k, v in res.phases.items()))
@@ -709,6 +723,15 @@ def _workers(engine: Engine, cfg: Config, n_jobs: int) -> int:
     import os
 
     return min(cfg.aggregate.workers or os.cpu_count() or 1, (n_jobs + BATCH - 1) // BATCH)
+
+
+def _rollup_workers(engine: Engine, cfg: Config, n_days: int) -> int:
+    """Connections to rebuild the days on: several only for many days on PostgreSQL."""
+    if engine.dialect.name != "postgresql" or n_days <= PARALLEL_DAYS:
+        return 1
+    import os
+
+    return max(min(cfg.aggregate.workers or os.cpu_count() or 1, n_days // PARALLEL_DAYS), 1)
 
 
 def _derive(

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, delete, func, insert, or_, select, text
+from sqlalchemy import Connection, Engine, Table, delete, func, insert, or_, select, text
 
 from cocaq.accounting.ledger import OUTCOMES, count_sql, counts_as, outcome_of, outcome_sql, waste
 from cocaq.accounting.sessions import Sessions
@@ -129,6 +129,36 @@ def rebuild_days(
                 conn.execute(insert(R), batch[i : i + 10_000])
             rows += len(batch)
     return rows
+
+
+PARALLEL_DAYS = 62  # more days than this are split among connections on PostgreSQL
+
+
+def rebuild_days_parallel(
+    engine: Engine, days: set[float], workers: int, *, sessions: Sessions | None = None
+) -> int:
+    """`rebuild_days` with the days cut into `workers` runs of consecutive days, each rebuilt on its own
+    connection and in its own transaction, at once. PostgreSQL runs the rollups' statement on one core
+    (it writes a temporary table: no parallel plan), and a full recompute rebuilds a year of days. A day's
+    rows depend only on the jobs that ran in it, so any cut gives the same rows; a part that fails raises
+    here after the others end (their days are rebuilt, which a re-run does again: it is idempotent).
+    SQLite, one worker or a few days: one transaction, as `rebuild_days`."""
+    order = sorted(days)
+    if engine.dialect.name != "postgresql" or workers < 2 or len(order) <= PARALLEL_DAYS:
+        with engine.begin() as conn:
+            return rebuild_days(conn, days, sessions=sessions)
+    from concurrent.futures import ThreadPoolExecutor
+
+    size = -(-len(order) // workers)
+    parts = [set(order[i : i + size]) for i in range(0, len(order), size)]
+
+    def one(part: set[float]) -> int:
+        with engine.begin() as conn:
+            return rebuild_days(conn, part, sessions=sessions)
+
+    with ThreadPoolExecutor(len(parts), thread_name_prefix="cocaq-rollups") as pool:
+        futures = [pool.submit(one, part) for part in parts]
+        return sum(f.result() for f in futures)
 
 
 _KEYS = ("cluster_id", "day", "user_name", "account", "partition")

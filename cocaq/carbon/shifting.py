@@ -158,7 +158,7 @@ def averages(series: Series, a: Any, b: Any) -> np.ndarray:
 
 
 def batch(
-    series: Series, submit: Any, length_s: Any, slack_s: Any, chunk: int = 20_000
+    series: Series, submit: Any, length_s: Any, slack_s: Any, chunk: int = 1_000
 ) -> dict[str, np.ndarray]:
     """`Series.shift` for many jobs of one zone at once (numpy arrays of equal length in, arrays out:
     now_g, contiguous_g, contiguous_start, interruptible_g), equal to it to float rounding."""
@@ -186,7 +186,9 @@ def batch(
         return np.where((t < t0) | (t >= t1), outside, vals[i] if m else outside)
 
     # Chunks of similar windows: a chunk's arrays are as wide as its longest window, so one week-long job
-    # among 20,000 short ones would make every row of its chunk a week wide.
+    # among 20,000 short ones would make every row of its chunk a week wide. Small chunks keep the few
+    # long windows (log-normal run times: the last percent of the sort) from widening the rest: 1,000 jobs
+    # a chunk is twice as fast as 20,000 for a year of jobs (docs/benchmarks/when-to-run.md).
     order = np.argsort(s_all + np.maximum(l_all, 0.0), kind="stable")
     for lo in range(0, n, chunk):
         rows = order[lo : lo + chunk]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -117,6 +117,50 @@ def gpus_from_tres(tres: dict[str, str]) -> tuple[int, str | None]:
     if "gres/gpu" in tres:
         return int(float(tres["gres/gpu"])), gtype
     return sum(int(float(v)) for v in typed.values()), gtype
+
+
+# The job line's resources (AllocTRES, ReqTRES, NNodes, AllocCPUS, ReqMem) and its Timelimit repeat from
+# job to job (array tasks, one sbatch script resubmitted): parsed once per distinct text.  Bounded: cleared
+# when full.  Only results are kept; a text that raises is parsed (and raises) every time.
+_CACHE_MAX = 4096
+_ALLOCATIONS: dict[tuple[str, str, str, str, str], tuple[int, int, int, str | None, float | None]] = {}
+_DURATIONS: dict[str, float | None] = {}
+_TIMELIMITS: dict[str, float | None] = {}
+
+
+def _allocation(
+    alloc_tres: str, req_tres: str, nnodes: str, alloc_cpus: str, req_mem: str
+) -> tuple[int, int, int, str | None, float | None]:
+    """(nodes, CPUs, GPUs, GPU type, requested memory MB) of a job line; cached on the five texts."""
+    key = (alloc_tres, req_tres, nnodes, alloc_cpus, req_mem)
+    hit = _ALLOCATIONS.get(key)
+    if hit is not None:
+        return hit
+    alloc = parse_tres(alloc_tres)
+    req = parse_tres(req_tres)
+    tres = alloc or req
+    n_nodes = _int(nnodes) or int(float(tres.get("node", "0") or 0))
+    n_cpus = _int(alloc_cpus) or int(float(tres.get("cpu", "0") or 0))
+    gpus, gtype = gpus_from_tres(tres)
+    mem = tres.get("mem") or req.get("mem")
+    mem_mb = parse_mem_mb(mem, n_nodes, n_cpus) if mem else parse_mem_mb(req_mem, n_nodes, n_cpus)
+    if len(_ALLOCATIONS) >= _CACHE_MAX:
+        _ALLOCATIONS.clear()
+    out = _ALLOCATIONS[key] = (n_nodes, n_cpus, gpus, gtype, mem_mb)
+    return out
+
+
+def _duration(text: str) -> float | None:
+    """parse_slurm_duration(text), cached (TotalCPU: a job's steps often repeat its own)."""
+    try:
+        return _DURATIONS[text]
+    except KeyError:
+        pass
+    secs = parse_slurm_duration(text)
+    if len(_DURATIONS) >= _CACHE_MAX:
+        _DURATIONS.clear()
+    _DURATIONS[text] = secs
+    return secs
 
 
 def parse_exit(text: str) -> tuple[int | None, int | None]:
@@ -409,8 +453,13 @@ def iter_parsable(
     first = True
     trailing: bool | None = None  # whether lines end with the delimiter (--parsable); None: not known
     carry: tuple[str, int, int] | None = None  # a record cut by a newline in a value: text, lines, where
+    names: list[str] | None = None  # the columns' lower-case names, once they are known
+    lay: _StepLayout | None = None  # where a step line's fields are, once the columns are known
     for lineno, raw in enumerate(lines, 1):
-        line = _decode(raw, st).rstrip("\r\n")
+        try:
+            line = raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError:
+            line = _decode(raw, st).rstrip("\r\n")
         joined, where = 0, lineno
         if carry is not None:  # sacct prints a value's newline as it is: the record may go on here
             if _whole_record(line, delimiter, cols, idx):  # no: the carried one was cut short
@@ -421,7 +470,7 @@ def iter_parsable(
             carry = None
         if first:
             line = line.lstrip("\ufeff")  # a byte order mark from an editor or a Windows export
-        if not line.strip():
+        if not line or line.isspace():  # (not line.strip(), without copying the line)
             continue
         parts = line.split(delimiter)
         if first:
@@ -458,46 +507,49 @@ def iter_parsable(
         if len(parts) != n:
             st.skip(f"wrong number of fields ({len(parts)}, expected {n}; delimiter inside a value?)", lineno)
             continue
-        i_id = idx.get("jobid", idx.get("jobidraw"))
-        jobid = parts[i_id].strip() if i_id is not None else ""
+        if lay is None:  # the columns are known from here on
+            lay = _StepLayout(idx)
+        jobid = parts[lay.jobid].strip() if lay.jobid is not None else ""
         try:
             if "." in jobid:  # a step (2/3 of a dump): only its CPU time and energy matter
                 m = _JOBID.match(jobid)
-                if not m or not m.group("step"):
+                if not m:
                     st.skip("bad job id", lineno)
                     continue
-                i_cpu, i_energy, i_rss = idx.get("totalcpu"), idx.get("consumedenergyraw"), idx.get("maxrss")
-                rss = _rss_mb(parts[i_rss]) if i_rss is not None else None
-                i_ave = idx.get("tresusageinave")
+                base, step = m.group("base", "step")
+                if not step:
+                    st.skip("bad job id", lineno)
+                    continue
+                rss = _rss_mb(parts[lay.rss]) if lay.rss is not None else None
                 gpu = None
-                if i_ave is not None and "gres/gpu" in parts[i_ave]:
+                if lay.ave is not None and "gres/gpu" in parts[lay.ave]:
                     gpu = _step_gpu(lambda name, parts=parts, idx=idx: _field(parts, idx, name))
-                i_tasks, i_nodes = (idx.get("ntasks"), idx.get("nnodes")) if rss or gpu else (None, None)
-                cpu_s = parse_slurm_duration(parts[i_cpu]) if i_cpu is not None else None
-                held = folder.jobs.get(m.group("base"))
+                i_tasks, i_nodes = (lay.tasks, lay.nodes) if rss or gpu else (None, None)
+                cpu_s = _duration(parts[lay.cpu]) if lay.cpu is not None else None
+                held = folder.jobs.get(base)
                 cpu_use = None
-                if held is not None and held[0].n_nodes > 1 and "tresusageinmin" in idx:
+                if held is not None and lay.tres_min and held[0].n_nodes > 1:
                     cpu_use = _step_cpu(
-                        lambda name, parts=parts, idx=idx: _field(parts, idx, name), m.group("step"), cpu_s
+                        lambda name, parts=parts, idx=idx: _field(parts, idx, name), step, cpu_s
                     )
                 folder.add_step(
-                    m.group("base"),
+                    base,
                     cpu_s,
-                    _energy(parts[i_energy]) if i_energy is not None else None,
+                    _energy(parts[lay.energy]) if lay.energy is not None else None,
                     lineno,
                     rss,
                     parts[i_tasks] if i_tasks is not None else "",
                     parts[i_nodes] if i_nodes is not None else "",
                     gpu,
-                    m.group("step"),
+                    step,
                     cpu_use,
                 )
                 continue
 
-            def get(name: str, parts: list[str] = parts, idx: dict[str, int] = idx) -> str:
-                i = idx.get(name)
-                return parts[i] if i is not None else ""
-
+            if names is None:
+                names = [c.lower() for c in cols]
+            # A field by its lower-case name, "" where the dump has no such column (C lookups, no closure)
+            get = defaultdict(str, zip(names, parts, strict=True)).__getitem__
             yield from _row_to_job(get, tz, default_cluster, folder, st, lineno)
         except (ValueError, OverflowError) as exc:
             st.skip(f"bad value ({_reason(exc)})", lineno)
@@ -505,6 +557,22 @@ def iter_parsable(
         st.lines += 1
         st.skip("wrong number of fields (the last record is cut short)", carry[2])
     yield from folder.flush()
+
+
+class _StepLayout:
+    """The columns a step line is read from (None: not in the dump), looked up once per dump."""
+
+    __slots__ = ("ave", "cpu", "energy", "jobid", "nodes", "rss", "tasks", "tres_min")
+
+    def __init__(self, idx: dict[str, int]) -> None:
+        self.jobid = idx.get("jobid", idx.get("jobidraw"))
+        self.cpu = idx.get("totalcpu")
+        self.energy = idx.get("consumedenergyraw")
+        self.rss = idx.get("maxrss")
+        self.ave = idx.get("tresusageinave")
+        self.tasks = idx.get("ntasks")
+        self.nodes = idx.get("nnodes")
+        self.tres_min = "tresusageinmin" in idx
 
 
 def _field(parts: list[str], idx: dict[str, int], name: str) -> str:
@@ -585,14 +653,9 @@ def _row_to_job(
     elapsed_s, end = _run_time(
         float(elapsed) if elapsed is not None else parse_slurm_duration(get("elapsed")), start, end, is_open
     )
-    alloc = parse_tres(get("alloctres"))
-    req = parse_tres(get("reqtres"))
-    tres = alloc or req
-    nnodes = _int(get("nnodes")) or int(float(tres.get("node", "0") or 0))
-    ncpus = _int(get("alloccpus")) or int(float(tres.get("cpu", "0") or 0))
-    gpus, gtype = gpus_from_tres(tres)
-    mem = tres.get("mem") or req.get("mem")
-    req_mem = parse_mem_mb(mem, nnodes, ncpus) if mem else parse_mem_mb(get("reqmem"), nnodes, ncpus)
+    nnodes, ncpus, gpus, gtype, req_mem = _allocation(
+        get("alloctres"), get("reqtres"), get("nnodes"), get("alloccpus"), get("reqmem")
+    )
     nodelist = get("nodelist").strip()
     if nodelist.lower() in ("none assigned", "(null)", ""):
         nodelist = ""
@@ -632,7 +695,7 @@ def _row_to_job(
         exit_signal=sig,
         name=get("jobname") or None,
         comment=get("comment") or None,
-        total_cpu_s=parse_slurm_duration(get("totalcpu")),
+        total_cpu_s=_duration(get("totalcpu")),
         consumed_energy_j=_energy(get("consumedenergyraw")),
         max_rss_mb=rss,
         rss_tasks_per_node=tpn,
@@ -655,6 +718,18 @@ def _run_time(
 
 
 def _timelimit(text: str) -> float | None:
+    try:
+        return _TIMELIMITS[text]
+    except KeyError:
+        pass
+    secs = _timelimit_of(text)
+    if len(_TIMELIMITS) >= _CACHE_MAX:
+        _TIMELIMITS.clear()
+    _TIMELIMITS[text] = secs
+    return secs
+
+
+def _timelimit_of(text: str) -> float | None:
     t = text.strip()
     if not t or t in ("UNLIMITED", "Partition_Limit", "INVALID"):
         return None

@@ -65,9 +65,7 @@ for p in "${deps[@]}"; do
 done
 if ((${#missing[@]})); then
     log "apt-get install ${missing[*]}"
-    apt=(apt-get install -y -q "${missing[@]}")
-    DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null ||
-        { apt-get update -q >/dev/null; DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null; }
+    "$repo/scripts/apt-install.sh" "${missing[@]}" # waits for scripts/test.sh's own apt-get
 fi
 
 work=/var/cache/cocaq-slurm/build-$VERSION

@@ -135,14 +135,9 @@ ensure_packages() {
     if ((${#missing[@]})); then
         log "apt-get install ${missing[*]}"
         # policy-rc.d keeps maintainer scripts from trying to start services
-        local apt=(apt-get install -y -q -o Dpkg::Options::=--force-confdef
-            -o Dpkg::Options::=--force-confold "${missing[@]}")
-        if ! "${apt[@]}" >/dev/null; then
-            # a fresh machine (CI image) may have no or stale package lists
-            log "apt-get install failed; apt-get update and retry"
-            apt-get update -q >/dev/null
-            "${apt[@]}" >/dev/null
-        fi
+        # (waits for another apt-get; on a failure, apt-get update and once more)
+        "$HERE/../../scripts/apt-install.sh" -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+            "${missing[@]}"
     fi
 }
 

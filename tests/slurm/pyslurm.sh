@@ -22,7 +22,12 @@ exec 9>/var/lock/cocaq-pyslurm.lock
 flock 9
 
 prefix=$("$here/build.sh") # builds Slurm first if needed; exit 3 without its source
-major=$("$prefix/bin/sacct" --version | awk '{print $2}' | cut -d. -f1,2)
+# pyslurm's release follows Slurm's major.minor: take them from the headers it is compiled against
+# (slurm_version.h's SLURM_VERSION_NUMBER, 0xMMmmuu), not from a program's output
+header=$prefix/include/slurm/slurm_version.h
+num=$(sed -n 's/^#define SLURM_VERSION_NUMBER \(0x[0-9a-fA-F]\{6\}\)$/\1/p' "$header" 2>/dev/null || true)
+[[ -n $num ]] || { echo "pyslurm.sh: no SLURM_VERSION_NUMBER in $header: is $prefix a Slurm build?" >&2; exit 1; }
+major=$(((num >> 16) & 0xff)).$(((num >> 8) & 0xff))
 # (pip show, not an import: importing pyslurm loads libslurm, which exits the process without a slurm.conf)
 have=$("$PY" -m pip show pyslurm 2>/dev/null | sed -n 's/^Version: //p' || true) # pip show: 1 when absent
 if [[ $have == "$major".* ]]; then
