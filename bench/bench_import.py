@@ -48,47 +48,35 @@ import gen_sacct
 
 def raw_copy(dbname: str, path: Path) -> tuple[float, int]:
     """COPY the file's data lines into a fresh table of text columns; (seconds, rows)."""
-    import psycopg
-
     cols = ", ".join(f'"{f.lower()}" text' for f in gen_sacct.FIELDS)
-    with psycopg.connect(c.pg_url(dbname, sqlalchemy=False)) as conn, conn.cursor() as cur:
-        cur.execute("DROP TABLE IF EXISTS raw_lines")
-        cur.execute(f"CREATE TABLE raw_lines ({cols})")
-        conn.commit()
-        t0 = time.perf_counter()
-        with open(path, "rb") as fh:
-            fh.readline()  # the header
-            with cur.copy("COPY raw_lines FROM STDIN (FORMAT text, DELIMITER '|')") as cp:
-                while block := fh.read(1 << 20):
-                    cp.write(block)
-        conn.commit()
-        secs = time.perf_counter() - t0
-        n = cur.execute("SELECT count(*) FROM raw_lines").fetchone()[0]  # type: ignore[index]
-        cur.execute("DROP TABLE raw_lines")
-        conn.commit()
-    return secs, n
+    return _copy_lines(dbname, path, "raw_lines", cols, "DELIMITER '|'")
 
 
 def one_column_copy(dbname: str, path: Path) -> tuple[float, int]:
     """The issue's reference: COPY the file's data lines into a one-column text table; (seconds, rows).
 
     Text format with a delimiter no line holds (\\x01), so each line is one value."""
+    return _copy_lines(dbname, path, "one_column", "line text", "DELIMITER E'\\x01'")
+
+
+def _copy_lines(dbname: str, path: Path, table: str, cols: str, delimiter: str) -> tuple[float, int]:
+    """The file's data lines (header skipped) COPYed as text into a fresh `table`, timed, then dropped."""
     import psycopg
 
     with psycopg.connect(c.pg_url(dbname, sqlalchemy=False)) as conn, conn.cursor() as cur:
-        cur.execute("DROP TABLE IF EXISTS one_column")
-        cur.execute("CREATE TABLE one_column (line text)")
+        cur.execute(f"DROP TABLE IF EXISTS {table}")
+        cur.execute(f"CREATE TABLE {table} ({cols})")
         conn.commit()
         t0 = time.perf_counter()
         with open(path, "rb") as fh:
             fh.readline()  # the header
-            with cur.copy("COPY one_column FROM STDIN (FORMAT text, DELIMITER E'\\x01')") as cp:
+            with cur.copy(f"COPY {table} FROM STDIN (FORMAT text, {delimiter})") as cp:
                 while block := fh.read(1 << 20):
                     cp.write(block)
         conn.commit()
         secs = time.perf_counter() - t0
-        n = cur.execute("SELECT count(*) FROM one_column").fetchone()[0]  # type: ignore[index]
-        cur.execute("DROP TABLE one_column")
+        n = cur.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # type: ignore[index]
+        cur.execute(f"DROP TABLE {table}")
         conn.commit()
     return secs, n
 

@@ -51,17 +51,23 @@ def pg_admin() -> Iterator[Engine]:
 def new_database(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     if kind == "sqlite":
         return f"sqlite:///{tmp_path / 'cocaq.sqlite'}"
+    return _pg_url(_pg_database(request))
+
+
+def _pg_database(request: pytest.FixtureRequest, template: str | None = None) -> str:
+    """A new PostgreSQL database (empty, or a copy of `template`), dropped when `request` ends; its name."""
     admin: Engine = request.getfixturevalue("pg_admin")
     name = f"cocaq_test_{uuid.uuid4().hex[:12]}"
+    copy = f' TEMPLATE "{template}"' if template else ""
     with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
+        c.execute(text(f'CREATE DATABASE "{name}"{copy}'))
 
     def drop() -> None:
         with admin.connect() as c:
             c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
     request.addfinalizer(drop)
-    return _pg_url(name)
+    return name
 
 
 @dataclass(frozen=True)
@@ -108,17 +114,7 @@ def copy_template(template: Template, tmp_path: Path, request: pytest.FixtureReq
             raise FileExistsError(f"{path} exists: one database per directory")
         shutil.copyfile(template.where, path)
         return f"sqlite:///{path}"
-    admin: Engine = request.getfixturevalue("pg_admin")
-    name = f"cocaq_test_{uuid.uuid4().hex[:12]}"
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template.where}"'))
-
-    def drop() -> None:
-        with admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-    request.addfinalizer(drop)
-    url = _pg_url(name)
+    url = _pg_url(_pg_database(request, template.where))
     now = datetime.now(UTC)
     if (now.year, now.month) != (template.made.year, template.made.month):
         # migrate.upgrade makes the samples' partitions from the current month on: past a month boundary,
