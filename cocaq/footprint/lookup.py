@@ -96,7 +96,7 @@ def add_advice(
         got: dict[str, tuple[list[JobFacts], list[JobFacts] | None]] = {
             u: (js, None) for u, js in by_user.items()
         }
-        total: Any = None
+        total: float | None = None
         shift = True
     else:
         from cocaq.footprint.advice_jobs import load_for_advice
@@ -111,9 +111,7 @@ def add_advice(
 
         jobs, gpu_jobs = got.get(fp.key, ([], None))
         fp.advice = [a.as_dict() for a in advice.advise_user(jobs, ctx, fp.totals.energy_kwh, cfg, gpu_jobs)]
-        when = when_to_run(
-            jobs if shift else [], settings(cfg), ctx.period, None if total is None else lambda: total
-        )
+        when = when_to_run(jobs if shift else [], settings(cfg), ctx.period, total)
         fp.when_to_run = when.as_dict() if when is not None else None
         return fp
     totals = {m["user"]: float(m["energy_kwh"]) for m in fp.members}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
 from typing import TYPE_CHECKING
@@ -64,15 +64,16 @@ def when_to_run(
     jobs: Sequence[JobFacts],
     s: Settings,
     period: str = "in this window",
-    total: Callable[[], float] | None = None,
+    total_kg: float | None = None,
 ) -> Advice | None:
     """The suggestion, or None where the user's jobs that could wait would not have saved enough.
-    `total`: the CO2 of all the user's jobs in the window, where `jobs` are not all of them (only those
-    with shifting figures need be: cocaq.footprint.advice_jobs); called only when needed."""
+    `total_kg`: the CO2 of all the user's jobs in the window, where `jobs` are not all of them (only those
+    with shifting figures need be: cocaq.footprint.advice_jobs)."""
     flex = [j for j in jobs if j.shift_state == "ok" and j.share > 0 and j.start is not None]
     if not flex or s.slack_h <= 0:
         return None
-    total_kg = sum(j.co2_kg * j.share for j in jobs) if total is None else total()
+    if total_kg is None:
+        total_kg = sum(j.co2_kg * j.share for j in jobs)
     co2 = sum(j.co2_kg * j.share for j in flex)
     saved = sum(j.shift_saved_kg * j.share for j in flex)
     paused = sum(j.shift_pause_saved_kg * j.share for j in flex)
