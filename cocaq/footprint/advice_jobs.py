@@ -38,7 +38,7 @@ from cocaq.accounting.ledger import FAILED_STATES, OOM_STATES, TIMEOUT_STATES
 from cocaq.accounting.window import overlap_sql, share_sql
 from cocaq.footprint.advice_words import MB_PER_GB
 from cocaq.footprint.dbsql import epoch, first_word, greatest, labs_bound
-from cocaq.footprint.jobfacts import JobFacts, _hardware, load
+from cocaq.footprint.jobfacts import JobFacts, _hardware, load, scope_where
 from cocaq.units import J_PER_KWH
 
 if TYPE_CHECKING:
@@ -66,19 +66,6 @@ class AdviceJobs:
     users: dict[str, UserJobs]
     co2_kg: float  # of all of a user's window jobs (when-to-run compares its saving with it)
     shift: bool  # when-to-run may fire, and its jobs are among `jobs` (else it says nothing)
-
-
-def _scope(db: Db, user: str | None, account: str | None, cluster: str | None, within: int) -> str:
-    where = ""
-    if user is not None:
-        where += " AND j.user_name = %(key)s"
-    elif account is not None:
-        where += " AND j.account = %(key)s"
-    if cluster:
-        where += " AND j.cluster_id = (SELECT id FROM clusters WHERE name = %(cluster)s)"
-    if within:
-        where += f" AND j.account IN ({', '.join(f'%(in{i})s' for i in range(within))})"
-    return where
 
 
 def _window_cte(db: Db, where: str, columns: str) -> str:
@@ -238,7 +225,8 @@ def load_for_advice(
         params["cluster"] = cluster
     for i, a in enumerate(inside):
         params[f"in{i}"] = a
-    rows = db.rows(_triage_sql(db, _scope(db, user, account, cluster, len(inside))), params)
+    kind = "user" if user is not None else "account" if account is not None else None
+    rows = db.rows(_triage_sql(db, scope_where(kind, bool(cluster), len(inside))), params)
     rows.sort(key=lambda r: (r[1], -r[2], r[0]))  # the whole computation's order (jobfacts.load)
     order: dict[int, tuple[str, float, int]] = {r[0]: (r[1], -r[2], r[0]) for r in rows}
     # when-to-run's test, as cocaq.footprint.when_advice sums it: all the user's CO2, and the saving

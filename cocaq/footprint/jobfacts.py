@@ -227,6 +227,22 @@ def _classify(value: str) -> tuple[str | None, str]:
 # --- the query -------------------------------------------------------------------------------------------
 
 
+def scope_where(scope: str | None, cluster: bool, within: int = 0) -> str:
+    """The window's jobs of a user or lab (`scope` "user" or "account": %(key)s; None: everyone), of the
+    cluster %(cluster)s, and in the `within` labs %(in0)s... (a lab head's view of a member), as SQL
+    conditions to add to a WHERE over `jobs j`."""
+    where = ""
+    if scope == "user":
+        where += " AND j.user_name = %(key)s"
+    elif scope == "account":
+        where += " AND j.account = %(key)s"
+    if cluster:
+        where += " AND j.cluster_id = (SELECT id FROM clusters WHERE name = %(cluster)s)"
+    if within:
+        where += f" AND j.account IN ({', '.join(f'%(in{i})s' for i in range(within))})"
+    return where
+
+
 def _sql(
     db: Db,
     scope: str | None,
@@ -239,19 +255,11 @@ def _sql(
     """The window's jobs, one row each, in JobFacts' field order up to `mean_gpu_power_w`, converted to
     its units here (SQL arithmetic is cheaper than Python's for the heavy users' 10,000 jobs a month),
     then the hardware key, the model metadata and the window's share of the job's energy for the sort."""
-    where = ""
-    if scope == "user":
-        where += " AND j.user_name = %(key)s"
-    elif scope == "account":
-        where += " AND j.account = %(key)s"
-    if cluster:
-        where += " AND j.cluster_id = (SELECT id FROM clusters WHERE name = %(cluster)s)"
+    where = scope_where(scope, cluster, within)
     if pk:
         where += " AND j.id = %(pk)s"
     if name:  # one kind of job (its runs size its time limit)
         where += " AND j.name = %(name)s"
-    if within:  # only the jobs in these labs (a lab head's view of a member)
-        where += f" AND j.account IN ({', '.join(f'%(in{i})s' for i in range(within))})"
     if ids is not None:  # only these (cocaq.footprint.advice_jobs: the ones the advice reads whole)
         where += f" AND j.id IN ({', '.join(str(int(i)) for i in ids) or 'NULL'})"
     pg = db.dialect == "postgresql"
