@@ -200,8 +200,12 @@ def test_unmeasured_jobs_take_the_power_measured_jobs_drew(
     assert a["basis"] == "estimated: GPUs from the site's measured jobs, CPU and memory from TDP"
     assert "h100, in h100, any utilisation: 6 jobs" in a["gpu_cell"]
     rest = row.energy_j - gpu_s * a["gpu_w"]  # CPU (and memory) as estimated before
-    assert row.energy_est_low_j == pytest.approx(rest + gpu_s * lo, rel=1e-3)
-    assert row.energy_est_high_j == pytest.approx(rest + gpu_s * hi, rel=1e-3)
+    # six measured jobs are too few to learn a range from held-out runs: it is widened to at least half
+    # to twice the estimate (wider than the six jobs' own spread), and says so
+    assert w / 2 < lo < hi < 2 * w
+    assert row.energy_est_low_j == pytest.approx(rest + gpu_s * w / 2, rel=1e-3)
+    assert row.energy_est_high_j == pytest.approx(rest + gpu_s * w * 2, rel=1e-3)
+    assert re.search(r"; range widened: \d job(s)? held out$", a["gpu_cell"]), a["gpu_cell"]
     # 4.9x less than TDP x 1.0 would have said for the GPUs
     assert 700.0 / a["gpu_w"] > 4.5
     # A garbage gres type: the partition's model (h100) is used; a model nothing tells: TDP, and why.
@@ -377,7 +381,9 @@ def test_held_out_measured_jobs_are_closer_with_the_calibrated_estimate(
     env = dict(env, COCAQ_CONFIG=str(tmp_path / "demo" / "cocaq-demo.toml"), COLUMNS="200")
     r = run_cocaq(["job", job_id], env)
     assert r.code == 0, r.err
-    assert "estimate from the site's measured jobs" in r.out and "what the site's measured jobs drew" in r.out
+    assert "estimate from the site's measured jobs" in r.out
+    # (dave's own measured jobs on 4 V100s, judged on held-out runs to beat the model's table)
+    assert re.search(r"what the (site's|user's own) measured jobs( of this name)? drew", r.out), r.out
     assert re.search(
         r"Energy drawn by the hardware: [\d.,]+ kWh \(0 kWh measured, [\d.,]+ kWh, [\d.,]+-[\d.,]+ "
         r"estimated\)",

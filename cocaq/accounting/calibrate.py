@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
+from cocaq.accounting import power_bases as pb
+from cocaq.accounting.quantiles import weighted_quantile as weighted_quantile
 from cocaq.config import Config, Hardware
 
 if TYPE_CHECKING:  # (SQLAlchemy is imported where the table is read: cocaq.accounting.estimate, and so the
@@ -41,6 +43,7 @@ BASIS_PARTITION = "calibrated-partition"  # measured jobs of the same GPU model 
 BASIS_MODEL = "calibrated-model"  # measured jobs of the same GPU model, any partition
 BASIS_TDP = "tdp"  # nothing measured to learn from: TDP x [estimate] gpu_utilisation
 BASIS_TEXT = {
+    **pb.KEYED_TEXT,
     BASIS_PARTITION: "the site's measured jobs on this GPU model and partition",
     BASIS_MODEL: "the site's measured jobs on this GPU model (all partitions)",
     BASIS_TDP: "rated power (TDP) x [estimate] gpu_utilisation",
@@ -163,16 +166,65 @@ class GpuPower:
 
 
 class Calibration:
-    """The learnt table, ready for lookups under one configuration."""
+    """The learnt table, ready for lookups under one configuration.
 
-    def __init__(self, cells: Iterable[Cell], min_jobs: int, edges: Sequence[float]) -> None:
+    With `bases` (what cocaq.accounting.power_bases judged on held-out runs), a lookup's range is that
+    basis's held-out interval and the user's own cells (`keyed`) come first where they were judged to help;
+    without (a table learnt before), the range is the cell's own 10th-90th percentile.
+    """
+
+    def __init__(
+        self,
+        cells: Iterable[Cell],
+        min_jobs: int,
+        edges: Sequence[float],
+        keyed: Iterable[pb.KeyedCell] = (),
+        bases: Iterable[pb.BasisStats] = (),
+    ) -> None:
         self.cells = {(c.gpu_model, c.partition, c.bucket): c for c in cells}
         self.min_jobs = min_jobs
         self.edges = tuple(edges)
         self.models = {c.gpu_model for c in self.cells.values()}
+        self.keyed = {(c.basis, c.gpu_model, c.key): c for c in keyed}
+        self.bases = {b.basis: b for b in bases}
+        self.keyed_used = tuple(b for b in pb.KEYED_BASES if b in self.bases and self.bases[b].used)
 
     def __bool__(self) -> bool:
-        return bool(self.cells)
+        return bool(self.cells) or bool(self.keyed)
+
+    def _ranged(self, w: float, lo: float, hi: float, basis: str, label: str, group: str) -> GpuPower:
+        b = self.bases.get(group)
+        if b is None:
+            return GpuPower(w, lo, hi, basis, label)
+        f_lo, f_hi = b.factors()
+        if b.widened:
+            note = f"range widened: {_jobs(b.jobs)} held out" if b.jobs else "range widened: no jobs held out"
+        else:
+            note = f"range from {_jobs(b.jobs)} held out"
+            if b.coverage is not None:
+                note += f", held {b.coverage:.0%} of them"
+        return GpuPower(w, w * f_lo, w * f_hi, basis, f"{label}; {note}")
+
+    def lookup_job(
+        self,
+        model: str | None,
+        partition: str | None,
+        util: float | None,
+        user: str | None,
+        name: str | None,
+        gpus: int,
+    ) -> GpuPower | str:
+        """The power for one job: the user's own measured jobs where they were judged to help, else
+        the table (`lookup`)."""
+        for basis in self.keyed_used:
+            c = pb.keyed_lookup(self.keyed, basis, model, user, name, gpus)
+            if c is not None:
+                label = (
+                    f"{c.gpu_model}, {pb.key_words(basis, c.key)}: {c.jobs} jobs in {c.runs} runs, "
+                    f"{_utc(c.computed_at):%Y-%m-%d}"
+                )
+                return self._ranged(c.w_median, c.w_p10, c.w_p90, pb.KEYED_BASIS[basis], label, basis)
+        return self.lookup(model, partition, util)
 
     def lookup(self, model: str | None, partition: str | None, util: float | None = None) -> GpuPower | str:
         """The calibrated power for a job, or (a string) why there is none."""
@@ -189,10 +241,15 @@ class Calibration:
                 continue
             c = self.cells.get((m, p, bucket))
             if c is not None and c.jobs >= self.min_jobs:
-                return GpuPower(c.w_median, c.w_p10, c.w_p90, basis, c.label())
+                group = pb.TABLE if bucket == ANY else pb.TABLE + "-util"
+                return self._ranged(c.w_median, c.w_p10, c.w_p90, basis, c.label(), group)
         if model not in self.models:
             return f"no measured {model} jobs"
         return f"fewer than {self.min_jobs} measured {model} jobs"
+
+
+def _jobs(n: int) -> str:
+    return f"{n:,} job" + ("" if n == 1 else "s")
 
 
 def tdp_power(hw: Hardware, utilisation: float, why: str) -> GpuPower:
@@ -208,7 +265,7 @@ def load(conn: Connection, cfg: Config) -> Calibration | None:
     from sqlalchemy import select
     from sqlalchemy.exc import OperationalError, ProgrammingError
 
-    from cocaq.db.schema import GpuPowerCalibration
+    from cocaq.db.schema import GpuPowerBasis, GpuPowerCalibration, GpuPowerKeyed
 
     est = cfg.estimate
     if not est.calibrate:
@@ -218,7 +275,14 @@ def load(conn: Connection, cfg: Config) -> Calibration | None:
     except (OperationalError, ProgrammingError):
         return None
     cells = [_cell(r) for r in rows]
-    return Calibration(cells, est.calibrate_min_jobs, est.calibrate_buckets) if cells else None
+    try:
+        keyed = [_keyed(r) for r in conn.execute(select(GpuPowerKeyed.__table__))]
+        bases = [_basis(r) for r in conn.execute(select(GpuPowerBasis.__table__))]
+    except (OperationalError, ProgrammingError):  # (a schema before 0018: the table alone)
+        keyed, bases = [], []
+    if not cells and not keyed:
+        return None
+    return Calibration(cells, est.calibrate_min_jobs, est.calibrate_buckets, keyed, bases)
 
 
 def load_engine(engine: Engine, cfg: Config) -> Calibration | None:
@@ -235,6 +299,14 @@ def _cell(r: Any) -> Cell:
     )  # fmt: skip
 
 
+def _keyed(r: Any) -> pb.KeyedCell:
+    return pb.KeyedCell(*(getattr(r, f) for f in pb.KeyedCell.__slots__))
+
+
+def _basis(r: Any) -> pb.BasisStats:
+    return pb.BasisStats(*(getattr(r, f) for f in pb.BasisStats.__slots__))
+
+
 # --- learning --------------------------------------------------------------------------------------------
 
 
@@ -248,6 +320,14 @@ class Sample:
     gpu_hours: float
     util: float | None
     tdp_w: float = 0.0  # the GPU's TDP in the job's hardware profile (for the held-out comparison)
+    # what tells runs and a user's recurring jobs apart (cocaq.accounting.power_bases)
+    user: str | None = None
+    name: str | None = None
+    gpus: int = 0
+    start: float | None = None  # POSIX seconds
+    end: float | None = None
+    array_job_id: int | None = None
+    job_pk: int = 0
 
 
 @dataclass
@@ -255,6 +335,8 @@ class Learnt:
     cells: list[Cell] = field(default_factory=list)
     jobs: int = 0  # measured jobs learnt from
     skipped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    keyed: list[pb.KeyedCell] = field(default_factory=list)
+    bases: list[pb.BasisStats] = field(default_factory=list)
 
     def line(self, min_jobs: int) -> str:
         if not self.cells:
@@ -262,29 +344,14 @@ class Learnt:
             return "calibrate: no measured GPU jobs to learn from" + (f" ({why})" if why else "")
         models = sorted({c.gpu_model for c in self.cells})
         used = sum(1 for c in self.cells if c.jobs >= min_jobs)
-        return (
+        text = (
             f"calibrate: {len(self.cells)} cells ({used} with at least {min_jobs} jobs) from {self.jobs} "
             f"measured jobs of {', '.join(models)}"
         )
-
-
-def weighted_quantile(values: Sequence[tuple[float, float]], q: float) -> float:
-    """The q-quantile of (value, weight) pairs: the value where the cumulative weight reaches q of the
-    total (interpolated between the midpoints of neighbouring values' weights)."""
-    pts = sorted((v, w) for v, w in values if w > 0)
-    if not pts:
-        return math.nan
-    total = sum(w for _, w in pts)
-    cum, mids = 0.0, []
-    for v, w in pts:
-        mids.append(((cum + w / 2) / total, v))
-        cum += w
-    if q <= mids[0][0]:
-        return mids[0][1]
-    for (q0, v0), (q1, v1) in itertools.pairwise(mids):
-        if q <= q1:
-            return v0 + (v1 - v0) * (q - q0) / (q1 - q0) if q1 > q0 else v1
-    return mids[-1][1]
+        keyed = [b.basis for b in self.bases if b.basis in pb.KEYED_BASES and b.used]
+        if keyed:
+            text += f"; the users' own jobs ({' and '.join(keyed)}) first, judged on held-out runs"
+        return text
 
 
 def build_cells(samples: Iterable[Sample], edges: Sequence[float], now: datetime) -> list[Cell]:
@@ -332,6 +399,11 @@ def measured_samples(conn: Connection, cfg: Config, skipped: dict[str, int] | No
             j.gpu_type,
             j.alloc_gpus,
             j.elapsed_s,
+            j.user_name,
+            j.name,
+            j.start_time,
+            j.end_time,
+            j.array_job_id,
             m.gpu_util_pct,
             m.gpu_samples_s,
             meas.label("meas"),
@@ -342,6 +414,7 @@ def measured_samples(conn: Connection, cfg: Config, skipped: dict[str, int] | No
         .outerjoin(mt, m.job_pk == j.id)
         .where(j.alloc_gpus > 0, j.is_open.is_(False))
         .group_by(j.id, j.partition, j.node_list, j.gpu_type, j.alloc_gpus, j.elapsed_s)
+        .group_by(j.user_name, j.name, j.start_time, j.end_time, j.array_job_id)
         .group_by(m.gpu_util_pct, m.gpu_samples_s)
         .having(meas > 0)  # (jobs nothing measured are most of a site's GPU jobs: left in the database)
     )
@@ -377,8 +450,17 @@ def measured_samples(conn: Connection, cfg: Config, skipped: dict[str, int] | No
             skipped["GPU model unknown"] += 1
             continue
         util = None if r.gpu_util_pct is None else float(r.gpu_util_pct)
-        out.append(Sample(model, r.partition or "", w, gpus * elapsed / 3600.0, util, hw.gpu_tdp_w))
+        out.append(
+            Sample(
+                model, r.partition or "", w, gpus * elapsed / 3600.0, util, hw.gpu_tdp_w, r.user_name,
+                r.name or None, gpus, _posix(r.start_time), _posix(r.end_time), r.array_job_id, r.id,
+            )
+        )  # fmt: skip
     return out
+
+
+def _posix(t: datetime | None) -> float | None:
+    return None if t is None else _utc(t).timestamp()
 
 
 def _nvml_names(conn: Connection, pks: list[int]) -> dict[int, str]:
@@ -402,24 +484,44 @@ def _nvml_names(conn: Connection, pks: list[int]) -> dict[int, str]:
 
 def learn(conn: Connection, cfg: Config, now: datetime | None = None) -> Learnt:
     res = Learnt()
+    now = now or datetime.now(UTC)
     samples = measured_samples(conn, cfg, res.skipped)
     res.jobs = len(samples)
-    res.cells = build_cells(samples, cfg.estimate.calibrate_buckets, now or datetime.now(UTC))
+    res.cells = build_cells(samples, cfg.estimate.calibrate_buckets, now)
+    if samples:
+        res.keyed = pb.keyed_cells(samples, None, now)
+        res.bases = list(assessment(samples, cfg, now).bases.values())
     return res
+
+
+def assessment(samples: Sequence[Sample], cfg: Config, now: datetime) -> pb.Assessment:
+    """Each basis judged on held-out runs of these samples (cocaq.accounting.power_bases.assess)."""
+    est = cfg.estimate
+
+    def table(train: Sequence[Any]) -> Calibration:  # (the Samples of `samples`)
+        return Calibration(build_cells(train, est.calibrate_buckets, now), est.calibrate_min_jobs,
+                           est.calibrate_buckets)  # fmt: skip
+
+    return pb.assess(samples, table, lambda s: s.tdp_w * est.gpu_utilisation, now)
 
 
 def refresh(engine: Engine, cfg: Config, now: datetime | None = None) -> Learnt:
     """Learn the table again from the measured jobs and store it (replacing the previous one)."""
     from sqlalchemy import Table, delete, insert
 
-    from cocaq.db.schema import GpuPowerCalibration
+    from cocaq.db.schema import GpuPowerBasis, GpuPowerCalibration, GpuPowerKeyed
 
     with engine.begin() as conn:
         res = learn(conn, cfg, now)
-        t = cast(Table, GpuPowerCalibration.__table__)
-        conn.execute(delete(t))
-        if res.cells:
-            conn.execute(insert(t), [{f: getattr(c, f) for f in Cell.__slots__} for c in res.cells])
+        for model, rows, fields in (
+            (GpuPowerCalibration, res.cells, Cell.__slots__),
+            (GpuPowerKeyed, res.keyed, pb.KeyedCell.__slots__),
+            (GpuPowerBasis, res.bases, pb.BasisStats.__slots__),
+        ):
+            t = cast(Table, model.__table__)
+            conn.execute(delete(t))
+            if rows:
+                conn.execute(insert(t), [{f: getattr(r, f) for f in fields} for r in rows])
     return res
 
 
@@ -434,6 +536,21 @@ def stored(engine: Engine) -> list[Cell]:
             select(GpuPowerCalibration.__table__).order_by(t.gpu_model, t.partition, t.bucket)
         )
         return [_cell(r) for r in rows]
+
+
+def stored_bases(engine: Engine) -> tuple[list[pb.BasisStats], int]:
+    """Each basis's held-out figures, in the order the estimate tries them, and how many user cells."""
+    from sqlalchemy import func, select
+
+    from cocaq.db.schema import GpuPowerBasis, GpuPowerKeyed
+
+    order = {
+        b: i for i, b in enumerate((*pb.KEYED_BASES, pb.TABLE, pb.TABLE + "-util", pb.CHOSEN, *pb.REFERENCES))
+    }
+    with engine.connect() as conn:
+        bases = [_basis(r) for r in conn.execute(select(GpuPowerBasis.__table__))]
+        n = conn.execute(select(func.count()).select_from(GpuPowerKeyed.__table__)).scalar_one()
+    return sorted(bases, key=lambda b: order.get(b.basis, 99)), int(n)
 
 
 # --- validation: measured jobs held out and estimated as if nothing had measured them -------------------

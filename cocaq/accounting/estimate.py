@@ -271,12 +271,18 @@ class Estimator:
         return has_gpus(self._profile(rec)[0])
 
     def gpu_power(self, rec: JobRecord, hw: Hardware, profile: str) -> tuple[GpuPower, dict[str, Any]]:
-        """What the estimate of the job's GPUs rests on (the learnt table, else TDP x utilisation), and
-        its assumptions (made once per profile, partition and gres type)."""
-        key = (profile, rec.partition, rec.gpu_type)
+        """What the estimate of the job's GPUs rests on (the user's own measured jobs where they help, the
+        learnt table, else TDP x utilisation), and its assumptions (made once per profile, partition and
+        gres type, and per user, name and GPU count where the user's own cells are used)."""
+        cal = self.calibration
+        key: tuple[Any, ...] = (profile, rec.partition, rec.gpu_type)
+        if cal is not None and cal.keyed_used:
+            key += (rec.user_name, rec.name, rec.alloc_gpus)
         hit = self._gpu.get(key)
         if hit is None:
-            power = gpu_power(self.calibration, self.cfg, rec.gpu_type, rec.partition, hw)
+            power = gpu_power(
+                cal, self.cfg, rec.gpu_type, rec.partition, hw, None, rec.user_name, rec.name, rec.alloc_gpus
+            )
             hit = (power, power.assumptions())
             if len(self._gpu) > 100_000:
                 self._gpu.clear()
@@ -288,6 +294,8 @@ class Estimator:
         that utilisation bucket where the site has one, else TDP x (idle + (1 - idle) x utilisation)."""
         util = min(max(rec.slurm_gpu_util or 0.0, 0.0) / rec.alloc_gpus, 100.0)
         power: GpuPower | None = None
+        # (the user's own cells are judged against the table without utilisation: where Slurm recorded
+        # it, its bucket's cell is used as before)
         if self.calibration is not None:
             hit = self.calibration.lookup(job_gpu_model(rec.gpu_type, hw), rec.partition, util)
             if isinstance(hit, GpuPower) and "any utilisation" not in hit.cell:  # that bucket's own cell
@@ -319,6 +327,8 @@ class Estimator:
         Only the core-seconds and memory of an estimate vary from job to job under one configuration,
         so the rest of the text is made once per profile by json.dumps itself.
         """
+        if len(self._json) > 20_000:  # per-user cells make the labels unbounded in principle
+            self._json.clear()
         if len(a) == 2:  # measured: {"profile", "basis"}, the same for every job of a profile
             key: tuple[Any, ...] = (a.get("profile"), a.get("basis"))
             text = self._json.get(key)
@@ -369,12 +379,16 @@ def gpu_power(
     partition: str | None,
     hw: Hardware,
     util: float | None = None,
+    user: str | None = None,
+    name: str | None = None,
+    gpus: int = 0,
 ) -> GpuPower:
-    """W per GPU for the estimate of a job's GPUs: calibrated where the table has a cell, else TDP."""
+    """W per GPU for the estimate of a job's GPUs: calibrated where the table (or the user's own
+    measured jobs) has a cell, else TDP."""
     util_share = cfg.estimate.gpu_utilisation
     if not cfg.estimate.calibrate:
         return tdp_power(hw, util_share, "calibration off ([estimate] calibrate = false)")
     if cal is None:
         return tdp_power(hw, util_share, "no measured GPU jobs learnt yet (cocaq calibrate)")
-    hit = cal.lookup(job_gpu_model(gpu_type, hw), partition, util)
+    hit = cal.lookup_job(job_gpu_model(gpu_type, hw), partition, util, user, name, gpus)
     return tdp_power(hw, util_share, hit) if isinstance(hit, str) else hit

@@ -1,7 +1,9 @@
 """`cocaq calibrate`: the GPU power learnt from the site's measured jobs (cocaq.accounting.calibrate).
 
 Shows the stored table (W per GPU by model, partition and utilisation bucket, the jobs and GPU-hours
-behind each cell, when it was computed); `--refresh` learns it again now. `cocaq recompute` applies it
+behind each cell, when it was computed) and how each basis of the estimate did on the site's own measured
+jobs held out by run (median error, how often its range held the truth, on how many jobs);
+`--refresh` learns it again now. `cocaq recompute` applies it
 to the jobs' estimates; the scheduler's weekly `calibrate` job does both.
 """
 
@@ -12,9 +14,13 @@ from typing import TYPE_CHECKING
 
 import click
 
+from cocaq.accounting.power_bases import CHOSEN, BasisStats
 from cocaq.cli import terminal as render
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
     from cocaq.cli.app import Ctx
 
 NOTHING = (
@@ -42,6 +48,7 @@ def calibrate(obj: Ctx, refresh: bool, fmt: str) -> None:
         if res.cells:
             click.echo("run `cocaq recompute` to apply it to the jobs' estimates", err=True)
     cells = cal.stored(engine)
+    bases, user_cells = cal.stored_bases(engine)
     if fmt == "json":
         doc = {
             "calibrate": est.calibrate,
@@ -50,6 +57,8 @@ def calibrate(obj: Ctx, refresh: bool, fmt: str) -> None:
             "cells": [
                 dict(c.as_dict(), used=est.calibrate and c.jobs >= est.calibrate_min_jobs) for c in cells
             ],
+            "user_cells": user_cells,
+            "held_out": [_basis_doc(b) for b in bases],
         }
         if not cells:
             doc["note"] = NOTHING
@@ -94,5 +103,81 @@ def calibrate(obj: Ctx, refresh: bool, fmt: str) -> None:
             complete="--format json",
         )
     )
+    if bases:
+        console.print(_bases_table(console, bases, est.gpu_utilisation))
+        chosen = next((b for b in bases if b.basis == CHOSEN), None)
+        rated = next((b for b in bases if b.basis == "rated-util"), None)
+        if chosen is not None and chosen.median_err is not None:
+            line = (
+                f"The estimate as made (each job on the first basis used that has a cell for it): a median "
+                f"error of {chosen.median_err:.0%} on {chosen.jobs:,} held-out jobs"
+            )
+            if rated is not None and rated.median_err:
+                line += f", against {rated.median_err:.0%} for rated power x the job's utilisation"
+            if chosen.coverage is not None:
+                line += f"; its 10-90% range held {chosen.coverage:.0%} of them"
+            console.print(line + ".")
     if not est.calibrate:
         console.print("calibration is off ([estimate] calibrate = false): estimates use TDP x utilisation")
+
+
+def _basis_doc(b: BasisStats) -> dict[str, object]:
+    lo, hi = b.factors()
+    return {
+        "basis": b.basis,
+        "used": b.used,
+        "jobs": b.jobs,
+        "runs": b.runs,
+        "median_error": _r(b.median_err),
+        "p90_error": _r(b.p90_err),
+        "median_error_instead": _r(b.err_instead),
+        "coverage": _r(b.coverage),
+        "range_factors": [round(lo, 4), round(hi, 4)],
+        "widened": b.widened,
+        "computed_at": b.computed_at.isoformat(),
+    }
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def _bases_table(console: Console, bases: list[BasisStats], utilisation: float) -> Table:
+    """How each basis did on held-out runs, in the order the estimate tries them."""
+    words = {
+        "series": "the user's jobs of this name",
+        "user": "the user's jobs",
+        "table": "GPU model, no utilisation",
+        "table-util": "GPU model, by utilisation",
+        CHOSEN: "the estimate as made",
+        "rated-util": "rated x its utilisation",
+        "rated-config": f"rated x {utilisation:g}",
+    }
+    title = "How good the estimate is: measured jobs held out by run, estimated as if nothing measured them"
+    cols = [
+        ("basis", 0), ("used", 0), ("median error", 0), ("range held", 0), ("range", 1), ("p90 error", 2),
+        ("jobs (runs)", 1), ("instead", 3),
+    ]  # fmt: skip
+    rows = []
+    for b in bases:
+        lo, hi = b.factors()
+        used = "reference" if b.basis.startswith("rated") else ("yes" if b.used else "no")
+        if b.basis == CHOSEN:
+            used = ""
+        rows.append(
+            [
+                render.term(words.get(b.basis, b.basis)),
+                used,
+                _pct(b.median_err),
+                _pct(b.coverage),
+                f"x{lo:.2f}-{hi:.2f}" + (" (wide)" if b.widened else ""),
+                _pct(b.p90_err),
+                f"{b.jobs:,} ({b.runs:,})",
+                _pct(b.err_instead),
+            ]
+        )
+    return render.fit_table(console, title, cols, rows, left=("basis", "used"), complete="--format json")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"

@@ -770,6 +770,15 @@ def when_to_run_line(w: dict[str, Any] | None, start: Any, co2_kg: float) -> str
     )
 
 
+# whose measured jobs a calibrated GPU estimate rests on, by its basis (cocaq.accounting.calibrate)
+_MEASURED_BY = {
+    "calibrated-partition": "the site's measured jobs",
+    "calibrated-model": "the site's measured jobs",
+    "calibrated-series": "the user's own measured jobs of this name",
+    "calibrated-user": "the user's own measured jobs",
+}
+
+
 def gpu_basis_text(a: dict[str, Any]) -> str:
     """What a job's GPU estimate rests on, from its assumptions (cocaq.accounting.calibrate's basis
     labels)."""
@@ -778,7 +787,8 @@ def gpu_basis_text(a: dict[str, Any]) -> str:
     at = f" at {util:.0f}% utilisation by Slurm gres/gpuutil" if isinstance(util, int | float) else ""
     if basis == "slurm-gpuutil-rated":
         return f"{a.get('gpu_w', 0):,.0f} W per GPU{at} ({term(a.get('gpu_cell'))})"
-    if basis in ("calibrated-partition", "calibrated-model"):
+    whose = _MEASURED_BY.get(str(basis))
+    if whose:
         lo, hi = (a.get("gpu_w_range") or [None, None])[:2]
         rng = (
             f" (10-90%: {lo:,.0f}-{hi:,.0f} W)"
@@ -786,7 +796,7 @@ def gpu_basis_text(a: dict[str, Any]) -> str:
             else ""
         )
         cell = term(a.get("gpu_cell"))
-        return f"{a.get('gpu_w', 0):,.0f} W per GPU{at}{rng}, what the site's measured jobs drew: {cell}"
+        return f"{a.get('gpu_w', 0):,.0f} W per GPU{at}{rng}, what {whose} drew: {cell}"
     tdp = f"{a.get('gpu_tdp_w')} W x {a.get('gpu_utilisation', 1.0):.0%}"
     return tdp + (f" (rated power; {term(a['gpu_cell'])})" if a.get("gpu_cell") else " (rated power)")
 

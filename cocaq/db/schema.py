@@ -584,6 +584,46 @@ class GpuPowerCalibration(Base):
     computed_at: Mapped[datetime]
 
 
+class GpuPowerKeyed(Base):
+    """What one user's measured jobs drew per GPU: by job name (`series`) or over all (`user`), per GPU model
+    and GPU count (cocaq.accounting.power_bases). The estimate of that user's next such job starts here."""
+
+    __tablename__ = "gpu_power_keyed"
+    __table_args__ = (UniqueConstraint("basis", "gpu_model", "key"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    basis: Mapped[str] = mapped_column(String(16))  # series, user
+    gpu_model: Mapped[str] = mapped_column(String(64))
+    key: Mapped[str] = mapped_column(Text)  # user, job name and GPU count, separated by U+001F
+    w_median: Mapped[float] = mapped_column(Float)
+    w_p10: Mapped[float] = mapped_column(Float)
+    w_p90: Mapped[float] = mapped_column(Float)
+    jobs: Mapped[int] = mapped_column(default=0)
+    runs: Mapped[int] = mapped_column(default=0)
+    gpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
+    computed_at: Mapped[datetime]
+
+
+class GpuPowerBasis(Base):
+    """How each basis of the GPU estimate did on held-out runs of the site's measured jobs: whether it is
+    used, its median error, the range it gives (log ratios) and how often that range held the truth."""
+
+    __tablename__ = "gpu_power_bases"
+
+    basis: Mapped[str] = mapped_column(String(32), primary_key=True)
+    used: Mapped[bool] = mapped_column(Boolean, default=False)
+    jobs: Mapped[int] = mapped_column(default=0)
+    runs: Mapped[int] = mapped_column(default=0)
+    median_err: Mapped[float | None] = mapped_column(Float)
+    p90_err: Mapped[float | None] = mapped_column(Float)
+    err_instead: Mapped[float | None] = mapped_column(Float)
+    coverage: Mapped[float | None] = mapped_column(Float)
+    log_lo: Mapped[float] = mapped_column(Float, default=0.0)
+    log_hi: Mapped[float] = mapped_column(Float, default=0.0)
+    widened: Mapped[bool] = mapped_column(Boolean, default=False)
+    computed_at: Mapped[datetime]
+
+
 class StudyArm(Base):
     """A user's arm in the e-mail study (`[study]`, cocaq.study): drawn once, never changed while it runs.
 
