@@ -331,6 +331,8 @@ def assess(
     out: dict[str, BasisStats] = {}
     for group in (*KEYED_BASES, TABLE, TABLE + "-util", CHOSEN, *REFERENCES):
         rs = resid.get(group, [])
+        if group in KEYED_BASES and group not in chain:  # not used: what it did where it had a cell
+            rs = [(i, math.log(samples[i].w / pred[i][group][0])) for i in range(n) if group in pred[i]]
         idx = [i for i, _ in rs]
         errs = [abs(math.exp(r) ** -1 - 1.0) for _, r in rs]  # |estimate / measured - 1|
         lo, hi, widened = _interval([r for _, r in rs], pooled)

@@ -1,0 +1,249 @@
+"""What predicts a GPU's power, judged on held-out runs (issue 35): the user's own measured runs, the
+table, rated power; ranges that cover what they claim.
+
+The site here is built so that, as on real clusters, utilisation says nothing about power (every run at
+70-92 %), runs of one job differ by their settings (batch size, sequence length: +-12 % per run), and
+different users' jobs of one GPU model draw anything from a fifth to most of its rated power. Runs are held
+out whole, through the real import, `cocaq calibrate --refresh` and `cocaq recompute`; the judging is
+computed here, from the generator's own truth, not from what cocaq reports of itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+
+from cocaq.accounting import power_bases as pb
+from cocaq.accounting.calibrate import Sample
+from cocaq.accounting.importer import import_records
+from cocaq.accounting.quantiles import conformal_quantile
+from cocaq.config_load import load_config
+from cocaq.slurm.record import JobRecord
+from tests import builders
+from tests.conftest import run_cocaq
+
+T0 = datetime(2026, 6, 1, tzinfo=UTC)
+TDP = 700.0
+SITE: dict[str, dict[str, Any]] = {
+    "cluster": {"name": "c", "carbon_zone": "FRA"},
+    "estimate": {"gpu_utilisation": 1.0},
+    # acct_gather_energy/gpu: Slurm measures the GPUs of the jobs whose ConsumedEnergy it recorded
+    "slurm": {"consumed_energy": "gpus"},
+    "partitions": {
+        "h100": {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_tdp_w": TDP, "cpu_tdp_w_per_core": 10}
+    },
+}
+
+
+@dataclass
+class Truth:
+    rec: JobRecord
+    w: float  # W per GPU it drew
+    util: float  # % (what rated power x utilisation would use)
+    run: str
+
+
+def _site(seed: int = 7, run_sd: float = 0.12) -> list[Truth]:
+    """40 users, each with 2-3 recurring jobs (4-6 runs of 3-6 chained jobs each), and one-off jobs; a run
+    draws its job's level x exp(N(0, run_sd))."""
+    rnd = random.Random(seed)
+    out: list[Truth] = []
+    raw = 10_000
+    for u in range(40):
+        user = f"u{u:02d}"
+        t = T0 + timedelta(hours=rnd.uniform(0, 48))
+        for name in rnd.sample(["train-llm", "finetune", "pretrain", "sweep", "distill"], rnd.randint(2, 3)):
+            gpus = rnd.choice([1, 2, 4, 8])
+            level = TDP * rnd.uniform(0.2, 0.85)  # what this user's job draws: its model, batch, code
+            for r in range(rnd.randint(4, 6)):
+                run_w = level * math.exp(rnd.gauss(0.0, run_sd))  # this run's settings
+                t += timedelta(days=rnd.uniform(2, 5))
+                for _ in range(rnd.randint(3, 6)):
+                    hours = rnd.uniform(1.0, 6.0)
+                    w = run_w * math.exp(rnd.gauss(0.0, 0.05))
+                    rec = builders.job(
+                        raw, t, hours, user=user, partition="h100", node_list="g1", gpus=gpus,
+                        cpus=8 * gpus, name=name, queued=timedelta(minutes=2),
+                    )  # fmt: skip
+                    out.append(Truth(rec, w, rnd.uniform(70.0, 92.0), f"{user}/{name}/{r}"))
+                    raw += 1
+                    t += timedelta(hours=hours, minutes=rnd.uniform(1, 40))  # the next in the chain
+        for k in range(2):  # one-off jobs: nothing of the user's own to learn from
+            hours = rnd.uniform(0.5, 3.0)
+            rec = builders.job(
+                raw, t, hours, user=user, partition="h100", node_list="g1", gpus=1, name=f"x{k}"
+            )
+            out.append(Truth(rec, TDP * rnd.uniform(0.15, 0.8), rnd.uniform(70.0, 92.0), f"{user}/x{k}"))
+            raw += 1
+    return out
+
+
+def _held_out_runs(site: list[Truth], share: float = 0.3, seed: int = 3) -> set[str]:
+    runs = sorted({t.run for t in site})
+    return set(random.Random(seed).sample(runs, round(share * len(runs))))
+
+
+@pytest.mark.parametrize("run_sd", [0.12, 0.45])
+def test_held_out_runs_are_estimated_from_the_users_own_runs_with_ranges_that_hold(
+    engine: Engine, tmp_path: Path, cli_env: dict[str, str], run_sd: float
+) -> None:
+    """run_sd 0.12: runs of one job within +-12 % of each other; 0.45: as far apart as the real 8x H100
+    runs of one workload at different checkpoint intervals (143 to 441 W), where a user's past runs say
+    less: the estimate is still closer than rated power, and the range, learnt from held-out residuals,
+    widens so that it still holds about 80 % of the jobs."""
+    url = engine.url.render_as_string(hide_password=False)
+    cfg_path = builders.write_config(tmp_path / "cocaq.toml", url, base=False, **SITE)
+    cfg = load_config(cfg_path, {})
+    site = _site(run_sd=run_sd)
+    held = _held_out_runs(site)
+    for t in site:  # the learning runs measured by Slurm; the held-out ones measured by nothing
+        if t.run not in held:
+            t.rec.consumed_energy_j = t.w * t.rec.alloc_gpus * t.rec.elapsed_s
+    import_records(engine, [t.rec for t in site], cfg, source="sacct-json")
+    env = dict(cli_env, COCAQ_CONFIG=str(cfg_path), COLUMNS="160")
+    r = run_cocaq(["calibrate", "--refresh"], env)
+    assert r.code == 0, r.err
+    assert "the users' own jobs (" in r.err, r.err
+    if run_sd < 0.2:
+        assert "the users' own jobs (series and user) first" in r.err, r.err
+    assert run_cocaq(["recompute"], env).code == 0
+
+    with engine.connect() as c:
+        rows = {
+            raw: json.loads(a) if isinstance(a, str) else a
+            for raw, a in c.execute(
+                text("SELECT job_id_raw, assumptions FROM jobs WHERE energy_measured_j = 0")
+            )
+        }
+        gpu_j = dict(
+            c.execute(
+                text(
+                    "SELECT j.job_id_raw, e.energy_j FROM job_energy e JOIN jobs j ON j.id = e.job_pk "
+                    "WHERE e.component = 'gpu' AND e.method = 'estimated'"
+                )
+            ).all()
+        )
+    judged = [t for t in site if t.run in held]
+    assert {t.rec.job_id_raw for t in judged} == set(rows), "every held-out job estimated, no other"
+    err, rated_err, inside, bases = [], [], 0, []
+    for t in judged:
+        a = rows[t.rec.job_id_raw]
+        bases.append(a["gpu_basis"])
+        gpu_s = t.rec.alloc_gpus * t.rec.elapsed_s
+        assert gpu_j[t.rec.job_id_raw] == pytest.approx(a["gpu_w"] * gpu_s, rel=1e-3)  # what is stored
+        err.append(abs(a["gpu_w"] / t.w - 1.0))
+        rated_err.append(abs(TDP * t.util / 100.0 / t.w - 1.0))  # rated power x the job's utilisation
+        lo, hi = a["gpu_w_range"]
+        inside += lo <= t.w <= hi
+        assert "held out" in a["gpu_cell"]  # the range says what it rests on
+    cover = inside / len(judged)
+    med, rated = statistics.median(err), statistics.median(rated_err)
+    assert len(judged) > 500
+    # most held-out runs have earlier runs of the same job by the same user
+    if run_sd < 0.2:
+        assert bases.count(pb.BASIS_SERIES) > 0.6 * len(bases)
+    assert set(bases) <= {pb.BASIS_SERIES, pb.BASIS_USER, "calibrated-partition", "calibrated-model"}
+    assert med <= (0.5 if run_sd < 0.2 else 0.8) * rated, (med, rated)
+    assert 0.75 <= cover <= 0.85, cover
+
+    # `cocaq calibrate` prints each basis's held-out error and coverage, and the estimate as made
+    r = run_cocaq(["calibrate"], env)
+    assert r.code == 0, r.err
+    out = " ".join(r.out.split())
+    assert "How good the estimate is" in out and "the user's jobs of this name" in out, r.out
+    assert "The estimate as made" in out and "its 10-90% range held" in out, r.out
+    doc = json.loads(run_cocaq(["calibrate", "--format", "json"], env).out)
+    got = {b["basis"]: b for b in doc["held_out"]}
+    assert got["series"]["jobs"] >= pb.MIN_RESIDUALS
+    assert got["series"]["used"] or run_sd > 0.2
+    assert 0.7 <= got["chosen"]["coverage"] <= 0.9
+    # (Slurm's energy gives no utilisation: cocaq compares with rated power x [estimate] gpu_utilisation)
+    assert got["rated-util"]["jobs"] == 0 and got["rated-config"]["median_error"] > 0.5
+    assert got["chosen"]["median_error"] < 0.5 * got["rated-config"]["median_error"]
+    assert doc["user_cells"] > 100
+
+    # `cocaq job` names the basis and the range of one of them
+    one, basis = next((t, b) for t, b in zip(judged, bases, strict=True) if b in pb.KEYED_TEXT)
+    r = run_cocaq(["job", str(one.rec.job_id_raw)], env)
+    assert r.code == 0, r.err
+    out = " ".join(r.out.split())
+    whose = "of this name " if basis == pb.BASIS_SERIES else ""
+    assert f"what the user's own measured jobs {whose}drew: h100, {one.rec.user_name}'s " in out, out
+    assert "10-90%:" in out and "held out" in out, out
+
+
+# --- the parts --------------------------------------------------------------------------------------------
+
+
+def _s(
+    user: str,
+    name: str | None,
+    start_h: float,
+    hours: float,
+    w: float,
+    array: int | None = None,
+    part: str = "p",
+) -> Sample:
+    t = T0.timestamp() + start_h * 3600
+    return Sample("h100", part, w, hours, 80.0, TDP, user, name, 1, t, t + hours * 3600, array, int(start_h))
+
+
+def test_runs_are_chains_of_one_job_arrays_or_single_jobs() -> None:
+    ss = [
+        _s("a", "train", 0, 2, 100), _s("a", "train", 2.1, 2, 100),  # one chain
+        _s("a", "train", 4.1 + 13, 1, 100),  # 13 h later: a new run
+        _s("a", "eval", 2, 1, 100),  # another name: another run
+        _s("b", "train", 0, 2, 100),  # another user
+        _s("a", "train", 30, 1, 100, array=7), _s("a", "train", 90, 1, 100, array=7),  # one array
+        _s("a", None, 0, 1, 100), _s("a", None, 1.5, 1, 100),  # no name: each job its own run
+    ]  # fmt: skip
+    runs = pb.run_ids(ss)
+    assert runs[0] == runs[1] != runs[2]
+    assert len({runs[0], runs[2], runs[3], runs[4], runs[5], runs[7], runs[8]}) == 7
+    assert runs[5] == runs[6]
+
+
+def test_conformal_quantiles_take_the_finite_sample_rank() -> None:
+    xs = [float(i) for i in range(1, 10)]  # 9 values: (n + 1) x 0.9 = 9, (n + 1) x 0.1 = 1
+    assert conformal_quantile(xs, 0.9) == 9.0 and conformal_quantile(xs, 0.1) == 1.0
+    assert conformal_quantile(xs[:4], 0.9) == 4.0  # ceil(4.5) = 5 > n: the largest
+    assert math.isnan(conformal_quantile([], 0.5))
+
+
+def test_a_basis_that_does_not_help_is_not_used_and_few_jobs_widen_the_range() -> None:
+    """Users whose runs of one job alternate between two partitions whose GPUs draw 20 % and 90 % of their
+    rated power: the user's past says less than the partition, so the series and user bases are judged
+    worse than the table and left out; a handful of jobs gives a widened range that says so."""
+    rnd = random.Random(1)
+    ss = []
+    for u in range(30):
+        for r in range(5):
+            part, share = ("slow", 0.2) if r % 2 else ("fast", 0.9)
+            for j in range(3):
+                w = TDP * share * math.exp(rnd.gauss(0, 0.03))
+                ss.append(_s(f"u{u}", "job", u * 1000 + r * 48 + j * 2.0, 1.5, w, part=part))
+
+    from cocaq.accounting.calibrate import Calibration, build_cells
+
+    def table(train: Any) -> Calibration:
+        return Calibration(build_cells(train, (50.0,), T0), 5, (50.0,))
+
+    a = pb.assess(ss, table, lambda s: s.tdp_w, T0)
+    for basis in (pb.SERIES, pb.USER):
+        judged = a.bases[basis]
+        assert judged.jobs >= pb.MIN_RESIDUALS and not judged.used, judged
+        assert judged.err_instead is not None and judged.median_err is not None
+        assert judged.err_instead < judged.median_err
+    assert a.bases[pb.CHOSEN].median_err is not None and a.bases[pb.CHOSEN].median_err < 0.1
+    few = pb.assess(ss[:9], table, lambda s: s.tdp_w, T0)
+    lo, hi = few.bases[pb.TABLE].factors() if few.bases[pb.TABLE].jobs else (0.5, 2.0)
+    assert few.bases[pb.TABLE].widened and lo <= 0.5 and hi >= 2.0
