@@ -204,6 +204,17 @@ class Generator:
         # How hard each GPU job drives its GPUs around its kind's typical share of TDP (model size, batch
         # size, input pipeline): a stream of its own, so that everything else the demo draws stays as it was.
         self.power_rng = random.Random(seed + 5)
+        # What one user's job of one name draws, against its kind's typical share: as on real clusters,
+        # runs of one model differ by model size, batch, precision and code (real runs of one workload on
+        # 8 H100s drew 143 to 441 W per GPU), so the job's kind alone does not say its power (issue 35).
+        self.level_rng = random.Random(seed + 7)
+        self._levels: dict[tuple[str, str], float] = {}
+
+    def _level(self, user: str, name: str) -> float:
+        key = (user, name)
+        if key not in self._levels:
+            self._levels[key] = math.exp(self.level_rng.gauss(0.0, 0.35))
+        return self._levels[key]
 
     def _nodes(self, partition: str, n: int) -> list[str]:
         prefix, count, _, _ = PARTITIONS[partition]
@@ -295,6 +306,8 @@ class Generator:
             energy = None
             # (LLM runs keep their kind's power: their precision comparison rests on it)
             load = gpu_w * self.power_rng.uniform(0.75, 1.25) if gpus_per and kind != "llm" else gpu_w
+            if gpus_per and kind not in ("llm", "notebook"):
+                load = min(load * self._level(user, name), 0.95)
             if part in ("gpu_a100", "interactive"):  # IPMI energy accounting on the A100 nodes
                 base_w = 180.0 * nnodes * gpus_per / 8  # the job's share of fans, NICs, idle CPUs
                 gpu_w_each = 400 * load
