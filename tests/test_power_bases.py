@@ -10,6 +10,7 @@ computed here, from the generator's own truth, not from what cocaq reports of it
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import random
@@ -179,6 +180,20 @@ def test_held_out_runs_are_estimated_from_the_users_own_runs_with_ranges_that_ho
     whose = "of this name " if basis == pb.BASIS_SERIES else ""
     assert f"what the user's own measured jobs {whose}drew: h100, {one.rec.user_name}'s " in out, out
     assert "10-90%:" in out and "held out" in out, out
+    # ... and so does its e-mail, with the same power and range
+    from cocaq.reports.job_report import job_footprint
+    from cocaq.reports.render import render_jobs
+
+    with engine.connect() as c:
+        pk = c.execute(
+            text("SELECT id FROM jobs WHERE job_id_raw = :r"), {"r": one.rec.job_id_raw}
+        ).scalar_one()
+        report = job_footprint(c, cfg, pk)
+    a = rows[one.rec.job_id_raw]
+    lo, hi = a["gpu_w_range"]
+    said = f"GPUs estimated at {a['gpu_w']:,.0f} W each (10-90%: {lo:,.0f}-{hi:,.0f} W), what the user's own"
+    mail = render_jobs([report], cfg)
+    assert said in " ".join(mail.text.split()) and said in html.unescape(mail.html), mail.text
 
 
 # --- the parts --------------------------------------------------------------------------------------------
@@ -247,3 +262,11 @@ def test_a_basis_that_does_not_help_is_not_used_and_few_jobs_widen_the_range() -
     few = pb.assess(ss[:9], table, lambda s: s.tdp_w, T0)
     lo, hi = few.bases[pb.TABLE].factors() if few.bases[pb.TABLE].jobs else (0.5, 2.0)
     assert few.bases[pb.TABLE].widened and lo <= 0.5 and hi >= 2.0
+
+
+def test_a_hostile_job_name_is_inert_and_bounded_in_the_label() -> None:
+    key = pb.keyed_key(pb.SERIES, "eve", "\x1b[31mrm -rf\u202e" + "x" * 500, 2)
+    assert key is not None
+    words = pb.key_words(pb.SERIES, key)
+    assert "\x1b" not in words and "\u202e" not in words and len(words) < 100, words
+    assert words.startswith("eve's ?[31mrm -rf?") and words.endswith(" on 2 GPUs")

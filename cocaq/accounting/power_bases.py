@@ -35,6 +35,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from cocaq.accounting.quantiles import conformal_quantile, weighted_quantile
+from cocaq.textsafe import plain
 
 
 class Sample(Protocol):
@@ -111,18 +112,19 @@ def keyed_key(basis: str, user: str | None, name: str | None, gpus: int) -> str 
     if not user or gpus <= 0:
         return None
     if basis == SERIES:
-        return f"{user}{_SEP}{name}{_SEP}{gpus}" if name else None
+        return f"{user}{_SEP}{name.replace(_SEP, ' ')}{_SEP}{gpus}" if name else None
     return f"{user}{_SEP}{gpus}"
 
 
 def key_words(basis: str, key: str) -> str:
     """A key as a reader says it: "alice's train-llm on 8 GPUs"."""
-    parts = key.split(_SEP)
+    parts = [plain(p)[:60] for p in key.split(_SEP)]  # (a user's job name: any text, any length)
+    gpus = f"{parts[-1]} GPU" + ("" if parts[-1] == "1" else "s")
     if basis == SERIES and len(parts) == 3:
-        return f"{parts[0]}'s {parts[1]} on {parts[2]} GPUs"
+        return f"{parts[0]}'s {parts[1]} on {gpus}"
     if len(parts) == 2:
-        return f"{parts[0]}'s jobs on {parts[1]} GPUs"
-    return key
+        return f"{parts[0]}'s jobs on {gpus}"
+    return plain(key)[:120]
 
 
 @dataclass(frozen=True, slots=True)

@@ -770,15 +770,6 @@ def when_to_run_line(w: dict[str, Any] | None, start: Any, co2_kg: float) -> str
     )
 
 
-# whose measured jobs a calibrated GPU estimate rests on, by its basis (cocaq.accounting.calibrate)
-_MEASURED_BY = {
-    "calibrated-partition": "the site's measured jobs",
-    "calibrated-model": "the site's measured jobs",
-    "calibrated-series": "the user's own measured jobs of this name",
-    "calibrated-user": "the user's own measured jobs",
-}
-
-
 def gpu_basis_text(a: dict[str, Any]) -> str:
     """What a job's GPU estimate rests on, from its assumptions (cocaq.accounting.calibrate's basis
     labels)."""
@@ -787,7 +778,9 @@ def gpu_basis_text(a: dict[str, Any]) -> str:
     at = f" at {util:.0f}% utilisation by Slurm gres/gpuutil" if isinstance(util, int | float) else ""
     if basis == "slurm-gpuutil-rated":
         return f"{a.get('gpu_w', 0):,.0f} W per GPU{at} ({term(a.get('gpu_cell'))})"
-    whose = _MEASURED_BY.get(str(basis))
+    from cocaq.footprint.words import MEASURED_BY
+
+    whose = MEASURED_BY.get(str(basis))
     if whose:
         lo, hi = (a.get("gpu_w_range") or [None, None])[:2]
         rng = (

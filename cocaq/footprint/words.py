@@ -79,3 +79,37 @@ def model_words(model: str, framework: str | None) -> str:
     if model == UNNAMED:
         return UNNAMED_WORDS + (f", framework {framework}" if framework else "")
     return model + (f" ({framework})" if framework else "")
+
+
+# Whose measured jobs a calibrated GPU estimate rests on, by its basis (assumptions["gpu_basis"],
+# cocaq.accounting.calibrate and power_bases).
+MEASURED_BY = {
+    "calibrated-partition": "the site's measured jobs",
+    "calibrated-model": "the site's measured jobs",
+    "calibrated-series": "the user's own measured jobs of this name",
+    "calibrated-user": "the user's own measured jobs",
+}
+
+
+def gpu_estimate_words(a: dict[str, object] | None) -> str | None:
+    """What an estimate of a job's GPUs rests on, in one plain sentence (the e-mail's); None where its
+    GPUs were not estimated from a learnt or rated power."""
+    if not a or "gpu_basis" not in a or "gpu_w" not in a:
+        return None
+    w, cell = a.get("gpu_w"), a.get("gpu_cell")
+    if not isinstance(w, int | float):
+        return None
+    whose = MEASURED_BY.get(str(a["gpu_basis"]))
+    if whose is None:
+        tdp, share = a.get("gpu_tdp_w"), a.get("gpu_utilisation", 1.0)
+        if a["gpu_basis"] == "tdp" and isinstance(tdp, int | float) and isinstance(share, int | float):
+            why = f": {cell}" if cell else ""
+            return (
+                f"GPUs estimated from their rated power, {tdp:,.0f} W x {share:.0%} each, with no range{why}."
+            )
+        return f"GPUs estimated at {w:,.0f} W each" + (f" ({cell})." if cell else ".")
+    rng = a.get("gpu_w_range")
+    span = ""
+    if isinstance(rng, list | tuple) and len(rng) == 2 and all(isinstance(x, int | float) for x in rng):
+        span = f" (10-90%: {rng[0]:,.0f}-{rng[1]:,.0f} W)"
+    return f"GPUs estimated at {w:,.0f} W each{span}, what {whose} drew" + (f": {cell}." if cell else ".")
