@@ -783,6 +783,7 @@ class JobReport:
     notes: tuple[
         Advice, ...
     ] = ()  # what to change next time (cocaq.footprint.advice.job_notes), largest first
+    gpu_estimate: str | None = None  # what an estimate of its GPUs rests on (footprint.words)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import Connection, Table, func, select
 
@@ -143,4 +143,22 @@ def job_footprint(conn: Connection, cfg: Config, job_pk: int) -> JobReport:
         facts=facts,
         interactive=Sessions.of(cfg.advice).job(facts if facts is not None else j),
         notes=tuple(notes),
+        gpu_estimate=_gpu_estimate(j, est_j),
     )
+
+
+def _gpu_estimate(j: Any, est_j: float) -> str | None:
+    """The sentence on what the estimate of its GPUs rests on, where part of its energy is estimated."""
+    import json
+
+    from cocaq.footprint.words import gpu_estimate_words
+
+    if est_j <= 0 or not j.alloc_gpus:
+        return None
+    a = j.assumptions
+    if isinstance(a, str):
+        try:
+            a = json.loads(a)
+        except ValueError:
+            return None
+    return gpu_estimate_words(a if isinstance(a, dict) else None)

@@ -93,31 +93,26 @@ def _held_out_runs(site: list[Truth], share: float = 0.3, seed: int = 3) -> set[
     return set(random.Random(seed).sample(runs, round(share * len(runs))))
 
 
-@pytest.mark.parametrize("run_sd", [0.12, 0.45])
-def test_held_out_runs_are_estimated_from_the_users_own_runs_with_ranges_that_hold(
-    engine: Engine, tmp_path: Path, cli_env: dict[str, str], run_sd: float
-) -> None:
-    """run_sd 0.12: runs of one job within +-12 % of each other; 0.45: as far apart as the real 8x H100
-    runs of one workload at different checkpoint intervals (143 to 441 W), where a user's past runs say
-    less: the estimate is still closer than rated power, and the range, learnt from held-out residuals,
-    widens so that it still holds about 80 % of the jobs."""
-    url = engine.url.render_as_string(hide_password=False)
-    cfg_path = builders.write_config(tmp_path / "cocaq.toml", url, base=False, **SITE)
-    cfg = load_config(cfg_path, {})
-    site = _site(run_sd=run_sd)
-    held = _held_out_runs(site)
+DRAWS = 4
+
+
+def _draw(
+    engine: Engine, cfg: Any, env: dict[str, str], draw: int, run_sd: float
+) -> tuple[list[Truth], set[str], dict[int, Any], dict[int, float]]:
+    """One site with its held-out runs imported unmeasured, calibrated and recomputed through the CLI:
+    (the site, the held-out runs, each unmeasured job's assumptions, its estimated GPU energy)."""
+    site = _site(seed=7 + draw, run_sd=run_sd)
+    held = _held_out_runs(site, seed=3 + draw)
     for t in site:  # the learning runs measured by Slurm; the held-out ones measured by nothing
         if t.run not in held:
             t.rec.consumed_energy_j = t.w * t.rec.alloc_gpus * t.rec.elapsed_s
     import_records(engine, [t.rec for t in site], cfg, source="sacct-json")
-    env = dict(cli_env, COCAQ_CONFIG=str(cfg_path), COLUMNS="160")
     r = run_cocaq(["calibrate", "--refresh"], env)
     assert r.code == 0, r.err
-    assert "the users' own jobs (" in r.err, r.err
+    assert "judged on held-out runs to beat the table, and tried first: " in r.err, r.err
     if run_sd < 0.2:
-        assert "the users' own jobs (series and user) first" in r.err, r.err
+        assert "tried first: series, user" in r.err, r.err
     assert run_cocaq(["recompute"], env).code == 0
-
     with engine.connect() as c:
         rows = {
             raw: json.loads(a) if isinstance(a, str) else a
@@ -133,28 +128,58 @@ def test_held_out_runs_are_estimated_from_the_users_own_runs_with_ranges_that_ho
                 )
             ).all()
         )
-    judged = [t for t in site if t.run in held]
-    assert {t.rec.job_id_raw for t in judged} == set(rows), "every held-out job estimated, no other"
-    err, rated_err, inside, bases = [], [], 0, []
-    for t in judged:
-        a = rows[t.rec.job_id_raw]
-        bases.append(a["gpu_basis"])
-        gpu_s = t.rec.alloc_gpus * t.rec.elapsed_s
-        assert gpu_j[t.rec.job_id_raw] == pytest.approx(a["gpu_w"] * gpu_s, rel=1e-3)  # what is stored
-        err.append(abs(a["gpu_w"] / t.w - 1.0))
-        rated_err.append(abs(TDP * t.util / 100.0 / t.w - 1.0))  # rated power x the job's utilisation
-        lo, hi = a["gpu_w_range"]
-        inside += lo <= t.w <= hi
-        assert "held out" in a["gpu_cell"]  # the range says what it rests on
-    cover = inside / len(judged)
+    return site, held, rows, gpu_j
+
+
+@pytest.mark.parametrize("run_sd", [0.12, 0.45])
+def test_held_out_runs_are_estimated_from_the_users_own_runs_with_ranges_that_hold(
+    engine: Engine, tmp_path: Path, cli_env: dict[str, str], run_sd: float
+) -> None:
+    """run_sd 0.12: runs of one job within +-12 % of each other; 0.45: as far apart as the real 8x H100
+    runs of one workload at different checkpoint intervals (143 to 441 W), where a user's past runs say
+    less: the estimate is still closer than rated power, and the range, learnt from held-out residuals,
+    widens so that it still holds about 80 % of the jobs."""
+    url = engine.url.render_as_string(hide_password=False)
+    cfg_path = builders.write_config(tmp_path / "cocaq.toml", url, base=False, **SITE)
+    cfg = load_config(cfg_path, {})
+    env = dict(cli_env, COCAQ_CONFIG=str(cfg_path), COLUMNS="160")
+    # Four sites, each with its own draw of held-out runs: a site's coverage strays by several points
+    # from draw to draw (a run's jobs miss or hit together), their pooled coverage is what the range claims.
+    err: list[float] = []
+    rated_err: list[float] = []
+    covers: list[float] = []
+    inside = 0
+    for draw in range(DRAWS):
+        if draw:
+            with engine.begin() as c:
+                c.execute(text("DELETE FROM jobs"))
+        site, held, rows, gpu_j = _draw(engine, cfg, env, draw, run_sd)
+        judged = [t for t in site if t.run in held]
+        assert {t.rec.job_id_raw for t in judged} == set(rows), "every held-out job estimated, no other"
+        bases: list[str] = []
+        mine = 0
+        for t in judged:
+            a = rows[t.rec.job_id_raw]
+            bases.append(a["gpu_basis"])
+            gpu_s = t.rec.alloc_gpus * t.rec.elapsed_s
+            assert gpu_j[t.rec.job_id_raw] == pytest.approx(a["gpu_w"] * gpu_s, rel=1e-3)  # what is stored
+            err.append(abs(a["gpu_w"] / t.w - 1.0))
+            rated_err.append(abs(TDP * t.util / 100.0 / t.w - 1.0))  # rated power x the job's utilisation
+            lo, hi = a["gpu_w_range"]
+            mine += lo <= t.w <= hi
+            assert "held out" in a["gpu_cell"]  # the range says what it rests on
+        inside += mine
+        covers.append(mine / len(judged))
+        assert len(judged) > 400
+        # most held-out runs have earlier runs of the same job by the same user
+        if run_sd < 0.2:
+            assert bases.count(pb.BASIS_SERIES) > 0.6 * len(bases)
+        assert set(bases) <= {*pb.KEYED_TEXT, "calibrated-partition", "calibrated-model"}
+    cover = inside / len(err)
     med, rated = statistics.median(err), statistics.median(rated_err)
-    assert len(judged) > 500
-    # most held-out runs have earlier runs of the same job by the same user
-    if run_sd < 0.2:
-        assert bases.count(pb.BASIS_SERIES) > 0.6 * len(bases)
-    assert set(bases) <= {pb.BASIS_SERIES, pb.BASIS_USER, "calibrated-partition", "calibrated-model"}
     assert med <= (0.5 if run_sd < 0.2 else 0.8) * rated, (med, rated)
-    assert 0.75 <= cover <= 0.85, cover
+    assert 0.75 <= cover <= 0.85, (cover, covers)
+    assert all(0.65 <= c <= 0.95 for c in covers), covers
 
     # `cocaq calibrate` prints each basis's held-out error and coverage, and the estimate as made
     r = run_cocaq(["calibrate"], env)
@@ -265,7 +290,7 @@ def test_a_basis_that_does_not_help_is_not_used_and_few_jobs_widen_the_range() -
 
 
 def test_a_hostile_job_name_is_inert_and_bounded_in_the_label() -> None:
-    key = pb.keyed_key(pb.SERIES, "eve", "\x1b[31mrm -rf\u202e" + "x" * 500, 2)
+    key = pb.keyed_key(pb.SERIES, pb.Facts("eve", "\x1b[31mrm -rf\u202e" + "x" * 500, 2))
     assert key is not None
     words = pb.key_words(pb.SERIES, key)
     assert "\x1b" not in words and "\u202e" not in words and len(words) < 100, words

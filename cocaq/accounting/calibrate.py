@@ -206,18 +206,12 @@ class Calibration:
         return GpuPower(w, w * f_lo, w * f_hi, basis, f"{label}; {note}")
 
     def lookup_job(
-        self,
-        model: str | None,
-        partition: str | None,
-        util: float | None,
-        user: str | None,
-        name: str | None,
-        gpus: int,
+        self, model: str | None, partition: str | None, util: float | None, facts: pb.Facts | None
     ) -> GpuPower | str:
-        """The power for one job: the user's own measured jobs where they were judged to help, else
-        the table (`lookup`)."""
+        """The power for one job: the bases judged to help on held-out runs (the user's own measured
+        jobs, ...: power_bases) where one has a cell for it, else the table (`lookup`)."""
         for basis in self.keyed_used:
-            c = pb.keyed_lookup(self.keyed, basis, model, user, name, gpus)
+            c = pb.keyed_lookup(self.keyed, basis, model, facts) if facts is not None else None
             if c is not None:
                 label = (
                     f"{c.gpu_model}, {pb.key_words(basis, c.key)}: {c.jobs} jobs in {c.runs} runs, "
@@ -328,6 +322,12 @@ class Sample:
     end: float | None = None
     array_job_id: int | None = None
     job_pk: int = 0
+    cpus: int = 0
+    gpu_mem_mb: float | None = None  # Slurm's gres/gpumem
+    meta: str | None = None  # declared model, precision, batch size (power_bases.meta_of)
+
+    def facts(self) -> pb.Facts:
+        return pb.Facts(self.user, self.name, self.gpus, self.cpus, self.gpu_mem_mb, self.meta)
 
 
 @dataclass
@@ -350,7 +350,7 @@ class Learnt:
         )
         keyed = [b.basis for b in self.bases if b.basis in pb.KEYED_BASES and b.used]
         if keyed:
-            text += f"; the users' own jobs ({' and '.join(keyed)}) first, judged on held-out runs"
+            text += f"; judged on held-out runs to beat the table, and tried first: {', '.join(keyed)}"
         return text
 
 
@@ -404,6 +404,9 @@ def measured_samples(conn: Connection, cfg: Config, skipped: dict[str, int] | No
             j.start_time,
             j.end_time,
             j.array_job_id,
+            j.alloc_cpus,
+            j.slurm_gpu_mem_mb,
+            j.comment,
             m.gpu_util_pct,
             m.gpu_samples_s,
             meas.label("meas"),
@@ -415,6 +418,7 @@ def measured_samples(conn: Connection, cfg: Config, skipped: dict[str, int] | No
         .where(j.alloc_gpus > 0, j.is_open.is_(False))
         .group_by(j.id, j.partition, j.node_list, j.gpu_type, j.alloc_gpus, j.elapsed_s)
         .group_by(j.user_name, j.name, j.start_time, j.end_time, j.array_job_id)
+        .group_by(j.alloc_cpus, j.slurm_gpu_mem_mb, j.comment)
         .group_by(m.gpu_util_pct, m.gpu_samples_s)
         .having(meas > 0)  # (jobs nothing measured are most of a site's GPU jobs: left in the database)
     )
@@ -454,6 +458,7 @@ def measured_samples(conn: Connection, cfg: Config, skipped: dict[str, int] | No
             Sample(
                 model, r.partition or "", w, gpus * elapsed / 3600.0, util, hw.gpu_tdp_w, r.user_name,
                 r.name or None, gpus, _posix(r.start_time), _posix(r.end_time), r.array_job_id, r.id,
+                int(r.alloc_cpus or 0), r.slurm_gpu_mem_mb, pb.meta_of(r.comment),
             )
         )  # fmt: skip
     return out

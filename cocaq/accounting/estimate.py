@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from cocaq.accounting import power_bases as pb
 from cocaq.accounting.calibrate import BASIS_TDP, Calibration, GpuPower, job_gpu_model, tdp_power
 
 # The sources' names live in cocaq.accounting.sources (read without the estimating); here as they were.
@@ -276,13 +277,16 @@ class Estimator:
         gres type, and per user, name and GPU count where the user's own cells are used)."""
         cal = self.calibration
         key: tuple[Any, ...] = (profile, rec.partition, rec.gpu_type)
+        facts = None
         if cal is not None and cal.keyed_used:
-            key += (rec.user_name, rec.name, rec.alloc_gpus)
+            facts = pb.Facts(
+                rec.user_name, rec.name, rec.alloc_gpus, rec.alloc_cpus, rec.slurm_gpu_mem_mb,
+                pb.meta_of(rec.comment),
+            )  # fmt: skip
+            key += (facts,)
         hit = self._gpu.get(key)
         if hit is None:
-            power = gpu_power(
-                cal, self.cfg, rec.gpu_type, rec.partition, hw, None, rec.user_name, rec.name, rec.alloc_gpus
-            )
+            power = gpu_power(cal, self.cfg, rec.gpu_type, rec.partition, hw, None, facts)
             hit = (power, power.assumptions())
             if len(self._gpu) > 100_000:
                 self._gpu.clear()
@@ -379,9 +383,7 @@ def gpu_power(
     partition: str | None,
     hw: Hardware,
     util: float | None = None,
-    user: str | None = None,
-    name: str | None = None,
-    gpus: int = 0,
+    facts: pb.Facts | None = None,
 ) -> GpuPower:
     """W per GPU for the estimate of a job's GPUs: calibrated where the table (or the user's own
     measured jobs) has a cell, else TDP."""
@@ -390,5 +392,5 @@ def gpu_power(
         return tdp_power(hw, util_share, "calibration off ([estimate] calibrate = false)")
     if cal is None:
         return tdp_power(hw, util_share, "no measured GPU jobs learnt yet (cocaq calibrate)")
-    hit = cal.lookup_job(job_gpu_model(gpu_type, hw), partition, util, user, name, gpus)
+    hit = cal.lookup_job(job_gpu_model(gpu_type, hw), partition, util, facts)
     return tdp_power(hw, util_share, hit) if isinstance(hit, str) else hit

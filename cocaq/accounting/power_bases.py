@@ -3,13 +3,20 @@
 GPU utilisation says little about power on real GPUs (runs of one workload at 74-87 % utilisation drew
 143 to 441 W per H100); the same user's earlier runs of the same job say much more, because recurring
 training jobs are most of a GPU cluster's energy. So the estimate of a job nothing measured tries, in this
-order, and only where the site's data has it:
+order, and only where the site's data has the fact:
 
 1. ``series``: the same user's measured jobs of the same job name on the same GPU model and GPU count;
 2. ``user``: the same user's measured jobs on the same GPU model and GPU count;
-3. ``table``: the GPU model's cells (cocaq.accounting.calibrate: partition, then model; by utilisation
+3. ``meta``: measured jobs that declared the same model, precision and batch size in a `cocaq:` comment;
+4. ``gpumem``: measured jobs on as many GPUs that used as much GPU memory (Slurm's gres/gpumem, in
+   powers of two of GiB);
+5. ``shape``: measured jobs of the same GPU count and CPUs per GPU;
+6. ``table``: the GPU model's cells (cocaq.accounting.calibrate: partition, then model; by utilisation
    bucket where the job's utilisation is known, else over any);
-4. rated power x `[estimate] gpu_utilisation`.
+7. rated power x `[estimate] gpu_utilisation`.
+
+Model metadata given with `cocaq tag` or `cocaq.annotate()` (not in the comment) reaches the database
+after the job is imported, so the import's estimate does not see it.
 
 A basis is used only when, on held-out measured jobs, it beats what would be used in its place on the same
 jobs. Held out means grouped by run (FOLDS folds of whole runs, never random rows: a run's jobs are alike
@@ -67,6 +74,7 @@ class Sample(Protocol):
     def array_job_id(self) -> int | None: ...
     @property
     def job_pk(self) -> int: ...
+    def facts(self) -> Facts: ...
 
 
 class Power(Protocol):
@@ -85,12 +93,15 @@ class Table(Protocol):
 
 SERIES = "series"
 USER = "user"
+META = "meta"
+GPUMEM = "gpumem"
+SHAPE = "shape"
 TABLE = "table"
-KEYED_BASES = (SERIES, USER)  # most specific first
+KEYED_BASES = (SERIES, USER, META, GPUMEM, SHAPE)  # most specific first: the order they are tried in
 RUN_GAP_S = 12 * 3600.0  # a chained job waits in the queue; a new run of the same job starts later
 FOLDS = 5
 MIN_RESIDUALS = 20  # held-out jobs below which a basis is not judged, and its range is widened
-MIN_KEYED_JOBS = 3  # measured jobs a series or user cell needs to be used
+MIN_KEYED_JOBS = 3  # measured jobs a keyed cell needs to be used
 COVER = (0.1, 0.9)  # the range: 10th to 90th percentile
 WIDE_COVER = (0.05, 0.95)
 MIN_FACTOR = 2.0  # a widened range spans at least half to twice the estimate
@@ -100,20 +111,78 @@ CHOSEN = "chosen"  # the estimate as made: each job on the first basis used that
 REFERENCES = ("rated-util", "rated-config")  # judged beside the bases on the same held-out jobs
 BASIS_SERIES = "calibrated-series"  # assumptions["gpu_basis"] of an estimate on the series basis
 BASIS_USER = "calibrated-user"
-KEYED_BASIS = {SERIES: BASIS_SERIES, USER: BASIS_USER}
+KEYED_BASIS = {b: f"calibrated-{b}" for b in KEYED_BASES}
 KEYED_TEXT = {
     BASIS_SERIES: "the same user's measured jobs of this name on this GPU model and GPU count",
     BASIS_USER: "the same user's measured jobs on this GPU model and GPU count",
+    KEYED_BASIS[META]: "measured jobs of the same declared model, precision and batch size (cocaq: comment)",
+    KEYED_BASIS[GPUMEM]: "measured jobs that used as much GPU memory (Slurm's gres/gpumem)",
+    KEYED_BASIS[SHAPE]: "measured jobs of the same GPU count and CPUs per GPU",
 }
 
 
-def keyed_key(basis: str, user: str | None, name: str | None, gpus: int) -> str | None:
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What a job's estimate may rest on besides its GPU model and partition, where the site has it."""
+
+    user: str | None
+    name: str | None
+    gpus: int
+    cpus: int = 0
+    gpu_mem_mb: float | None = None  # Slurm's gres/gpumem (the largest of one task, over its GPUs)
+    meta: str | None = None  # model, precision and batch size from a `cocaq:` comment
+
+
+def meta_of(comment: str | None) -> str | None:
+    """The declared model, precision and batch size of a `cocaq:` comment, as one key; None without."""
+    if not comment or "cocaq:" not in comment.lower():
+        return None
+    from cocaq.ml.meta import parse_comment
+
+    m = parse_comment(comment)
+    model = m.get("model")
+    if not model:
+        return None
+    return _SEP.join(
+        str(m.get(k) or "").strip().lower().replace(_SEP, " ") for k in ("model", "precision", "batch_size")
+    )
+
+
+def _mem_bucket(mb: float | None) -> str | None:
+    """Powers of two of GiB: 0-1, 1-2, 2-4, ... 64-128, 128+."""
+    if mb is None or not math.isfinite(mb) or mb <= 0:
+        return None
+    gib = mb / 1024.0
+    if gib < 1:
+        return "0-1"
+    k = min(int(math.log2(gib)), 7)
+    return f"{2**k}-{2 ** (k + 1)}" if k < 7 else "128+"
+
+
+def _cpus_bucket(cpus: int, gpus: int) -> str:
+    per = cpus / gpus
+    for hi in (2, 4, 8, 16, 32):
+        if per <= hi:
+            return f"<={hi}"
+    return ">32"
+
+
+def keyed_key(basis: str, f: Facts) -> str | None:
     """The key of a job under a keyed basis; None where the job lacks the fact."""
-    if not user or gpus <= 0:
+    if f.gpus <= 0:
         return None
     if basis == SERIES:
-        return f"{user}{_SEP}{name.replace(_SEP, ' ')}{_SEP}{gpus}" if name else None
-    return f"{user}{_SEP}{gpus}"
+        return f"{f.user}{_SEP}{f.name.replace(_SEP, ' ')}{_SEP}{f.gpus}" if f.user and f.name else None
+    if basis == USER:
+        return f"{f.user}{_SEP}{f.gpus}" if f.user else None
+    if basis == META:
+        return f"{f.meta}{_SEP}{f.gpus}" if f.meta else None
+    if basis == GPUMEM:
+        b = _mem_bucket(f.gpu_mem_mb)
+        return f"{b}{_SEP}{f.gpus}" if b else None
+    if basis == SHAPE:
+        return f"{_cpus_bucket(f.cpus, f.gpus)}{_SEP}{f.gpus}" if f.cpus > 0 else None
+    return None
 
 
 def key_words(basis: str, key: str) -> str:
@@ -122,14 +191,21 @@ def key_words(basis: str, key: str) -> str:
     gpus = f"{parts[-1]} GPU" + ("" if parts[-1] == "1" else "s")
     if basis == SERIES and len(parts) == 3:
         return f"{parts[0]}'s {parts[1]} on {gpus}"
-    if len(parts) == 2:
+    if basis == USER and len(parts) == 2:
         return f"{parts[0]}'s jobs on {gpus}"
+    if basis == META and len(parts) == 4:
+        said = ", ".join(x for x in (parts[0], parts[1], f"batch {parts[2]}" if parts[2] else "") if x)
+        return f"{said} on {gpus}"
+    if basis == GPUMEM and len(parts) == 2:
+        return f"{parts[0]} GiB of GPU memory (gres/gpumem) on {gpus}"
+    if basis == SHAPE and len(parts) == 2:
+        return f"{parts[0]} CPUs per GPU on {gpus}"
     return plain(key)[:120]
 
 
 @dataclass(frozen=True, slots=True)
 class KeyedCell:
-    basis: str  # series, user
+    basis: str  # one of KEYED_BASES
     gpu_model: str
     key: str
     w_median: float
@@ -215,8 +291,9 @@ def keyed_cells(samples: Iterable[Sample], runs: Sequence[str] | None, now: date
     runs = runs if runs is not None else run_ids(samples)
     groups: dict[tuple[str, str, str], list[int]] = defaultdict(list)
     for i, s in enumerate(samples):
+        f = s.facts()
         for basis in KEYED_BASES:
-            k = keyed_key(basis, s.user, s.name, s.gpus)
+            k = keyed_key(basis, f)
             if k is not None:
                 groups[(basis, s.gpu_model, k)].append(i)
     out = []
@@ -233,16 +310,11 @@ def keyed_cells(samples: Iterable[Sample], runs: Sequence[str] | None, now: date
 
 
 def keyed_lookup(
-    cells: dict[tuple[str, str, str], KeyedCell],
-    basis: str,
-    model: str | None,
-    user: str | None,
-    name: str | None,
-    gpus: int,
+    cells: dict[tuple[str, str, str], KeyedCell], basis: str, model: str | None, f: Facts
 ) -> KeyedCell | None:
     if model is None:
         return None
-    key = keyed_key(basis, user, name, gpus)
+    key = keyed_key(basis, f)
     c = cells.get((basis, model, key)) if key is not None else None
     return c if c is not None and c.jobs >= MIN_KEYED_JOBS else None
 
@@ -282,7 +354,7 @@ def assess(
         for i in held:
             s = samples[i]
             for basis in KEYED_BASES:
-                c = keyed_lookup(kc, basis, s.gpu_model, s.user, s.name, s.gpus)
+                c = keyed_lookup(kc, basis, s.gpu_model, s.facts())
                 if c is not None:
                     pred[i][basis] = (c.w_median, basis)
             for variant, util in ((TABLE, None), (TABLE + "-util", s.util)):

@@ -147,6 +147,9 @@ def _bases_table(console: Console, bases: list[BasisStats], utilisation: float) 
     words = {
         "series": "the user's jobs of this name",
         "user": "the user's jobs",
+        "meta": "declared model (comment)",
+        "gpumem": "GPU memory (gres/gpumem)",
+        "shape": "GPUs and CPUs per GPU",
         "table": "GPU model, no utilisation",
         "table-util": "GPU model, by utilisation",
         CHOSEN: "the estimate as made",

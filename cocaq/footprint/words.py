@@ -88,6 +88,9 @@ MEASURED_BY = {
     "calibrated-model": "the site's measured jobs",
     "calibrated-series": "the user's own measured jobs of this name",
     "calibrated-user": "the user's own measured jobs",
+    "calibrated-meta": "measured jobs of the same declared model",
+    "calibrated-gpumem": "measured jobs using as much GPU memory",
+    "calibrated-shape": "measured jobs of the same shape",
 }
 
 
