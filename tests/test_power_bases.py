@@ -295,3 +295,37 @@ def test_a_hostile_job_name_is_inert_and_bounded_in_the_label() -> None:
     words = pb.key_words(pb.SERIES, key)
     assert "\x1b" not in words and "\u202e" not in words and len(words) < 100, words
     assert words.startswith("eve's ?[31mrm -rf?") and words.endswith(" on 2 GPUs")
+
+
+def test_keys_of_the_other_facts_and_a_declared_model_that_predicts_power() -> None:
+    f = pb.Facts("ann", "train", 4, 32, 3 * 1024 * 4, pb.meta_of("x; cocaq: model=Llama-3-8B precision=bf16"))
+    assert pb.keyed_key(pb.META, f) == "llama-3-8b\x1fbf16\x1f\x1f4"
+    assert pb.key_words(pb.META, "llama-3-8b\x1fbf16\x1f\x1f4") == "llama-3-8b, bf16 on 4 GPUs"
+    assert pb.keyed_key(pb.GPUMEM, f) == "8-16\x1f4" and pb.keyed_key(pb.SHAPE, f) == "<=8\x1f4"
+    bare = pb.Facts(None, None, 2)
+    assert [pb.keyed_key(b, bare) for b in pb.KEYED_BASES] == [None] * len(pb.KEYED_BASES)
+    assert pb.meta_of("cocaq: precision=bf16") is None and pb.meta_of("no metadata") is None
+    assert pb.keyed_key(pb.GPUMEM, pb.Facts("a", "b", 1, 4, float("nan"))) is None
+
+    # Each user runs anything; what they declared (the model) sets the power: the meta basis is chosen.
+    from dataclasses import replace
+
+    from cocaq.accounting.calibrate import Calibration, build_cells
+
+    rnd = random.Random(5)
+    levels = {"bert": 150.0, "llama": 600.0, "vit": 250.0, "unet": 400.0, "gpt2": 500.0, "t5": 200.0}
+    ss = []
+    for u in range(60):
+        for r in range(4):
+            m = rnd.choice(list(levels))
+            w = levels[m] * math.exp(rnd.gauss(0, 0.05))
+            s = _s(f"u{u}", f"job{r}", u * 1000 + r * 48, 1.5, w)
+            ss.append(replace(s, meta=pb.meta_of(f"cocaq: model={m}")))
+
+    def table(train: Any) -> Calibration:
+        return Calibration(build_cells(train, (50.0,), T0), 5, (50.0,))
+
+    a = pb.assess(ss, table, lambda s: s.tdp_w, T0)
+    assert a.bases[pb.META].used and a.bases[pb.META].median_err is not None
+    meta = a.bases[pb.META]
+    assert meta.median_err < 0.1 < meta.err_instead  # type: ignore[operator]  (what the table would do)
