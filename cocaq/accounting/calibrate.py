@@ -17,6 +17,10 @@ The lookup, for a job's model, partition and (when known) GPU utilisation, uses 
 at least `[estimate] calibrate_min_jobs` jobs: the partition's bucket, the model's bucket, the partition's
 "any", the model's "any"; with none (or an unknown model, or `calibrate = false`) the estimate stays TDP x
 utilisation. The basis is stored on the job (`assumptions`: gpu_basis, gpu_w, gpu_w_range, gpu_cell).
+
+Before the table, the bases of cocaq.accounting.power_bases (the user's own measured runs of the job,
+the declared model, gres/gpumem, the job's shape) are tried where held-out runs judged them to help; the
+range of every basis is then its held-out (split-conformal) interval instead of the cell's own spread.
 """
 
 from __future__ import annotations

@@ -167,13 +167,15 @@ def _bases_table(console: Console, bases: list[BasisStats], utilisation: float) 
         used = "reference" if b.basis.startswith("rated") else ("yes" if b.used else "no")
         if b.basis == CHOSEN:
             used = ""
+        elif not b.jobs:
+            used = "no data"  # no measured job has the fact, or none a cell to estimate from
         rows.append(
             [
                 render.term(words.get(b.basis, b.basis)),
                 used,
                 _pct(b.median_err),
                 _pct(b.coverage),
-                f"x{lo:.2f}-{hi:.2f}" + (" (wide)" if b.widened else ""),
+                (f"x{lo:.2f}-{hi:.2f}" + (" (wide)" if b.widened else "")) if b.jobs else "-",
                 _pct(b.p90_err),
                 f"{b.jobs:,} ({b.runs:,})",
                 _pct(b.err_instead),
