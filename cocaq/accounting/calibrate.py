@@ -274,8 +274,10 @@ def load(conn: Connection, cfg: Config) -> Calibration | None:
         return None
     cells = [_cell(r) for r in rows]
     try:
-        keyed = [_keyed(r) for r in conn.execute(select(GpuPowerKeyed.__table__))]
         bases = [_basis(r) for r in conn.execute(select(GpuPowerBasis.__table__))]
+        used = [b.basis for b in bases if b.used and b.basis in pb.KEYED_BASES]
+        kt = GpuPowerKeyed.__table__
+        keyed = [_keyed(r) for r in conn.execute(select(kt).where(kt.c.basis.in_(used)))] if used else []
     except (OperationalError, ProgrammingError):  # (a schema before 0018: the table alone)
         keyed, bases = [], []
     if not cells and not keyed:
