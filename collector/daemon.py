@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -33,6 +34,20 @@ SOURCE_MODULES = {"jobmeta": "cocaq.collector.ml_meta_source"}
 
 def node_name() -> str:
     return os.uname().nodename.split(".")[0]
+
+
+# What Slurm may call a node (slurm.conf NodeName): the characters the hooks accept in SLURMD_NODENAME.
+_SLURM_NODE = re.compile(r"[A-Za-z0-9._@+-]{1,128}")
+
+
+def slurm_node_name(states: dict[str, dict[str, Any]]) -> str | None:
+    """The node's name in Slurm (SLURMD_NODENAME), as the prologs of its running jobs recorded it."""
+    for st in states.values():
+        job = st.get("job")
+        name = job.get("node") if isinstance(job, dict) else None
+        if isinstance(name, str) and _SLURM_NODE.fullmatch(name):
+            return name
+    return None
 
 
 def _running(
@@ -100,6 +115,9 @@ class Collector:
             except (ValueError, TypeError, KeyError) as exc:
                 log.warning("%s: saved state unusable, starting afresh: %s", s.name, exc)
         self.last_ts: float | None = self.db.get_state("last_ts")
+        saved_node = self.db.get_state("node")
+        if isinstance(saved_node, str) and _SLURM_NODE.fullmatch(saved_node):
+            self.node = saved_node  # (Slurm's name for it, learnt from an earlier job's prolog)
         self.target: Target | None = None
         self.errors = 0
         self.cycles = 0
@@ -139,6 +157,7 @@ class Collector:
         now = time.time()
         dt = now - self.last_ts if self.last_ts and 0 < now - self.last_ts < 3600 else None
         states = running_jobs(self.cfg.spool_dir)
+        self._adopt_slurm_name(states)
         cycle = sources_mod.Cycle(ts=now, dt=dt, jobs=_running(self.cfg.spool_dir, now, states))
         for s in self.sources:
             try:
@@ -152,7 +171,7 @@ class Collector:
         left = self.last_jobs - set(cycle.jobs) if self.metrics is not None else set()
         records = self._end_records(left)
         cycle.energy.extend(self._end_jobs(records))
-        state = {"sources": {s.name: s.state() for s in self.sources}, "last_ts": now}
+        state = {"sources": {s.name: s.state() for s in self.sources}, "last_ts": now, "node": self.node}
         self.db.record_cycle(cycle.samples, cycle.energy, state)
         self._spool_events(cycle)
         self.db.finish_jobs(set(cycle.jobs))
@@ -168,6 +187,20 @@ class Collector:
             self._update_metrics(cycle, states, ended)
         self.last_jobs = set(cycle.jobs)
         return cycle
+
+    def _adopt_slurm_name(self, states: dict[str, dict[str, Any]]) -> None:
+        """Take Slurm's name for the node where it is not the host's short name (NodeName vs NodeHostname):
+        the hooks store what they measure under Slurm's name, the one sacct's NodeList uses, so with two
+        names one node's GPUs and CPUs would be stored, and counted, twice."""
+        name = slurm_node_name(states)
+        if name is not None and name != self.node:
+            log.warning(
+                "node: Slurm calls this node %r (SLURMD_NODENAME), not %r: the collector's records use "
+                "Slurm's name from now on",
+                name,
+                self.node,
+            )
+            self.node = name
 
     def _update_metrics(
         self, cycle: sources_mod.Cycle, states: dict[str, dict[str, Any]], ended: list[EnergyRow]

@@ -207,3 +207,33 @@ def test_a_job_starting_between_two_cycles_gets_its_first_intervals_cpu_energy(
     cg2.set_cpu("313", 3610_000_000)
     assert {(x[0], x[2]): x[6] for x in _step(c2, clock).energy}[("313", "cpu")] == pytest.approx(100.0)
     c2.close()
+
+
+def test_a_node_slurm_names_otherwise_than_its_host_is_stored_under_slurms_name(
+    engine: Engine, tmp_path: Path, clock: Clock
+) -> None:
+    """slurm.conf's NodeName need not be the host name (NodeHostname): the hooks record under Slurm's name
+    (SLURMD_NODENAME, as sacct's NodeList has it), and the collector's own records must too, or one node's
+    energy is stored under two names and counted twice (found by bench/real_gpu_check.py)."""
+    url = engine.url.render_as_string(hide_password=False)
+    node, rapl, cg = _node(tmp_path, url)
+    node.hook("prolog", 311, SLURM_JOB_GPUS="1", SLURMD_NODENAME="gpu-n07")
+    cg.add_job("311", cpus="0-3")
+    c = Collector(load_config(node.config, {}))
+    c.sample()
+    rapl.add_joules("package-0", 500.0)
+    cg.set_cpu("311", 30_000_000)
+    _step(c, clock)
+    assert c.node == "gpu-n07"
+    node.hook("epilog", 311, SLURMD_NODENAME="gpu-n07")
+    _step(c, clock)
+    assert c.ship().error is None
+    c.close()
+    with engine.connect() as conn:
+        names = set(
+            conn.execute(text("SELECT DISTINCT node FROM node_energy WHERE job_id = '311'")).scalars()
+        )
+        sampled = set(conn.execute(text("SELECT DISTINCT node FROM samples")).scalars())
+    assert names == {"gpu-n07"} and sampled <= {"gpu-n07"}, (names, sampled)
+    # a restart keeps the name before any job runs again
+    assert Collector(load_config(node.config, {})).node == "gpu-n07"

@@ -238,3 +238,25 @@ def test_implausible_node_measurements_are_dropped_and_one_jobs_failure_stays_it
     for raw in (601, 602, 604):
         gpu = [r for r in _energy_rows(engine, raw) if r[0] == "gpu"]
         assert gpu and all(r[1] == "estimated" for r in gpu), (raw, gpu)
+
+
+def test_one_gpu_stored_under_two_node_names_counts_once(engine: Engine, tmp_path: Path) -> None:
+    """The hooks record under Slurm's node name and an older collector under the host's: the same GPU
+    UUID twice, under "vm" and "vm-host". It is one GPU: its energy counts once (the exact counter)."""
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = _cfg(tmp_path, url)
+    import_records(engine, [_job(520, T0)], cfg, source="sacct-json")
+    target = connect(url)
+    target.ship_events(target.cluster_id("c"), _event(520, T0, {"GPU-a": 900_000.0, "GPU-b": 700_000.0}))
+    t0, t1 = T0.timestamp(), T0.timestamp() + 3600
+    twin = [
+        {"component": "gpu", "device": u, "source": "nvml-power-integral", "method": "measured",
+         "energy_j": e, "t0": t0, "t1": t1, "job_start": t0, "final": True}
+        for u, e in {"GPU-a": 880_000.0, "GPU-b": 690_000.0}.items()
+    ]  # fmt: skip
+    ev = {"cluster": "c", "node": "vm-host", "job_id": "520", "job": {"user": "alice"}, "event": "end",
+          "uid": f"c/vm-host/520/end/{t1}", "ts": t1, "job_start": t0, "energy": twin}  # fmt: skip
+    target.ship_events(target.cluster_id("c"), [ev])
+    measured.refresh(engine, cfg)
+    gpu = [r for r in _energy_rows(engine, 520) if r[0] == "gpu"]
+    assert gpu == [("gpu", "measured", "nvml", 1_600_000.0)], gpu

@@ -124,6 +124,15 @@ def link_events(
     return res
 
 
+def _device_key(r: Any) -> tuple[str, str, str]:
+    """A measured device: a GPU by its UUID alone (unique on any node: the same GPU stored under Slurm's
+    node name and the host's, by an older collector, is one GPU), anything else by node and name."""
+    dev = r.device or ""
+    if r.component == "gpu" and dev.startswith(("GPU-", "MIG-")):
+        return ("", r.component, dev)
+    return (r.node, r.component, dev)
+
+
 def _best_per_device(rows: Iterable[Any]) -> list[Any]:
     """One value per device: the one that covers the most of the job (latest `t1`), then the exact one.
 
@@ -131,12 +140,12 @@ def _best_per_device(rows: Iterable[Any]) -> list[Any]:
     The epilog's two-reading trapezoid of a short job counts only where the device has nothing else.
     """
     rows = list(rows)
-    covered = {(r.node, r.component, r.device) for r in rows if r.source != EDGES_ONLY}
+    covered = {_device_key(r) for r in rows if r.source != EDGES_ONLY}
     best: dict[tuple[str, str, str], Any] = {}
     for r in rows:
-        if r.source == EDGES_ONLY and (r.node, r.component, r.device) in covered:
+        key = _device_key(r)
+        if r.source == EDGES_ONLY and key in covered:
             continue
-        key = (r.node, r.component, r.device)
         cur = best.get(key)
         if cur is None or (as_utc(r.t1), -SOURCE_RANK.get(r.source, 5)) > (
             as_utc(cur.t1),
