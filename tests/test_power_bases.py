@@ -185,7 +185,7 @@ def test_held_out_runs_are_estimated_from_the_users_own_runs_with_ranges_that_ho
     r = run_cocaq(["calibrate"], env)
     assert r.code == 0, r.err
     out = " ".join(r.out.split())
-    assert "How good the estimate is" in out and "the user's jobs of this name" in out, r.out
+    assert "How good the estimate is" in out and "user's jobs, same name" in out, r.out
     assert "The estimate as made" in out and "its 10-90% range held" in out, r.out
     doc = json.loads(run_cocaq(["calibrate", "--format", "json"], env).out)
     got = {b["basis"]: b for b in doc["held_out"]}

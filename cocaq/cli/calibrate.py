@@ -145,26 +145,26 @@ def _r(x: float | None) -> float | None:
 def _bases_table(console: Console, bases: list[BasisStats], utilisation: float) -> Table:
     """How each basis did on held-out runs, in the order the estimate tries them."""
     words = {
-        "series": "the user's jobs of this name",
-        "user": "the user's jobs",
-        "meta": "declared model (comment)",
-        "gpumem": "GPU memory (gres/gpumem)",
-        "shape": "GPUs and CPUs per GPU",
-        "table": "GPU model, no utilisation",
-        "table-util": "GPU model, by utilisation",
+        "series": "user's jobs, same name",
+        "user": "user's jobs",
+        "meta": "declared model",
+        "gpumem": "GPU memory (gpumem)",
+        "shape": "GPUs, CPUs per GPU",
+        "table": "GPU model",
+        "table-util": "GPU model + utilisation",
         CHOSEN: "the estimate as made",
-        "rated-util": "rated x its utilisation",
+        "rated-util": "rated x utilisation",
         "rated-config": f"rated x {utilisation:g}",
     }
     title = "How good the estimate is: measured jobs held out by run, estimated as if nothing measured them"
     cols = [
         ("basis", 0), ("used", 0), ("median error", 0), ("range held", 0), ("range", 1), ("p90 error", 2),
-        ("jobs (runs)", 1), ("instead", 3),
+        ("jobs", 0), ("runs", 2), ("instead", 3),
     ]  # fmt: skip
     rows = []
     for b in bases:
         lo, hi = b.factors()
-        used = "reference" if b.basis.startswith("rated") else ("yes" if b.used else "no")
+        used = "ref." if b.basis.startswith("rated") else ("yes" if b.used else "no")
         if b.basis == CHOSEN:
             used = ""
         elif not b.jobs:
@@ -177,7 +177,8 @@ def _bases_table(console: Console, bases: list[BasisStats], utilisation: float) 
                 _pct(b.coverage),
                 (f"x{lo:.2f}-{hi:.2f}" + (" (wide)" if b.widened else "")) if b.jobs else "-",
                 _pct(b.p90_err),
-                f"{b.jobs:,} ({b.runs:,})",
+                f"{b.jobs:,}",
+                f"{b.runs:,}",
                 _pct(b.err_instead),
             ]
         )
