@@ -510,6 +510,13 @@ class Alerts:
 
 
 STUDY_ARMS = ("emailed", "hold-out")
+# The study's outcomes by name (cocaq.study.analysis.OUTCOMES defines them; a test keeps the two equal):
+# `[study] primary` names one of them.
+STUDY_OUTCOMES = (
+    "idle_gpu_energy_share", "idle_gpu_hours_share", "failed_kwh_per_user", "gpu_util", "kwh_per_gpu_hour",
+    "co2_per_user",
+)  # fmt: skip
+STUDY_PRIMARY = "idle_gpu_hours_share"
 
 
 @dataclass(frozen=True)
@@ -537,7 +544,15 @@ class Study:
         metadata={"doc": "months before the start that stratify the draw and are each user's baseline"},
     )
     bootstrap: int = field(
-        default=2000, metadata={"doc": "bootstrap resamples for the intervals, 200 to 100000"}
+        default=2000,
+        metadata={"doc": "bootstrap resamples and re-randomisations for the intervals, 200 to 100000"},
+    )
+    primary: str = field(
+        default=STUDY_PRIMARY,
+        metadata={
+            "doc": "the one outcome the study is judged by, declared before it starts (kept with the "
+            "study at its first draw): " + ", ".join(STUDY_OUTCOMES)
+        },
     )
 
 

@@ -46,6 +46,7 @@ from cocaq.config import (
     Retention,
     Shifting,
     Slurm,
+    STUDY_OUTCOMES,
     Study,
     parse_listen,
 )
@@ -609,6 +610,12 @@ def _study(t: Any) -> Study:
             if n != int(n):
                 raise ConfigError(f"config: study.{k}: expected a whole number, got {t[k]!r}")
             v[k] = int(n)
+    if "primary" in t:
+        if t["primary"] not in STUDY_OUTCOMES:
+            raise ConfigError(
+                f"config: study.primary: expected one of {', '.join(STUDY_OUTCOMES)}, got {t['primary']!r}"
+            )
+        v["primary"] = t["primary"]
     out = replace(Study(), **v)
     if out.end is not None and (out.start is None or out.end < out.start):
         raise ConfigError(f"config: study.end ({out.end}) needs a study.start on or before it")

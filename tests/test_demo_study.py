@@ -24,7 +24,7 @@ def test_the_study_demo_runs_the_study_end_to_end(tmp_path: Path, cli_env: dict[
     assert d["start"] == got["start"] and len(d["months"]) == 3 and d["baseline"][-1] < d["start"]
     assert d["arms"]["hold-out"] == status["arms"]["hold-out"]["users"] >= 3
     assert d["arms"]["emailed"] == status["arms"]["emailed"]["users"] > d["arms"]["hold-out"]
-    idle = next(o for o in d["outcomes"] if o["outcome"]["name"] == "idle_hours_share")
+    idle = next(o for o in d["outcomes"] if o["outcome"]["name"] == "idle_gpu_hours_share")
     # a small site: its estimate is there, with its interval, but no interval is asked to exclude zero
     assert (
         idle["did"]["n_emailed"] > 0 and idle["did"]["rel"] is not None and idle["did"]["rel_lo"] is not None
@@ -55,7 +55,7 @@ def test_the_demo_site_shows_the_planted_effect_within_its_interval(
     env = dict(cli_env, COCAQ_CONFIG=got["config"], COCAQ_DATABASE_URL=url)
     d = json.loads(run_cocaq(["study", "report", "-o", "json"], env).out)
     assert d["arms"] == {"emailed": 130, "hold-out": 32}
-    idle = next(o for o in d["outcomes"] if o["outcome"]["name"] == "idle_hours_share")
+    idle = next(o for o in d["outcomes"] if o["outcome"]["name"] == "idle_gpu_hours_share")
     first, *later = idle["did_by_month"]
     assert first["month"] == "2026-08" and first["rel_lo"] < 0 < first["rel_hi"]  # the e-mail just arrived
     for m in later:

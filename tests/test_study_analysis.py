@@ -96,7 +96,7 @@ def test_a_planted_cut_of_idle_gpus_is_found_within_its_interval() -> None:
     for seed in seeds:
         p, arms = _population(seed, effect=0.2)
         truth_p, _ = _population(seed, effect=0.0)  # the same users and noise without the e-mails' effect
-        idle = _result(_report(p, arms, resamples=500), "idle_share")
+        idle = _result(_report(p, arms, resamples=500), "idle_gpu_energy_share")
         true_rel = _true_rel(p, truth_p, arms, MONTHS)
         assert true_rel == pytest.approx(-0.2 * 2 / 3, abs=0.03)  # two of the three study months
         d = idle.did
@@ -119,7 +119,7 @@ def test_a_planted_cut_of_idle_gpus_is_found_within_its_interval() -> None:
 def test_the_report_of_a_planted_effect_reads_as_found() -> None:
     p, arms = _population(2, effect=0.2)
     rep = _report(p, arms)
-    idle = _result(rep, "idle_share")
+    idle = _result(rep, "idle_gpu_energy_share")
     d = idle.did
     assert d.rel is not None and d.rel_hi is not None and d.rel_hi < 0
     with_baseline = set(p[p["month"].isin(BASELINE)]["user"])  # (a user may have run nothing then)
@@ -147,7 +147,7 @@ def test_a_heavy_users_busy_month_does_not_move_the_change_from_baseline() -> No
     p.loc[
         at, ["energy_kwh", "gpu_kwh", "idle_kwh", "gpu_hours", "idle_hours", "util_energy", "util_weighted"]
     ] *= 5.0
-    idle = _result(_report(p, arms), "idle_share")
+    idle = _result(_report(p, arms), "idle_gpu_energy_share")
     for _, e in (*idle.did_by_month, ("pooled", idle.did)):
         assert e.rel == pytest.approx(0.0, abs=1e-12) and e.diff == pytest.approx(0.0, abs=1e-12)
     assert abs(dict(idle.by_month)[MONTHS[1]].rel or 0.0) > 0.01  # the arms' ratios of sums did move
@@ -159,7 +159,7 @@ def test_no_effect_planted_the_interval_covers_zero_in_at_least_nine_seeds_of_te
     for seed in seeds:
         p, arms = _population(100 + seed, n=150, effect=0.0)
         rep = _report(p, arms, resamples=400, seed=seed)
-        idle = _result(rep, "idle_share")
+        idle = _result(rep, "idle_gpu_energy_share")
         covered["did"] += (idle.did.diff_lo or 0) <= 0 <= (idle.did.diff_hi or 0)
         covered["pooled"] += (idle.pooled.diff_lo or 0) <= 0 <= (idle.pooled.diff_hi or 0)
     assert covered["did"] >= 0.9 * len(seeds), covered
@@ -183,7 +183,7 @@ def test_users_who_left_joined_or_were_never_drawn_are_counted() -> None:
     assert rep.joined == {EMAILED: 0, HOLDOUT: 1}
     assert sum(rep.arms.values()) == 101 and sum(rep.opted_out.values()) == 1
     assert any("1 users with jobs in the study months were never drawn" in n for n in rep.notes)
-    idle = _result(rep, "idle_share")
+    idle = _result(rep, "idle_gpu_energy_share")
     assert idle.did.n_emailed + idle.did.n_holdout <= 100  # the joiner has no baseline: not in the DiD
     assert idle.pooled.n_emailed + idle.pooled.n_holdout == 101  # ... but in the comparison of arms
     # per-user outcomes count a user without jobs as zero, not as absent

@@ -66,7 +66,7 @@ def test_the_report_reads_the_rollups_and_the_arms(engine: Engine, tmp_path: Pat
     assert co2.did.rel is not None and co2.did.rel == pytest.approx(-0.2, abs=0.08)
     assert co2.did.n_emailed == 24 and co2.did.n_holdout == 6
     # no samples: no idle energy to compare, and the report says so rather than inventing a figure
-    idle = next(r for r in rep.outcomes if r.outcome.name == "idle_share")
+    idle = next(r for r in rep.outcomes if r.outcome.name == "idle_gpu_energy_share")
     assert idle.did.rel is None and idle.sentence.endswith("not enough data to compare the arms yet.")
 
 
@@ -105,7 +105,7 @@ def test_cocaq_study_report_through_the_cli(engine: Engine, tmp_path: Path, cli_
     d = json.loads(r.out)
     assert d["study"] == "2026-09/seed 7" and d["arms"] == {"emailed": 24, "hold-out": 6}
     names = [o["outcome"]["name"] for o in d["outcomes"]]
-    assert names[:2] == ["idle_share", "idle_hours_share"] and "co2_per_user" in names
+    assert names[:2] == ["idle_gpu_energy_share", "idle_gpu_hours_share"] and "co2_per_user" in names
     co2 = d["outcomes"][names.index("co2_per_user")]
     assert co2["did"]["n_emailed"] == 24 and [m["month"] for m in co2["by_month"]] == d["months"]
     assert [m["month"] for m in co2["did_by_month"]] == d["months"]  # each month against the baseline

@@ -47,12 +47,12 @@ class Outcome:
 
 OUTCOMES: tuple[Outcome, ...] = (
     Outcome(
-        "idle_share", "the share of GPU energy drawn by idle GPUs", "%", "idle_kwh", "gpu_kwh", True, 100.0
+        "idle_gpu_energy_share", "the share of GPU energy drawn by idle GPUs", "%", "idle_kwh", "gpu_kwh", True, 100.0
     ),
     Outcome(
-        "idle_hours_share", "the share of GPU-hours held idle", "%", "idle_hours", "gpu_hours", True, 100.0
+        "idle_gpu_hours_share", "the share of GPU-hours held idle", "%", "idle_hours", "gpu_hours", True, 100.0
     ),
-    Outcome("failed_kwh", "the energy of failed jobs per user and month", "kWh", "failed_kwh", None, True),
+    Outcome("failed_kwh_per_user", "the energy of failed jobs per user and month", "kWh", "failed_kwh", None, True),
     Outcome("gpu_util", "energy-weighted GPU utilisation", "%", "util_weighted", "util_energy", False),
     Outcome("kwh_per_gpu_hour", "energy per GPU-hour", "kWh/GPU-h", "energy_kwh", "gpu_hours", True),
     Outcome("co2_per_user", "CO2 per user and month", "kg", "co2_kg", None, True),
