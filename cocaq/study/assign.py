@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, exists, func, or_, select, update
+from sqlalchemy import Connection, Engine, and_, exists, func, or_, select, update
 
 from cocaq.config import STUDY_ARMS, Config, Study
 from cocaq.db.coltypes import as_utc
@@ -345,7 +345,7 @@ class HoldOut:
 
     @property
     def reason(self) -> str:
-        return f"study hold-out ({self.key})"
+        return hold_out_reason(self.key)
 
     def __contains__(self, user: object) -> bool:
         return user in self.users
@@ -397,6 +397,37 @@ def record_skips(
     ]  # fmt: skip
     with engine.begin() as conn:
         return len(_insert_ignore(conn, SentReport.__table__, rows))
+
+
+def hold_out_reason(key: str) -> str:
+    """What the ledger records for an e-mail held back from a hold-out user of study `key`."""
+    return f"study hold-out ({key})"
+
+
+def first_contacts(conn: Connection, study: Study, key: str) -> dict[str, datetime]:
+    """user -> when the study first reached them: an e-mailed user's first study e-mail delivered
+    (`sent_reports` sent), a held-out user's first e-mail held back (`skipped`, the hold-out's reason).
+
+    Both are the moment cocaq had an e-mail for the user while the study ran, which is set by what the
+    user did before any e-mail of the study could act on them (a month with jobs, a job asked about, a
+    job found idle), so it is the same in either arm and the arms stay comparable from it. A study
+    e-mail is one a hold-out user would have been denied: sent while the study ran, or a monthly report
+    judged when its month ended, if that is later (cocaq.reports.batch). Users never reached have no
+    entry (no job since the start, no address, opted out before any e-mail)."""
+    w = window(study)
+    S, A = SentReport, StudyArm
+    judged = or_(S.sent_at >= w.start, and_(S.kind.like("user-monthly%"), S.period_end >= w.start))
+    sent = and_(A.arm == EMAILED, S.status == "sent", judged)
+    if w.end is not None:
+        sent = and_(sent, S.sent_at < w.end)
+    held = and_(A.arm == HOLDOUT, S.status == "skipped", S.error == hold_out_reason(key))
+    q = (
+        select(S.user_name, func.min(S.sent_at))
+        .join(A, and_(A.user_name == S.user_name, A.study == key))
+        .where(S.sent_at.is_not(None), or_(sent, held))
+        .group_by(S.user_name)
+    )
+    return {str(u): as_utc(t) for u, t in conn.execute(q) if t is not None}
 
 
 # --- what `cocaq study status` shows -----------------------------------------------------------------------
