@@ -29,6 +29,7 @@ from cocaq.config import (
     MAIL_TRANSPORTS,
     SLURM_BACKENDS,
     SMTP_SECURITY,
+    STUDY_OUTCOMES,
     Advice,
     Aggregate,
     Alerts,
@@ -46,7 +47,6 @@ from cocaq.config import (
     Retention,
     Shifting,
     Slurm,
-    STUDY_OUTCOMES,
     Study,
     parse_listen,
 )

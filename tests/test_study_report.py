@@ -13,7 +13,7 @@ from sqlalchemy import Engine, insert
 
 from cocaq.accounting.aggregate import run_aggregate
 from cocaq.accounting.importer import import_records
-from cocaq.db.schema import StudyArm
+from cocaq.db.schema import SentReport, StudyArm
 from tests.builders import config
 from tests.builders import job as _job
 
@@ -46,6 +46,20 @@ def _site(engine: Engine, tmp_path: Path, users: int = 30):  # type: ignore[no-u
                 {"study": f"{cfg.study.start}/seed {cfg.study.seed}", "user_name": f"u{i:02d}", "arm": "hold-out" if f"u{i:02d}" in held else "emailed",
                  "stratum": 1 + i % 4, "gpu_hours_before": 0.0, "draw": i / users,
                  "assigned_at": datetime(2026, 9, 1, tzinfo=UTC)}
+                for i in range(users)
+            ],
+        )  # fmt: skip
+        # the ledger of the senders: the report of August delivered to the e-mailed users on 1 September,
+        # held back from the hold-out (where each user's study months start: the day after)
+        key = f"{cfg.study.start}/seed {cfg.study.seed}"
+        c.execute(
+            insert(SentReport),
+            [
+                {"kind": "user-monthly", "recipient": f"u{i:02d}@example.org", "user_name": f"u{i:02d}",
+                 "period_start": datetime(2026, 8, 1, tzinfo=UTC), "period_end": datetime(2026, 9, 1, tzinfo=UTC),
+                 "sent_at": datetime(2026, 9, 1, 6, tzinfo=UTC),
+                 "status": "skipped" if f"u{i:02d}" in held else "sent",
+                 "error": f"study hold-out ({key})" if f"u{i:02d}" in held else None}
                 for i in range(users)
             ],
         )  # fmt: skip
@@ -86,7 +100,9 @@ def test_the_admin_report_has_the_study_section(engine: Engine, tmp_path: Path) 
     assert "DO THE E-MAILS WORK? THE STUDY 2026-09/seed 7" in mail.text
     assert "6 held out, 24 e-mailed" in mail.text
     co2 = next(r for r in m.study.outcomes if r.outcome.name == "co2_per_user")
-    assert co2.sentence in mail.text and "17% lower" in co2.sentence  # (6 held out: a wide interval)
+    # (their jobs a fifth shorter from 1 September; their study months from 2 September, the day after the
+    # report of August reached them)
+    assert co2.sentence in mail.text and "18% lower for e-mailed users" in co2.sentence
     assert co2.months_text.startswith("2026-09: ") and f"month by month: {co2.months_text}" in mail.text
     said = str(escape(co2.sentence))  # (as the HTML templates escape it)
     assert 'id="study"' in mail.html and said in mail.html
@@ -105,7 +121,15 @@ def test_cocaq_study_report_through_the_cli(engine: Engine, tmp_path: Path, cli_
     d = json.loads(r.out)
     assert d["study"] == "2026-09/seed 7" and d["arms"] == {"emailed": 24, "hold-out": 6}
     names = [o["outcome"]["name"] for o in d["outcomes"]]
-    assert names[:2] == ["idle_gpu_energy_share", "idle_gpu_hours_share"] and "co2_per_user" in names
+    # the primary outcome first, then the secondary ones in their order, each Holm-corrected
+    assert (
+        d["primary"] == "idle_gpu_hours_share"
+        and [o["primary"] for o in d["outcomes"]] == [True] + [False] * 5
+    )
+    assert names[:3] == ["idle_gpu_hours_share", "idle_gpu_energy_share", "failed_kwh_per_user"]
+    assert d["outcomes"][0]["p_holm"] is None and all(o["p_holm"] is not None for o in d["outcomes"][4:])
+    assert "first whole UTC day after the study first reached them" in d["counting"]
+    assert d["unreached"] == {"emailed": 0, "hold-out": 0}
     co2 = d["outcomes"][names.index("co2_per_user")]
     assert co2["did"]["n_emailed"] == 24 and [m["month"] for m in co2["by_month"]] == d["months"]
     assert [m["month"] for m in co2["did_by_month"]] == d["months"]  # each month against the baseline
@@ -114,7 +138,7 @@ def test_cocaq_study_report_through_the_cli(engine: Engine, tmp_path: Path, cli_
     assert t.code == 0 and "change from baseline" in t.out and co2["sentence"][:40] in " ".join(t.out.split())
     assert "2026-09 vs baseline" in t.out and "2026-10 vs baseline" in t.out
     # an arm's change from its baseline is signed; a share's is in percentage points, not a relative %
-    co2_rows = t.out[t.out.index("CO2 per user and month") :].splitlines()
+    co2_rows = t.out[t.out.index("CO2 per user and month (kg") :].splitlines()
     row = next(line for line in co2_rows if line.startswith("change from baseline"))
     assert re.search(r"│ +[+-][\d.,]+ │ +[+-][\d.,]+ │", row), row
     from cocaq.cli.study_report import _change

@@ -33,12 +33,34 @@ def _change(x: float | None, unit: str) -> str:
     return _num(x, unit, signed=True)
 
 
-def _rel(e: Estimate) -> str:
-    if e.rel is None:
+def _rel(e: Estimate, unit: str = "") -> str:
+    """The arms' difference: relative where it is read so, else in the unit (a share's in points)."""
+    if e.relative:
+        return f"{e.rel:+.0%} ({e.rel_lo:+.0%} to {e.rel_hi:+.0%})"
+    if e.diff is None:
         return "-"
-    if e.rel_lo is None or e.rel_hi is None:
-        return f"{e.rel:+.0%}"
-    return f"{e.rel:+.0%} ({e.rel_lo:+.0%} to {e.rel_hi:+.0%})"
+    if e.diff_lo is None or e.diff_hi is None:
+        return _change(e.diff, unit)
+    return f"{_change(e.diff, unit)} ({_change(e.diff_lo, unit)} to {_change(e.diff_hi, unit)})"
+
+
+def summary_lines(rep: StudyReport) -> list[str]:
+    """The study's findings in words: the primary outcome's headline, then the secondary outcomes with
+    what their number means; the same words as the admin report's section."""
+    out: list[str] = []
+    head = rep.headline
+    if head is None:
+        return out
+    d = head.did
+    p = f"p = {d.p:.2g}; " if d.p is not None else ""
+    out.append(f"Primary outcome ({rep.declared}):")
+    out.append(
+        f"  {head.sentence} ({p}{d.n_emailed} e-mailed and {d.n_holdout} held-out users with a baseline)"
+    )
+    n = len(rep.secondary)
+    out.append(f"Secondary outcomes ({n}): {rep.caveat}")
+    out += [f"  - {r.sentence}" for r in rep.secondary]
+    return out
 
 
 def print_report(rep: StudyReport, console: Any) -> None:
@@ -57,31 +79,40 @@ def print_report(rep: StudyReport, console: Any) -> None:
         + "; opted out of e-mails (kept in their arm): "
         + ", ".join(f"{a} {n}" for a, n in rep.opted_out.items())
     )
+    console.print(f"How the study months are counted: {rep.counting}.")
     for note in rep.notes:
         console.print(f"[yellow]{note}[/]")
     if not rep.outcomes:
         return
     months = ", ".join(rep.months)
-    console.print(f"Months with data: {months}; 95% intervals from {rep.resamples:,} resamples")
+    for line in summary_lines(rep):
+        console.print(line, markup=False)
+    console.print(
+        f"Month by month (months with data: {months}). 95% intervals: the change from baseline over the "
+        f"study months by {rep.resamples:,} re-draws of the arms within their strata (a randomisation "
+        f"test); the rest from {rep.resamples:,} bootstrap resamples of users."
+    )
     for r in rep.outcomes:
         o = r.outcome
-        t = Table(title=f"{o.label} ({o.unit})", title_justify="left", show_edge=False, pad_edge=False)
+        role = "primary" if r.primary else "secondary"
+        t = Table(
+            title=f"{o.label} ({o.unit}; {role})", title_justify="left", show_edge=False, pad_edge=False
+        )
         for col in ("", "e-mailed", "hold-out", "n", "e-mailed vs hold-out"):
             t.add_column(col, justify="left" if not col else "right", overflow="fold")
         for m, e in r.by_month:
             n = f"{e.n_emailed}/{e.n_holdout}"
-            t.add_row(m, _num(e.emailed, o.unit), _num(e.holdout, o.unit), n, _rel(e))
+            t.add_row(m, _num(e.emailed, o.unit), _num(e.holdout, o.unit), n, _rel(e, o.unit))
         p = r.pooled
         t.add_row("study months", _num(p.emailed, o.unit), _num(p.holdout, o.unit),
-                  f"{p.n_emailed}/{p.n_holdout}", _rel(p))  # fmt: skip
+                  f"{p.n_emailed}/{p.n_holdout}", _rel(p, o.unit))  # fmt: skip
         for m, d in r.did_by_month:
             t.add_row(f"{m} vs baseline", _change(d.emailed, o.unit), _change(d.holdout, o.unit),
-                      f"{d.n_emailed}/{d.n_holdout}", _rel(d))  # fmt: skip
+                      f"{d.n_emailed}/{d.n_holdout}", _rel(d, o.unit))  # fmt: skip
         d = r.did
         t.add_row("change from baseline", _change(d.emailed, o.unit), _change(d.holdout, o.unit),
-                  f"{d.n_emailed}/{d.n_holdout}", _rel(d))  # fmt: skip
+                  f"{d.n_emailed}/{d.n_holdout}", _rel(d, o.unit))  # fmt: skip
         console.print(t)
-        console.print(f"  {r.sentence}", soft_wrap=False)
 
 
 @study.command("report")

@@ -657,3 +657,15 @@ class StudySeed(Base):
     study: Mapped[str] = mapped_column(String(64), primary_key=True)  # its start month, "2026-09"
     seed: Mapped[str] = mapped_column(String(40))
     drawn_at: Mapped[datetime]
+
+
+class StudyProtocol(Base):
+    """What a study is judged by, kept at its first draw: before any e-mail is held back and before any of
+    its months has data, so that the primary outcome cannot be chosen after seeing the results. A later
+    `[study] primary` does not change it (the report says so)."""
+
+    __tablename__ = "study_protocols"
+
+    study: Mapped[str] = mapped_column(String(64), primary_key=True)  # the study's key (study_arms.study)
+    primary_outcome: Mapped[str] = mapped_column(String(64))  # cocaq.config.STUDY_OUTCOMES
+    declared_at: Mapped[datetime]

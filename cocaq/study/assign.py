@@ -319,7 +319,55 @@ def assign(
     s.drawn.update((r["arm"], r["stratum"]) for r in rows if r["user_name"] in added)
     s.already += len(rows) - len(added)  # a concurrent run drew them first
     s.opted_out = note_opted_out(conn, key, now, opted_out)
+    keep_protocol(conn, key, cfg.study, now)
     return s
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """What a study is judged by, as kept at its first draw (study_protocols)."""
+
+    primary: str
+    declared_at: datetime | None  # None: not kept (the config's choice is used)
+    configured: str  # `[study] primary` now
+
+    def words(self, start: datetime) -> str:
+        """How the primary outcome was declared, for the report."""
+        if self.declared_at is None:
+            return (
+                "named in the config ([study] primary); not yet kept with the study (its next draw keeps it)"
+            )
+        when = f"{self.declared_at:%Y-%m-%d}"
+        said = (
+            f"declared at the study's first draw, {when}, before any of its e-mails"
+            if self.declared_at <= start
+            else f"kept with the study on {when}, after it began (it was drawn by an older cocaq)"
+        )
+        if self.configured != self.primary:
+            said += (
+                f"; the config now names {self.configured}, which the study does not take: a primary outcome "
+                "chosen once results can be seen is no longer pre-declared"
+            )
+        return said
+
+
+def keep_protocol(conn: Connection, key: str, study: Study, now: datetime) -> None:
+    """Keep the study's primary outcome with it, once: at its first draw, or for a study drawn before
+    protocols were kept, at the first draw or e-mail run since (dated then)."""
+    from cocaq.db.schema import StudyProtocol
+
+    row = {"study": key, "primary_outcome": study.primary, "declared_at": as_utc(now)}
+    _insert_ignore(conn, StudyProtocol.__table__, [row])
+
+
+def protocol(conn: Connection, study: Study, key: str) -> Protocol:
+    from cocaq.db.schema import StudyProtocol
+
+    P = StudyProtocol
+    row = conn.execute(select(P.primary_outcome, P.declared_at).where(P.study == key)).first()
+    if row is None:
+        return Protocol(study.primary, None, study.primary)
+    return Protocol(str(row[0]), as_utc(row[1]), study.primary)
 
 
 def note_opted_out(conn: Connection, key: str, now: datetime, users: Iterable[str] = ()) -> int:
