@@ -545,3 +545,84 @@ def test_a_study_drawn_with_the_old_default_seed_keeps_it(
     r = run_cocaq(["study", "status"], env)
     assert r.code == 0 and f"study {START}/seed 1:" in r.out and "seed 1" in r.out, r.out
     assert cfg.study.seed is None
+
+
+# --- when the study first reached each user, and what it is judged by ------------------------------------
+
+
+def test_first_contacts_are_the_first_study_email_sent_or_held_back(engine: Engine, tmp_path: Path) -> None:
+    """An e-mailed user's first study e-mail delivered, a held-out user's first one held back; not failed
+    sends, not e-mails before the study (the report of a month that ended before it, wherever the
+    scheduler's timezone put its end), not after its end, not labs' or other studies' rows."""
+    cfg = make_cfg(tmp_path, url_of(engine), end="2026-12")
+    key = "2026-11/seed 7"
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    arm_rows = [("ann", "emailed"), ("bob", "emailed"), ("cat", "hold-out"), ("dan", "emailed"),
+                ("eve", "hold-out"), ("fay", "emailed")]  # fmt: skip
+    with engine.begin() as c:
+        c.execute(insert(StudyArm), [
+            {"study": key, "user_name": u, "arm": a, "stratum": 1, "gpu_hours_before": 1.0, "draw": 0.5,
+             "assigned_at": start} for u, a in arm_rows
+        ])  # fmt: skip
+
+        def row(user: str | None, sent: datetime, status: str = "sent", kind: str = "user-monthly",
+                period: tuple[datetime, datetime] = (datetime(2026, 10, 1, tzinfo=UTC), start),
+                error: str | None = None) -> dict[str, Any]:  # fmt: skip
+            return {"kind": kind, "recipient": f"{user}-{sent:%d%H%M}-{kind}@x", "user_name": user,
+                    "period_start": period[0], "period_end": period[1], "sent_at": sent, "status": status,
+                    "message_id": None, "error": error}  # fmt: skip
+
+        held = sa.hold_out_reason(key)
+        ledger = [
+            # ann: a send that failed, then the report of October delivered on 1 November, a job e-mail later
+            row("ann", start + timedelta(hours=5), "failed", error="550"),
+            row("ann", start + timedelta(hours=6)),
+            row("ann", start + timedelta(days=3), kind="job", period=(start + timedelta(days=3),) * 2),
+            # bob: the report of September (before the study), then a job e-mail in it
+            row("bob", datetime(2026, 10, 1, 6, tzinfo=UTC), period=(datetime(2026, 9, 1, tzinfo=UTC),) * 2),
+            row("bob", start + timedelta(days=9, hours=2), kind="job", period=(start,) * 2),
+            # cat: held back (the hold-out's reason), and a skip of another reason before it
+            row("cat", start + timedelta(hours=1), "skipped", error="study hold-out (2026-05/seed 3)"),
+            row("cat", start + timedelta(days=2), "skipped", kind="idle-gpu", error=held),
+            # dan: a site east of UTC whose report of October went at 22:30 UTC on 31 October, its month
+            # having ended at 22:00 UTC (not held back from a hold-out user then: not a study e-mail)
+            row("dan", start - timedelta(minutes=90),
+                period=(datetime(2026, 9, 30, 22, tzinfo=UTC), start - timedelta(hours=2))),
+            # eve: held back, but the row is a lab's (no user); fay: only after the study's end
+            row(None, start + timedelta(hours=1), "skipped", kind="lab", error=held),
+            row("fay", datetime(2027, 1, 1, 6, tzinfo=UTC), period=(datetime(2026, 12, 1, tzinfo=UTC),) * 2),
+            row("zed", start + timedelta(hours=1)),  # never drawn
+        ]  # fmt: skip
+        c.execute(insert(SentReport), ledger)
+    with engine.connect() as c:
+        got = sa.first_contacts(c, cfg.study, key)
+    assert got == {"ann": start + timedelta(hours=6), "bob": start + timedelta(days=9, hours=2),
+                   "cat": start + timedelta(days=2)}  # fmt: skip
+    # the study months start the first whole UTC day after
+    from cocaq.study.analysis import exposure_days
+
+    assert exposure_days(got)["ann"] == datetime(2026, 11, 2, tzinfo=UTC)
+
+
+def test_the_primary_outcome_is_kept_at_the_first_draw(engine: Engine, tmp_path: Path) -> None:
+    """The first draw keeps `[study] primary`; a config that names another later does not change what the
+    study is judged by, and the report says so."""
+    cfg = make_cfg(tmp_path, url_of(engine), primary="co2_per_user")
+    baseline(engine, cfg)
+    draw_now(engine, cfg, datetime(2026, 11, 1, 2, tzinfo=UTC))
+    later = replace(cfg, study=replace(cfg.study, primary="idle_gpu_hours_share"))
+    with engine.begin() as c:
+        sa.assign(c, later, datetime(2026, 11, 20, tzinfo=UTC))  # a later run keeps what was kept
+        kept = sa.protocol(c, later.study, "2026-11/seed 7")
+    assert kept.primary == "co2_per_user" and kept.declared_at == datetime(2026, 11, 1, 2, tzinfo=UTC)
+    words = kept.words()
+    assert words.startswith("declared at the study's first draw, 2026-11-01, before any of its e-mails")
+    assert "the config now names idle_gpu_hours_share, which the study does not take" in words
+    # a study drawn by an older cocaq gets its row at the next run, and says so
+    upgraded = sa.Protocol("co2_per_user", datetime(2026, 11, 20, tzinfo=UTC), "co2_per_user",
+                           datetime(2026, 11, 1, 2, tzinfo=UTC))  # fmt: skip
+    assert upgraded.words() == (
+        "kept with the study on 2026-11-20, after its first draw on 2026-11-01 (an older cocaq)"
+    )
+    with pytest.raises(Exception, match=r"study\.primary: expected one of idle_gpu_energy_share"):
+        make_cfg(tmp_path, url_of(engine), name="bad.toml", primary="idle_share")

@@ -768,7 +768,7 @@ def analyse(
     strangers = sorted(set(post_all.index) - set(arm.index))
     if strangers:
         rep.notes.append(f"{len(strangers)} users with jobs in the study months were never drawn: left out")
-    if exposure is not None and sum(rep.unreached.values()):
+    if exposure is not None and any(rep.unreached.values()):
         rep.notes.append(
             f"not reached by the study yet (no study e-mail sent or held back): {rep.unreached[EMAILED]} "
             f"e-mailed, {rep.unreached[HOLDOUT]} held out; left out of the study months"
@@ -814,7 +814,7 @@ def analyse(
 def study_report(conn: Connection, cfg: Config, now: datetime) -> StudyReport:
     """The configured study's report, from the database, with the months that have begun by `now`."""
     from cocaq.errors import UsageError
-    from cocaq.study.assign import first_contacts, month_start, protocol, study_id
+    from cocaq.study.assign import first_contacts, protocol, study_id
 
     s = cfg.study
     if s.start is None:
@@ -840,5 +840,5 @@ def study_report(conn: Connection, cfg: Config, now: datetime) -> StudyReport:
     return analyse(
         p, arms, study=sid.key, start=s.start, end=s.end, baseline=baseline, months=with_data,
         resamples=s.bootstrap, seed=sid.seed, primary=kept.primary, exposure=exposure, until=now,
-        declared=kept.words(month_start(s.start)),
+        declared=kept.words(),
     )  # fmt: skip

@@ -38,7 +38,7 @@ import secrets
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, exists, func, or_, select, update
@@ -330,19 +330,18 @@ class Protocol:
     primary: str
     declared_at: datetime | None  # None: not kept (the config's choice is used)
     configured: str  # `[study] primary` now
+    drawn_at: datetime | None = None  # the study's first draw
 
-    def words(self, start: datetime) -> str:
+    def words(self) -> str:
         """How the primary outcome was declared, for the report."""
         if self.declared_at is None:
-            return (
-                "named in the config ([study] primary); not yet kept with the study (its next draw keeps it)"
-            )
+            return "named by [study] primary, not yet kept with the study: its next draw keeps it"
         when = f"{self.declared_at:%Y-%m-%d}"
-        said = (
-            f"declared at the study's first draw, {when}, before any of its e-mails"
-            if self.declared_at <= start
-            else f"kept with the study on {when}, after it began (it was drawn by an older cocaq)"
-        )
+        if self.drawn_at is None or self.declared_at <= self.drawn_at + timedelta(minutes=1):
+            said = f"declared at the study's first draw, {when}, before any of its e-mails"
+        else:
+            drawn = f"{self.drawn_at:%Y-%m-%d}"
+            said = f"kept with the study on {when}, after its first draw on {drawn} (an older cocaq)"
         if self.configured != self.primary:
             said += (
                 f"; the config now names {self.configured}, which the study does not take: a primary outcome "
@@ -365,9 +364,11 @@ def protocol(conn: Connection, study: Study, key: str) -> Protocol:
 
     P = StudyProtocol
     row = conn.execute(select(P.primary_outcome, P.declared_at).where(P.study == key)).first()
+    first = conn.execute(select(func.min(StudyArm.assigned_at)).where(StudyArm.study == key)).scalar()
+    drawn = as_utc(first) if first is not None else None
     if row is None:
-        return Protocol(study.primary, None, study.primary)
-    return Protocol(str(row[0]), as_utc(row[1]), study.primary)
+        return Protocol(study.primary, None, study.primary, drawn)
+    return Protocol(str(row[0]), as_utc(row[1]), study.primary, drawn)
 
 
 def note_opted_out(conn: Connection, key: str, now: datetime, users: Iterable[str] = ()) -> int:
