@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from cocaq.study.analysis import EMAILED, HOLDOUT, OUTCOMES, Estimate, analyse, compare, sentence
+from cocaq.study.analysis import PANEL_COLUMNS as PANEL
 
 BASELINE = ("2026-06", "2026-07", "2026-08")
 MONTHS = ("2026-09", "2026-10", "2026-11")
@@ -210,3 +211,156 @@ def test_an_arm_without_users_or_data_says_so() -> None:
     assert sentence(OUTCOMES[0], e).endswith("not enough data to compare the arms yet.")
     wrong = Estimate(0.1, 0.0, 0.1, 0.05, 0.15, 0.3, 0.1, 0.5, 10, 10)
     assert sentence(OUTCOMES[0], wrong).endswith("higher), the wrong way.")
+
+
+# --- issue 36: exposure, the primary outcome, its test, readable intervals ------------------------------
+
+
+def _exposed(p: pd.DataFrame, arms: pd.DataFrame, seed: int) -> tuple[pd.DataFrame, dict]:  # type: ignore[type-arg]
+    """Each user's first contact: at the study's start for three in four, a month later for the rest (no
+    jobs in the month before it: their first report came a month later); the study months before it
+    dropped, as `panel` drops them."""
+    from cocaq.study.assign import month_start
+
+    rng = np.random.default_rng(seed)
+    later = set(arms.index[rng.random(len(arms)) < 0.25])
+    exposure = {u: month_start(MONTHS[1] if u in later else MONTHS[0]) for u in arms.index}
+    first = p["user"].map(lambda u: f"{exposure[u]:%Y-%m}")
+    keep = p["month"].isin(BASELINE) | (p["month"] >= first)
+    return p[keep.to_numpy()], exposure
+
+
+def _planted_from_exposure(seed: int, effect: float, n: int = 200) -> tuple[pd.DataFrame, pd.DataFrame, dict]:  # type: ignore[type-arg]
+    """A site where e-mailed users' idle time is cut by `effect` from their own first contact on."""
+    p, arms = _population(seed, n=n, effect=0.0)
+    _, exposure = _exposed(p, arms, seed)
+    e = set(arms.index[arms["arm"] == EMAILED])
+    after = (
+        p["user"].isin(e)
+        & (p["month"] >= p["user"].map(lambda u: f"{exposure[u]:%Y-%m}"))
+        & p["month"].isin(MONTHS)
+    )
+    for col in ("idle_hours", "idle_kwh"):
+        p.loc[after, col] *= 1.0 - effect
+    trimmed, _ = _exposed(p, arms, seed)
+    return trimmed, arms, exposure
+
+
+def test_study_months_counted_from_each_users_first_contact_recover_the_planted_effect() -> None:
+    """An effect that starts with each user's first e-mail, and users reached at different times: counted
+    from each one's own first contact, the primary outcome's headline holds the planted -20% and excludes
+    no change; counted from the study's start for everyone (the old way) it is diluted towards zero."""
+    inside = found = diluted = 0
+    for seed in range(12):
+        p, arms, exposure = _planted_from_exposure(seed, 0.2)
+        rep = analyse(
+            p, arms, study="s", start=MONTHS[0], end=None, baseline=BASELINE, months=MONTHS, resamples=500,
+            seed=seed, exposure=exposure,
+        )  # fmt: skip
+        h = rep.headline
+        assert h is not None and h.outcome.name == "idle_gpu_hours_share" and h.did.method == "randomisation"
+        assert h.did.rel_lo is not None and h.did.rel_hi is not None and h.did.rel is not None
+        inside += h.did.rel_lo <= -0.2 <= h.did.rel_hi
+        found += h.clear
+        untrimmed, _ = _population(seed, n=200)  # the same users, every study month counted
+        untrimmed = untrimmed.copy()
+        e = set(arms.index[arms["arm"] == EMAILED])
+        late = untrimmed["user"].isin(e) & untrimmed["month"].isin(MONTHS)
+        merged = untrimmed.merge(p[["user", "month", "idle_hours"]], on=["user", "month"], how="left",
+                                 suffixes=("", "_cut"))  # fmt: skip
+        untrimmed.loc[late, "idle_hours"] = (
+            merged.loc[late.to_numpy(), "idle_hours_cut"]
+            .fillna(merged.loc[late.to_numpy(), "idle_hours"])
+            .to_numpy()
+        )
+        old = _result(_report(untrimmed, arms, resamples=200, seed=seed), "idle_gpu_hours_share").did
+        diluted += (old.rel or 0.0) > (h.did.rel or 0.0)
+    assert inside >= 11 and found >= 11 and diluted >= 10, (inside, found, diluted)
+
+
+def test_exposed_months_are_each_users_share_of_each_month() -> None:
+    from datetime import UTC, datetime
+
+    from cocaq.study.analysis import exposed_months
+
+    users = pd.Index(["a", "b", "c"])
+    exposure = {"a": datetime(2026, 9, 1, tzinfo=UTC), "b": datetime(2026, 9, 16, tzinfo=UTC)}
+    f = exposed_months(users, ["2026-09", "2026-10"], exposure, until=datetime(2026, 10, 11, tzinfo=UTC))
+    assert f.loc["a"].tolist() == pytest.approx([1.0, 10 / 31])
+    assert f.loc["b"].tolist() == pytest.approx([0.5, 10 / 31]) and f.loc["c"].tolist() == [0.0, 0.0]
+
+
+def test_no_effect_no_primary_claim_in_at_least_95_percent_of_40_sites() -> None:
+    """A/A: 40 simulated sites, no effect: the primary outcome's headline (the re-randomisation test)
+    claims a difference in at most 2 (5%); and the secondaries' Holm correction keeps a site from showing
+    any false clear secondary as often as five uncorrected intervals would."""
+    claims = secondary_claims = uncorrected = 0
+    for seed in range(40):
+        p, arms = _population(100 + seed, n=150, effect=0.0)
+        rep = _report(p, arms, resamples=1000, seed=seed)
+        h = rep.headline
+        assert h is not None and h.did.p is not None
+        claims += h.clear
+        secondary_claims += any(r.clear for r in rep.secondary)
+        uncorrected += any(r.did.p is not None and r.did.p < 0.05 for r in rep.secondary)
+    assert claims <= 2, claims
+    assert secondary_claims <= uncorrected and secondary_claims <= 4, (secondary_claims, uncorrected)
+
+
+def test_the_randomisation_p_value_matches_enumerating_every_draw() -> None:
+    """An independent computation: 10 users in two strata, 2 held out in each, all 45 x ... draws
+    enumerated; the test's p-value from 20,000 re-draws agrees with the exact one."""
+    from itertools import combinations
+
+    from cocaq.study.analysis import BY_NAME, did_test
+
+    rng = np.random.default_rng(5)
+    users = [f"v{i}" for i in range(10)]
+    pre = pd.DataFrame({"idle_hours": rng.uniform(5, 50, 10), "gpu_hours": rng.uniform(100, 300, 10)},
+                       index=users)  # fmt: skip
+    post = pd.DataFrame({"idle_hours": rng.uniform(5, 50, 10), "gpu_hours": rng.uniform(100, 300, 10)},
+                        index=users)  # fmt: skip
+    for c in PANEL:
+        for frame in (pre, post):
+            if c not in frame:
+                frame[c] = 0.0
+    strata = np.array([1] * 5 + [2] * 5)
+    held = {"v0", "v3", "v6", "v8"}
+    arms = pd.DataFrame({"arm": [HOLDOUT if u in held else EMAILED for u in users], "stratum": strata},
+                        index=users)  # fmt: skip
+    o = BY_NAME["idle_gpu_hours_share"]
+    got = did_test(pre, post, arms, o, 20_000, np.random.default_rng(1), 3, 3.0)
+
+    def stat(hold: set[str]) -> float:
+        w = pre["gpu_hours"] * post["gpu_hours"] / (pre["gpu_hours"] + post["gpu_hours"])
+        ch = (post["idle_hours"] / post["gpu_hours"] - pre["idle_hours"] / pre["gpu_hours"]) * 100
+        e = [u for u in users if u not in hold]
+        h = list(hold)
+        return float((w[e] * ch[e]).sum() / w[e].sum() - (w[h] * ch[h]).sum() / w[h].sum())
+
+    t = abs(stat(held))
+    draws = [set(a) | set(b) for a in combinations(users[:5], 2) for b in combinations(users[5:], 2)]
+    exact = sum(abs(stat(d)) >= t - 1e-12 for d in draws) / len(draws)
+    assert got.p == pytest.approx(exact, abs=0.015) and got.diff == pytest.approx(stat(held), rel=1e-9)
+
+
+def test_holm() -> None:
+    from cocaq.study.analysis import holm
+
+    assert holm([0.01, 0.04, 0.03, 0.005, None]) == pytest.approx([0.03, 0.06, 0.06, 0.02, None])
+    assert holm([0.2, 0.9]) == pytest.approx([0.4, 0.9]) and holm([0.5, 0.9]) == [1.0, 1.0]
+
+
+def test_failed_job_energy_reads_in_kwh_not_as_a_percentage() -> None:
+    """Per-user values mostly zero (a few users' failures): a difference in kWh with an interval in kWh,
+    never a relative figure over a counterfactual near zero."""
+    p, arms = _population(7, n=150)
+    rng = np.random.default_rng(7)
+    p["failed_kwh"] = np.where(rng.random(len(p)) < 0.08, rng.lognormal(3.0, 1.2, len(p)), 0.0)
+    rep = _report(p, arms, resamples=500)
+    failed = _result(rep, "failed_kwh_per_user")
+    assert failed.did.rel is None and failed.did.diff_lo is not None and failed.did.diff_hi is not None
+    said = failed.sentence.replace("95% interval", "")
+    assert "kWh" in said and "%" not in said, failed.sentence
+    assert all(e.rel is None for _, e in (*failed.by_month, *failed.did_by_month))
+    assert "%" not in failed.months_text
