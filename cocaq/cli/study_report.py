@@ -85,8 +85,16 @@ def print_report(rep: StudyReport, console: Any) -> None:
     if not rep.outcomes:
         return
     months = ", ".join(rep.months)
+    import textwrap
+
     for line in summary_lines(rep):
-        console.print(line, markup=False)
+        body = line.lstrip(" ")
+        lead = line[: len(line) - len(body)]
+        if body.startswith("- "):
+            lead, body = lead + "- ", body[2:]
+        for part in textwrap.wrap(body, width=max(console.width, 40), initial_indent=lead,
+                                  subsequent_indent=" " * len(lead)):  # fmt: skip
+            console.print(part, markup=False, highlight=False, soft_wrap=True)
     console.print(
         f"Month by month (months with data: {months}). 95% intervals: the change from baseline over the "
         f"study months by {rep.resamples:,} re-draws of the arms within their strata (a randomisation "
