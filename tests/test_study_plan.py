@@ -1,20 +1,23 @@
 """`cocaq study plan` (cocaq.study.plan): the detectable effect it prints is the effect the real analysis
-finds 4 times in 5 on studies simulated from the same users, and it shrinks with a larger hold-out and
-more months."""
+finds 4 times in 5 on studies simulated from the same users, it shrinks with a larger hold-out and more
+months, and the CLI prints it from the database (and `cocaq study assign` its headline)."""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
+from sqlalchemy import Engine, insert
 
 from cocaq.study import assign as sa
 from cocaq.study import plan as sp
-from cocaq.study.analysis import EMAILED, OUTCOMES, Estimate, analyse
+from cocaq.study.analysis import EMAILED, OUTCOMES, PANEL_COLUMNS, Estimate, analyse
+from tests.builders import config
 
 BASELINE = ("2026-06", "2026-07", "2026-08")
 MONTHS = ("2026-09", "2026-10", "2026-11")
@@ -199,3 +202,87 @@ def test_the_history_is_the_months_before_the_start_or_now() -> None:
     assert sp.history_months(later, now)[-1] == "2026-11" and sp.study_length(later) == sp.DEFAULT_MONTHS
     assert sp.study_length(s) == 3 and sp.study_length(replace(s, end="2027-02")) == 6
     assert len(sp.history_months(replace(s, baseline_months=8), now)) == 8
+
+
+# --- from the database, through the CLI -----------------------------------------------------------------
+
+
+def _rollups(engine: Engine, p: pd.DataFrame) -> None:
+    """The panel as daily rollups: each user's month on its 10th day (the panel sums them back)."""
+    from cocaq.db.schema import Cluster, DailyRollup
+
+    j = 3.6e6
+    with engine.begin() as c:
+        cid = c.execute(insert(Cluster).values(name="test").returning(Cluster.id)).scalar_one()
+        rows = [
+            {"cluster_id": cid, "day": datetime(*map(int, r.month.split("-")), 10, tzinfo=UTC),
+             "user_name": r.user, "jobs": 3, "gpu_hours": r.gpu_hours, "idle_gpu_hours": r.idle_hours,
+             "energy_gpu_j": r.gpu_kwh * j, "idle_gpu_energy_j": r.idle_kwh * j, "energy_measured_j": r.energy_kwh * j,
+             "energy_failed_j": r.failed_kwh * j, "gpu_util_weighted": r.util_weighted * j,
+             "gpu_util_energy_j": r.util_energy * j, "co2_g": r.co2_kg * 1000.0}
+            for r in p.itertuples()
+        ]  # fmt: skip
+        c.execute(insert(DailyRollup), rows)
+
+
+def _site_env(engine: Engine, tmp_path: Path, cli_env: dict[str, str], users: int) -> dict[str, str]:
+    """`users` users' six months before a study starting 2026-09, as rollups; the config."""
+    url = engine.url.render_as_string(hide_password=False)
+    config(tmp_path, url, study={"start": "2026-09", "seed": 7, "holdout_share": 0.2})
+    history = ("2026-03", "2026-04", "2026-05", *BASELINE)
+    _rollups(engine, _months(_users(1, n=users), history, np.random.default_rng(2)))
+    return dict(cli_env, COCAQ_CONFIG=str(tmp_path / "c.toml"))
+
+
+def test_cocaq_study_plan_and_assign_through_the_cli(
+    engine: Engine, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    from cocaq.study.analysis import panel
+    from tests.conftest import run_cocaq
+
+    env = _site_env(engine, tmp_path, cli_env, 200)
+    with engine.connect() as c:  # (the rollups give the panel back)
+        back = panel(c, "2026-03", "2026-08")
+    assert len(back) > 1000 and set(PANEL_COLUMNS) <= set(back.columns)
+    r = run_cocaq(["study", "plan"], dict(env, COLUMNS="60"))
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert max(len(line) for line in lines) <= 60, r.out
+    text = " ".join(r.out.split())
+    assert text.startswith(f"{HEAD} for 3 months, the study finds a cut of "), r.out
+    assert "in the share of GPU-hours held idle 4 times in 5 (80% power)" in text
+    assert "resampling the site's own 200 users and their months from 2026-03 to 2026-08 (6 months)" in text
+    header = next(line for line in lines if line.startswith("held out"))
+    assert header.split()[2:] == ["1", "mo", "2", "mo", "3", "mo", "6", "mo", "12", "mo"], header
+    row = next(line for line in lines if line.startswith("20% (40)"))
+    assert row.count("[") == 1 and row.split()[4].startswith("[")  # the chosen design: 3 months
+    j = run_cocaq(["study", "plan", "-o", "json", "--simulations", "200", "--months", "6"], env)
+    assert j.code == 0, j.err
+    d = json.loads(j.out)
+    assert d["outcome"] == PRIMARY and d["months"] == 6 and d["simulations"] == 200 and d["users"] == 200
+    assert d["history"] == ["2026-03", "2026-04", "2026-05", *BASELINE] and d["reason"] is None
+    assert 0.03 < d["chosen"]["mde"] < 0.3 and d["chosen"]["se0"] > 0 and len(d["table"]) == 20
+    h = run_cocaq(["study", "plan", "-o", "json", "--history", "3", "--holdout-share", "0.3"], env)
+    assert h.code == 0 and json.loads(h.out)["history"] == list(BASELINE), h.err
+    bad = run_cocaq(["study", "plan", "--holdout-share", "0.9"], env)
+    assert bad.code == 2 and len(bad.err.strip().splitlines()) == 1 and "0.05 to 0.5" in bad.err
+    a = run_cocaq(["study", "assign"], env)
+    assert a.code == 0, a.err
+    last = a.out.splitlines()[-1]
+    # (one of the 200 ran nothing in June to August: not drawn)
+    assert a.out.startswith("study 2026-09/seed 7: drew 199 user(s)"), a.out
+    assert last.startswith(f"  {HEAD} for 3 months, the study finds a cut of "), a.out
+    none = run_cocaq(["study", "plan"], dict(cli_env))  # no [study]: one line
+    assert none.code != 0 and "no study configured" in none.err and len(none.err.strip().splitlines()) == 1
+
+
+def test_too_few_users_through_the_cli(engine: Engine, tmp_path: Path, cli_env: dict[str, str]) -> None:
+    from tests.conftest import run_cocaq
+
+    env = _site_env(engine, tmp_path, cli_env, 6)
+    r = run_cocaq(["study", "plan"], env)
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+    assert "only 6 user(s) with GPU-hours in 2026-03 to 2026-08: too few to plan a study" in r.err
+    a = run_cocaq(["study", "assign"], env)
+    assert a.code == 0, a.err
+    assert a.out.splitlines()[-1].startswith("  No plan: only 6 user(s) with GPU-hours"), a.out
