@@ -143,7 +143,8 @@ LazyGroup.lazy.update(
         "report": ("cocaq.cli.report:report", "cocaq.cli.report_send"),  # the latter adds `report send`
         "scheduler": ("cocaq.cli.scheduler:scheduler",),
         "serve": ("cocaq.cli.serve:serve",),
-        "study": ("cocaq.cli.study:study", "cocaq.cli.study_report"),  # the latter adds `study report`
+        # the latter two add `study report` and `study plan`
+        "study": ("cocaq.cli.study:study", "cocaq.cli.study_report", "cocaq.cli.study_plan"),
         "export": ("cocaq.cli.export:export",),
     }
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -134,6 +134,16 @@ def assign_cmd(obj: Ctx) -> None:
             arms[arm][stratum] = n
         for line in _by_stratum(arms):
             click.echo("  " + line)
+    click.echo("  " + _plan_line(engine, cfg, now))
+
+
+def _plan_line(engine: Any, cfg: Config, now: datetime) -> str:
+    """`cocaq study plan`'s headline for the configured study, cheaply (the chosen design only, 200
+    simulations), or why there is none: one line."""
+    from cocaq.study.plan import headline, site_plan
+
+    with engine.connect() as conn:
+        return headline(site_plan(conn, cfg, now, simulations=200, table=False))
 
 
 @study.command("status")
