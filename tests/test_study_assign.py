@@ -293,6 +293,35 @@ def test_monthly_reports_held_back_during_the_study_only(
     assert REASON not in s.line()
 
 
+def test_a_monthly_report_is_held_back_only_where_it_would_have_gone(
+    engine: Engine, tmp_path: Path, server: SmtpServer
+) -> None:
+    """The hold-out's `skipped` row is recorded exactly where the same user e-mailed would be sent the
+    report, so that first_contacts means the same in both arms: not for a user whose only job ended as
+    the month began (its hours all in the month before; Slurm's end a few seconds into the month puts
+    the user among the month's candidates, not among those with jobs in it)."""
+    cfg = make_cfg(tmp_path, url_of(engine), server, holdout_share=0.5)
+    team(engine, cfg)
+    draw_now(engine, cfg, T0)
+    held, emailed = split_arms(engine)
+    h, e = sorted(held)[0], sorted(emailed)[0]
+    nov1 = datetime(2026, 11, 1, tzinfo=UTC)
+    edge = [job(700 + i, u, nov1 - timedelta(hours=2), 2.0, end=nov1 + timedelta(seconds=30))
+            for i, u in enumerate((h, e))]  # fmt: skip
+    rest = [job(710 + i, u, datetime(2026, 11, 10 + i, 8, tzinfo=UTC), 1.0)
+            for i, u in enumerate(sorted(set(USERS) - {h, e}))]  # fmt: skip
+    load(engine, cfg, edge + rest)
+    s = send_month(engine, cfg, nov1, now=datetime(2026, 12, 1, 6, tzinfo=UTC), only=["users"])
+    assert rcpts(server) == sorted(to(emailed - {e})), s.line()
+    assert ledger(engine, "user-monthly") == {u: ("skipped", REASON) for u in held - {h}} | {
+        u: ("sent", None) for u in emailed - {e}
+    }
+    assert s.sections["users"].skipped[REASON] == len(held) - 1, s.line()
+    with engine.connect() as c:
+        first = sa.first_contacts(c, cfg.study, "2026-11/seed 7")
+    assert set(first) == set(USERS) - {h, e}
+
+
 def test_job_mail_held_back_and_recorded(engine: Engine, tmp_path: Path, server: SmtpServer) -> None:
     """A study of October (the machine's clock allows no job after today: it is the past here)."""
     cfg = make_cfg(tmp_path, url_of(engine), server, holdout_share=0.5, start="2026-10", end="2026-10")
