@@ -184,9 +184,11 @@ class _Sender:
         force: bool,
         dry_run: bool,
         now: datetime | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.engine, self.cfg, self.force, self.dry_run = engine, cfg, force, dry_run
         self.now = now if now is not None else datetime.now(UTC)  # what the study's months are judged by
+        self.clock = clock if clock is not None else lambda: datetime.now(UTC)  # what deliver stamps
         self._given = transport
         self._transport: Any = transport
         self.stopped = False
@@ -214,7 +216,9 @@ class _Sender:
 
         done = 0
         for chunk in _chunks(make(), CHUNK):
-            part = deliver(self.engine, self.cfg, chunk, transport=self.transport(), force=self.force)
+            part = deliver(
+                self.engine, self.cfg, chunk, transport=self.transport(), force=self.force, clock=self.clock
+            )
             done += len(chunk)
             _merge(section.delivery, part)
             if part.stopped:
@@ -248,12 +252,15 @@ def send_month(
     only: Sequence[str] | None = None,
     transport: Transport | None = None,
     now: datetime | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> SendSummary:
     """Send the month's reports (all sections, or `only` some), exactly once each; see the module doc.
 
     `force` sends again what the ledger says was sent (not to opted-out users). `dry_run` reads and
     decides but renders, writes and sends nothing. `transport` defaults to the configured one. `now`
-    (default: the clock) is when the e-mails go, for the study's hold-out.
+    (default: the clock) is when the e-mails go, for the study's hold-out. `clock` (default: the
+    machine's) is the time each message is stamped with as it goes (its Date, its ledger row): a
+    replay of past months (cocaq.cli.demo_study) gives one that says then.
     """
     from cocaq.reports.data import Month
 
@@ -267,7 +274,7 @@ def send_month(
         with engine.connect() as conn:
             _cluster_id(conn, cluster)
     month = Month.of(date(month_start.year, month_start.month, 1))
-    sender = _Sender(engine, cfg, transport, force, dry_run, now)
+    sender = _Sender(engine, cfg, transport, force, dry_run, now, clock)
     what = "" if dry_run else sender.transport().describe()
     sections = {name: Section(name, _new_summary(what), ran=name in wanted) for name in SECTIONS}
     summary = SendSummary(month.label, cluster, dry_run, sections, transport=what)
