@@ -366,10 +366,14 @@ def send_idle_alerts(
     if hold is not None:
         held = [(pk, u, at) for pk, u, at in todo if u in hold]
         todo = [(pk, u, at) for pk, u, at in todo if u not in hold]
+        # Held back exactly where `deliver` would send it to the same user e-mailed (an open alert of a
+        # user who has opted out or lost their address since it was bound, or whose job was deleted,
+        # goes to nobody), so that the ledger's first contact means the same in both arms.
+        held = [(pk, u, at) for pk, u, at in held if book.for_user(u).deliverable
+                and (dry_run or bound_alert(engine, cfg, pk) is not None)]  # fmt: skip
         s.held_out += len(held)
         if not dry_run:
-            addrs = {u: book.for_user(u).address for _, u, _ in held}
-            rows = [(KIND, str(addrs[u]), u, at, at) for _, u, at in held if addrs[u]]
+            rows = [(KIND, str(book.for_user(u).address), u, at, at) for _, u, at in held]
             record_skips(engine, hold, rows, now)
     s.open = len(todo)
     if dry_run or not todo:

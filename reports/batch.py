@@ -21,10 +21,12 @@ The order of work, and why:
 
 While an e-mail study runs (`[study]`, cocaq.study.assign), users drawn into its hold-out arm get no
 user report: each one held back is recorded as a `skipped` ledger row with the reason ("study hold-out
-(2026-09/seed 7)"), and users not drawn yet are drawn first. A report is judged at the later of the time
-it goes and the end of its month (UTC), so the report of the month before the start is the first held
-back and that of the end month goes, whatever the scheduler's timezone. Lab and admin reports are not
-held back.
+(2026-09/seed 7)"), and users not drawn yet are drawn first. A report is held back exactly where it
+would have been sent (jobs in the month as `users_month` counts them, an address, no opt-out), so that
+the ledger's first contact with a user (cocaq.study.assign.first_contacts) means the same in both arms.
+A report is judged at the later of the time it goes and the end of its month (UTC), so the report of
+the month before the start is the first held back and that of the end month goes, whatever the
+scheduler's timezone. Lab and admin reports are not held back.
 
 Ledger keys (`sent_reports`: kind, recipient address, period_start = the month's UTC start): user
 reports are kind `user-monthly`, labs `lab:ACCOUNT` (one head may lead several labs: the lab is in the
@@ -182,9 +184,11 @@ class _Sender:
         force: bool,
         dry_run: bool,
         now: datetime | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.engine, self.cfg, self.force, self.dry_run = engine, cfg, force, dry_run
         self.now = now if now is not None else datetime.now(UTC)  # what the study's months are judged by
+        self.clock = clock if clock is not None else lambda: datetime.now(UTC)  # what deliver stamps
         self._given = transport
         self._transport: Any = transport
         self.stopped = False
@@ -212,7 +216,9 @@ class _Sender:
 
         done = 0
         for chunk in _chunks(make(), CHUNK):
-            part = deliver(self.engine, self.cfg, chunk, transport=self.transport(), force=self.force)
+            part = deliver(
+                self.engine, self.cfg, chunk, transport=self.transport(), force=self.force, clock=self.clock
+            )
             done += len(chunk)
             _merge(section.delivery, part)
             if part.stopped:
@@ -246,12 +252,15 @@ def send_month(
     only: Sequence[str] | None = None,
     transport: Transport | None = None,
     now: datetime | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> SendSummary:
     """Send the month's reports (all sections, or `only` some), exactly once each; see the module doc.
 
     `force` sends again what the ledger says was sent (not to opted-out users). `dry_run` reads and
     decides but renders, writes and sends nothing. `transport` defaults to the configured one. `now`
-    (default: the clock) is when the e-mails go, for the study's hold-out.
+    (default: the clock) is when the e-mails go, for the study's hold-out. `clock` (default: the
+    machine's) is the time each message is stamped with as it goes (its Date, its ledger row): a
+    replay of past months (cocaq.cli.demo_study) gives one that says then.
     """
     from cocaq.reports.data import Month
 
@@ -265,7 +274,7 @@ def send_month(
         with engine.connect() as conn:
             _cluster_id(conn, cluster)
     month = Month.of(date(month_start.year, month_start.month, 1))
-    sender = _Sender(engine, cfg, transport, force, dry_run, now)
+    sender = _Sender(engine, cfg, transport, force, dry_run, now, clock)
     what = "" if dry_run else sender.transport().describe()
     sections = {name: Section(name, _new_summary(what), ran=name in wanted) for name in SECTIONS}
     summary = SendSummary(month.label, cluster, dry_run, sections, transport=what)
@@ -326,14 +335,15 @@ def _send_users(sender: _Sender, month: Month, cluster: str | None, section: Sec
     kind = kind_for(USER_KIND, cluster)
     sent = set() if sender.force else _sent_recipients(engine, kind, month.start)
     # Decided before the month is computed, for every user with a job that may have run in it (so a
-    # job that ended as the month began may put a user in these counts); users_month settles the rest.
+    # job that ended as the month began may put a user in these counts); users_month settles the rest,
+    # the hold-out's included.
     d = section.delivery
     opted = [u for u in names if book.for_user(u).opted_out]
     # judged when the report goes, or when its month ends if that is later: the report of the month before
     # the study is the first one held back, wherever the scheduler's timezone puts the 1st
     at = max(sender.now, month.end)
     hold = hold_out(engine, cfg, sender.now, names, opted_out=opted, dry_run=sender.dry_run, judged_at=at)
-    held: list[tuple[str, str, str, datetime, datetime]] = []
+    held: dict[str, str] = {}  # hold-out user -> address: held back if the month has jobs of theirs
     candidates: list[str] = []
     for u in names:
         if u in off:
@@ -348,19 +358,29 @@ def _send_users(sender: _Sender, month: Month, cluster: str | None, section: Sec
         elif rcpt.opted_out:
             d.opted_out += 1
         elif hold is not None and u in hold:
-            section.skipped[hold.reason] += 1
-            held.append((kind, rcpt.address, u, month.start, month.end))
+            held[u] = rcpt.address
         else:
             candidates.append(u)
-    if hold is not None and held and not sender.dry_run:
-        record_skips(engine, hold, held, sender.now)
     months: dict[str, UserMonth] = {}
-    if candidates:
-        whole = len(candidates) == len(names)
+    asked = candidates + sorted(held)
+    if asked:
+        whole = len(asked) == len(names)
         with engine.connect() as conn:
-            months = users_month(conn, cfg, month.start, cluster=cluster, users=None if whole else candidates)
+            months = users_month(conn, cfg, month.start, cluster=cluster, users=None if whole else asked)
             conn.rollback()
-    todo = [u for u in candidates if u in months and months[u].totals.jobs > 0]
+
+    def due(u: str) -> bool:
+        return u in months and months[u].totals.jobs > 0
+
+    # A hold-out user's report is held back exactly where the same user e-mailed would be sent one
+    # (not for a job that only ended as the month began): the ledger's first contact means the same in
+    # both arms (cocaq.study.assign.first_contacts).
+    skips = [(kind, a, u, month.start, month.end) for u, a in sorted(held.items()) if due(u)]
+    if hold is not None and skips:
+        section.skipped[hold.reason] += len(skips)
+        if not sender.dry_run:
+            record_skips(engine, hold, skips, sender.now)
+    todo = [u for u in candidates if due(u)]
     keep = set(todo)
     for u in list(months):
         if u not in keep:

@@ -365,10 +365,14 @@ def send_job_mail(
     if hold is not None:
         held = [(u, at) for u, at in todo if u in hold]
         todo = [(u, at) for u, at in todo if u not in hold]
+        # Held back exactly where `deliver` would send it to the same user e-mailed (an open digest of a
+        # user who has opted out or lost their address since it was made, or whose jobs were deleted,
+        # goes to nobody), so that the ledger's first contact means the same in both arms.
+        held = [(u, at) for u, at in held
+                if book.for_user(u).deliverable and (dry_run or digest_jobs(engine, u, at))]  # fmt: skip
         s.held_out += len(held)
         if not dry_run:
-            addrs = {u: book.for_user(u).address for u, _ in held}
-            rows = [(KIND, str(addrs[u]), u, at, at) for u, at in held if addrs[u]]
+            rows = [(KIND, str(book.for_user(u).address), u, at, at) for u, at in held]
             record_skips(engine, hold, rows, now)
     s.open_digests = len(todo) + (s.new_digests if dry_run else 0)
     if dry_run or not todo:

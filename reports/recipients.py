@@ -131,6 +131,11 @@ class Recipient:
     opted_out: bool = False
     problem: str | None = None
 
+    @property
+    def deliverable(self) -> bool:
+        """Whether `deliver` would send this recipient a message now: an address and no opt-out."""
+        return self.address is not None and not self.opted_out
+
 
 @dataclass
 class AddressBook:

@@ -293,6 +293,35 @@ def test_monthly_reports_held_back_during_the_study_only(
     assert REASON not in s.line()
 
 
+def test_a_monthly_report_is_held_back_only_where_it_would_have_gone(
+    engine: Engine, tmp_path: Path, server: SmtpServer
+) -> None:
+    """The hold-out's `skipped` row is recorded exactly where the same user e-mailed would be sent the
+    report, so that first_contacts means the same in both arms: not for a user whose only job ended as
+    the month began (its hours all in the month before; Slurm's end a few seconds into the month puts
+    the user among the month's candidates, not among those with jobs in it)."""
+    cfg = make_cfg(tmp_path, url_of(engine), server, holdout_share=0.5)
+    team(engine, cfg)
+    draw_now(engine, cfg, T0)
+    held, emailed = split_arms(engine)
+    h, e = sorted(held)[0], sorted(emailed)[0]
+    nov1 = datetime(2026, 11, 1, tzinfo=UTC)
+    edge = [job(700 + i, u, nov1 - timedelta(hours=2), 2.0, end=nov1 + timedelta(seconds=30))
+            for i, u in enumerate((h, e))]  # fmt: skip
+    rest = [job(710 + i, u, datetime(2026, 11, 10 + i, 8, tzinfo=UTC), 1.0)
+            for i, u in enumerate(sorted(set(USERS) - {h, e}))]  # fmt: skip
+    load(engine, cfg, edge + rest)
+    s = send_month(engine, cfg, nov1, now=datetime(2026, 12, 1, 6, tzinfo=UTC), only=["users"])
+    assert rcpts(server) == sorted(to(emailed - {e})), s.line()
+    assert ledger(engine, "user-monthly") == {u: ("skipped", REASON) for u in held - {h}} | {
+        u: ("sent", None) for u in emailed - {e}
+    }
+    assert s.sections["users"].skipped[REASON] == len(held) - 1, s.line()
+    with engine.connect() as c:
+        first = sa.first_contacts(c, cfg.study, "2026-11/seed 7")
+    assert set(first) == set(USERS) - {h, e}
+
+
 def test_job_mail_held_back_and_recorded(engine: Engine, tmp_path: Path, server: SmtpServer) -> None:
     """A study of October (the machine's clock allows no job after today: it is the past here)."""
     cfg = make_cfg(tmp_path, url_of(engine), server, holdout_share=0.5, start="2026-10", end="2026-10")
@@ -337,6 +366,82 @@ def test_alerts_held_back_and_recorded(engine: Engine, tmp_path: Path, server: S
     # The held-back alert is closed, not retried while its job runs
     s = send_idle_alerts(engine, cfg, now=NOW + timedelta(minutes=10))
     assert (s.open, s.held_out, len(server.messages)) == (0, 0, 1), s.line()
+
+
+class Refused:
+    """A transport whose server refuses every message for good (the ledger records each as failed)."""
+
+    def send(self, msg: Any, sender: str, to: str) -> str:
+        from cocaq.reports.transport import SendError
+
+        raise SendError("550 mailbox unavailable", permanent=True)
+
+    def close(self) -> None:
+        pass
+
+    def describe(self) -> str:
+        return "refusing"
+
+
+def opted_out_since(engine: Engine, users: set[str]) -> None:
+    with engine.begin() as c:
+        c.execute(update(User).where(User.name.in_(users)).values(opted_out=True))
+
+
+def test_an_open_job_mail_of_a_user_who_opted_out_since_is_held_back_nowhere(
+    engine: Engine, tmp_path: Path, server: SmtpServer
+) -> None:
+    """A digest made before the study that did not go, of a user who has opted out since: the e-mailed
+    user's is not sent (deliver sees the opt-out), so the hold-out's is not recorded as held back either
+    (first_contacts means the same in both arms)."""
+    cfg = make_cfg(tmp_path, url_of(engine), server, holdout_share=0.5, start="2026-12")
+    team(engine, cfg, job_email=True)
+    draw_now(engine, cfg, datetime(2026, 12, 1, tzinfo=UTC))
+    held, emailed = split_arms(engine, "2026-12/seed 7")
+    h, e = sorted(held)[0], sorted(emailed)[0]
+    nov30 = datetime(2026, 11, 30, 18, tzinfo=UTC)
+    load(engine, cfg, [job(800, h, nov30, 1.0), job(801, e, nov30, 1.0)])
+    s = send_job_mail(engine, cfg, now=nov30 + timedelta(hours=3), window=timedelta(minutes=30),
+                      transport=Refused())  # fmt: skip
+    assert s.new_digests == 2 and s.delivery is not None and s.delivery.failed == 2, s.line()
+    opted_out_since(engine, {h, e})
+    s = send_job_mail(engine, cfg, now=datetime(2026, 12, 1, 6, tzinfo=UTC), window=timedelta(minutes=30))
+    assert s.held_out == 0 and not server.messages, s.line()
+    assert ledger(engine, "job") == {
+        h: ("failed", "550 mailbox unavailable"),
+        e: ("failed", "550 mailbox unavailable"),
+    }
+    with engine.connect() as c:
+        assert sa.first_contacts(c, cfg.study, "2026-12/seed 7") == {}
+
+
+def test_an_open_alert_of_a_user_who_opted_out_since_is_held_back_nowhere(
+    engine: Engine, tmp_path: Path, server: SmtpServer
+) -> None:
+    """The same for an idle-GPU alert bound before the study that did not go."""
+    cfg = make_cfg(tmp_path, url_of(engine), server, holdout_share=0.5, start="2026-12")
+    team(engine, cfg)
+    draw_now(engine, cfg, datetime(2026, 12, 1, tzinfo=UTC))
+    held, emailed = split_arms(engine, "2026-12/seed 7")
+    h, e = sorted(held)[0], sorted(emailed)[0]
+    start, t1 = datetime(2026, 11, 30, 20, tzinfo=UTC), datetime(2026, 11, 30, 23, tzinfo=UTC)
+    running = [builders.job(raw, start, 3.0, user=u, account="lab_a", gpus=2, cpus=8, running=True,
+                            cpu_s=None, node_list="n[1-2]", n_nodes=2, name=f"train-{raw}")
+               for raw, u in ((901, h), (902, e))]  # fmt: skip
+    load(engine, cfg, running, aggregate=False)
+    for raw in (901, 902):
+        samples(engine, raw, start, t1, {g: idle_from(start + timedelta(hours=1)) for g in TWO})
+    s = send_idle_alerts(engine, cfg, now=t1, transport=Refused())
+    assert s.new == 2 and s.delivery is not None and s.delivery.failed == 2, s.line()
+    opted_out_since(engine, {h, e})
+    s = send_idle_alerts(engine, cfg, now=t1 + timedelta(minutes=90))  # the study has begun
+    assert s.held_out == 0 and not server.messages, s.line()
+    assert ledger(engine, "idle-gpu") == {
+        h: ("failed", "550 mailbox unavailable"),
+        e: ("failed", "550 mailbox unavailable"),
+    }
+    with engine.connect() as c:
+        assert sa.first_contacts(c, cfg.study, "2026-12/seed 7") == {}
 
 
 def test_before_the_start_nothing_is_held_back_or_drawn(

@@ -378,7 +378,8 @@ def _write_reports(engine: Any, cfg: Any, out: Path, end: datetime, days: int) -
     default=0.2,
     show_default=True,
     type=click.FloatRange(0.0, 0.9),
-    help="With --study: how much less of the time e-mailed users' GPUs sit idle (0: none, an A/A run).",
+    help="With --study: how much less of the time e-mailed users' GPUs sit idle from their first e-mail "
+    "(0: none, an A/A run).",
 )
 @click.pass_obj
 def demo(obj: Ctx, out_dir: str, seed: int, days: int, study: bool, study_effect: float) -> None:

@@ -581,9 +581,19 @@ def write_samples(
     seed: int,
     step_s: float,
     idle_factor: Callable[[DemoJob], float] | None = None,
+    *,
+    keep: bool = False,
 ) -> int:
     """NVML samples (power, utilisation) of the GPU jobs on the A100 nodes, as the collector ships them:
     one per GPU every `step_s`, each job's GPUs named by their index on the node.
+
+    The demo's samples are replaced by these; with `keep`, they are added to those already there (the
+    study demo writes a month's jobs at a time, cocaq.cli.demo_study): each job then draws from random
+    streams of its own (from `seed` and its id), so that what it gets does not depend on the jobs
+    written with it or before it, and each node's samples are recorded as a shipped batch naming its
+    jobs (node_shipments, as the collector's shipper records them; each job whole, its samples all
+    written at once), so that the aggregator's incremental run derives those jobs' GPU use again.
+    Without it the streams run through the jobs in turn, as they always have.
 
     `idle_factor(job)` is the e-mail study's planted effect (cocaq.cli.demo_study): it scales a job's idle
     GPU time (0.8 = a fifth less), both the GPUs left unused and the share of samples that find a GPU
@@ -599,8 +609,6 @@ def write_samples(
     GPU doing nothing (the `fewer-gpus` suggestion), a data-starved user (frank) and communication-bound
     LLM jobs drawing most of their power at moderate utilisation (`power-cap`).
     """
-    from sqlalchemy import insert
-
     from cocaq.db.schema import Cluster, Sample
 
     rng = random.Random(seed + 1)
@@ -609,10 +617,13 @@ def write_samples(
     step = max(int(step_s), 1)
     with engine.begin() as conn:
         cid = conn.execute(select(Cluster.id).where(Cluster.name == DEMO_CLUSTER)).scalar_one()
-        conn.execute(delete(Sample).where(Sample.cluster_id == cid))
+        if not keep:
+            conn.execute(delete(Sample).where(Sample.cluster_id == cid))
         rows: list[dict[str, Any]] = []
         n = 0
         for j in jobs:
+            if keep:
+                rng, mem_rng, v100_rng = (random.Random(f"{seed}/{j.raw_id}/{k}") for k in (1, 3, 4))
             factor = None if idle_factor is None else idle_factor(j)
             if j.gpus and j.partition == "gpu_v100" and metered_v100(j.nodes) and j.elapsed >= step:
                 rows += _v100_samples(j, cid, step, v100_rng, factor)
@@ -653,13 +664,39 @@ def write_samples(
                         held = mem_mb * (0.5 if i == 0 else 1.0) * (0.2 if one_gpu and k > 0 else 1.0)
                         rows.append({**base, "metric": "mem_used_mb", "value": round(held, 0)})
             if len(rows) >= 20_000:
-                conn.execute(insert(Sample).prefix_with("OR IGNORE"), rows)
-                n += len(rows)
+                n += _insert_samples(conn, cid, rows, keep)
                 rows = []
         if rows:
-            conn.execute(insert(Sample).prefix_with("OR IGNORE"), rows)
-            n += len(rows)
+            n += _insert_samples(conn, cid, rows, keep)
     return n
+
+
+def _insert_samples(conn: Any, cid: int, rows: list[dict[str, Any]], shipped: bool) -> int:
+    """Insert the samples; `shipped`: and record them as one batch per node naming its jobs, as the
+    collector's shipper does (cocaq.collector.ship), each without a time (the aggregator derives the
+    whole job again: its samples are all here)."""
+    import hashlib
+
+    from sqlalchemy import insert
+
+    from cocaq.db.schema import NodeShipment, Sample
+
+    conn.execute(insert(Sample).prefix_with("OR IGNORE"), rows)
+    if shipped:
+        jobs: dict[str, set[str]] = {}
+        count: dict[str, int] = {}
+        for r in rows:
+            jobs.setdefault(r["node"], set()).add(r["job_id"])
+            count[r["node"]] = count.get(r["node"], 0) + 1
+        batches = []
+        for node, ids in sorted(jobs.items()):
+            text = " ".join(sorted(ids))
+            batch = "demo-" + hashlib.sha1(text.encode()).hexdigest()[:24]
+            batches.append(
+                {"cluster_id": cid, "node": node, "batch": batch, "rows": count[node], "job_ids": text}
+            )
+        conn.execute(insert(NodeShipment).prefix_with("OR IGNORE"), batches)
+    return len(rows)
 
 
 def _idle_draw(busy_share: float, rng: random.Random, spread: bool) -> Callable[[int], bool]:

@@ -3,26 +3,50 @@
 test can check that the analysis finds what was planted.
 
 Three baseline months, then three study months ending with the last whole month; the demo's ten users
-and nineteen more of each GPU user (their own habits around the originals'), drawn into the arms by
-the real draw (cocaq.study.assign) at the study's start and as they first run jobs. The effect: from
-the month after their first e-mail (the study's second month: the first e-mail goes out as its first
-month begins), e-mailed users' GPUs are idle a fifth less of the time (`effect`): their jobs' idle
-GPU time, both the share of samples that find a GPU idle and the chance of leaving GPUs unused, is
-scaled by 1 - effect (the time turned busy: they use the GPUs they hold better; cocaq.cli.demo_month.
-write_samples). Samples are an hour apart here (five minutes in the one-month demo) to keep six months
-of a 150-user site quick to build, and the config's collector step says so, so that each stands for
-its hour.
+and nineteen more of each GPU user (their own habits around the originals'), drawn into the arms by the
+real draw (cocaq.study.assign) when the study's first e-mails go and as they first run jobs.
+
+The site is built month by month, as a real one fills, so that every e-mail agrees with the data as it
+was when it went. The jobs are imported first (as sacct shows them once they have ended, each dated as
+if the scheduler's reconcile had imported it then), then the GPU samples of the jobs that started before
+the study, aggregated. Then at the start of each month from the study's first to the one after its end,
+at 06:00 UTC as the scheduler's `reports-monthly` job runs, the month before's user, lab and admin
+e-mails are sent by the real sender (cocaq.reports.batch.send_month) to an outbox of .eml files
+(`outbox/` in the demo's directory): the hold-out's reports are held back and recorded, so that the
+ledger (`sent_reports`) holds what a real site's would, each e-mailed user's delivered reports and each
+held-out user's skipped ones. Then the samples of the jobs that started in that month, with the effect
+planted, and the aggregator's incremental run (new samples: their jobs and days only).
+
+The effect: an e-mailed user's jobs that start after their first study e-mail was delivered
+(cocaq.study.assign.first_contacts, read from the ledger as each month begins) idle a fifth less of the
+time (`effect`): their idle GPU time, both the share of samples that find a GPU idle and the chance of
+leaving GPUs unused, is scaled by 1 - effect (the time turned busy: they use the GPUs they hold better;
+cocaq.cli.demo_month.write_samples). Nothing for the hold-out, nothing before the e-mail: a user first
+e-mailed as the study begins (a job in the month before) changes from then, a user whose first job
+comes later from the e-mail about that month. Samples are an hour apart here (five minutes in the
+one-month demo) to keep six months of a 150-user site quick to build, and the config's collector step
+says so, so that each stands for its hour.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 SAMPLE_STEP_S = 3600.0
 COPIES = 20
+SEND_HOUR = (
+    6  # the scheduler's reports-monthly job: the 1st of each month at 06:00 (cocaq.cli.scheduler_jobs)
+)
+
+
+def _stopped(t: datetime) -> Callable[[], datetime]:
+    """A clock that says `t`: the e-mails of a past month, sent then (their Date and ledger rows)."""
+    return lambda: t
 
 
 def run_study_demo(
@@ -33,13 +57,14 @@ def run_study_demo(
     from dataclasses import replace
 
     from rich.console import Console
-    from sqlalchemy import delete, select
+    from sqlalchemy import delete, func, or_, select, update
 
     from cocaq.accounting.aggregate import run_aggregate
     from cocaq.accounting.importer import import_records
     from cocaq.cli.demo_month import (
         DEMO_CLUSTER,
         DEMO_CONFIG,
+        DemoJob,
         Generator,
         demo_series,
         population,
@@ -50,12 +75,13 @@ def run_study_demo(
     from cocaq.config_load import load_config
     from cocaq.db import migrate
     from cocaq.db.engine import make_engine
-    from cocaq.db.schema import Cluster, Job, StudyArm
+    from cocaq.db.schema import Cluster, Job, NodeShipment, Sample, SentReport, StudyArm
     from cocaq.reports.admin_report import admin_month
+    from cocaq.reports.batch import USER_KIND, send_month
     from cocaq.reports.render import render_admin_email, render_admin_html
     from cocaq.slurm.sacct import ParseStats, iter_parsable
     from cocaq.study.analysis import add_months, study_report
-    from cocaq.study.assign import assign, study_id
+    from cocaq.study.assign import EMAILED, HOLDOUT, first_contacts, hold_out_reason, study_id
     from cocaq.study.assign import month_start as _start
 
     t0 = time.monotonic()
@@ -66,10 +92,17 @@ def run_study_demo(
     first = _start(add_months(start, -3))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    outbox = out / "outbox"
+    outbox.mkdir(exist_ok=True)
+    for old in outbox.glob("*.eml"):  # an earlier run's e-mails
+        old.unlink()
     cfg_path = out / "cocaq-demo-study.toml"
     # the samples are an hour apart: each stands for its hour (the one-month demo's are 5 minutes apart)
     config = DEMO_CONFIG.replace("\ninterval_s = 300 ", f"\ninterval_s = {SAMPLE_STEP_S:.0f}")
     assert config != DEMO_CONFIG, "the demo's [collector] interval_s moved"
+    mail = '\n[mail]\ntransport = "outbox"\n'
+    assert mail in config, "the demo's [mail] transport moved"
+    config = config.replace(mail, f"{mail}outbox_dir = {json.dumps(str(outbox.resolve()))}\n")
     cfg_path.write_text(
         config + f'\n[study]\nstart = "{start}"\nend = "{end}"\nholdout_share = 0.2\nseed = {seed}\n'
     )
@@ -80,42 +113,104 @@ def run_study_demo(
     jobs = Generator(seed, now, (now - first).days, users).generate()
     dump = out / "sacct-demo-study.txt"
     dump.write_text("\n".join(sacct_lines(jobs)) + "\n")
-    with engine.begin() as conn:  # reuse the database: replace the previous demo site and study
+    addresses = {*cfg.reports.admins, *(a for heads in cfg.reports.lab_heads.values() for a in heads)}
+    with engine.begin() as conn:  # reuse the database: replace the previous demo site, study and e-mails
         cid = conn.execute(select(Cluster.id).where(Cluster.name == DEMO_CLUSTER)).scalar()
         if cid is not None:
             conn.execute(delete(Job).where(Job.cluster_id == cid))
+            conn.execute(delete(Sample).where(Sample.cluster_id == cid))
+            conn.execute(delete(NodeShipment).where(NodeShipment.cluster_id == cid))
         key = study_id(conn, cfg.study).key  # the demo's seed is its own: "START/seed 42"
         conn.execute(delete(StudyArm).where(StudyArm.study == key))
+        conn.execute(delete(SentReport).where(SentReport.user_name.in_(sorted(users))))
+        conn.execute(delete(SentReport).where(SentReport.recipient.in_(sorted(addresses))))
     with open(dump, "rb") as fh:
         records = iter_parsable(fh, tz=UTC, default_cluster=DEMO_CLUSTER, stats=ParseStats())
         import_records(engine, records, cfg, source="demo")
-    demo_series(engine, now)
-    run_aggregate(engine, cfg, full=True)  # the baseline's GPU-hours stratify the draw
     with engine.begin() as conn:
-        assign(conn, cfg, _start(start))  # the draw, as the study begins
-        assign(conn, cfg, now)  # and the users who first ran a job since
-        arms = dict(conn.execute(select(StudyArm.user_name, StudyArm.arm).where(StudyArm.study == key)).all())
-    effect_from = _start(add_months(start, 1))
+        # Each job as if the scheduler's reconcile had imported it as it ended (a running one, as it
+        # began), not all a minute ago: the aggregator's incremental runs then derive what they would on
+        # a real site, the jobs with new samples, rather than six months of jobs each time.
+        cid = conn.execute(select(Cluster.id).where(Cluster.name == DEMO_CLUSTER)).scalar_one()
+        when = func.coalesce(Job.end_time, Job.start_time, Job.submit_time)
+        conn.execute(update(Job).where(Job.cluster_id == cid).values(updated_at=when))
+    demo_series(engine, now)
 
-    def idle_factor(j: Any) -> float:
-        return 1.0 - effect if arms.get(j.user) == "emailed" and j.start >= effect_from else 1.0
+    planted: set[int] = set()  # the jobs with the effect (raw ids)
+    reached: dict[str, datetime] = {}  # e-mailed user -> their first study e-mail, delivered
+    arms: dict[str, str] = {}
 
-    n_samples = write_samples(engine, jobs, seed, SAMPLE_STEP_S, idle_factor)
-    run_aggregate(engine, cfg, full=True, rescan_samples=True)
+    def idle_factor(j: DemoJob) -> float:
+        if j.user in reached and arms.get(j.user) == EMAILED and j.start >= reached[j.user]:
+            planted.add(j.raw_id)
+            return 1.0 - effect
+        return 1.0
+
+    def shipped_by(t: datetime) -> None:
+        """The samples just aggregated, as if shipped by `t` (as their month went by), not a minute
+        ago: the aggregator's next incremental run reads the new ones only (its margin is 10 minutes)."""
+        with engine.begin() as conn:
+            N = NodeShipment
+            conn.execute(update(N).where(N.cluster_id == cid, N.shipped_at > t).values(shipped_at=t))
+
+    study_from = _start(start)
+    n_samples = write_samples(
+        engine, [j for j in jobs if j.start < study_from], seed, SAMPLE_STEP_S, idle_factor, keep=True
+    )
+    run_aggregate(engine, cfg, full=True, rescan_samples=True)  # the baseline's GPU-hours stratify the draw
+    shipped_by(study_from)
+    # From the study's first month to the one after its end: the month before's e-mails as it begins,
+    # then the month's samples, the effect from each e-mailed user's first delivered e-mail.
+    for k in range(4):
+        month = add_months(start, k)
+        at = min(_start(month) + timedelta(hours=SEND_HOUR), now)
+        send_month(engine, cfg, _start(add_months(month, -1)), now=at, clock=_stopped(at))
+        with engine.connect() as conn:
+            q = select(StudyArm.user_name, StudyArm.arm).where(StudyArm.study == key)
+            arms = {str(u): str(a) for u, a in conn.execute(q)}
+            reached = {
+                u: t for u, t in first_contacts(conn, cfg.study, key).items() if arms.get(u) == EMAILED
+            }
+        lo, hi = _start(month), _start(month, 1)
+        batch = [j for j in jobs if lo <= j.start < hi]
+        n_samples += write_samples(engine, batch, seed, SAMPLE_STEP_S, idle_factor, keep=True)
+        run_aggregate(engine, cfg)
+        shipped_by(min(hi, now))
     with engine.connect() as conn:
         rep = study_report(conn, cfg, now)
         adm = admin_month(conn, cfg, _start(end), DEMO_CLUSTER)
+        S = SentReport
+        ledger = dict(
+            conn.execute(
+                select(S.status, func.count())
+                .where(S.kind == USER_KIND, S.period_start >= _start(add_months(start, -1)))
+                .where(or_(S.status == "sent", S.error == hold_out_reason(key)))
+                .group_by(S.status)
+            ).all()
+        )
     reports = out / "reports"
     reports.mkdir(exist_ok=True)
-    mail = render_admin_email(adm, cfg)
-    (reports / f"admin-{end}-study-email.txt").write_text(mail.text)
-    (reports / f"admin-{end}-study-email.html").write_text(mail.html)
+    admin_mail = render_admin_email(adm, cfg)
+    (reports / f"admin-{end}-study-email.txt").write_text(admin_mail.text)
+    (reports / f"admin-{end}-study-email.html").write_text(admin_mail.html)
     (reports / f"admin-{end}-study.html").write_text(render_admin_html(adm, cfg))
+    emailed = sorted(u for u, a in arms.items() if a == EMAILED)
+    firsts = sorted(reached.values())
+    opening = _start(start) + timedelta(hours=SEND_HOUR)
+    at_once = sum(1 for t in firsts if t <= opening)
+    n_eml = sum(1 for _ in outbox.glob("*.eml"))
     console.print(
         f"The e-mail study on a site of {len(users)} users over six months: {len(jobs):,} jobs, "
         f"{n_samples:,} GPU samples (an hour apart); baseline {add_months(start, -3)} to "
         f"{add_months(start, -1)}, study {start} to {end}. Planted: e-mailed users' GPUs idle "
-        f"{effect:.0%} less of the time from {effect_from:%Y-%m} (the month after their first e-mail)."
+        f"{effect:.0%} less of the time from each e-mailed user's first e-mail (delivered to {at_once} of "
+        f"{len(emailed)} as the study began, {opening:%Y-%m-%d %H:%M} UTC; {len(firsts) - at_once} later; "
+        f"{len(emailed) - len(firsts)} never), in the jobs they started since."
+    )
+    console.print(
+        f"The monthly e-mails of {add_months(start, -1)} to {end}, sent as the scheduler sends them on "
+        f"the 1st: {n_eml:,} in the outbox ({outbox}); the user reports {ledger.get('sent', 0):,} "
+        f"delivered and {ledger.get('skipped', 0):,} held back for the hold-out (`sent_reports`)."
     )
     print_report(rep, console)
     console.print(
@@ -127,6 +222,9 @@ def run_study_demo(
         "start": start,
         "end": end,
         "effect": effect,
-        "effect_from": f"{effect_from:%Y-%m}",
+        "first_delivery": firsts[0].isoformat() if firsts else None,
+        "planted": planted,
+        "outbox": str(outbox),
         "config": str(cfg_path),
+        "arms": {a: sum(1 for x in arms.values() if x == a) for a in (EMAILED, HOLDOUT)},
     }
