@@ -66,12 +66,15 @@ def test_demo_fills_the_embedded_database_and_writes_outputs(cli_env: dict[str, 
     # the admins' to set, so it is not his suggestion (it is the admin report's lever)
     # his fp32 runs are of six models on A100s and V100s: the largest named, "and 5 more", and mixed
     # precision, not bf16 (V100s have none: issue 32)
-    assert dave["Subject"].startswith("[Demo cluster] Save about ")
-    assert "train mistral-7b and 5 more models in mixed precision" in " ".join(dave["Subject"].split())
+    # (which of his changes saves most, mixed precision or checkpoints in runs that fail late, depends on
+    # the day the demo is built: which of his generated jobs fall in the month before it)
+    subject = " ".join(dave["Subject"].split())
+    assert subject.startswith("[Demo cluster] Save ") and "power cap" not in subject.lower()
     assert "localhost" not in dave["From"] and dave["Reply-To"] and "unsubscribe" in dave["List-Unsubscribe"]
     text = dave.get_body(("plain",)).get_content()  # type: ignore[union-attr]
-    assert "the one change worth making: train mistral-7b and 5 more models in mixed precision" in text
-    assert "Use bf16 on A100, and float16 with a GradScaler on V100" in text
+    top = subject.split(": ", 1)[1].split(" (your ")[0]
+    assert f"the one change worth making: {top}" in " ".join(text.split())
+    # (what his mixed-precision suggestion says, on a demo built as of a fixed hour: tests/test_one_truth.py)
     assert "power cap" not in text.lower()
     assert "Embodied emissions, apart" in text and "measured" in text and "unsubscribe" in text
     erin = email.message_from_bytes(

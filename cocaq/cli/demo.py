@@ -61,7 +61,7 @@ def require_sqlite(url: str) -> None:
         )
 
 
-def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
+def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30, at: datetime | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -92,7 +92,7 @@ def run_demo(obj: Any, out_dir: str, *, seed: int = 42, days: int = 30) -> None:
 
     engine = make_engine(url)
     migrate.upgrade(engine)
-    end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    end = (at or datetime.now(UTC)).replace(minute=0, second=0, microsecond=0)
     jobs = Generator(seed, end, days).generate()
     model_metadata(jobs, seed)
     dump = out / "sacct-demo.txt"
@@ -381,13 +381,31 @@ def _write_reports(engine: Any, cfg: Any, out: Path, end: datetime, days: int) -
     help="With --study: how much less of the time e-mailed users' GPUs sit idle from their first e-mail "
     "(0: none, an A/A run).",
 )
+@click.option(
+    "--at",
+    "at_text",
+    metavar="TIME",
+    help="Build it as if it were this hour (ISO 8601, UTC unless it says): the same outputs every time, "
+    "whatever the day (the month the e-mails are about takes more or fewer of its days). Default: now.",
+)
 @click.pass_obj
-def demo(obj: Ctx, out_dir: str, seed: int, days: int, study: bool, study_effect: float) -> None:
+def demo(
+    obj: Ctx, out_dir: str, seed: int, days: int, study: bool, study_effect: float, at_text: str | None
+) -> None:
     """Fill a database with a realistic month of a small GPU cluster and show what cocaq makes of it."""
+    at = None
+    if at_text is not None:
+        try:
+            at = datetime.fromisoformat(at_text.replace("Z", "+00:00"))
+        except ValueError:
+            raise click.BadParameter(
+                f"expected an ISO 8601 time like 2026-12-05T12:00, got {at_text!r}"
+            ) from None
+        at = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
     if study:
         from cocaq.cli.demo_study import run_study_demo
 
         require_sqlite(obj.cfg.database_url)
-        run_study_demo(obj, out_dir, seed=seed, effect=study_effect)
+        run_study_demo(obj, out_dir, seed=seed, effect=study_effect, now=at)
         return
-    run_demo(obj, out_dir, seed=seed, days=days)
+    run_demo(obj, out_dir, seed=seed, days=days, at=at)
