@@ -52,10 +52,10 @@ def summary_lines(rep: StudyReport) -> list[str]:
     if head is None:
         return out
     d = head.did
-    p = f"p = {d.p:.2g}; " if d.p is not None else ""
+    p = f"Re-randomisation p = {d.p:.2g}; " if d.p is not None else ""
     out.append(f"Primary outcome ({rep.declared}):")
     out.append(
-        f"  {head.sentence} ({p}{d.n_emailed} e-mailed and {d.n_holdout} held-out users with a baseline)"
+        f"  {head.sentence} {p}{d.n_emailed} e-mailed and {d.n_holdout} held-out users with a baseline."
     )
     n = len(rep.secondary)
     out.append(f"Secondary outcomes ({n}): {rep.caveat}")
