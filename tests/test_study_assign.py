@@ -731,3 +731,32 @@ def test_the_primary_outcome_is_kept_at_the_first_draw(engine: Engine, tmp_path:
     )
     with pytest.raises(Exception, match=r"study\.primary: expected one of idle_gpu_energy_share"):
         make_cfg(tmp_path, url_of(engine), name="bad.toml", primary="idle_share")
+
+
+def test_the_first_draw_blocks_each_stratum_by_baseline_co2(engine: Engine, tmp_path: Path) -> None:
+    """Within a stratum, users ranked by baseline CO2 (heaviest first) in runs of 5 at a share of 0.2, one
+    held out per run; the block is kept, and the report's re-draws keep to it."""
+    hours = {f"h{i:02d}": 10.0 + i for i in range(20)}
+    stratum = {u: 1 for u in hours}
+    co2 = {u: float(100 - i) for i, u in enumerate(sorted(hours))}  # h00 the heaviest
+    block = sa.blocks(stratum, co2, 0.2)
+    assert [block[f"h{i:02d}"] for i in range(20)] == [i // 5 for i in range(20)]
+    for seed in range(30):
+        arms = sa.split(stratum, seed, 0.2, block)
+        held = Counter(block[u] for u, a in arms.items() if a == sa.HOLDOUT)
+        assert held == {0: 1, 1: 1, 2: 1, 3: 1}  # the four heaviest never two in the hold-out
+    assert (sa.block_size(0.2), sa.block_size(0.3), sa.block_size(0.5), sa.block_size(0.05)) == (5, 3, 2, 20)
+    # the study's first draw stores the blocks; joiners have none
+    cfg = make_cfg(tmp_path, url_of(engine))
+    baseline(engine, cfg)
+    draw_now(engine, cfg, T0)
+    with engine.connect() as c:
+        rows = c.execute(select(StudyArm.user_name, StudyArm.stratum, StudyArm.block)).all()
+    drawn = [r for r in rows if r[1] >= 0]
+    assert drawn and all(r[2] is not None for r in drawn)
+    from cocaq.study.analysis import _cells, arms_frame
+
+    with engine.connect() as c:
+        frame = arms_frame(c, "2026-11/seed 7")
+    cells = _cells(frame)
+    assert len(set(cells)) == len({(r[1], r[2]) for r in rows})

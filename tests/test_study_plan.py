@@ -172,6 +172,15 @@ def test_the_simulated_draw_is_the_real_draws_rule() -> None:
         real = sa.split(stratum, seed, share)
         mine = {u for u, h in zip(names, held, strict=True) if h}
         assert mine == {u for u in names if real[u] == sa.HOLDOUT}
+        # and with the blocks by baseline CO2 that a study's first draw makes
+        co2 = {u: float(c) for u, c in zip(names, rng.lognormal(2, 1.5, n), strict=True)}
+        numbers = np.array([sa.draw(seed, u) for u in names])
+        st = np.array([stratum[u] for u in names])
+        held = sp._holdout(sp._blocks(st, np.array([co2[u] for u in names]), share), numbers, share)
+        real = sa.split(stratum, seed, share, sa.blocks(stratum, co2, share))
+        assert {u for u, h in zip(names, held, strict=True) if h} == {
+            u for u in names if real[u] == sa.HOLDOUT
+        }
     assert not sp._holdout(np.array([-1, -1]), np.array([0.1, 0.2]), 0.5).any()  # not drawn: never held out
 
 

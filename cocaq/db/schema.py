@@ -629,7 +629,8 @@ class StudyArm(Base):
 
     `draw` is the user's uniform number from the study's seed and their name (cocaq.study.assign), the
     documented randomness; `stratum` their GPU-hours band over the baseline months (0: none, 1-4: the
-    quartiles of those with some; -1: joined after the start). A user who opted out of the e-mails stays
+    quartiles of those with some; -1: joined after the start), `block` their run of users within it by
+    baseline CO2. A user who opted out of the e-mails stays
     in their arm (the analysis is by arm as drawn) and is recorded apart (`opted_out_at`).
     """
 
@@ -641,6 +642,9 @@ class StudyArm(Base):
     user_name: Mapped[str] = mapped_column(String(64), primary_key=True)
     arm: Mapped[str] = mapped_column(String(16))  # emailed, hold-out
     stratum: Mapped[int]
+    # the block within the stratum (users ranked by baseline CO2, block_size of them); None: a joiner, or a
+    # study drawn before blocks (stratum only)
+    block: Mapped[int | None]
     gpu_hours_before: Mapped[float] = mapped_column(Float, default=0.0)
     draw: Mapped[float] = mapped_column(Float)
     assigned_at: Mapped[datetime]

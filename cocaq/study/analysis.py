@@ -432,6 +432,20 @@ class _Test:
         return inside
 
 
+def _cells(arms: pd.DataFrame) -> np.ndarray:
+    """What the draw held a fixed number out of: each stratum, or each block of it where the draw made
+    blocks (cocaq.study.assign.blocks)."""
+    import numpy as np
+
+    stratum = arms["stratum"].to_numpy(dtype=np.int64)
+    if "block" not in arms:
+        return stratum
+    block = arms["block"].to_numpy(dtype=float)
+    return np.where(np.isnan(block), stratum * 100_000, stratum * 100_000 + 1 + np.nan_to_num(block)).astype(
+        np.int64
+    )
+
+
 def did_test(
     pre: pd.DataFrame, post: pd.DataFrame, arms: pd.DataFrame, outcome: Outcome, redraws_n: int,
     rng: np.random.Generator, pre_months: float, post_months: float | pd.Series,
@@ -460,7 +474,7 @@ def did_test(
         return Estimate(None, None, None, None, None, None, None, None, n_e, n_h)
     e0, e1, h0, h1 = (float(x[0]) for x in means(observed))
     d, cf = (e1 - e0) - (h1 - h0), e0 + (h1 - h0)
-    labels = redraws(arms.loc[users, "stratum"].to_numpy(), emailed, redraws_n, rng)
+    labels = redraws(_cells(arms.loc[users]), emailed, redraws_n, rng)
     absolute = _Test(w, v0, v1, emailed, labels, relative=False)
     spread = float(np.nanstd(_did_stat(labels, w, v0, v1))) or abs(d) or 1e-9
     lo = absolute.bound(d, -spread, d - 1e6 * spread)
@@ -682,7 +696,7 @@ def panel(
 
 
 def arms_frame(conn: Connection, study: str) -> pd.DataFrame:
-    """The study's users: user (index), arm, stratum, assigned_at, opted_out_at."""
+    """The study's users: user (index), arm, stratum, block (None: none), assigned_at, opted_out_at."""
     import pandas as pd
     from sqlalchemy import select
 
@@ -690,11 +704,11 @@ def arms_frame(conn: Connection, study: str) -> pd.DataFrame:
 
     t = StudyArm.__table__.c
     rows = conn.execute(
-        select(t.user_name, t.arm, t.stratum, t.assigned_at, t.opted_out_at)
+        select(t.user_name, t.arm, t.stratum, t.block, t.assigned_at, t.opted_out_at)
         .where(t.study == study)
         .order_by(t.user_name)  # (the bootstrap draws by position: the same data, the same report)
     ).all()
-    df = pd.DataFrame(rows, columns=["user", "arm", "stratum", "assigned_at", "opted_out_at"])
+    df = pd.DataFrame(rows, columns=["user", "arm", "stratum", "block", "assigned_at", "opted_out_at"])
     return df.set_index("user")
 
 

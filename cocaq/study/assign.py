@@ -197,18 +197,51 @@ def strata(hours: Mapping[str, float]) -> dict[str, int]:
     return out
 
 
-def split(stratum: Mapping[str, int], seed: int, share: float) -> dict[str, str]:
-    """Each user's arm: within each stratum the lowest draws are hold-out, the rounding carried across
-    strata so that the total is R(share x N) (module doc)."""
+def block_size(share: float) -> int:
+    """Users per block of the draw: one held out per block at the configured share (5 at 0.2)."""
+    return max(2, _round(1.0 / share))
+
+
+def blocks(stratum: Mapping[str, int], co2: Mapping[str, float], share: float) -> dict[str, int]:
+    """Each user's block within their stratum: the stratum's users ranked by baseline CO2, heaviest first
+    (ties by name), cut into runs of block_size(share). A few heavy users make most of the per-user CO2's
+    swings from month to month; blocked, each run of them puts its share into the hold-out, and chance
+    cannot put two of the heaviest into an arm of 30 (docs/study.md, The draw)."""
+    size = block_size(share)
+    out: dict[str, int] = {}
+    for s in sorted(set(stratum.values())):
+        members = sorted((u for u, v in stratum.items() if v == s), key=lambda u: (-co2.get(u, 0.0), u))
+        for i, u in enumerate(members):
+            out[u] = i // size
+    return out
+
+
+def split(
+    stratum: Mapping[str, int], seed: int, share: float, block: Mapping[str, int] | None = None
+) -> dict[str, str]:
+    """Each user's arm: within each stratum (and each block of it, where `block` gives one) the lowest
+    draws are hold-out, the rounding carried across strata and blocks so that the total is R(share x N)
+    (module doc)."""
     arms: dict[str, str] = {}
     before = 0
-    for s in sorted(set(stratum.values())):
-        members = sorted((u for u, v in stratum.items() if v == s), key=lambda u: (draw(seed, u), u))
+    cells = sorted({(v, block.get(u, 0) if block is not None else 0) for u, v in stratum.items()})
+    for cell in cells:
+        members = sorted(
+            (u for u, v in stratum.items() if (v, block.get(u, 0) if block is not None else 0) == cell),
+            key=lambda u: (draw(seed, u), u),
+        )
         k = _round(share * (before + len(members))) - _round(share * before)
         before += len(members)
         for i, u in enumerate(members):
             arms[u] = HOLDOUT if i < k else EMAILED
     return arms
+
+
+def baseline_co2(conn: Connection, lo: datetime, hi: datetime) -> dict[str, float]:
+    """user -> kg of CO2 in [lo, hi) from daily_rollups (empty where the aggregator rolled up none)."""
+    R = DailyRollup
+    q = select(R.user_name, func.sum(R.co2_g)).where(R.day >= lo, R.day < hi).group_by(R.user_name)
+    return {str(u): float(g or 0.0) / 1000.0 for u, g in conn.execute(q)}
 
 
 # --- the draw ----------------------------------------------------------------------------------------------
@@ -295,8 +328,8 @@ def assign(
     s = AssignSummary(key, random_seed=sid.random)
     rows: list[dict[str, Any]] = []
 
-    def row(user: str, arm: str, stratum: int, hours: float) -> dict[str, Any]:
-        return {"study": key, "user_name": user, "arm": arm, "stratum": stratum,
+    def row(user: str, arm: str, stratum: int, hours: float, block: int | None = None) -> dict[str, Any]:
+        return {"study": key, "user_name": user, "arm": arm, "stratum": stratum, "block": block,
                 "gpu_hours_before": hours, "draw": draw(seed, user), "assigned_at": now}  # fmt: skip
 
     taken: set[str] = set()
@@ -304,8 +337,10 @@ def assign(
         s.first_draw = True
         hours = baseline_hours(conn, w.baseline_start, w.start)
         stratum = strata(hours)
-        arms = split(stratum, seed, share)
-        rows += [row(u, arms[u], stratum[u], hours[u]) for u in sorted(hours)]
+        co2 = baseline_co2(conn, w.baseline_start, w.start) or hours  # (no rollups: GPU-hours rank them)
+        block = blocks(stratum, co2, share)
+        arms = split(stratum, seed, share, block)
+        rows += [row(u, arms[u], stratum[u], hours[u], block[u]) for u in sorted(hours)]
         taken = set(hours)
     seen = sorted({u for u in (users if users is not None else _users_since(conn, w.start)) if u} - taken)
     drawn = _drawn(conn, key, seen)

@@ -6,9 +6,9 @@ months swing by factors of two or three, and the analysis (cocaq.study.analysis.
 their GPU use; how that adds up is the site's own. So each simulated study resamples the site's users
 (as many as it has, with replacement) with their history (the whole UTC months before the study's start,
 or before now if the start is later; `history_months`), draws the arms as the real draw does (strata by
-baseline GPU-hours, cocaq.study.assign.strata, and the same per-stratum rounding as assign.split), draws
-each simulated user's baseline and study months from their own history months, and computes the
-difference-in-differences of the primary outcome with the analysis's weighting.
+baseline GPU-hours, cocaq.study.assign.strata, blocks by baseline CO2 within them, and the same rounding
+as assign.split), draws each simulated user's baseline and study months from their own history months,
+and computes the difference-in-differences of the primary outcome with the analysis's weighting.
 
 The months are a *smoothed bootstrap*. A month drawn from a user's history months is a month of zeros
 where the user has no row (they ran nothing), as often as their history has such months; a month with a
@@ -194,6 +194,25 @@ def _holdout(stratum: np.ndarray, number: np.ndarray, share: float) -> np.ndarra
     return out
 
 
+def _blocks(stratum: np.ndarray, co2: np.ndarray, share: float) -> np.ndarray:
+    """Each user's cell of the draw, stratum and block (cocaq.study.assign.blocks: the stratum's users by
+    baseline CO2, heaviest first, in runs of block_size), as one number ordered as split orders them; -1
+    stays -1 (not drawn). Ties are broken at random here, by name there."""
+    import numpy as np
+
+    from cocaq.study.assign import block_size
+
+    size = block_size(share)
+    out = np.full(len(stratum), -1, dtype=np.int64)
+    drawn = np.flatnonzero(stratum >= 0)
+    order = drawn[np.lexsort((-co2[drawn], stratum[drawn]))]
+    s = stratum[order]
+    _, first, counts = np.unique(s, return_index=True, return_counts=True)
+    rank = np.arange(len(order)) - np.repeat(first, counts)
+    out[order] = s.astype(np.int64) * 100_000 + rank // size
+    return out
+
+
 def _strata(hours: np.ndarray, drawn: np.ndarray) -> np.ndarray:
     """Each simulated user's stratum by their baseline GPU-hours (cocaq.study.assign.strata); -1 for one
     not drawn (no row in the baseline months)."""
@@ -220,7 +239,7 @@ class _History:
 def _history(p: pd.DataFrame, history: Sequence[str], outcome: Outcome) -> _History:
     import numpy as np
 
-    cols = [outcome.num, *([outcome.den] if outcome.den else []), "gpu_hours"]
+    cols = [outcome.num, *([outcome.den] if outcome.den else []), "gpu_hours", "co2_kg"]
     bound = _BOUNDS.get(outcome.num)
     if bound is not None:
         cols.append(bound[0])
@@ -341,6 +360,7 @@ def simulate(
     rng = np.random.default_rng(seed)
     ci = {c: i for i, c in enumerate(h.columns)}
     num, den, gh = ci[outcome.num], ci[outcome.den] if outcome.den else None, ci["gpu_hours"]
+    co2 = ci["co2_kg"]
     rel: dict[tuple[float, int], list[np.ndarray]] = {(s, m): [] for s in shares for m in months}
     gain: dict[tuple[float, int], list[np.ndarray]] = {(s, m): [] for s in shares for m in months}
     chunk = max(1, _CHUNK // max(n * (b + lmax) * len(h.columns), 1))
@@ -355,7 +375,8 @@ def simulate(
         stratum = np.stack([_strata(pre[i, :, gh], drawn[i]) for i in range(k)])
         number = rng.random((k, n))
         for s in shares:
-            held = np.stack([_holdout(stratum[i], number[i], s) for i in range(k)])
+            cells = np.stack([_blocks(stratum[i], pre[i, :, co2], s) for i in range(k)])
+            held = np.stack([_holdout(cells[i], number[i], s) for i in range(k)])
             emailed = drawn & ~held
             for m in months:
                 d0 = pre[..., den] if den is not None else pre[..., num]
