@@ -26,7 +26,16 @@ def main() -> None:
     from cocaq.config_load import load_config
     from cocaq.db.engine import make_engine
     from cocaq.study import analysis as an
-    from cocaq.study.assign import baseline_hours, first_contacts, split, strata, study_id, window
+    from cocaq.study.assign import (
+        baseline_co2,
+        baseline_hours,
+        blocks,
+        first_contacts,
+        split,
+        strata,
+        study_id,
+        window,
+    )
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True)
@@ -44,6 +53,7 @@ def main() -> None:
         sid = study_id(conn, s)
         w = window(s)
         hours = baseline_hours(conn, w.baseline_start, w.start)
+        co2_before = baseline_co2(conn, w.baseline_start, w.start)
         exposure = an.exposure_days(first_contacts(conn, s, sid.key))
         baseline = [an.add_months(s.start, -k) for k in range(s.baseline_months, 0, -1)]
         months = [s.start]
@@ -52,15 +62,17 @@ def main() -> None:
         p = an.panel(conn, baseline[0], s.end, exposure=exposure, study_start=s.start)
         real = an.arms_frame(conn, sid.key)
     stratum = strata(hours)
+    block = blocks(stratum, co2_before, s.holdout_share)
     users = sorted(hours)
     out: dict[str, object] = {"users": len(users), "reached": len(exposure), "draws": a.draws}
 
     # A/A: the report over many draws of the arms, made as the study's draw makes them
     claims, secondary, uncorrected, co2 = 0, 0, 0, []
     for k in range(a.draws):
-        arms = split(stratum, 1000 + k, s.holdout_share)
+        arms = split(stratum, 1000 + k, s.holdout_share, block)
         frame = pd.DataFrame(
             {"arm": [arms[u] for u in users], "stratum": [stratum[u] for u in users],
+             "block": [block[u] for u in users],
              "assigned_at": w.start, "opted_out_at": None}, index=pd.Index(users, name="user"),
         )  # fmt: skip
         rep = an.analyse(
