@@ -490,8 +490,13 @@ def test_cli_assign_and_status(engine: Engine, tmp_path: Path, cli_env: dict[str
             str(s): n for s, n in sorted(Counter(st for a, st, *_ in got.values() if a == arm).items())
         }
         assert doc["arms"][arm]["opted_out"] == 0
-    r = run_cocaq(["study", "status"], env)
+    assert doc["primary"] == "idle_gpu_hours_share" and doc["primary_declared"].startswith("declared at the")
+    r = run_cocaq(["study", "status"], dict(env, COLUMNS="60"))
     assert r.code == 0 and "hold-out" in r.out and "opted out (kept in arm)" in r.out, r.out
+    assert "primary outcome: idle_gpu_hours_share (declared at the study's first draw" in " ".join(
+        r.out.split()
+    )
+    assert max(len(line) for line in r.out.splitlines()) <= 60
     # No study configured: one line.
     (tmp_path / "plain.toml").write_text(config_toml_without_study(url_of(engine)))
     r = run_cocaq(["study", "status"], dict(env, COCAQ_CONFIG=str(tmp_path / "plain.toml")))
@@ -599,19 +604,21 @@ def test_no_seed_in_the_config_draws_a_random_one_kept_with_the_study(
     assert arms(engine, START)["late"][:2] == ("hold-out" if sa.draw(seed, "late") < 0.25 else "emailed", -1)
     # Admins (root here) see the seed; a plain user sees neither it nor the arms' numbers.
     r = run_cocaq(["study", "status"], env)
-    assert r.code == 0 and f"seed {seed} (drawn at random)" in r.out, r.out
+    assert r.code == 0 and f"seed {seed} (drawn at random)" in " ".join(r.out.split()), r.out
     assert json.loads(run_cocaq(["study", "status", "-o", "json"], env).out)["seed"] == seed
     for fmt in ("table", "json"):
         r = as_plain_user(["study", "status", "-o", fmt], env)
         assert r.code == 0 and str(seed) not in r.out + r.err, r.out + r.err
         assert f"study {START}" in r.out or f'"study": "{START}"' in r.out, r.out
-    assert "seed drawn at random (shown to admins)" in as_plain_user(["study", "status"], env).out
+    assert "seed drawn at random (shown to admins)" in " ".join(
+        as_plain_user(["study", "status"], env).out.split()
+    )
     assert json.loads(as_plain_user(["study", "status", "-o", "json"], env).out)["seed"] is None
     # ... unless [api] admin_users names them, as the read API does.
     text = (tmp_path / "cocaq.toml").read_text()
     (tmp_path / "admins.toml").write_text(text + '\n[api]\nadmin_users = ["nobody"]\n')
     r = as_plain_user(["study", "status"], dict(env, COCAQ_CONFIG=str(tmp_path / "admins.toml")))
-    assert r.code == 0 and f"seed {seed}" in r.out, r.out + r.err
+    assert r.code == 0 and f"seed {seed}" in " ".join(r.out.split()), r.out + r.err
     # Another site with the same users and jobs, no seed either: another seed, another draw.
     other = tmp_path / "site2"
     other.mkdir()

@@ -172,11 +172,17 @@ def status_cmd(obj: Ctx, fmt: str) -> None:
         state = "not started"
     else:
         state = "ended"
-    click.echo(f"study {st.key}: {months}, {state}")
-    click.echo(
-        f"  baseline: the {st.baseline_months} month(s) before {st.start}; "
-        f"hold-out share {st.holdout_share:g}, {_seed_words(st.seed, st.random, admin)}"
-    )
+    import shutil
+    import textwrap
+
+    width = max(shutil.get_terminal_size((100, 24)).columns, 40)
+    click.echo(textwrap.fill(f"study {st.key}: {months}, {state}", width, subsequent_indent="    "))
+    for said in (
+        f"baseline: the {st.baseline_months} month(s) before {st.start}; hold-out share "
+        f"{st.holdout_share:g}, {_seed_words(st.seed, st.random, admin)}",
+        f"primary outcome: {st.primary} ({st.declared})",
+    ):
+        click.echo(textwrap.fill(said, width, initial_indent="  ", subsequent_indent="    "))
     if st.drawn_at is None:
         click.echo(
             f"  not drawn yet: the first e-mail run in {st.start} draws it, or `cocaq study assign` now"

@@ -530,6 +530,8 @@ class StudyStatus:
     drawn_at: datetime | None
     arms: dict[str, dict[int, int]]  # arm -> stratum -> users
     opted_out: dict[str, int]  # arm -> users found opted out
+    primary: str = ""  # the outcome the study is judged by (as kept at its first draw)
+    declared: str = ""  # how it was declared, in words
 
     def total(self, arm: str) -> int:
         return sum(self.arms.get(arm, {}).values())
@@ -546,6 +548,8 @@ class StudyStatus:
             "seed_random": self.random,
             "running": self.running,
             "drawn_at": self.drawn_at.isoformat() if self.drawn_at else None,
+            "primary": self.primary,
+            "primary_declared": self.declared,
             "arms": {
                 arm: {
                     "users": self.total(arm),
@@ -570,7 +574,9 @@ def status(conn: Connection, cfg: Config, now: datetime) -> StudyStatus:
     q2 = select(A.arm, func.count()).where(A.study == sid.key, A.opted_out_at.is_not(None)).group_by(A.arm)
     opted = {str(a): int(n) for a, n in conn.execute(q2)}
     first = conn.execute(select(func.min(A.assigned_at)).where(A.study == sid.key)).scalar()
+    kept = protocol(conn, study, sid.key)
     return StudyStatus(
         sid.key, str(study.start), study.end, study.baseline_months, study.holdout_share, sid.seed,
         sid.random, w.running(as_utc(now)), as_utc(first) if first is not None else None, arms, opted,
+        kept.primary, kept.words(),
     )  # fmt: skip
