@@ -97,8 +97,8 @@ def print_report(rep: StudyReport, console: Any) -> None:
             console.print(part, markup=False, highlight=False, soft_wrap=True)
     console.print(
         f"Month by month (months with data: {months}). 95% intervals: the change from baseline over the "
-        f"study months by {rep.resamples:,} re-draws of the arms within their strata and blocks (a randomisation "
-        f"test); the rest from {rep.resamples:,} bootstrap resamples of users."
+        f"study months by {rep.resamples:,} re-draws of the arms within their strata and blocks (a "
+        f"randomisation test); the rest from {rep.resamples:,} bootstrap resamples of users."
     )
     for r in rep.outcomes:
         o = r.outcome
