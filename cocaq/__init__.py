@@ -1,5 +1,7 @@
 """cocaq: what a GPU cluster's jobs cost the planet, per job, user and lab."""
 
+# The one place the version is written: pyproject.toml reads it (hatch's [tool.hatch.version]), `cocaq
+# --version` reads the installed metadata made from it, and CHANGELOG.md's newest section names it.
 __version__ = "0.1.0"
 
 # The component folders (collector/, prolog_epilog/, reports/, migrations/) sit at the repository root, as

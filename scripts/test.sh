@@ -38,6 +38,7 @@ if [ "$(id -u)" = 0 ] && ! command -v promtool >/dev/null && command -v apt-get 
         || echo "test: prometheus could not be installed; the tests that need it will say why" >&2
 fi
 echo "== ruff" && .venv/bin/ruff check .
+echo "== ruff format" && .venv/bin/ruff format --check .
 echo "== mypy" && scripts/typecheck.sh
 # pytest-xdist: COCAQ_TEST_WORKERS processes (default one per core; 1 runs the suite in this one process).
 # Each real Slurm cluster's tests run on one worker, 25.11's last; the other modules are shared out
