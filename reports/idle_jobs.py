@@ -58,7 +58,7 @@ from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import Cluster, Job, JobAlert, Sample
 from cocaq.db.sqlfuncs import epoch_exact
-from cocaq.units import J_PER_KWH
+from cocaq.units import J_PER_KWH, co2_grams_of_kwh
 
 KIND = "idle-gpu"  # the alert's kind, in job_alerts and in the ledger of sent mail (reports.alerts)
 HISTORY = timedelta(days=7)  # how far back a long streak is followed
@@ -429,7 +429,9 @@ def _alert_of(c: Candidate, devices: Sequence[tuple[str, str]], cfg: Config, at_
         at_least=at_least,
         from_job_start=c.start <= c.job_start + max_gap(cfg),
         energy_kwh=kwh,
-        co2_kg=kwh * c.pue * c.carbon_g_per_kwh / 1000 if c.carbon_g_per_kwh is not None else None,
+        co2_kg=co2_grams_of_kwh(kwh, c.pue, c.carbon_g_per_kwh) / 1000
+        if c.carbon_g_per_kwh is not None
+        else None,
         threshold_pct=float(cfg.aggregate.idle_gpu_util_pct),
         interactive=is_interactive(c, cfg),
         job_start=c.job_start,

@@ -21,7 +21,7 @@ from cocaq.errors import UsageError
 from cocaq.reports.data import EnergyPart, JobReport
 from cocaq.reports.queries import CL, MM, NE, E, J, M, _num
 from cocaq.slurm.record import FINAL_STATES
-from cocaq.units import J_PER_KWH
+from cocaq.units import J_PER_KWH, co2_grams
 
 # --- one job ----------------------------------------------------------------------------------------------
 
@@ -133,7 +133,7 @@ def job_footprint(conn: Connection, cfg: Config, job_pk: int) -> JobReport:
         sampled_gpu_hours=float(m.gpu_samples_s or 0.0) / 3600 if m is not None else 0.0,
         idle_gpu_hours=float(m.idle_gpu_s or 0.0) / 3600 if m is not None else 0.0,
         idle_kwh=idle_j / J_PER_KWH,
-        idle_co2_kg=idle_j / J_PER_KWH * float(j.pue or 1.0) * float(j.carbon_g_per_kwh or 0.0) / 1000,
+        idle_co2_kg=co2_grams(idle_j, float(j.pue or 1.0), float(j.carbon_g_per_kwh or 0.0)) / 1000,
         cpu_usage=facts.cpu_usage if facts is not None else None,  # None while it runs, or not recorded
         hw_profile=j.hw_profile,
         final=not reasons,

@@ -54,7 +54,6 @@ from cocaq.accounting.rollups import (
     rebuild_days_parallel,
 )
 from cocaq.accounting.sessions import Sessions
-from cocaq.carbon.zones import co2_grams
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import (
@@ -68,6 +67,7 @@ from cocaq.db.schema import (
 )
 from cocaq.db.sqlfuncs import epoch_exact, utcnow
 from cocaq.hostlist import expand_hostlist
+from cocaq.units import co2_grams
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,11 @@ from cocaq.accounting.sources import SOURCE_SLURM as SOURCE_SLURM
 from cocaq.accounting.sources import SOURCE_SLURM_GPU as SOURCE_SLURM_GPU
 from cocaq.accounting.sources import SOURCE_SLURM_UTIL as SOURCE_SLURM_UTIL
 from cocaq.accounting.sources import SOURCE_TDP as SOURCE_TDP
-from cocaq.carbon.zones import co2_grams, zone_intensity
+from cocaq.carbon.zones import zone_intensity
 from cocaq.config import Config, Estimate, Hardware
 from cocaq.hostlist import expand_hostlist
 from cocaq.slurm.record import JobRecord
+from cocaq.units import co2_grams
 
 # Rows an import writes or derives from what it wrote, and so may replace; rows from the node-side hooks
 # are never touched by it. A re-imported node measurement drops its old GPU split with it (else the old

@@ -24,12 +24,12 @@ from sqlalchemy import Connection, Engine, Table, bindparam, delete, insert, lit
 from sqlalchemy.exc import SQLAlchemyError
 
 from cocaq.accounting.estimate import SOURCE_CALIBRATED, SOURCE_TDP, tdp_components
-from cocaq.carbon.zones import co2_grams
 from cocaq.collector.records import GPU_SOURCE_RANK
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import Job, JobEnergy, NodeEnergy, NodeEvent
 from cocaq.hostlist import expand_hostlist
+from cocaq.units import co2_grams
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from cocaq.errors import ConfigError
-from cocaq.units import J_PER_KWH
 
 G_PER_LB = 453.59237  # exact, by the 1959 international yard and pound agreement
 
@@ -87,11 +86,6 @@ def valid_zone(zone: str) -> bool:
     """Whether `zone` (stripped) is a zone id by ZONE_RULE: every real form, and no path, quote or control."""
     z = zone.strip()
     return len(z) <= ZONE_MAX and _ZONE.fullmatch(z) is not None
-
-
-def co2_grams(energy_j: float, pue: float, g_per_kwh: float) -> float:
-    """CO2-equivalent grams for `energy_j` joules drawn by the IT load, scaled by the site's PUE."""
-    return energy_j / J_PER_KWH * pue * g_per_kwh
 
 
 def zone_intensity(zone: str) -> Intensity:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from cocaq.units import J_PER_KWH
+
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -146,7 +148,7 @@ def live_renderable(v: dict[str, Any], console: Any, header: bool = True) -> Any
             term(COMPONENT_WORDS.get(p["component"], p["component"])),
             term(p["method"]),
             term(p["basis"]),
-            _kwh(p["energy_j"] / 3.6e6),
+            _kwh(p["energy_j"] / J_PER_KWH),
         ]
         for p in v["parts"]
     ]
@@ -176,7 +178,7 @@ def live_renderable(v: dict[str, Any], console: Any, header: bool = True) -> Any
                     _w(g["power_w"]),
                     util,
                     mem,
-                    "-" if g["energy_j"] is None else _kwh(g["energy_j"] / 3.6e6),
+                    "-" if g["energy_j"] is None else _kwh(g["energy_j"] / J_PER_KWH),
                     term(source_words(g["source"]) if g["source"] else "not measured"),
                     term(g["uuid"]),
                 ]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from cocaq.collector.records import GPU_SOURCE_RANK
 from cocaq.footprint import dbsql
-from cocaq.units import J_PER_KWH
+from cocaq.units import J_PER_KWH, co2_grams
 
 if TYPE_CHECKING:
     from cocaq.config import Config
@@ -372,7 +372,7 @@ def _view(
         pue = cfg.pue_at(hw, datetime.fromtimestamp(start, UTC))
         ci = zone_intensity(zone)
         zone, g_per_kwh, carbon_source = ci.zone, ci.g_per_kwh, ci.source
-    co2_kg = energy_j / J_PER_KWH * pue * g_per_kwh / 1000.0
+    co2_kg = co2_grams(energy_j, pue, g_per_kwh) / 1000.0
 
     # power now: the GPUs' last samples, the other parts' averages; the history in BINS bins
     gpu_now: list[float] = [float(g["power_w"]) for g in gpus if g["power_w"] is not None]
@@ -407,7 +407,7 @@ def _view(
             "until_ts": start + limit,
             "energy_j": proj_j,
             "energy_kwh": proj_j / J_PER_KWH,
-            "co2_kg": proj_j / J_PER_KWH * pue * g_per_kwh / 1000.0,
+            "co2_kg": co2_grams(proj_j, pue, g_per_kwh) / 1000.0,
         }
     cpu_cores = [s[-1][1] for (n, d, m), s in samples.items() if m == "cpu_cores" and s]
     return {

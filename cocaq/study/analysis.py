@@ -41,9 +41,9 @@ if TYPE_CHECKING:
     from cocaq.config import Config
 
 from cocaq.config import STUDY_ARMS, STUDY_OUTCOMES, STUDY_PRIMARY
+from cocaq.units import J_PER_KWH
 
 EMAILED, HOLDOUT = STUDY_ARMS
-J_PER_KWH = 3.6e6
 LEVEL = 0.05  # the intervals are 95%; a claim is p < 0.05
 
 
