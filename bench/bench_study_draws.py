@@ -29,6 +29,7 @@ def main() -> None:
     from cocaq.study.assign import (
         baseline_co2,
         baseline_hours,
+        block_size,
         blocks,
         first_contacts,
         split,
@@ -98,16 +99,16 @@ def main() -> None:
     emailed = (drawn == an.EMAILED).to_numpy()
     gh = np.array([stratum.get(u, 0) for u in idx])
     co2b = pre.reindex(idx)["co2_kg"].fillna(0.0).to_numpy()
-    halves, blocks = gh * 10, np.zeros(len(idx), dtype=int)
-    size = max(2, round(1 / s.holdout_share))
-    b = 0
+    # the draw's own blocks (cocaq.study.assign.blocks), and halves by CO2 within each stratum beside them
+    size = block_size(s.holdout_share)
+    real_blocks = blocks({u: int(g) for u, g in zip(idx, gh, strict=True)},
+                         dict(zip(idx, co2b, strict=True)), s.holdout_share)  # fmt: skip
+    cells = np.array([int(g) * 100_000 + real_blocks[u] for u, g in zip(idx, gh, strict=True)])
+    halves = gh * 10
     for g in np.unique(gh):
         members = np.flatnonzero(gh == g)
         order = members[np.argsort(co2b[members])]
         halves[order[len(order) // 2 :]] += 1
-        for j in range(0, len(order), size):
-            blocks[order[j : j + size]] = b
-            b += 1
     rng = np.random.default_rng(0)
     spread: dict[str, dict[str, float]] = {}
     for o in an.OUTCOMES:
@@ -116,7 +117,7 @@ def main() -> None:
         for name, st in (
             ("gpu-hours strata", gh),
             ("+ CO2 halves", halves),
-            (f"+ CO2 blocks of {size}", blocks),
+            (f"+ CO2 blocks of {size}", cells),
         ):
             row[name] = float(np.nanstd(an._did_stat(an.redraws(st, emailed, a.redraws, rng), wt, v0, v1)))
         spread[o.name] = row

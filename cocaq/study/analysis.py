@@ -593,12 +593,12 @@ def sentence(o: Outcome, e: Estimate, *, p_holm: float | None = None, secondarie
     return f"{said}; p = {p_holm:.2g} after Holm's correction for {n} secondary outcomes){wrong}."
 
 
-def months_text(by_month: Sequence[tuple[str, Estimate]], o: Outcome | None = None) -> str:
+def months_text(by_month: Sequence[tuple[str, Estimate]], o: Outcome) -> str:
     """Each study month against the baseline, in a line: "2026-08: 1% higher (3% lower to 4% higher);
     2026-09: 21% lower (20% to 24% lower); ..." (when an effect began, and whether it lasted)."""
     out = []
     for m, e in by_month:
-        r = _reading(o, e) if o is not None else (_reading(OUTCOMES[0], e) if e.relative else None)
+        r = _reading(o, e)
         out.append(f"{m}: not enough data" if r is None else f"{m}: {r[3]} ({r[4]})")
     return "; ".join(out)
 
