@@ -50,4 +50,9 @@ find . -type f -print0 | xargs -0 sed -i -E \
   -e 's/={10,}[0-9]+==/=BOUNDARY==/g' \
   -e 's/\(([0-9]+\.)?[0-9]+ s\)/(N s)/g' \
   -e "s#$out#OUT#g" -e 's#/[^ ]*/\.venv/bin/cocaq#COCAQ#g'
+# an outbox names each file by its Message-ID (the clock, a pid, a random part): name it by its masked
+# content instead, so that the same messages give the same names
+find . -type d -name outbox -print0 | while IFS= read -r -d '' box; do
+  for f in "$box"/*.eml; do [ -e "$f" ] && mv "$f" "$box/$(md5sum < "$f" | cut -c1-16).eml"; done
+done
 echo "demo-snapshot: $out"
