@@ -25,6 +25,35 @@ def include_object(obj: Any, name: str | None, type_: str, reflected: bool, comp
     )
 
 
+def _in_a_fixed_order() -> None:
+    """Alembic's batch mode (SQLite) recreates a table from its constraints and indexes in the order of
+    SQLAlchemy's sets of them, which follows the objects' addresses: the same migrations then gave another
+    CREATE TABLE each run, so another automatic index number, another index chosen by SQLite's planner and
+    another order, and last bits, of a sum. Sorting them by name (unnamed ones by kind and columns) makes
+    the recreated schema the same on every run."""
+    from alembic.operations.batch import ApplyBatchImpl
+
+    grab = ApplyBatchImpl._grab_table_elements
+    if getattr(grab, "_cocaq_sorted", False):
+        return
+
+    def unnamed_key(const: Any) -> tuple[str, str]:
+        cols = ",".join(sorted(c.name for c in getattr(const, "columns", ())))
+        return type(const).__name__, cols + "|" + str(getattr(const, "sqltext", ""))
+
+    def sorted_grab(self: Any) -> None:
+        grab(self)
+        self.named_constraints = dict(sorted(self.named_constraints.items()))
+        self.unnamed_constraints = sorted(self.unnamed_constraints, key=unnamed_key)
+        self.indexes = dict(sorted(self.indexes.items(), key=lambda kv: str(kv[0])))
+
+    sorted_grab._cocaq_sorted = True  # type: ignore[attr-defined]
+    ApplyBatchImpl._grab_table_elements = sorted_grab  # type: ignore[method-assign]
+
+
+_in_a_fixed_order()
+
+
 def _url() -> str:
     url = config.get_main_option("sqlalchemy.url")
     if url:

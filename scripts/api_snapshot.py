@@ -34,8 +34,10 @@ def main(cfg_path: str, out: str) -> None:
         # every 40th job, and every job with the most energy of its user
         ids = list(conn.execute(text("SELECT job_id FROM jobs ORDER BY id")).scalars())
         top = conn.execute(
-            text("SELECT user_name, job_id FROM jobs j WHERE energy_j = (SELECT max(energy_j) FROM jobs k"
-                 " WHERE k.user_name = j.user_name) ORDER BY 1, 2")
+            text(
+                "SELECT user_name, job_id FROM jobs j WHERE energy_j = (SELECT max(energy_j) FROM jobs k"
+                " WHERE k.user_name = j.user_name) ORDER BY 1, 2"
+            )
         ).all()
     engine.dispose()
     jobs = sorted({*ids[::40], *(j for _, j in top)}, key=str)
@@ -58,7 +60,8 @@ def main(cfg_path: str, out: str) -> None:
         if r.headers.get("content-type", "").startswith("application/json"):
             body = json.dumps(r.json(), indent=1, sort_keys=True)
         name = f"{i:03d}" + path.replace("/", "_") + ("_" + "_".join(params.values()) if params else "")
-        (dest / (name.replace(":", "").replace("+", "")[:120] + ".txt")).write_text(f"{r.status_code}\n{body}\n")
+        name = name.replace(":", "").replace("+", "")[:120]
+        (dest / f"{name}.txt").write_text(f"{r.status_code}\n{body}\n")
     print(f"api-snapshot: {len(asks)} answers in {dest}")
 
 

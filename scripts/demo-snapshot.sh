@@ -11,10 +11,7 @@ command -v faketime >/dev/null || { echo "demo-snapshot: needs faketime (apt-get
 rm -rf "$out" && mkdir -p "$out/run"
 cd "$out/run"
 export PYTHONHASHSEED=0 HOME=$out/run/home COCAQ_DATABASE_URL=sqlite:///$out/run/demo.db COLUMNS=100 TZ=UTC
-# ASLR off (setarch -R): Alembic's batch migrations on SQLite recreate a table's constraints and indexes in
-# the order of a set of objects, which moves with their addresses; the order changes which index SQLite
-# picks and so the order, and the last bits, of a sum. With fixed addresses the schema is the same each run.
-ft() { FAKETIME_DONT_RESET=1 setarch "$(uname -m)" -R faketime -f '@2026-11-20 10:30:00 x0' "$@"; }
+ft() { FAKETIME_DONT_RESET=1 faketime -f '@2026-11-20 10:30:00 x0' "$@"; }
 ft "$cocaq" demo > demo.txt 2>&1
 cfg=cocaq-demo/cocaq-demo.toml
 {
