@@ -32,6 +32,7 @@ from cocaq.accounting.ledger import CERTAIN, OUTCOMES, count_sql, outcome_sql
 from cocaq.accounting.sessions import Sessions
 from cocaq.accounting.window import overlap_sql, share_sql
 from cocaq.config import Advice
+from cocaq.db.dialect import planner_fence
 from cocaq.db.rollup_columns import ROLLUP_KEYS, ROLLUP_SUMS
 from cocaq.footprint.dbsql import epoch, first_word, greatest, labs_bound
 from cocaq.units import J_PER_KWH
@@ -434,7 +435,7 @@ def footprint_sql(
     # an interactive session's time limit is how it ends: no energy possibly lost (cocaq.accounting.sessions)
     inter = (sessions or DEFAULT_SESSIONS).sql("j.name", "j.partition", "j.qos", "j.batch_step", db.dialect)
     top_types = [t for _, t in _TOP]
-    fence = "\n            OFFSET 0" if db.dialect == "postgresql" else ""
+    fence = planner_fence(db.dialect, "\n            ")
     top_cte = """, t AS (
     SELECT id, energy * f AS top_e, f AS top_f FROM y WHERE f > 0 ORDER BY top_e DESC, id LIMIT %(top)s
 )"""
