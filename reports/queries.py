@@ -41,6 +41,7 @@ from cocaq.accounting.sessions import Sessions
 from cocaq.accounting.window import overlap_expr, share_expr
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
+from cocaq.db.rollup_columns import ROLLUP_SUMS
 from cocaq.db.schema import (
     AggregatorState,
     Cluster,
@@ -92,14 +93,7 @@ MODELS = cast(Table, ModelMetadata.__table__)
 
 WORK_MEM = "64MB"  # PostgreSQL, per sort or hash of these statements (SET LOCAL)
 DAY_S = 86400.0
-# What a daily_rollups row sums (cocaq.accounting.aggregate._FIELDS without the per-day job counts).
-SUMS = (
-    "cpu_hours", "gpu_hours", "energy_gpu_j", "energy_cpu_j", "energy_dram_j", "energy_other_j",
-    "energy_measured_j", "energy_estimated_j", "energy_failed_j", "energy_oom_j", "energy_timeout_j",
-    "energy_cancelled_j", "co2_g", "co2_embodied_g", "gpu_util_energy_j", "gpu_util_weighted",
-    "idle_gpu_hours", "idle_gpu_energy_j", "energy_est_low_j", "energy_est_high_j", "shift_co2_g",
-    "shift_saved_g", "shift_pause_saved_g",
-)  # fmt: skip
+SUMS = ROLLUP_SUMS  # what a daily_rollups row sums (cocaq.db.rollup_columns)
 # The range of the estimated part; days rolled up before it existed (NULL) read as the estimate itself.
 _EST_RANGE = ("energy_est_low_j", "energy_est_high_j")
 # What the daily and weekly series show.

@@ -1,14 +1,24 @@
-"""One definition per formula (issue 37, point 1): CO2 = kWh x PUE x intensity is cocaq.units.co2_grams
-(and co2_grams_of_kwh), joules per kWh is cocaq.units.J_PER_KWH. This fails on a new inline copy, in the
-style of tests/test_layers.py (which it follows: every module of the package, the component folders too)."""
+"""One definition per formula and per list (issue 37, point 1): CO2 = kWh x PUE x intensity is
+cocaq.units.co2_grams (and co2_grams_of_kwh), joules per kWh is cocaq.units.J_PER_KWH, the daily_rollups
+columns are cocaq.db.rollup_columns, and what PostgreSQL and SQLite spell differently is cocaq.db.dialect.
+This fails on a new inline copy, in the style of tests/test_layers.py (which it follows: every module of
+the package, the component folders too), and each rule checks itself on a planted copy."""
 
 from __future__ import annotations
 
+import ast
+import functools
+import itertools
 import re
 from pathlib import Path
+from typing import cast
 
 import pytest
+from sqlalchemy import Table, UniqueConstraint
 
+from cocaq.accounting.ledger import OUTCOMES
+from cocaq.db.rollup_columns import ROLLUP_COUNTS, ROLLUP_FIELDS, ROLLUP_KEYS, ROLLUP_SUMS
+from cocaq.db.schema import DailyRollup
 from cocaq.units import J_PER_KWH, co2_grams, co2_grams_of_kwh
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,3 +78,242 @@ def test_the_check_finds_a_copy(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("j", "pue", "g"), [(3.6e6, 1.0, 100.0), (1.8e7, 1.35, 56.0), (0.0, 2.0, 400.0)])
 def test_the_formula(j: float, pue: float, g: float) -> None:
     assert co2_grams(j, pue, g) == co2_grams_of_kwh(j / J_PER_KWH, pue, g) == j / J_PER_KWH * pue * g
+
+
+# --- the rollup column list: cocaq.db.rollup_columns ------------------------------------------------------
+
+ROLLUP_HOME = ROOT / "cocaq" / "db" / "rollup_columns.py"
+# A revision is written against the schema and the SQL of its day: it must not read today's lists.
+FROZEN = ROOT / "migrations" / "versions"
+
+
+def later_sources(*homes: Path) -> list[Path]:
+    """The modules these rules hold, less the rule's own home and the migrations' frozen revisions."""
+    out = []
+    for top in PACKAGE:
+        out += sorted((ROOT / top).rglob("*.py"))
+    skip = {h.resolve() for h in homes}
+    return [
+        p
+        for p in out
+        if p.resolve() not in skip and "__pycache__" not in p.parts and not p.resolve().is_relative_to(FROZEN)
+    ]
+
+
+def _where(path: Path, line: int) -> str:
+    return f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name}:{line}"
+
+
+@functools.cache
+def _rollup_neighbours() -> frozenset[frozenset[str]]:
+    """The pairs of rollup columns that stand next to each other in the list or in the table."""
+    table = [c.name for c in cast(Table, DailyRollup.__table__).c if c.name in ROLLUP_FIELDS]
+    return frozenset(frozenset(p) for order in (ROLLUP_FIELDS, table) for p in itertools.pairwise(order))
+
+
+def rollup_copies(path: Path) -> list[str]:
+    """Literal sequences of names (a tuple, list or set, or a call's arguments) that copy the rollup
+    column list: three names in a row that follow one another in the list or the table (a piece of it,
+    in either order), or half of the list's names in one literal (a copy in another order). A selection
+    of a few sums (what a series shows, what peers are compared on) is neither."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            elts = node.elts
+        elif isinstance(node, ast.Call):
+            elts = node.args
+        else:
+            continue
+        names = [e.value if isinstance(e, ast.Constant) and isinstance(e.value, str) else None for e in elts]
+        run, longest = 1, 1
+        for a, b in itertools.pairwise(names):
+            run = run + 1 if a and b and frozenset((a, b)) in _rollup_neighbours() else 1
+            longest = max(longest, run)
+        if longest >= 3 or len({n for n in names if n in ROLLUP_FIELDS}) >= len(ROLLUP_FIELDS) // 2:
+            found.append(
+                f"{_where(path, node.lineno)}: a copy of the rollup columns (cocaq.db.rollup_columns)"
+            )
+    return found
+
+
+def test_no_module_copies_the_rollup_columns() -> None:
+    found = [c for p in later_sources(ROLLUP_HOME) for c in rollup_copies(p)]
+    assert found == [], "\n".join(found)
+
+
+def test_the_rollup_columns_are_the_tables() -> None:
+    """The one list names every column of daily_rollups once (its key, what it counts, what it sums),
+    and the counts are those of the ledger's outcomes (cocaq.accounting.rollups counts `jobs_{outcome}`)."""
+    table = cast(Table, DailyRollup.__table__)
+    assert sorted([*ROLLUP_KEYS, *ROLLUP_FIELDS, "id", "computed_at"]) == sorted(c.name for c in table.c)
+    assert len(set(ROLLUP_FIELDS)) == len(ROLLUP_FIELDS)
+    (key,) = [c for c in table.constraints if isinstance(c, UniqueConstraint)]
+    assert tuple(c.name for c in key.columns) == ROLLUP_KEYS
+    assert ("jobs", *(f"jobs_{o}" for o in OUTCOMES)) == ROLLUP_COUNTS
+    assert (*ROLLUP_COUNTS, *ROLLUP_SUMS) == ROLLUP_FIELDS
+
+
+def test_the_check_finds_a_copy_of_the_rollup_columns(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "SUMS = ('cpu_hours', 'gpu_hours', 'energy_gpu_j', 'energy_cpu_j')\n"  # a piece, in the list's order
+        "EST = ['energy_estimated_j', 'energy_est_low_j', 'energy_est_high_j']\n"  # in the table's order
+        f"ALL = {tuple(sorted(ROLLUP_SUMS))!r}\n"  # all of it, sorted
+        "cols = select('co2_g', 'co2_embodied_g', 'gpu_util_energy_j')\n"  # as a call's arguments
+        "DAY_SUMS = ('energy_measured_j', 'energy_estimated_j', 'co2_g', 'gpu_hours', 'gpu_util_energy_j')\n"
+        "PAIR = ('gpu_util_energy_j', 'gpu_util_weighted')\n"
+        "FROM_HOME = (*ROLLUP_KEYS, *ROLLUP_SUMS)\n"
+    )
+    assert [f.split(": ")[0] for f in rollup_copies(bad)] == ["bad.py:1", "bad.py:2", "bad.py:3", "bad.py:4"]
+
+
+# --- SQL spellings by dialect: cocaq.db.dialect -----------------------------------------------------------
+
+DIALECT_HOME = ROOT / "cocaq" / "db" / "dialect.py"
+DIALECTS = {"postgresql", "sqlite"}
+# Where a dialect check legitimately remains: what differs is the way (a driver's own path, PostgreSQL's
+# partitions, locks and settings, a plan SQLite cannot run), never how a function is spelled.
+PATHS: dict[str, str] = {
+    "cocaq/accounting/aggregate.py": "PostgreSQL: ids straight from the driver, COPY writes, ANY(array), workers",
+    "cocaq/accounting/importer.py": "PostgreSQL imports by COPY",
+    "cocaq/accounting/retention.py": "PostgreSQL drops monthly partitions, SQLite deletes rows",
+    "cocaq/accounting/rollups.py": "PostgreSQL: the rollups in one statement, SET LOCAL work_mem, parallel days",
+    "cocaq/api/server.py": "sqlite3 connections stay in their thread: not pooled",
+    "cocaq/carbon/series_import.py": "PostgreSQL upserts by its own statement",
+    "cocaq/cli/db.py": "retention's summary: partitions on PostgreSQL",
+    "cocaq/cli/db_status_view.py": "`cocaq db status`: PostgreSQL's row counts are estimates",
+    "cocaq/cli/demo.py": "the demo makes its own SQLite database",
+    "cocaq/cli/scheduler_lock.py": "the scheduler's lock: an advisory lock or a lock file",
+    "cocaq/db/coltypes.py": "SQLite stores naive UTC times",
+    "cocaq/db/dbapi.py": "the login-node connections: the driver and its parameter style",
+    "cocaq/db/engine.py": "engine setup per backend",
+    "cocaq/db/migrate.py": "PostgreSQL's sample partitions after an upgrade",
+    "cocaq/db/status.py": "PostgreSQL's catalogue and partitions",
+    "cocaq/footprint/jobfacts.py": "PostgreSQL joins job_energy LATERAL; SQLite's text times and 0/1 booleans",
+    "cocaq/study/assign.py": "the dialect's INSERT ... ON CONFLICT construct",
+    "migrations/env.py": "Alembic's batch mode for SQLite's ALTER TABLE",
+    "reports/alerts.py": "PostgreSQL's advisory lock per user",
+    "reports/queries.py": "PostgreSQL: SET LOCAL jit and work_mem",
+}  # fmt: skip
+# Modules that pick text by dialect that is no SQL: words for people.
+NOT_SQL: dict[str, str] = {
+    "cocaq/cli/db_status_view.py": "`cocaq db status` says how each backend keeps samples",
+}
+# Modules that still pick a spelling by dialect themselves, outside the files issue 37's first pass
+# changed: each goes to cocaq.db.dialect (or its SQLAlchemy form, cocaq.db.sqlfuncs), then off this list.
+SPELLINGS_TO_MOVE: dict[str, str] = {
+    "cocaq/accounting/gpu_hours.py": "least/min as func.least/func.min: cocaq.db.sqlfuncs.least",
+    "cocaq/accounting/sessions.py": "chr/char and strpos/instr",
+    "cocaq/footprint/advice_jobs.py": "greatest/least and the OFFSET 0 fence",
+    "cocaq/footprint/jobfacts.py": "greatest/least and the OFFSET 0 fence",
+    "cocaq/footprint/live.py": "a JSON field (->> / json_extract) and TEXT/VARCHAR",
+}
+
+
+def _is_dialect(node: ast.AST) -> bool:
+    """A dialect's name: "postgresql" or "sqlite", a tuple of them, or a constant named for one."""
+    if isinstance(node, ast.Constant):
+        return node.value in DIALECTS
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_is_dialect(e) for e in node.elts)
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name in ("SQLITE", "POSTGRESQL")
+
+
+def _is_check(node: ast.AST) -> bool:
+    return isinstance(node, ast.Compare) and any(_is_dialect(n) for n in (node.left, *node.comparators))
+
+
+def _is_text(node: ast.AST) -> bool:
+    """SQL text, or an SQLAlchemy generic function (func.least): what a spelling picks between."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, (ast.JoinedStr, ast.Tuple)):
+        return isinstance(node, ast.JoinedStr) or all(_is_text(e) for e in node.elts)
+    f = node.func if isinstance(node, ast.Call) else None
+    return isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "func"
+
+
+def _picks_text(n: ast.AST, flags: set[str]) -> bool:
+    """`<text> if <a dialect check> else <text>`: a spelling picked by dialect."""
+    if not (isinstance(n, ast.IfExp) and _is_text(n.body) and _is_text(n.orelse)):
+        return False
+    return any(_is_check(t) or (isinstance(t, ast.Name) and t.id in flags) for t in ast.walk(n.test))
+
+
+def dialect_checks(path: Path) -> tuple[list[str], list[str]]:
+    """(comparisons with a dialect's name, conditional expressions that pick SQL text by one) in a file,
+    by line. A name bound to a comparison (`pg = db.dialect == "postgresql"`) counts as the comparison."""
+    tree = ast.parse(path.read_text(), str(path))
+    flags = {
+        t.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and _is_check(n.value)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    nodes = sorted(
+        (n for n in ast.walk(tree) if isinstance(n, (ast.Compare, ast.IfExp))),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    checks = [f"{_where(path, n.lineno)}: a dialect check" for n in nodes if _is_check(n)]
+    spellings = [
+        f"{_where(path, n.lineno)}: SQL spelled by dialect (cocaq.db.dialect)"
+        for n in nodes
+        if _picks_text(n, flags)
+    ]
+    return checks, spellings
+
+
+def _rel(p: Path) -> str:
+    return p.relative_to(ROOT).as_posix()
+
+
+def test_dialect_checks_only_where_the_way_differs() -> None:
+    """A dialect check outside cocaq.db.dialect is a different way (PATHS, with why), never a spelling."""
+    found = [
+        c
+        for p in later_sources(DIALECT_HOME)
+        if _rel(p) not in PATHS and _rel(p) not in SPELLINGS_TO_MOVE
+        for c in dialect_checks(p)[0]
+    ]
+    assert found == [], "\n".join(found)
+
+
+def test_no_sql_spelled_by_dialect_outside_the_dialect_module() -> None:
+    found = [
+        s
+        for p in later_sources(DIALECT_HOME)
+        if _rel(p) not in SPELLINGS_TO_MOVE and _rel(p) not in NOT_SQL
+        for s in dialect_checks(p)[1]
+    ]
+    assert found == [], "\n".join(found)
+
+
+def test_the_dialect_lists_are_current() -> None:
+    """Each module on PATHS still asks the dialect, each on SPELLINGS_TO_MOVE and NOT_SQL still picks text
+    by it: an entry whose reason is gone comes off (the lists only shrink)."""
+    for rel in PATHS:
+        assert dialect_checks(ROOT / rel)[0], f"{rel} asks no dialect now: take it off PATHS"
+    for rel in (*SPELLINGS_TO_MOVE, *NOT_SQL):
+        assert dialect_checks(ROOT / rel)[1], f"{rel} picks no text by dialect now: take it off its list"
+    assert not set(NOT_SQL) - set(PATHS), "a module that picks words by dialect asks it: on PATHS too"
+
+
+def test_the_check_finds_a_dialect_check(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        'big = "greatest" if dialect == "postgresql" else "max"\n'
+        'pg = db.dialect == "postgresql"\n'
+        'fence = "\\n OFFSET 0" if pg else ""\n'
+        'if conn.dialect.name != "sqlite":\n'
+        "    pass\n"
+        'f = func.min(a) if engine.dialect.name in ("sqlite",) else func.least(a)\n'
+        'e = f"split_part({c})" if d != SQLITE else f"instr({c})"\n'
+        'x = dialect.greatest(db.dialect, "a", "b")  # the dialect module spells it: fine\n'
+        'name = "postgresql"  # a name, compared with nothing: fine\n'
+        "rows = fetch_pg(conn) if pg else fetch(conn)  # a way, not a spelling: a check, no spelling\n"
+    )
+    checks, spellings = dialect_checks(bad)
+    assert [c.split(": ")[0] for c in checks] == ["bad.py:1", "bad.py:2", "bad.py:4", "bad.py:6", "bad.py:7"]
+    assert [s.split(": ")[0] for s in spellings] == ["bad.py:1", "bad.py:3", "bad.py:6", "bad.py:7"]

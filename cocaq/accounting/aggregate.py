@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
     Connection,
@@ -68,6 +68,9 @@ from cocaq.db.schema import (
 from cocaq.db.sqlfuncs import epoch_exact, utcnow
 from cocaq.hostlist import expand_hostlist
 from cocaq.units import co2_grams
+
+if TYPE_CHECKING:
+    from cocaq.carbon.intensity import Choice, IntensityIndex
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +199,29 @@ def _new_samples(conn: Connection, after: datetime | None) -> Scope:
 # --- per-job metrics -----------------------------------------------------------------------------------
 
 
+_Plan = tuple[Any, Any, str, float, float]  # a job (as _read_batch reads it), its hardware, zone, start, end
+_GpuFigures = tuple[float | None, float, float, float, float, float | None]  # as _METRIC_VALUES[1:7]
+_Split = list[tuple[str, str, float]]  # the rows (component, source, J) a node-level measurement becomes
+
+
+@dataclass
+class _Batch:
+    """What each job of a batch is derived with, and what the jobs come out as (written at the end)."""
+
+    cfg: Config
+    use: dict[tuple[int, str], dict[float, GpuUse]]  # GPU use by hour, per cluster and raw id
+    energy_rows: dict[int, Rows]  # the job_energy rows the ledger reads (_ledger_rows)
+    index: IntensityIndex
+    shifts: dict[int, shifting.Figures]
+    old: dict[int, Any]  # the stored job_metrics rows (as _METRIC_READ, then the days and computed_at)
+    must: set[int]  # jobs whose days are rebuilt whatever comes out
+    changed: int = 0  # jobs with new CO2
+    job_updates: list[dict[str, Any]] = field(default_factory=list)
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    splits: list[tuple[int, _Split]] = field(default_factory=list)
+    days: set[float] = field(default_factory=set)
+
+
 def _process_batch(
     conn: Connection,
     cfg: Config,
@@ -207,8 +233,25 @@ def _process_batch(
 
     A job's days go to the rebuild if it is in `must` (it changed) or if what it contributes did.
     """
-    from cocaq.carbon.intensity import IntensityIndex
+    jobs, old = _read_batch(conn, pks)
+    use = all_use if all_use is not None else _read_use(conn, jobs)
+    plans, zones, t_lo, t_hi = _plan(cfg, jobs)
+    if not plans:
+        return 0, set()
+    index, shifts = _intensity_and_shifts(conn, cfg, plans, zones, t_lo, t_hi)
+    b = _Batch(cfg, use, _ledger_rows(conn, jobs, use, old), index, shifts, old, must)
+    for plan in plans:
+        _derive_job(b, plan)
+    _write_splits(conn, b.splits)
+    if conn.dialect.name == "postgresql":
+        _write_pg(conn, b.job_updates, b.metrics)
+    else:
+        _write_sqlite(conn, b.job_updates, b.metrics)
+    return b.changed, b.days
 
+
+def _read_batch(conn: Connection, pks: list[int]) -> tuple[list[Any], dict[int, Any]]:
+    """The batch's jobs, and their stored metrics rows by job (what a new derivation is compared with)."""
     jobs = conn.execute(
         select(
             J.id, J.cluster_id, J.job_id_raw, J.partition, J.node_list, _ts(J.start_time), J.elapsed_s,
@@ -225,17 +268,20 @@ def _process_batch(
         *(_ts(M.c[k]) for k in ("rolled_from", "rolled_to", "computed_at")),
     ]
     old = {r[0]: r for r in conn.execute(select(*read).where(_among(conn, M.c.job_pk, pks))).all()}
-    days: set[float] = set()
-    # GPU use by hour (job_gpu_hours), per cluster and raw id
-    if all_use is not None:
-        use = all_use
-    else:
-        keys: dict[int, list[str]] = defaultdict(list)
-        for j in jobs:
-            if j.alloc_gpus and j.job_id_raw is not None:
-                keys[j.cluster_id].append(str(j.job_id_raw))
-        use = read_gpu_hours(conn, keys) if keys else {}
-    # one intensity index per batch, over the batch's span
+    return list(jobs), old
+
+
+def _read_use(conn: Connection, jobs: list[Any]) -> dict[tuple[int, str], dict[float, GpuUse]]:
+    """The GPU jobs' use by hour (job_gpu_hours), per cluster and raw id."""
+    keys: dict[int, list[str]] = defaultdict(list)
+    for j in jobs:
+        if j.alloc_gpus and j.job_id_raw is not None:
+            keys[j.cluster_id].append(str(j.job_id_raw))
+    return read_gpu_hours(conn, keys) if keys else {}
+
+
+def _plan(cfg: Config, jobs: list[Any]) -> tuple[list[_Plan], set[str], float, float]:
+    """Each job with its hardware, carbon zone and run [t0, t1); the zones and the span they cover."""
     hw_cache: dict[tuple[str | None, str | None], Any] = {}
     plans = []
     zones: set[str] = set()
@@ -255,8 +301,16 @@ def _process_batch(
         zones.add(zone)
         t_lo, t_hi = min(t_lo, t0), max(t_hi, t1)
         plans.append((j, hw, zone, t0, t1))
-    if not plans:
-        return 0, days
+    return plans, zones, t_lo, t_hi
+
+
+def _intensity_and_shifts(
+    conn: Connection, cfg: Config, plans: list[_Plan], zones: set[str], t_lo: float, t_hi: float
+) -> tuple[IntensityIndex, dict[int, shifting.Figures]]:
+    """One intensity index per batch, over the batch's span and the hours after the runs that their best
+    starts read; and each job's when-to-run figures from it."""
+    from cocaq.carbon.intensity import IntensityIndex
+
     slack = cfg.shifting.slack_s
     sessions = Sessions.of(cfg.advice)
     shift_jobs = [
@@ -267,7 +321,6 @@ def _process_batch(
         )
         for j, _, zone, t0, t1 in plans
     ]  # fmt: skip
-    # the hours after the runs that their best starts read
     t_hi = max([t_hi, *(shifting.window_end(s, slack) for s in shift_jobs if not s.running)])
     index = IntensityIndex.load(
         conn,
@@ -277,14 +330,17 @@ def _process_batch(
         cfg.carbon.basis,
         cfg.carbon.gap_tolerance_s,
     )
-    shifts = shifting.derive(index, shift_jobs, slack)
-    job_updates, metrics = [], []
-    split_updates: list[tuple[int, list[tuple[str, str, float]]]] = []
-    # Only the jobs whose ledger can need them: those with GPU samples (their GPU energy caps the idle
-    # energy; a node row to split), and those whose samples are gone since a split (measured, and sampled
-    # when last derived: their node row is made whole again). A full recompute of a million jobs would
-    # otherwise read every GPU job's rows for nothing.
-    energy_rows = _energy_rows(
+    return index, shifting.derive(index, shift_jobs, slack)
+
+
+def _ledger_rows(
+    conn: Connection, jobs: list[Any], use: dict[tuple[int, str], dict[float, GpuUse]], old: dict[int, Any]
+) -> dict[int, Rows]:
+    """The job_energy rows of only the jobs whose ledger can need them: those with GPU samples (their GPU
+    energy caps the idle energy; a node row to split), and those whose samples are gone since a split
+    (measured, and sampled when last derived: their node row is made whole again). A full recompute of a
+    million jobs would otherwise read every GPU job's rows for nothing."""
+    return _energy_rows(
         conn,
         [
             j.id
@@ -297,115 +353,152 @@ def _process_batch(
             )
         ],
     )
-    changed = 0
-    emb = cfg.embodied
-    for j, hw, zone, t0, t1 in plans:
-        hours = use.get((j.cluster_id, str(j.job_id_raw)), {}) if j.alloc_gpus else {}
-        hours = {
-            h: u for h, u in hours.items() if h + 3600.0 > t0 - 60 and h < t1 + 60
-        }  # a reused id: its own run
-        weights = [
-            (max(h, t0), min(h + 3600.0, t1), u.energy_j) for h, u in sorted(hours.items()) if u.energy_j > 0
-        ]
-        weights = [w for w in weights if w[1] > w[0]]
-        choice = index.for_interval(zone, t0, max(t1, t0 + 1e-3), weights or None)
-        pue = cfg.pue_at(hw, datetime.fromtimestamp(t0, UTC) if cfg.pue_monthly else None)
-        co2 = co2_grams(j.energy_j or 0.0, pue, choice.g_per_kwh)
-        co2_changed = (
-            j.co2_g != co2 or j.pue != pue or j.carbon_g_per_kwh != choice.g_per_kwh or j.carbon_zone != zone
-            or j.carbon_source != choice.source or j.carbon_flag != choice.flag
+
+
+def _derive_job(b: _Batch, plan: _Plan) -> None:
+    """One job: its CO2, GPU use, ledger split, embodied CO2 and when-to-run figures; what changed goes
+    to `b`'s updates, and its days (now, and where it was counted before) to the rebuild."""
+    j, hw, zone, t0, t1 = plan
+    hours = _own_hours(b.use, j, t0, t1)
+    choice, co2, co2_changed = _carbon(b, j, hw, zone, t0, t1, hours)
+    elapsed_h = (t1 - t0) / 3600.0
+    d0, d1 = day_floor(t0), day_floor(t1 if t1 > t0 else t0)
+    gpu, source, split_to = _gpu_use(b, j, t0, t1, hours)
+    if split_to is not None:
+        b.splits.append((j.id, split_to))
+    emb = b.cfg.embodied
+    embodied = (j.alloc_gpus or 0) * elapsed_h * emb.g_per_gpu_hour + max(
+        j.n_nodes or 0, 1 if t1 > t0 else 0
+    ) * elapsed_h * emb.g_per_node_hour
+    detail = choice.detail_json or json.dumps(choice.detail)  # compared as stored (json keeps the text)
+    sh = b.shifts[j.id]
+    shift = (
+        sh.state, sh.slack_s, sh.now_g, sh.best_g, sh.best_start, sh.pause_g, *sh.saved(co2),
+    )  # fmt: skip
+    values = (embodied, *gpu, source, detail, *shift, d0, d1)
+    prev = b.old.get(j.id)
+    same = _same_metrics(prev, values, j.updated_at)
+    if not same:
+        b.metrics.append(_metrics_row(j.id, values, choice, sh, shift, detail))
+    if j.id in b.must or not same or co2_changed or split_to is not None:
+        b.days.add(d0)
+        if d1 > d0:
+            b.days.update(day_starts(d0, d1))
+        if prev is not None and prev[1 + _N_PLAIN] is not None and prev[2 + _N_PLAIN] is not None:
+            b.days.update(day_starts(_epoch_of(prev[1 + _N_PLAIN]), _epoch_of(prev[2 + _N_PLAIN])))
+
+
+def _own_hours(
+    use: dict[tuple[int, str], dict[float, GpuUse]], j: Any, t0: float, t1: float
+) -> dict[float, GpuUse]:
+    """A GPU job's use by hour within its own run (a reused raw id's other runs are not its)."""
+    hours = use.get((j.cluster_id, str(j.job_id_raw)), {}) if j.alloc_gpus else {}
+    return {h: u for h, u in hours.items() if h + 3600.0 > t0 - 60 and h < t1 + 60}
+
+
+def _carbon(
+    b: _Batch, j: Any, hw: Any, zone: str, t0: float, t1: float, hours: dict[float, GpuUse]
+) -> tuple[Choice, float, bool]:
+    """The job's intensity (weighted by its GPU energy by hour where it has some), PUE and CO2; the job's
+    row is updated where any of them changed. Returns (the intensity's choice, CO2, whether it changed)."""
+    weights = [
+        (max(h, t0), min(h + 3600.0, t1), u.energy_j) for h, u in sorted(hours.items()) if u.energy_j > 0
+    ]
+    weights = [w for w in weights if w[1] > w[0]]
+    choice = b.index.for_interval(zone, t0, max(t1, t0 + 1e-3), weights or None)
+    pue = b.cfg.pue_at(hw, datetime.fromtimestamp(t0, UTC) if b.cfg.pue_monthly else None)
+    co2 = co2_grams(j.energy_j or 0.0, pue, choice.g_per_kwh)
+    co2_changed = (
+        j.co2_g != co2 or j.pue != pue or j.carbon_g_per_kwh != choice.g_per_kwh or j.carbon_zone != zone
+        or j.carbon_source != choice.source or j.carbon_flag != choice.flag
+    )  # fmt: skip
+    if co2_changed:
+        b.changed += 1
+        b.job_updates.append(
+            {
+                "_pk": j.id,
+                "co2_g": co2,
+                "pue": pue,
+                "carbon_zone": zone,
+                "carbon_g_per_kwh": choice.g_per_kwh,
+                "carbon_source": choice.source[:128],
+                "carbon_flag": choice.flag[:64] if choice.flag else None,
+                "carbon_year": choice.detail.get("year"),
+            }
+        )
+    return choice, co2, co2_changed
+
+
+def _gpu_use(
+    b: _Batch, j: Any, t0: float, t1: float, hours: dict[float, GpuUse]
+) -> tuple[_GpuFigures, str | None, _Split | None]:
+    """The job's GPU use (utilisation, sampled seconds, idle seconds and energy, sampled energy, memory
+    peak), where it comes from ("samples", "slurm", None), and the rows its node-level measurement should
+    become (None: as they are)."""
+    if hours:
+        return _sampled_use(b, j, t0, t1, hours)
+    erows = b.energy_rows.get(j.id)
+    # no samples: a split whose samples are gone makes the node's row whole again
+    split_to = _split_rows(erows, 0.0, 0.0, j.alloc_gpus or 0, t1 - t0) if erows else None
+    if j.alloc_gpus and (j.slurm_gpu_util is not None or j.slurm_gpu_mem_mb is not None):
+        gpu_j = sum(r[2] for r in b.energy_rows.get(j.id, []) if r[0] == "gpu")
+        gpu = slurm_gpu_use(
+            j.slurm_gpu_util, j.slurm_gpu_mem_mb, j.alloc_gpus, t1 - t0, j.energy_j or 0.0, gpu_j,
+            b.cfg.aggregate.idle_gpu_util_pct,
         )  # fmt: skip
-        if co2_changed:
-            changed += 1
-            job_updates.append(
-                {
-                    "_pk": j.id,
-                    "co2_g": co2,
-                    "pue": pue,
-                    "carbon_zone": zone,
-                    "carbon_g_per_kwh": choice.g_per_kwh,
-                    "carbon_source": choice.source[:128],
-                    "carbon_flag": choice.flag[:64] if choice.flag else None,
-                    "carbon_year": choice.detail.get("year"),
-                }
-            )
-        elapsed_h = (t1 - t0) / 3600.0
-        d0, d1 = day_floor(t0), day_floor(t1 if t1 > t0 else t0)
-        if hours:
-            e = sum(u.energy_j for u in hours.values())
-            seconds = sum(u.seconds for u in hours.values())
-            peaks = [u.mem_peak_mb for u in hours.values() if u.mem_peak_mb is not None]
-            # the job's ledger: the GPUs' share of a node-level measurement, then idle energy within it
-            rows = energy_rows.get(j.id, [])
-            split_to = _split_rows(rows, e, seconds, j.alloc_gpus or 0, t1 - t0)
-            if split_to is not None:
-                split_updates.append((j.id, split_to))
-                rows = [r for r in rows if r[1] not in _SPLIT_SOURCES] + [(*w, "") for w in split_to]
-            gpu_j = sum(r[2] for r in rows if r[0] == "gpu")
-            gpu = (
-                (sum(u.util_energy for u in hours.values()) / e) if e > 0 else None,
-                seconds,
-                sum(u.idle_s for u in hours.values()),
-                clamp_idle(sum(u.idle_j for u in hours.values()), j.energy_j or 0.0, gpu_j),
-                e,
-                max(peaks) if peaks else None,
-            )
-            source: str | None = "samples"
-        elif j.alloc_gpus and (j.slurm_gpu_util is not None or j.slurm_gpu_mem_mb is not None):
-            gpu_j = sum(r[2] for r in energy_rows.get(j.id, []) if r[0] == "gpu")
-            gpu = slurm_gpu_use(
-                j.slurm_gpu_util, j.slurm_gpu_mem_mb, j.alloc_gpus, t1 - t0, j.energy_j or 0.0, gpu_j,
-                cfg.aggregate.idle_gpu_util_pct,
-            )  # fmt: skip
-            source = "slurm"
-            erows = energy_rows.get(j.id)
-            split_to = _split_rows(erows, 0.0, 0.0, j.alloc_gpus or 0, t1 - t0) if erows else None
-            if split_to is not None:
-                split_updates.append((j.id, split_to))
-        else:
-            gpu, source = _NO_GPU_USE, None
-            erows = energy_rows.get(j.id)
-            split_to = _split_rows(erows, 0.0, 0.0, j.alloc_gpus or 0, t1 - t0) if erows else None
-            if split_to is not None:  # a split whose samples are gone: the node's row whole again
-                split_updates.append((j.id, split_to))
-        embodied = (j.alloc_gpus or 0) * elapsed_h * emb.g_per_gpu_hour + max(
-            j.n_nodes or 0, 1 if t1 > t0 else 0
-        ) * elapsed_h * emb.g_per_node_hour
-        detail = choice.detail_json or json.dumps(choice.detail)  # compared as stored (json keeps the text)
-        sh = shifts[j.id]
-        shift = (
-            sh.state, sh.slack_s, sh.now_g, sh.best_g, sh.best_start, sh.pause_g, *sh.saved(co2),
-        )  # fmt: skip
-        values = (embodied, *gpu, source, detail, *shift, d0, d1)
-        prev = old.get(j.id)
-        same = _same_metrics(prev, values, j.updated_at)
-        if not same:
-            metrics.append(
-                {
-                    "job_pk": j.id,
-                    **dict(zip(_METRIC_VALUES[:8], values[:8], strict=True)),
-                    "carbon_detail": choice.detail,
-                    **dict(zip(_SHIFT_VALUES, shift, strict=True)),
-                    "shift_best_start": None
-                    if sh.best_start is None
-                    else datetime.fromtimestamp(sh.best_start, UTC),
-                    "rolled_from": datetime.fromtimestamp(d0, UTC),
-                    "rolled_to": datetime.fromtimestamp(d1, UTC),
-                    "computed_at": datetime.now(UTC),
-                    "_detail": detail,
-                }
-            )
-        resplit = bool(split_updates) and split_updates[-1][0] == j.id
-        if j.id in must or not same or co2_changed or resplit:
-            days.add(d0)
-            if d1 > d0:
-                days.update(day_starts(d0, d1))
-            if prev is not None and prev[1 + _N_PLAIN] is not None and prev[2 + _N_PLAIN] is not None:
-                days.update(day_starts(_epoch_of(prev[1 + _N_PLAIN]), _epoch_of(prev[2 + _N_PLAIN])))
-    _write_splits(conn, split_updates)
-    if conn.dialect.name == "postgresql":
-        _write_pg(conn, job_updates, metrics)
-        return changed, days
+        return gpu, "slurm", split_to
+    return _NO_GPU_USE, None, split_to
+
+
+def _sampled_use(
+    b: _Batch, j: Any, t0: float, t1: float, hours: dict[float, GpuUse]
+) -> tuple[_GpuFigures, str | None, _Split | None]:
+    """`_gpu_use` from the job's GPU samples by hour; the job's ledger: the GPUs' share of a node-level
+    measurement, then idle energy within its GPU energy."""
+    e = sum(u.energy_j for u in hours.values())
+    seconds = sum(u.seconds for u in hours.values())
+    peaks = [u.mem_peak_mb for u in hours.values() if u.mem_peak_mb is not None]
+    rows = b.energy_rows.get(j.id, [])
+    split_to = _split_rows(rows, e, seconds, j.alloc_gpus or 0, t1 - t0)
+    if split_to is not None:
+        rows = [r for r in rows if r[1] not in _SPLIT_SOURCES] + [(*w, "") for w in split_to]
+    gpu_j = sum(r[2] for r in rows if r[0] == "gpu")
+    gpu = (
+        (sum(u.util_energy for u in hours.values()) / e) if e > 0 else None,
+        seconds,
+        sum(u.idle_s for u in hours.values()),
+        clamp_idle(sum(u.idle_j for u in hours.values()), j.energy_j or 0.0, gpu_j),
+        e,
+        max(peaks) if peaks else None,
+    )
+    return gpu, "samples", split_to
+
+
+def _metrics_row(
+    pk: int,
+    values: tuple[Any, ...],
+    choice: Choice,
+    sh: shifting.Figures,
+    shift: tuple[Any, ...],
+    detail: str,
+) -> dict[str, Any]:
+    """The job_metrics row of these values (as _derive_job orders them), as both writers take it."""
+    d0, d1 = values[-2], values[-1]
+    return {
+        "job_pk": pk,
+        **dict(zip(_METRIC_VALUES[:8], values[:8], strict=True)),
+        "carbon_detail": choice.detail,
+        **dict(zip(_SHIFT_VALUES, shift, strict=True)),
+        "shift_best_start": None if sh.best_start is None else datetime.fromtimestamp(sh.best_start, UTC),
+        "rolled_from": datetime.fromtimestamp(d0, UTC),
+        "rolled_to": datetime.fromtimestamp(d1, UTC),
+        "computed_at": datetime.now(UTC),
+        "_detail": detail,
+    }
+
+
+def _write_sqlite(conn: Connection, job_updates: list[dict[str, Any]], metrics: list[dict[str, Any]]) -> None:
+    """SQLite: the jobs' new carbon in one executemany, the metrics rows replaced (`_write_pg` elsewhere)."""
     if job_updates:
         conn.execute(
             update(cast(Table, Job.__table__))
@@ -416,7 +509,6 @@ def _process_batch(
     if metrics:
         conn.execute(delete(M).where(M.c.job_pk.in_([m["job_pk"] for m in metrics])))
         conn.execute(insert(M), [{k: v for k, v in m.items() if k != "_detail"} for m in metrics])
-    return changed, days
 
 
 # What a job_metrics row holds besides its key and computed_at: a row whose values come out the same and

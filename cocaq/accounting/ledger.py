@@ -40,6 +40,7 @@ from dataclasses import dataclass
 # The sources of the GPU share that the aggregator takes out of a node-level measurement.
 from cocaq.accounting.sources import SOURCE_SAMPLES as SOURCE_SAMPLES
 from cocaq.accounting.sources import SOURCE_SLURM
+from cocaq.db import dialect as sql
 
 SOURCE_NODE = SOURCE_SLURM
 
@@ -141,14 +142,11 @@ def outcome_sql(outcome: str, state: str, energy: str, idle: str, dialect: str, 
     """SQL for `waste(state, energy, idle, interactive)`'s part `outcome` ("idle" too); the arguments are
     SQL expressions (`state` already its first word, `interactive` a boolean:
     cocaq.accounting.sessions.Sessions.sql)."""
-    big = "greatest" if dialect == "postgresql" else "max"
-    small = "least" if dialect == "postgresql" else "min"
-    idle_part = f"{big}(0.0, {small}({idle}, {big}({energy}, 0.0)))"
+    energy_part = sql.greatest(dialect, energy, "0.0")
+    idle_part = sql.greatest(dialect, "0.0", sql.least(dialect, idle, energy_part))
     if outcome == "idle":
         return idle_part
-    return (
-        f"CASE WHEN {_when(outcome, state, interactive)} THEN {big}({energy}, 0.0) - {idle_part} ELSE 0.0 END"
-    )
+    return f"CASE WHEN {_when(outcome, state, interactive)} THEN {energy_part} - {idle_part} ELSE 0.0 END"
 
 
 def count_sql(outcome: str, state: str, *, interactive: str) -> str:

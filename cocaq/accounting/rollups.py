@@ -6,7 +6,7 @@ component, measured and estimated, and into the ledger's parts (`cocaq.accountin
 embodied CO2, GPU-hours, utilisation and idle time. In Python (`_add`, `_rollup_row`: SQLite) or, on
 PostgreSQL, in one SQL statement per range of days (`_ROLLUP_JOBS`) that writes only the rows that
 differ; both give the same rows (tests/test_aggregate.py). The aggregator (`cocaq.accounting.aggregate`)
-says which days to rebuild; FIELDS names what a row sums.
+says which days to rebuild; `cocaq.db.rollup_columns` names what a row holds.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from cocaq.accounting.sessions import Sessions
 from cocaq.accounting.window import overlap, overlap_sql, share, share_sql
 from cocaq.config import Advice
 from cocaq.db.coltypes import as_utc
+from cocaq.db.rollup_columns import ROLLUP_FIELDS, ROLLUP_KEYS
 from cocaq.db.schema import DailyRollup, Job, JobEnergy, JobMetrics
 
 DAY = 86400.0
@@ -161,9 +162,6 @@ def rebuild_days_parallel(
         return sum(f.result() for f in futures)
 
 
-_KEYS = ("cluster_id", "day", "user_name", "account", "partition")
-
-
 def _rebuild_range_pg(
     conn: Connection,
     lo: datetime,
@@ -189,8 +187,8 @@ def _rebuild_range_pg(
     conn.execute(text(f"CREATE TEMP TABLE cocaq_rollup_new ON COMMIT DROP AS {sql}"), params)
     conn.exec_driver_sql("SET LOCAL enable_sort = on")
     conn.exec_driver_sql("ANALYZE cocaq_rollup_new")
-    same_key = " AND ".join(f"r.{k} = t.{k}" for k in _KEYS)
-    vals = ", ".join(FIELDS)
+    same_key = " AND ".join(f"r.{k} = t.{k}" for k in ROLLUP_KEYS)
+    keys, vals = ", ".join(ROLLUP_KEYS), ", ".join(ROLLUP_FIELDS)
     conn.execute(
         text(
             "DELETE FROM daily_rollups r WHERE r.day >= :lo AND r.day < :hi"
@@ -198,8 +196,8 @@ def _rebuild_range_pg(
         ),
         {"lo": lo, "hi": hi},
     )
-    new_vals = ", ".join("t." + f for f in FIELDS)
-    old_vals = ", ".join("r." + f for f in FIELDS)
+    new_vals = ", ".join("t." + f for f in ROLLUP_FIELDS)
+    old_vals = ", ".join("r." + f for f in ROLLUP_FIELDS)
     conn.exec_driver_sql(
         f"UPDATE daily_rollups r SET ({vals}, computed_at) = ({new_vals}, now())"
         f" FROM cocaq_rollup_new t WHERE {same_key} AND ({old_vals}) IS DISTINCT FROM ({new_vals})"
@@ -207,8 +205,8 @@ def _rebuild_range_pg(
     # New rows by the unique key's index. (An anti-join here was quadratic on a first run: the table's
     # statistics said empty, so each new row scanned the heap the statement itself was growing.)
     inserted = conn.exec_driver_sql(
-        f"INSERT INTO daily_rollups ({', '.join(_KEYS)}, {vals}) SELECT {', '.join(_KEYS)}, {vals}"
-        f" FROM cocaq_rollup_new t ON CONFLICT ({', '.join(_KEYS)}) DO NOTHING"
+        f"INSERT INTO daily_rollups ({keys}, {vals}) SELECT {keys}, {vals}"
+        f" FROM cocaq_rollup_new t ON CONFLICT ({keys}) DO NOTHING"
     ).rowcount
     if inserted > 10_000:  # the next ranges' plans must not take the table for the empty one it was
         conn.exec_driver_sql("ANALYZE daily_rollups")
@@ -318,15 +316,7 @@ def _rollup_pg(wide: bool, sessions: Sessions) -> str:
 
 WIDE_DAYS = 31  # ranges of more days than this take the one-pass variant
 
-FIELDS = (
-    "jobs", "jobs_failed", "jobs_oom", "jobs_timeout", "jobs_cancelled", "cpu_hours", "gpu_hours",
-    "energy_gpu_j", "energy_cpu_j", "energy_dram_j", "energy_other_j", "energy_measured_j",
-    "energy_estimated_j", "energy_failed_j", "energy_oom_j", "energy_timeout_j", "energy_cancelled_j",
-    "co2_g", "co2_embodied_g", "gpu_util_energy_j", "gpu_util_weighted", "idle_gpu_hours",
-    "idle_gpu_energy_j", "energy_est_low_j", "energy_est_high_j", "shift_co2_g", "shift_saved_g",
-    "shift_pause_saved_g",
-)  # fmt: skip
-_AT = {name: i for i, name in enumerate(FIELDS)}
+_AT = {name: i for i, name in enumerate(ROLLUP_FIELDS)}
 
 
 def _add(
@@ -341,7 +331,7 @@ def _add(
     key = (j.cluster_id, day, j.user_name, j.account or "", j.partition or "")
     v = acc.get(key)
     if v is None:
-        v = acc[key] = [0.0] * len(FIELDS)
+        v = acc[key] = [0.0] * len(ROLLUP_FIELDS)
     a = _AT
     energy = j.energy_j or 0.0
     parts = waste(j.state, energy, j.idle_gpu_energy_j or 0.0, interactive)
@@ -387,6 +377,6 @@ def _rollup_row(key: tuple[Any, ...], v: list[float]) -> dict[str, Any]:
         "account": account,
         "partition": partition,
     }
-    for name, x in zip(FIELDS, v, strict=True):
+    for name, x in zip(ROLLUP_FIELDS, v, strict=True):
         row[name] = int(x) if name.startswith("jobs") else x
     return row

@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from cocaq.db import dialect as sql
+
 
 def overlap(t0: float, el: float, lo: float, hi: float) -> float:
     """Seconds of a run [t0, t0 + el) inside [lo, hi); `el` already >= 0."""
@@ -39,19 +41,11 @@ def share(t0: float, el: float, lo: float, hi: float) -> float:
 # --- SQL text --------------------------------------------------------------------------------------------
 
 
-def _big(dialect: str) -> str:
-    return "greatest" if dialect == "postgresql" else "max"
-
-
-def _small(dialect: str) -> str:
-    return "least" if dialect == "postgresql" else "min"
-
-
 def overlap_sql(t0: str, el: str, lo: str, hi: str, dialect: str) -> str:
     """`overlap` in SQL; the arguments are SQL expressions (float seconds), `dialect` "postgresql" or
-    "sqlite"."""
-    big, small = _big(dialect), _small(dialect)
-    return f"{big}(0.0, {small}({t0} + {el}, {hi}) - {big}({t0}, {lo}))"
+    "sqlite" (cocaq.db.dialect spells greatest and least)."""
+    ends = f"{sql.least(dialect, f'{t0} + {el}', hi)} - {sql.greatest(dialect, t0, lo)}"
+    return sql.greatest(dialect, "0.0", ends)
 
 
 def share_sql(t0: str, el: str, ov: str, windows: Sequence[tuple[str, str]]) -> str:

@@ -393,6 +393,7 @@ class DailyRollup(Base):
 
     A job counts in each day it ran, pro rata to the hours in that day (as the CLI's windows do), so
     days add up to months exactly. Rebuilt per day, so re-running any window gives the same rows.
+    Its columns by name, as the aggregator, the CLI and the reports use them: cocaq.db.rollup_columns.
     """
 
     __tablename__ = "daily_rollups"

@@ -1,4 +1,8 @@
-"""The few SQL functions whose spelling differs between PostgreSQL and SQLite."""
+"""The few SQL functions whose spelling differs between PostgreSQL and SQLite, as SQLAlchemy constructs.
+
+Each compiles to the text cocaq.db.dialect spells for the dialect it is compiled for, the same text the
+plain-SQL queries embed.
+"""
 
 from __future__ import annotations
 
@@ -8,23 +12,24 @@ from sqlalchemy import Float, String
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
+from cocaq.db import dialect
+
+
+def _args(element: Any, compiler: Any, **kw: Any) -> str:
+    return str(compiler.process(element.clauses, **kw))
+
 
 class epoch(FunctionElement[float]):
-    """Seconds since 1970 of a timestamp column."""
+    """Seconds since 1970 of a timestamp column (a few µs off on SQLite: cocaq.db.dialect.epoch)."""
 
     type = Float()
     inherit_cache = True
     name = "epoch"
 
 
-@compiles(epoch, "postgresql")
-def _epoch_pg(element: Any, compiler: Any, **kw: Any) -> str:
-    return f"EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)})"
-
-
-@compiles(epoch, "sqlite")
-def _epoch_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
-    return f"((julianday({compiler.process(element.clauses, **kw)}) - 2440587.5) * 86400.0)"
+@compiles(epoch)
+def _epoch(element: Any, compiler: Any, **kw: Any) -> str:
+    return dialect.epoch(compiler.dialect.name, _args(element, compiler, **kw))
 
 
 class greatest(FunctionElement[float]):
@@ -39,32 +44,18 @@ class least(FunctionElement[float]):
     name = "least"
 
 
-@compiles(greatest, "sqlite")
-def _greatest_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
-    return f"max({compiler.process(element.clauses, **kw)})"
-
-
-@compiles(least, "sqlite")
-def _least_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
-    return f"min({compiler.process(element.clauses, **kw)})"
-
-
 @compiles(greatest)
-def _greatest_default(element: Any, compiler: Any, **kw: Any) -> str:
-    return f"GREATEST({compiler.process(element.clauses, **kw)})"
+def _greatest(element: Any, compiler: Any, **kw: Any) -> str:
+    return dialect.greatest(compiler.dialect.name, _args(element, compiler, **kw))
 
 
 @compiles(least)
-def _least_default(element: Any, compiler: Any, **kw: Any) -> str:
-    return f"LEAST({compiler.process(element.clauses, **kw)})"
+def _least(element: Any, compiler: Any, **kw: Any) -> str:
+    return dialect.least(compiler.dialect.name, _args(element, compiler, **kw))
 
 
 class utcnow(FunctionElement[Any]):
-    """The database's current time, to the microsecond's format on SQLite too.
-
-    SQLite's CURRENT_TIMESTAMP is "YYYY-MM-DD HH:MM:SS", which compares as a string *below* the same
-    second as SQLAlchemy stores it ("...:SS.000000"); change detection by timestamp needs one format.
-    """
+    """The database's current time, to the microsecond's format on SQLite too (cocaq.db.dialect.utcnow)."""
 
     inherit_cache = True
     name = "utcnow"
@@ -76,14 +67,9 @@ class utcnow(FunctionElement[Any]):
         return UTCDateTime()
 
 
-@compiles(utcnow, "sqlite")
-def _utcnow_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
-    return "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
-
-
 @compiles(utcnow)
-def _utcnow_default(element: Any, compiler: Any, **kw: Any) -> str:
-    return "CURRENT_TIMESTAMP"
+def _utcnow(element: Any, compiler: Any, **kw: Any) -> str:
+    return dialect.utcnow(compiler.dialect.name)
 
 
 class epoch_exact(FunctionElement[float]):
@@ -98,18 +84,9 @@ class epoch_exact(FunctionElement[float]):
     name = "epoch_exact"
 
 
-@compiles(epoch_exact, "postgresql")
-def _epoch_exact_pg(element: Any, compiler: Any, **kw: Any) -> str:
-    return f"CAST(EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)}) AS DOUBLE PRECISION)"
-
-
-@compiles(epoch_exact, "sqlite")
-def _epoch_exact_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
-    col = compiler.process(element.clauses, **kw)
-    return (
-        f"(CAST(strftime('%s', {col}) AS INTEGER)"
-        f" + CASE WHEN length({col}) > 19 THEN CAST(substr({col}, 20) AS REAL) ELSE 0.0 END)"
-    )
+@compiles(epoch_exact)
+def _epoch_exact(element: Any, compiler: Any, **kw: Any) -> str:
+    return dialect.epoch_exact(compiler.dialect.name, _args(element, compiler, **kw))
 
 
 class first_word(FunctionElement[str]):
@@ -120,18 +97,9 @@ class first_word(FunctionElement[str]):
     name = "first_word"
 
 
-@compiles(first_word, "postgresql")
-def _first_word_pg(element: Any, compiler: Any, **kw: Any) -> str:
-    return f"split_part(coalesce({compiler.process(element.clauses, **kw)}, ''), ' ', 1)"
-
-
-@compiles(first_word, "sqlite")
-def _first_word_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
-    c = compiler.process(element.clauses, **kw)
-    return (
-        f"CASE WHEN instr(coalesce({c}, ''), ' ') > 0 THEN substr({c}, 1, instr({c}, ' ') - 1)"
-        f" ELSE coalesce({c}, '') END"
-    )
+@compiles(first_word)
+def _first_word(element: Any, compiler: Any, **kw: Any) -> str:
+    return dialect.first_word(compiler.dialect.name, _args(element, compiler, **kw))
 
 
 class floor_(FunctionElement[float]):
@@ -142,11 +110,6 @@ class floor_(FunctionElement[float]):
     name = "floor_"
 
 
-@compiles(floor_, "postgresql")
-def _floor_pg(element: Any, compiler: Any, **kw: Any) -> str:
-    return f"floor({compiler.process(element.clauses, **kw)})"
-
-
-@compiles(floor_, "sqlite")
-def _floor_sqlite(element: Any, compiler: Any, **kw: Any) -> str:
-    return f"CAST({compiler.process(element.clauses, **kw)} AS INTEGER)"
+@compiles(floor_)
+def _floor(element: Any, compiler: Any, **kw: Any) -> str:
+    return dialect.floor(compiler.dialect.name, _args(element, compiler, **kw))

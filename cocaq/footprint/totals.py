@@ -32,6 +32,8 @@ from cocaq.accounting.ledger import CERTAIN, OUTCOMES, count_sql, outcome_sql
 from cocaq.accounting.sessions import Sessions
 from cocaq.accounting.window import overlap_sql, share_sql
 from cocaq.config import Advice
+from cocaq.db.dialect import planner_fence
+from cocaq.db.rollup_columns import ROLLUP_KEYS, ROLLUP_SUMS
 from cocaq.footprint.dbsql import epoch, first_word, greatest, labs_bound
 from cocaq.units import J_PER_KWH
 
@@ -43,14 +45,6 @@ CAR_KG_PER_KM = 0.400 / 1.609344  # "about 400 grams of CO2 per mile" for a typi
 PHONE_CHARGE_KG = 8.22e-3  # kg CO2 per smartphone charge
 
 DAY = timedelta(days=1)
-# What a daily_rollups row sums (cocaq.accounting.rollups.FIELDS without the job counts), in its units.
-ROLLUP_SUMS = (
-    "cpu_hours", "gpu_hours", "energy_gpu_j", "energy_cpu_j", "energy_dram_j", "energy_other_j",
-    "energy_measured_j", "energy_estimated_j", "energy_failed_j", "energy_oom_j", "energy_timeout_j",
-    "energy_cancelled_j", "co2_g", "co2_embodied_g", "gpu_util_energy_j", "gpu_util_weighted",
-    "idle_gpu_hours", "idle_gpu_energy_j", "energy_est_low_j", "energy_est_high_j", "shift_co2_g",
-    "shift_saved_g", "shift_pause_saved_g",
-)  # fmt: skip
 # The range of the estimated part: days rolled up before it existed (NULL) read as the estimate itself.
 _ROLLUP_READ = {
     c: f"coalesce(r.{c}, r.energy_estimated_j)" for c in ("energy_est_low_j", "energy_est_high_j")
@@ -75,7 +69,7 @@ READS: dict[str, tuple[str, ...]] = {
         "job_pk", "co2_embodied_g", "gpu_util_pct", "idle_gpu_s", "idle_gpu_energy_j", "shift_state",
         "shift_saved_g", "shift_pause_saved_g",
     ),
-    "daily_rollups": ("cluster_id", "day", "user_name", "account", "partition", *ROLLUP_SUMS),
+    "daily_rollups": (*ROLLUP_KEYS, *ROLLUP_SUMS),
     "aggregator_state": ("name", "watermark"),
     "clusters": ("id", "name"),
 }  # fmt: skip
@@ -441,7 +435,7 @@ def footprint_sql(
     # an interactive session's time limit is how it ends: no energy possibly lost (cocaq.accounting.sessions)
     inter = (sessions or DEFAULT_SESSIONS).sql("j.name", "j.partition", "j.qos", "j.batch_step", db.dialect)
     top_types = [t for _, t in _TOP]
-    fence = "\n            OFFSET 0" if db.dialect == "postgresql" else ""
+    fence = planner_fence(db.dialect, "\n            ")
     top_cte = """, t AS (
     SELECT id, energy * f AS top_e, f AS top_f FROM y WHERE f > 0 ORDER BY top_e DESC, id LIMIT %(top)s
 )"""
