@@ -475,26 +475,11 @@ def iter_parsable(
         parts = line.split(delimiter)
         if first:
             first = False
-            looks_like_header = parts[0].strip().lower() in ("jobid", "jobidraw") or "JobID" in parts
-            if looks_like_header:
-                trailing = len(parts) > 1 and parts[-1] == ""
-                if trailing:
-                    parts = parts[:-1]
-                header = [p.strip() for p in parts]
-                if cols and [c.lower() for c in header] != [c.lower() for c in cols]:
-                    raise SacctFormatError(
-                        f"line 1: the header ({','.join(header)}) differs from --fields ({','.join(cols)})"
-                    )
-                cols = header
+            head = _header(parts, cols, idx)
+            if head is not None:
+                cols, trailing = head
                 idx = {c.lower(): i for i, c in enumerate(cols)}
                 continue
-            if cols is None:
-                raise SacctFormatError(
-                    "line 1 is not a sacct header: pass --fields with the columns in the order of sacct's "
-                    "--format (archived dumps usually have no header)"
-                )
-            if "jobid" not in idx and "jobidraw" not in idx:
-                raise SacctFormatError("--fields must name JobID (or JobIDRaw)")
         assert cols is not None
         n = len(cols)
         if len(parts) == n + 1 and parts[-1] == "" and trailing is not False:
@@ -512,38 +497,7 @@ def iter_parsable(
         jobid = parts[lay.jobid].strip() if lay.jobid is not None else ""
         try:
             if "." in jobid:  # a step (2/3 of a dump): only its CPU time and energy matter
-                m = _JOBID.match(jobid)
-                if not m:
-                    st.skip("bad job id", lineno)
-                    continue
-                base, step = m.group("base", "step")
-                if not step:
-                    st.skip("bad job id", lineno)
-                    continue
-                rss = _rss_mb(parts[lay.rss]) if lay.rss is not None else None
-                gpu = None
-                if lay.ave is not None and "gres/gpu" in parts[lay.ave]:
-                    gpu = _step_gpu(lambda name, parts=parts, idx=idx: _field(parts, idx, name))
-                i_tasks, i_nodes = (lay.tasks, lay.nodes) if rss or gpu else (None, None)
-                cpu_s = _duration(parts[lay.cpu]) if lay.cpu is not None else None
-                held = folder.jobs.get(base)
-                cpu_use = None
-                if held is not None and lay.tres_min and held[0].n_nodes > 1:
-                    cpu_use = _step_cpu(
-                        lambda name, parts=parts, idx=idx: _field(parts, idx, name), step, cpu_s
-                    )
-                folder.add_step(
-                    base,
-                    cpu_s,
-                    _energy(parts[lay.energy]) if lay.energy is not None else None,
-                    lineno,
-                    rss,
-                    parts[i_tasks] if i_tasks is not None else "",
-                    parts[i_nodes] if i_nodes is not None else "",
-                    gpu,
-                    step,
-                    cpu_use,
-                )
+                _step_line(jobid, parts, idx, lay, folder, lineno)
                 continue
 
             if names is None:
@@ -557,6 +511,66 @@ def iter_parsable(
         st.lines += 1
         st.skip("wrong number of fields (the last record is cut short)", carry[2])
     yield from folder.flush()
+
+
+def _step_line(
+    jobid: str, parts: list[str], idx: dict[str, int], lay: _StepLayout, folder: _Folder, lineno: int
+) -> None:
+    """Fold a step line (its id has a dot) into its job, read by position from what `lay` says it needs."""
+    m = _JOBID.match(jobid)
+    if not m:
+        folder.stats.skip("bad job id", lineno)
+        return
+    base, step = m.group("base", "step")
+    if not step:
+        folder.stats.skip("bad job id", lineno)
+        return
+    rss = _rss_mb(parts[lay.rss]) if lay.rss is not None else None
+    gpu = None
+    if lay.ave is not None and "gres/gpu" in parts[lay.ave]:
+        gpu = _step_gpu(lambda name, parts=parts, idx=idx: _field(parts, idx, name))
+    i_tasks, i_nodes = (lay.tasks, lay.nodes) if rss or gpu else (None, None)
+    cpu_s = _duration(parts[lay.cpu]) if lay.cpu is not None else None
+    held = folder.jobs.get(base)
+    cpu_use = None
+    if held is not None and lay.tres_min and held[0].n_nodes > 1:
+        cpu_use = _step_cpu(lambda name, parts=parts, idx=idx: _field(parts, idx, name), step, cpu_s)
+    folder.add_step(
+        base,
+        cpu_s,
+        _energy(parts[lay.energy]) if lay.energy is not None else None,
+        lineno,
+        rss,
+        parts[i_tasks] if i_tasks is not None else "",
+        parts[i_nodes] if i_nodes is not None else "",
+        gpu,
+        step,
+        cpu_use,
+    )
+
+
+def _header(parts: list[str], cols: list[str] | None, idx: dict[str, int]) -> tuple[list[str], bool] | None:
+    """(the columns, whether lines end with the delimiter) where the first line is a header; None where it
+    is a record and `--fields` (`cols`, `idx`) names the columns. Raises where neither tells them."""
+    looks_like_header = parts[0].strip().lower() in ("jobid", "jobidraw") or "JobID" in parts
+    if looks_like_header:
+        trailing = len(parts) > 1 and parts[-1] == ""
+        if trailing:
+            parts = parts[:-1]
+        header = [p.strip() for p in parts]
+        if cols and [c.lower() for c in header] != [c.lower() for c in cols]:
+            raise SacctFormatError(
+                f"line 1: the header ({','.join(header)}) differs from --fields ({','.join(cols)})"
+            )
+        return header, trailing
+    if cols is None:
+        raise SacctFormatError(
+            "line 1 is not a sacct header: pass --fields with the columns in the order of sacct's "
+            "--format (archived dumps usually have no header)"
+        )
+    if "jobid" not in idx and "jobidraw" not in idx:
+        raise SacctFormatError("--fields must name JobID (or JobIDRaw)")
+    return None
 
 
 class _StepLayout:
