@@ -168,6 +168,61 @@ def _structure(seed: int, jobs: int | None, lines: int | None) -> list[tuple[int
     return out
 
 
+def _size(rng: random.Random, cpart: str, task: int | None) -> tuple[int, int, int, int]:
+    """(nodes, GPUs per node, CPUs, memory GB) of one job on partition `cpart` (an array task: one node)."""
+    _prefix, _n_nodes, gpn, _gtype, cores, node_gb, _ipmi = PARTITIONS[cpart]
+    nn = 1 if (task is not None or rng.random() < 0.85) else rng.choice((2, 2, 4, 8))
+    if gpn:
+        gpus_per = rng.choice((1, 1, 2, 4, gpn)) if nn == 1 else gpn
+        cpus = gpus_per * (cores // gpn) * nn
+        mem_gb = gpus_per * (node_gb // gpn // 2) * nn
+    else:
+        gpus_per = 0
+        cpus = rng.choice((1, 2, 4, 8, 16, 32, 64, cores)) * nn
+        mem_gb = max(1, cpus * (node_gb // cores)) if cpart != "bigmem" else rng.choice((512, 1024, 2048))
+    return nn, gpus_per, cpus, mem_gb
+
+
+def _run(rng: random.Random, secs: float, outcome: str, task: int | None, limit_h: int) -> tuple[int, str]:
+    """(seconds run, state) of one job planned to run `secs`: a failure or cancellation cuts it short,
+    the time limit stops it (TIMEOUT). An array task draws its own outcome."""
+    state = outcome if task is None else _state(rng)
+    if state in ("FAILED", "OUT_OF_MEMORY", "NODE_FAIL"):
+        secs *= rng.uniform(0.01, 0.5)
+    elif state == "CANCELLED":
+        secs *= rng.uniform(0.05, 0.9)
+    if state == "TIMEOUT" or secs > limit_h * 3600:
+        secs, state = limit_h * 3600.0, "TIMEOUT"
+    return max(int(secs), 1), state
+
+
+def _as_printed(
+    pending: bool,
+    never: bool,
+    running: bool,
+    uid: int,
+    state: str,
+    start: float,
+    secs: int,
+    nodelist: str,
+    tres: str,
+) -> tuple[str, str, str, int, str, str]:
+    """(State, Start, End, elapsed seconds, NodeList, AllocTRES) as sacct prints them for a job pending
+    at the end, cancelled before it started, or run (to its end or still running)."""
+    if pending:
+        return "PENDING", "Unknown", "Unknown", 0, "None assigned", ""
+    if never:
+        return f"CANCELLED by {uid}", "Unknown", _ts(start), 0, "None assigned", ""
+    return (
+        {"CANCELLED": f"CANCELLED by {uid}"}.get(state, state),
+        _ts(start),
+        "Unknown" if running else _ts(start + secs),
+        secs,
+        nodelist,
+        tres,
+    )
+
+
 def generate(out, *, jobs: int | None, lines: int | None, seed: int, end: float) -> tuple[int, int]:
     """Write the header and data lines; stop after `jobs` job lines or `lines` data lines."""
     rng = random.Random(seed)
@@ -230,32 +285,14 @@ def generate(out, *, jobs: int | None, lines: int | None, seed: int, end: float)
         for (job_id, raw, cpart, task), never in zip(comps, never_flags, strict=True):
             if jobs is not None and n_jobs >= jobs:
                 break
-            prefix, n_nodes_part, gpn, gtype, cores, node_gb, ipmi = PARTITIONS[cpart]
-            nn = 1 if (task is not None or rng.random() < 0.85) else rng.choice((2, 2, 4, 8))
-            if gpn:
-                gpus_per = rng.choice((1, 1, 2, 4, gpn)) if nn == 1 else gpn
-                cpus = gpus_per * (cores // gpn) * nn
-                mem_gb = gpus_per * (node_gb // gpn // 2) * nn
-            else:
-                gpus_per = 0
-                cpus = rng.choice((1, 2, 4, 8, 16, 32, 64, cores)) * nn
-                mem_gb = (
-                    max(1, cpus * (node_gb // cores)) if cpart != "bigmem" else rng.choice((512, 1024, 2048))
-                )
+            prefix, n_nodes_part, gpn, gtype, _cores, _node_gb, ipmi = PARTITIONS[cpart]
+            nn, gpus_per, cpus, mem_gb = _size(rng, cpart, task)
             gpus = gpus_per * nn
             first = rng.randrange(1, n_nodes_part - nn + 2)
             nodelist = _hostlist(prefix, first, nn)
             wait = rng.expovariate(1 / 600.0) if rng.random() < 0.7 else rng.expovariate(1 / 14400.0)
             start = submit + wait + (0 if task is None else (task // 8) * mean_h * 3600)
-            secs = rng.lognormvariate(math.log(mean_h * 3600), 0.9)
-            state = outcome if task is None else _state(rng)
-            if state in ("FAILED", "OUT_OF_MEMORY", "NODE_FAIL"):
-                secs *= rng.uniform(0.01, 0.5)
-            elif state == "CANCELLED":
-                secs *= rng.uniform(0.05, 0.9)
-            if state == "TIMEOUT" or secs > limit_h * 3600:
-                secs, state = limit_h * 3600.0, "TIMEOUT"
-            secs = max(int(secs), 1)
+            secs, state = _run(rng, rng.lognormvariate(math.log(mean_h * 3600), 0.9), outcome, task, limit_h)
             running = start + secs > end
             pending = start > end - 60
             if running:
@@ -274,33 +311,9 @@ def generate(out, *, jobs: int | None, lines: int | None, seed: int, end: float)
                 tres += (
                     f",gres/gpu={gpus}" if rng.random() < 0.5 else f",gres/gpu={gpus},gres/gpu:{gtype}={gpus}"
                 )
-            if pending:
-                sstate, st_start, st_end, el, nl, alloc = (
-                    "PENDING",
-                    "Unknown",
-                    "Unknown",
-                    0,
-                    "None assigned",
-                    "",
-                )
-            elif never:
-                sstate, st_start, st_end, el, nl, alloc = (
-                    f"CANCELLED by {uid}",
-                    "Unknown",
-                    _ts(start),
-                    0,
-                    "None assigned",
-                    "",
-                )
-            else:
-                sstate = {"CANCELLED": f"CANCELLED by {uid}"}.get(state, state)
-                st_start, st_end, el, nl, alloc = (
-                    _ts(start),
-                    "Unknown" if running else _ts(start + secs),
-                    secs,
-                    nodelist,
-                    tres,
-                )
+            sstate, st_start, st_end, el, nl, alloc = _as_printed(
+                pending, never, running, uid, state, start, secs, nodelist, tres
+            )
             exit_code = {
                 "FAILED": "1:0",
                 "OUT_OF_MEMORY": "0:125",

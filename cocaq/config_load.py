@@ -216,17 +216,7 @@ def _collector(t: Any) -> Collector:
     if "ship_interval_s" in t:
         v["ship_interval_s"] = _num("collector.ship_interval_s", t["ship_interval_s"], 1.0, 86400.0)
     if "sources" in t:
-        src = t["sources"]
-        if isinstance(src, str):  # from the environment: "nvml,rapl"
-            src = [s.strip() for s in src.split(",") if s.strip()]
-        if not isinstance(src, list) or not all(isinstance(s, str) for s in src):
-            raise ConfigError(f"config: collector.sources: expected a list of source names, got {src!r}")
-        for s in src:
-            if s not in COLLECTOR_SOURCES:
-                raise ConfigError(
-                    f"config: collector.sources: unknown source {s!r} (known: {', '.join(COLLECTOR_SOURCES)})"
-                )
-        v["sources"] = tuple(dict.fromkeys(src))
+        v["sources"] = _collector_sources(t["sources"])
     for k in ("nvml", "sysfs_root", "hook_log", "annotate_dir"):
         if k in t:
             v[k] = _str(f"collector.{k}", t[k])
@@ -248,21 +238,39 @@ def _collector(t: Any) -> Collector:
     if "ship_batch" in t:
         v["ship_batch"] = int(_num("collector.ship_batch", t["ship_batch"], 1.0, 1_000_000.0))
     if "metrics_listen" in t:
-        m = t["metrics_listen"]
-        if not isinstance(m, str):
-            raise ConfigError(f'config: collector.metrics_listen: expected a string like ":9830", got {m!r}')
-        if m.strip():
-            try:
-                parse_listen(m.strip())
-            except ValueError as exc:
-                raise ConfigError(f"config: collector.metrics_listen: {exc}") from None
-        v["metrics_listen"] = m.strip()
+        v["metrics_listen"] = _metrics_listen(t["metrics_listen"])
     for k in ("metrics_token_file", "metrics_tls_cert_file", "metrics_tls_key_file"):
         if k in t:
             v[k] = _str(f"collector.{k}", t[k])
     if ("metrics_tls_cert_file" in v) != ("metrics_tls_key_file" in v):
         raise ConfigError("config: collector: metrics_tls_cert_file and metrics_tls_key_file go together")
     return replace(c, **v)
+
+
+def _collector_sources(src: Any) -> tuple[str, ...]:
+    """collector.sources: known source names, each once, in the order given."""
+    if isinstance(src, str):  # from the environment: "nvml,rapl"
+        src = [s.strip() for s in src.split(",") if s.strip()]
+    if not isinstance(src, list) or not all(isinstance(s, str) for s in src):
+        raise ConfigError(f"config: collector.sources: expected a list of source names, got {src!r}")
+    for s in src:
+        if s not in COLLECTOR_SOURCES:
+            raise ConfigError(
+                f"config: collector.sources: unknown source {s!r} (known: {', '.join(COLLECTOR_SOURCES)})"
+            )
+    return tuple(dict.fromkeys(src))
+
+
+def _metrics_listen(m: Any) -> str:
+    """collector.metrics_listen: where the metrics endpoint listens ("" for not at all)."""
+    if not isinstance(m, str):
+        raise ConfigError(f'config: collector.metrics_listen: expected a string like ":9830", got {m!r}')
+    if m.strip():
+        try:
+            parse_listen(m.strip())
+        except ValueError as exc:
+            raise ConfigError(f"config: collector.metrics_listen: {exc}") from None
+    return m.strip()
 
 
 def _small_table(section: str, t: Any, cls: Any, ranges: dict[str, tuple[float, float]]) -> Any:
@@ -312,14 +320,14 @@ def _mail(t: Any) -> Mail:
     _check_keys("mail", t, {f.name for f in fields(Mail)})
     if not t:
         return Mail()
-    import re
+    m = replace(Mail(), **_mail_values(t))
+    _check_mail_login(m)
+    _check_mail_texts(m)
+    return m
 
-    from cocaq.addresses import (
-        check_address_template,
-        check_list_unsubscribe,
-        looks_like_address,
-    )
 
+def _mail_values(t: dict[str, Any]) -> dict[str, Any]:
+    """Each key of the mail table checked on its own; what they say together is checked after."""
     v: dict[str, Any] = {}
     for key, choices in (
         ("transport", MAIL_TRANSPORTS),
@@ -364,7 +372,13 @@ def _mail(t: Any) -> Mail:
         v["retry_attempts"] = int(_num("mail.retry_attempts", t["retry_attempts"], 1.0, 100.0))
     if "retry_base_delay_s" in t:
         v["retry_base_delay_s"] = _num("mail.retry_base_delay_s", t["retry_base_delay_s"], 0.0, 3600.0)
-    m = replace(Mail(), **v)
+    return v
+
+
+def _check_mail_login(m: Mail) -> None:
+    """An SMTP login needs a user and one place for its password, and never crosses a network in clear."""
+    import re
+
     if m.smtp_password_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", m.smtp_password_env):
         raise ConfigError(
             "config: mail.smtp_password_env: expected the name of an environment variable "
@@ -383,6 +397,12 @@ def _mail(t: Any) -> Mail:
             f"config: mail.smtp_user: logging in to {m.smtp_host} needs smtp_security 'starttls' or 'tls' "
             "(the password would cross the network in clear)"
         )
+
+
+def _check_mail_texts(m: Mail) -> None:
+    """The sender and reply-to addresses, the address template and List-Unsubscribe are well formed."""
+    from cocaq.addresses import check_address_template, check_list_unsubscribe, looks_like_address
+
     for key in ("from_address", "reply_to"):
         value = getattr(m, key)
         if value is None:
@@ -403,7 +423,6 @@ def _mail(t: Any) -> Mail:
         problem = check_list_unsubscribe(m.list_unsubscribe)
         if problem:
             raise ConfigError(f"config: mail.list_unsubscribe: {problem}")
-    return m
 
 
 def _addresses(key: str, value: Any) -> tuple[str, ...]:
@@ -684,106 +703,48 @@ def _api(t: Any) -> Api:
     return replace(Api(), **v)
 
 
+# The top-level keys of a configuration: its two settings and its sections.
+_TOP_LEVEL = (
+    "database_url",
+    "spool_dir",
+    "cluster",
+    "estimate",
+    "defaults",
+    "partitions",
+    "node_groups",
+    "collector",
+    "carbon",
+    "shifting",
+    "embodied",
+    "aggregate",
+    "retention",
+    "mail",
+    "reports",
+    "api",
+    "advice",
+    "alerts",
+    "study",
+    "slurm",
+)
+
+
 def _from_dict(data: dict[str, Any], source: str) -> Config:
-    _check_keys(
-        "",
-        data,
-        {
-            "database_url",
-            "spool_dir",
-            "cluster",
-            "estimate",
-            "defaults",
-            "partitions",
-            "node_groups",
-            "collector",
-            "carbon",
-            "shifting",
-            "embodied",
-            "aggregate",
-            "retention",
-            "mail",
-            "reports",
-            "api",
-            "advice",
-            "alerts",
-            "study",
-            "slurm",
-        },
-    )
+    # The sections are checked in this order: the first problem found is the one reported.
+    _check_keys("", data, set(_TOP_LEVEL))
     if "database_url" in data:  # given: the default (platformdirs, a few ms on every command) is not needed
         cfg = Config(source=source, database_url=_str("database_url", data["database_url"]))
     else:
         cfg = Config(source=source)
     if "spool_dir" in data:
         cfg = replace(cfg, spool_dir=_str("spool_dir", data["spool_dir"]))
-    c = data.get("cluster", {})
-    if not isinstance(c, dict):
-        raise ConfigError(f"config: cluster: expected a table, got {c!r}")
-    _check_keys("cluster", c, {f.name for f in fields(Cluster)} | {"pue_monthly"})
-    pue_monthly: dict[str, float] = {}
-    pm = c.get("pue_monthly", {})
-    if not isinstance(pm, dict):
-        raise ConfigError(
-            f'config: cluster.pue_monthly: expected a table like {{"2026-01" = 1.35}}, got {pm!r}'
-        )
-    for month, v in pm.items():
-        if (
-            len(month) != 7
-            or month[4] != "-"
-            or not (month[:4] + month[5:]).isdigit()
-            or not 1 <= int(month[5:]) <= 12
-        ):
-            raise ConfigError(f"config: cluster.pue_monthly: {month!r} is not a month (YYYY-MM)")
-        pue_monthly[month] = _num(f"cluster.pue_monthly.{month}", v, 1.0, 5.0)
-    cluster = Cluster(
-        name=_str("cluster.name", c["name"]) if "name" in c else Cluster.name,
-        timezone=_str("cluster.timezone", c["timezone"]) if "timezone" in c else None,
-        carbon_zone=_str("cluster.carbon_zone", c["carbon_zone"]) if "carbon_zone" in c else "WORLD",
-        pue=_num("cluster.pue", c["pue"], 1.0, 5.0) if "pue" in c else 1.0,
-    )
-    if cluster.timezone:
-        try:
-            ZoneInfo(cluster.timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ConfigError(
-                f"config: cluster.timezone: unknown time zone {cluster.timezone!r} (e.g. Europe/Paris)"
-            ) from None
-    e = data.get("estimate", {})
-    if not isinstance(e, dict):
-        raise ConfigError(f"config: estimate: expected a table, got {e!r}")
-    _check_keys("estimate", e, {f.name for f in fields(Estimate)})
-    estimate = Estimate(
-        gpu_utilisation=_num("estimate.gpu_utilisation", e.get("gpu_utilisation", 1.0), 0.0, 1.0),
-        mem_w_per_gb=_num("estimate.mem_w_per_gb", e.get("mem_w_per_gb", 0.3725), 0.0, 100.0),
-        cpu_usage=str(e.get("cpu_usage", "totalcpu")),
-        max_node_power_w=_num("estimate.max_node_power_w", e.get("max_node_power_w", 20_000.0), 100.0, 1e6),
-        gpu_idle_share=_num("estimate.gpu_idle_share", e.get("gpu_idle_share", 0.15), 0.0, 1.0),
-        calibrate=_bool("estimate.calibrate", e.get("calibrate", True)),
-        calibrate_min_jobs=_whole("estimate.calibrate_min_jobs", e.get("calibrate_min_jobs", 5), 1, 10**6),
-        calibrate_buckets=_buckets(e.get("calibrate_buckets", [25, 50, 75])),
-    )
-    if estimate.cpu_usage not in ("totalcpu", "allocated"):
-        raise ConfigError(
-            f"config: estimate.cpu_usage: expected 'totalcpu' or 'allocated', got {estimate.cpu_usage!r}"
-        )
+    cluster, pue_monthly = _cluster(data.get("cluster", {}))
+    estimate = _estimate(data.get("estimate", {}))
     default_hw = _hardware("defaults", data.get("defaults", {}), Hardware())
     parts_raw = data.get("partitions", {})
     if not isinstance(parts_raw, dict):
         raise ConfigError(f"config: partitions: expected a table of partitions, got {parts_raw!r}")
     partitions = {name: _hardware(f"partitions.{name}", t, default_hw) for name, t in parts_raw.items()}
-    groups_raw = data.get("node_groups", {})
-    if not isinstance(groups_raw, dict):
-        raise ConfigError(f"config: node_groups: expected a table of node groups, got {groups_raw!r}")
-    groups = []
-    for name, t in groups_raw.items():
-        hw = _hardware(f"node_groups.{name}", t, default_hw)
-        nodes = t.get("nodes")
-        if isinstance(nodes, str):
-            nodes = [nodes]
-        if not isinstance(nodes, list) or not nodes or not all(isinstance(n, str) and n for n in nodes):
-            raise ConfigError(f"config: node_groups.{name}.nodes: expected a list of node names or patterns")
-        groups.append(NodeGroup(name, tuple(nodes), hw))
+    groups = _node_groups(data.get("node_groups", {}), default_hw)
     return replace(
         cfg,
         carbon=_small_table(
@@ -818,8 +779,82 @@ def _from_dict(data: dict[str, Any], source: str) -> Config:
         estimate=estimate,
         default_hardware=default_hw,
         partitions=partitions,
-        node_groups=tuple(groups),
+        node_groups=groups,
     )
+
+
+def _cluster(c: Any) -> tuple[Cluster, dict[str, float]]:
+    """The cluster section: the cluster, and its PUE by month (`pue_monthly`, kept beside it in Config)."""
+    if not isinstance(c, dict):
+        raise ConfigError(f"config: cluster: expected a table, got {c!r}")
+    _check_keys("cluster", c, {f.name for f in fields(Cluster)} | {"pue_monthly"})
+    pue_monthly: dict[str, float] = {}
+    pm = c.get("pue_monthly", {})
+    if not isinstance(pm, dict):
+        raise ConfigError(
+            f'config: cluster.pue_monthly: expected a table like {{"2026-01" = 1.35}}, got {pm!r}'
+        )
+    for month, v in pm.items():
+        if (
+            len(month) != 7
+            or month[4] != "-"
+            or not (month[:4] + month[5:]).isdigit()
+            or not 1 <= int(month[5:]) <= 12
+        ):
+            raise ConfigError(f"config: cluster.pue_monthly: {month!r} is not a month (YYYY-MM)")
+        pue_monthly[month] = _num(f"cluster.pue_monthly.{month}", v, 1.0, 5.0)
+    cluster = Cluster(
+        name=_str("cluster.name", c["name"]) if "name" in c else Cluster.name,
+        timezone=_str("cluster.timezone", c["timezone"]) if "timezone" in c else None,
+        carbon_zone=_str("cluster.carbon_zone", c["carbon_zone"]) if "carbon_zone" in c else "WORLD",
+        pue=_num("cluster.pue", c["pue"], 1.0, 5.0) if "pue" in c else 1.0,
+    )
+    if cluster.timezone:
+        try:
+            ZoneInfo(cluster.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(
+                f"config: cluster.timezone: unknown time zone {cluster.timezone!r} (e.g. Europe/Paris)"
+            ) from None
+    return cluster, pue_monthly
+
+
+def _estimate(e: Any) -> Estimate:
+    """The estimate section: what a job without a measurement is estimated from."""
+    if not isinstance(e, dict):
+        raise ConfigError(f"config: estimate: expected a table, got {e!r}")
+    _check_keys("estimate", e, {f.name for f in fields(Estimate)})
+    estimate = Estimate(
+        gpu_utilisation=_num("estimate.gpu_utilisation", e.get("gpu_utilisation", 1.0), 0.0, 1.0),
+        mem_w_per_gb=_num("estimate.mem_w_per_gb", e.get("mem_w_per_gb", 0.3725), 0.0, 100.0),
+        cpu_usage=str(e.get("cpu_usage", "totalcpu")),
+        max_node_power_w=_num("estimate.max_node_power_w", e.get("max_node_power_w", 20_000.0), 100.0, 1e6),
+        gpu_idle_share=_num("estimate.gpu_idle_share", e.get("gpu_idle_share", 0.15), 0.0, 1.0),
+        calibrate=_bool("estimate.calibrate", e.get("calibrate", True)),
+        calibrate_min_jobs=_whole("estimate.calibrate_min_jobs", e.get("calibrate_min_jobs", 5), 1, 10**6),
+        calibrate_buckets=_buckets(e.get("calibrate_buckets", [25, 50, 75])),
+    )
+    if estimate.cpu_usage not in ("totalcpu", "allocated"):
+        raise ConfigError(
+            f"config: estimate.cpu_usage: expected 'totalcpu' or 'allocated', got {estimate.cpu_usage!r}"
+        )
+    return estimate
+
+
+def _node_groups(groups_raw: Any, default_hw: Hardware) -> tuple[NodeGroup, ...]:
+    """The node_groups tables: each a hardware table over `defaults`, with the nodes it names."""
+    if not isinstance(groups_raw, dict):
+        raise ConfigError(f"config: node_groups: expected a table of node groups, got {groups_raw!r}")
+    groups = []
+    for name, t in groups_raw.items():
+        hw = _hardware(f"node_groups.{name}", t, default_hw)
+        nodes = t.get("nodes")
+        if isinstance(nodes, str):
+            nodes = [nodes]
+        if not isinstance(nodes, list) or not nodes or not all(isinstance(n, str) and n for n in nodes):
+            raise ConfigError(f"config: node_groups.{name}.nodes: expected a list of node names or patterns")
+        groups.append(NodeGroup(name, tuple(nodes), hw))
+    return tuple(groups)
 
 
 def _apply_env(data: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:

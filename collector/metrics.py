@@ -292,6 +292,17 @@ class Exporter:
             self.models[key] = got
         return got
 
+    def _note_models(self, cycle: Cycle) -> None:
+        """Take the models jobmeta read from annotation files this cycle; forget those of jobs gone."""
+        for ev in cycle.events:  # what jobmeta read from a job's annotation file since the last cycle
+            model = (ev.get("meta") or {}).get("api", {}).get("model") if isinstance(ev, dict) else None
+            rj = cycle.jobs.get(str(ev.get("job_id")))
+            if isinstance(model, str) and model and rj is not None:
+                self.models[(rj.job_id, rj.start)] = label(model)
+        live = {(j, rj.start) for j, rj in cycle.jobs.items()}
+        for k in [k for k in self.models if k not in live]:
+            del self.models[k]
+
     def update(
         self,
         cycle: Cycle,
@@ -303,15 +314,7 @@ class Exporter:
 
         `ended_rows`: the final energy rows of jobs that left the node since the last cycle, from their
         epilog records (the counter's reading at the end)."""
-        for ev in cycle.events:  # what jobmeta read from a job's annotation file since the last cycle
-            model = (ev.get("meta") or {}).get("api", {}).get("model") if isinstance(ev, dict) else None
-            rj = cycle.jobs.get(str(ev.get("job_id")))
-            if isinstance(model, str) and model and rj is not None:
-                self.models[(rj.job_id, rj.start)] = label(model)
-        live = {(j, rj.start) for j, rj in cycle.jobs.items()}
-        for k in [k for k in self.models if k not in live]:
-            del self.models[k]
-
+        self._note_models(cycle)
         nl = self.node_labels
         jl: dict[str, tuple[str, ...]] = {}
         gpu_index: dict[tuple[str, str], str] = {}

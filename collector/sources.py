@@ -264,16 +264,21 @@ class NvmlSource(Source):
             cycle.energy.append(
                 EnergyRow(rj.job_id, rj.start, "gpu", u, src, "measured", e, rj.start, r.ts, False)
             )
+        self._forget(live, cycle.ts)
+
+    def _forget(self, live: set[str], ts: float) -> None:
+        """Move the jobs not sampled this cycle out of `baselines` (an integral to `ended`, where it waits
+        for its epilog record), and drop what waited longer than ENDED_KEEP_S or past ENDED_MAX."""
         for k in list(self.baselines):
             if k not in live:
                 b = self.baselines.pop(k)
                 if b[2] >= 0:  # an integral waits for its epilog record to close it
-                    self.ended[k] = [*b[:5], cycle.ts]
+                    self.ended[k] = [*b[:5], ts]
         for k, b in list(self.ended.items()):
-            if cycle.ts - b[5] > self.ENDED_KEEP_S:
+            if ts - b[5] > self.ENDED_KEEP_S:
                 del self.ended[k]
         for k, t in list(self.closed.items()):
-            if cycle.ts - t > self.ENDED_KEEP_S:
+            if ts - t > self.ENDED_KEEP_S:
                 del self.closed[k]
         for store in (self.ended, self.closed):
             while len(store) > self.ENDED_MAX:

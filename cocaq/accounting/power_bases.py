@@ -342,8 +342,42 @@ def assess(
     n = len(samples)
     runs = run_ids(samples)
     fold = [fold_of(r, folds) for r in runs]
-    # per sample, each candidate's held-out estimate (W per GPU) and which range group it falls in
-    pred: list[dict[str, tuple[float, str]]] = [{} for _ in range(n)]
+    pred = _held_out(samples, fold, table, rated_config, now, folds)
+    chain, judged = _choose_chain(samples, pred)
+    resid = _residuals(samples, pred, chain)
+    pooled = [r for g, rs in resid.items() if g in (*KEYED_BASES, TABLE) for _, r in rs]
+    out: dict[str, BasisStats] = {}
+    for group in (*KEYED_BASES, TABLE, TABLE + "-util", CHOSEN, *REFERENCES):
+        rs = resid.get(group, [])
+        if group in KEYED_BASES and group not in chain:  # not used: what it did where it had a cell
+            rs = [(i, math.log(samples[i].w / pred[i][group][0])) for i in range(n) if group in pred[i]]
+        idx = [i for i, _ in rs]
+        errs = [abs(math.exp(r) ** -1 - 1.0) for _, r in rs]  # |estimate / measured - 1|
+        lo, hi, widened = _interval([r for _, r in rs], pooled)
+        used = group in chain or group in (TABLE + "-util", CHOSEN)
+        instead = judged[group][2] if group in judged else None
+        out[group] = BasisStats(
+            group, used and bool(rs), len(idx), len({runs[i] for i in idx}), _median(errs), _p90(errs),
+            instead, _coverage(rs, fold, pooled, folds), lo, hi, widened, now,
+        )  # fmt: skip
+    return Assessment(out, n, len(set(runs)), folds)
+
+
+# Per sample, each candidate's held-out estimate (W per GPU) and the range group it falls in.
+_Predictions = list[dict[str, tuple[float, str]]]
+
+
+def _held_out(
+    samples: Sequence[Sample],
+    fold: Sequence[int],
+    table: Callable[[Sequence[Sample]], Table],
+    rated_config: Callable[[Sample], float],
+    now: datetime,
+    folds: int,
+) -> _Predictions:
+    """Each sample's estimate by every basis, learnt from the other folds' runs only."""
+    n = len(samples)
+    pred: _Predictions = [{} for _ in range(n)]
     for f in range(folds):
         train = [s for s, g in zip(samples, fold, strict=True) if g != f]
         held = [i for i in range(n) if fold[i] == f]
@@ -366,33 +400,49 @@ def assess(
             pred[i]["rated-config"] = (rated_config(s), "rated-config")
             if s.util is not None:
                 pred[i]["rated-util"] = (max(s.tdp_w * s.util / 100.0, 1e-9), "rated-util")
+    return pred
+
+
+def _chain_pred(p: dict[str, tuple[float, str]], chain: Sequence[str]) -> tuple[float, str]:
+    """A sample's estimate by the first basis of `chain` that has one, else by its rated power."""
+    for b in chain:
+        if b in p:
+            return p[b]
+    return p["rated-config"]
+
+
+def _choose_chain(
+    samples: Sequence[Sample], pred: _Predictions
+) -> tuple[list[str], dict[str, tuple[int, float | None, float | None]]]:
+    """(the chain, each keyed basis's (jobs, median error with it, without it)): from the most general to
+    the most specific, a basis joins the front of the chain where it beats the chain so far on the jobs
+    it applies to."""
 
     def err(i: int, w: float) -> float:
         return abs(w / samples[i].w - 1.0)
 
-    def chain_pred(i: int, chain: Sequence[str]) -> tuple[float, str]:
-        for b in chain:
-            if b in pred[i]:
-                return pred[i][b]
-        return pred[i]["rated-config"]
-
-    # choose, from the most general to the most specific: a basis joins the front of the chain where it
-    # beats the chain so far on the jobs it applies to
+    n = len(samples)
     chain: list[str] = [TABLE]
     judged: dict[str, tuple[int, float | None, float | None]] = {}
     for basis in reversed(KEYED_BASES):
         idx = [i for i in range(n) if basis in pred[i]]
         with_ = _median([err(i, pred[i][basis][0]) for i in idx])
-        instead = _median([err(i, chain_pred(i, chain)[0]) for i in idx])
+        instead = _median([err(i, _chain_pred(pred[i], chain)[0]) for i in idx])
         judged[basis] = (len(idx), with_, instead)
         if len(idx) >= MIN_RESIDUALS and with_ is not None and instead is not None and with_ < instead:
             chain.insert(0, basis)
-    # the chosen chain's held-out residuals, by range group
+    return chain, judged
+
+
+def _residuals(
+    samples: Sequence[Sample], pred: _Predictions, chain: Sequence[str]
+) -> dict[str, list[tuple[int, float]]]:
+    """The chosen chain's held-out log residuals (sample, log(measured / estimate)), by range group."""
     resid: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for i in range(n):
+    for i in range(len(samples)):
         if not pred[i]:
             continue
-        w, group = chain_pred(i, chain)
+        w, group = _chain_pred(pred[i], chain)
         resid[group].append((i, math.log(samples[i].w / w)))
         resid[CHOSEN].append((i, math.log(samples[i].w / w)))
         if TABLE + "-util" in pred[i]:
@@ -401,22 +451,7 @@ def assess(
             resid["rated-util"].append((i, math.log(samples[i].w / pred[i]["rated-util"][0])))
         if group != "rated-config":
             resid["rated-config"].append((i, math.log(samples[i].w / pred[i]["rated-config"][0])))
-    pooled = [r for g, rs in resid.items() if g in (*KEYED_BASES, TABLE) for _, r in rs]
-    out: dict[str, BasisStats] = {}
-    for group in (*KEYED_BASES, TABLE, TABLE + "-util", CHOSEN, *REFERENCES):
-        rs = resid.get(group, [])
-        if group in KEYED_BASES and group not in chain:  # not used: what it did where it had a cell
-            rs = [(i, math.log(samples[i].w / pred[i][group][0])) for i in range(n) if group in pred[i]]
-        idx = [i for i, _ in rs]
-        errs = [abs(math.exp(r) ** -1 - 1.0) for _, r in rs]  # |estimate / measured - 1|
-        lo, hi, widened = _interval([r for _, r in rs], pooled)
-        used = group in chain or group in (TABLE + "-util", CHOSEN)
-        instead = judged[group][2] if group in judged else None
-        out[group] = BasisStats(
-            group, used and bool(rs), len(idx), len({runs[i] for i in idx}), _median(errs), _p90(errs),
-            instead, _coverage(rs, fold, pooled, folds), lo, hi, widened, now,
-        )  # fmt: skip
-    return Assessment(out, n, len(set(runs)), folds)
+    return resid
 
 
 def _interval(rs: Sequence[float], pooled: Sequence[float]) -> tuple[float, float, bool]:

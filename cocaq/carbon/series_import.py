@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select
 
@@ -29,6 +29,9 @@ from cocaq.carbon.series import SOURCE_MAX, basis_of, from_epoch, kind_of, resol
 from cocaq.carbon.zones import ZONE_RULE, valid_zone
 from cocaq.db.schema import CarbonIntensity
 from cocaq.errors import InputError, UsageError
+
+if TYPE_CHECKING:
+    import _csv
 
 _EXAMPLES = 5  # line numbers kept per reason a row was skipped
 _DEFAULT_STEP_S = 3600.0  # the step of a file with a single row (nothing to take a median of)
@@ -259,17 +262,7 @@ def parse_csv(
     Raises InputError (one line) for a file that is not CSV text or has no recognisable header.
     """
     kind = kind_of(basis)
-    if isinstance(data, bytes):
-        if b"\x00" in data[:65536]:
-            raise InputError(f"{name}: not a CSV file (binary data)")
-        text = data.decode("utf-8-sig", errors="replace")
-    else:
-        text = data.removeprefix("\ufeff")
-    first = text.split("\n", 1)[0].strip()
-    if not first:
-        raise InputError(f"{name}: empty file, or a blank first line where the CSV header should be")
-    delim = max(",;\t", key=first.count)
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim)
+    first, reader = _csv_reader(data, name)
     try:
         header = next(reader)
     except csv.Error as exc:
@@ -288,50 +281,46 @@ def parse_csv(
     zone_over = zone_key(zone) if zone is not None else None
     if zone_over is not None and not valid_zone(zone_over):
         raise UsageError(f"--zone: {zone_over!r} is not a zone id: {ZONE_RULE}")
-    per_zone: dict[str, dict[float, tuple[float, Any, int]]] = {}
+    per_zone = _read_series(reader, name, layout, zone_over, out)
+    _add_rows(out, per_zone, layout.fmt)
+    return out
+
+
+def _csv_reader(data: bytes | str, name: str) -> tuple[str, _csv.Reader]:
+    """(the first line, a reader of the whole text, its delimiter the one the first line has most of)."""
+    if isinstance(data, bytes):
+        if b"\x00" in data[:65536]:
+            raise InputError(f"{name}: not a CSV file (binary data)")
+        text = data.decode("utf-8-sig", errors="replace")
+    else:
+        text = data.removeprefix("\ufeff")
+    first = text.split("\n", 1)[0].strip()
+    if not first:
+        raise InputError(f"{name}: empty file, or a blank first line where the CSV header should be")
+    delim = max(",;\t", key=first.count)
+    return first, csv.reader(io.StringIO(text, newline=""), delimiter=delim)
+
+
+# One zone's rows: start (epoch seconds) -> (g/kWh, provenance JSON, line number)
+_Series = dict[float, tuple[float, Any, int]]
+
+
+def _read_series(
+    reader: _csv.Reader, name: str, layout: _Layout, zone_over: str | None, out: ParsedFile
+) -> dict[str, _Series]:
+    """The rows after the header, by zone; a bad row is counted in `out` and a second row at the same
+    time of a zone skipped as a duplicate."""
+    per_zone: dict[str, _Series] = {}
     cache: dict[Any, Any] = {}
-    ti, zi, vi = layout.time, layout.zone, layout.value
     try:
         for row in reader:
             line = reader.line_num
             if not row or all(not c.strip() for c in row):
                 continue
-            n = len(row)
-            parsed = _parse_time(row[ti]) if ti < n else None
-            if parsed is None:
-                out.skip("bad time", line)
+            value = _row_value(row, line, layout, zone_over, out)
+            if value is None:
                 continue
-            t, naive = parsed
-            if not _T_MIN <= t < _T_MAX:
-                out.skip(BAD_YEAR, line)
-                continue
-            if naive and not layout.naive_is_utc_by_header:
-                out.naive_times = True
-            z = zone_over or (zone_key(row[zi]) if zi is not None and zi < n else "")
-            if not z:
-                out.skip("missing zone", line)
-                continue
-            if not valid_zone(z):
-                out.skip(BAD_ZONE, line)
-                continue
-            raw = row[vi].strip() if vi < n else ""
-            if not raw:
-                out.skip("missing value", line)
-                continue
-            try:
-                g = float(raw)
-            except ValueError:
-                out.skip("bad number", line)
-                continue
-            if not math.isfinite(g):
-                out.skip("bad number", line)
-                continue
-            if g < 0:
-                out.skip("negative value", line)
-                continue
-            if g > MAX_G_PER_KWH:
-                out.skip(f"over {MAX_G_PER_KWH:g} g/kWh (no grid emits that much)", line)
-                continue
+            z, t, g = value
             series = per_zone.setdefault(z, {})
             if t in series:
                 out.skip("duplicate time", line)
@@ -343,6 +332,56 @@ def parse_csv(
             )
     except csv.Error as exc:
         raise InputError(f"{name}: not a CSV file (line {reader.line_num}: {exc})") from None
+    return per_zone
+
+
+def _row_value(
+    row: list[str], line: int, layout: _Layout, zone_over: str | None, out: ParsedFile
+) -> tuple[str, float, float] | None:
+    """(zone, start in epoch seconds, g/kWh) of a row, or None where it is skipped (counted in `out`)."""
+    ti, zi, vi = layout.time, layout.zone, layout.value
+    n = len(row)
+    parsed = _parse_time(row[ti]) if ti < n else None
+    if parsed is None:
+        out.skip("bad time", line)
+        return None
+    t, naive = parsed
+    if not _T_MIN <= t < _T_MAX:
+        out.skip(BAD_YEAR, line)
+        return None
+    if naive and not layout.naive_is_utc_by_header:
+        out.naive_times = True
+    z = zone_over or (zone_key(row[zi]) if zi is not None and zi < n else "")
+    if not z:
+        out.skip("missing zone", line)
+        return None
+    if not valid_zone(z):
+        out.skip(BAD_ZONE, line)
+        return None
+    raw = row[vi].strip() if vi < n else ""
+    if not raw:
+        out.skip("missing value", line)
+        return None
+    try:
+        g = float(raw)
+    except ValueError:
+        out.skip("bad number", line)
+        return None
+    if not math.isfinite(g):
+        out.skip("bad number", line)
+        return None
+    if g < 0:
+        out.skip("negative value", line)
+        return None
+    if g > MAX_G_PER_KWH:
+        out.skip(f"over {MAX_G_PER_KWH:g} g/kWh (no grid emits that much)", line)
+        return None
+    return z, t, g
+
+
+def _add_rows(out: ParsedFile, per_zone: dict[str, _Series], fmt: str) -> None:
+    """Each zone's rows in time order with their ends: the next row, or one step (the zone's median step,
+    else the file's, else an hour) where the file has a fixed step or it is the last row."""
     steps: dict[str, float] = {}
     for z, series in per_zone.items():
         starts = sorted(series)
@@ -360,11 +399,10 @@ def parse_csv(
                 nxt = starts[i + 1]
                 # An Electricity Maps export has a fixed step: a row is missing where the next is more than
                 # 1.5 steps away, and that stays a gap. A plain CSV's row is valid until the next one.
-                end = nxt if layout.fmt == "plain" or nxt - t <= 1.5 * step else t + step
+                end = nxt if fmt == "plain" or nxt - t <= 1.5 * step else t + step
             else:
                 end = t + step
             out.rows.append(Row(z, t, end, g, prov, line))
-    return out
 
 
 def read_file(path: str | os.PathLike[str]) -> bytes:

@@ -135,72 +135,84 @@ def _time_ok(t: datetime | None, latest: datetime) -> bool:
 
 
 def check(rec: JobRecord, now: datetime, max_node_power_w: float = DEFAULT_MAX_NODE_POWER_W) -> Problems:
-    """Apply the rules to `rec` in place; `Problems.skip` says why it must not be stored at all."""
+    """Apply the rules to `rec` in place; `Problems.skip` says why it must not be stored at all.
+
+    The rules run in the order the module docstring gives them, each phase on what the one before left:
+    a skip ends the check with the corrections made so far.
+    """
     p = Problems()
-    # identity: never cut; invalid characters replaced (a surrogate cannot be stored)
+    p.skip = _identity(rec) or _whole_numbers(rec, p) or _times(rec, now, p)
+    if p.skip is not None:
+        return p
+    _energy_and_cpu(rec, max_node_power_w, p)
+    _memory_and_gpu(rec, p)
+    # descriptive text
+    for name, limit in DESCRIPTIVE:
+        _clean_field(rec, name, limit, p)
+    _clean_field(rec, "name", MAX_NAME, p)
+    _clean_field(rec, "comment", MAX_COMMENT, p, multiline=True)
+    return p
+
+
+def _identity(rec: JobRecord) -> str | None:
+    """Why what identifies the job cannot be stored, if it cannot: never cut; invalid characters replaced
+    (a surrogate cannot be stored)."""
     for name, width in IDENTITY:
         v = getattr(rec, name)
         if v is None:
             continue
         if not isinstance(v, str):
-            p.skip = f"{name} is not text"
-            return p
+            return f"{name} is not text"
         if not (v.isascii() and v.isprintable()):
             v = v.translate(_LINE)
             setattr(rec, name, v)
         if len(v) > width:
-            p.skip = f"{name} longer than {width} characters"
-            return p
+            return f"{name} longer than {width} characters"
     if not rec.job_id or not rec.user_name or not rec.state:
-        p.skip = "no job id, user or state"
-        return p
+        return "no job id, user or state"
+    return None
+
+
+def _whole_numbers(rec: JobRecord, p: Problems) -> str | None:
+    """Ids and counts out of their column's range skip the record; a UID, exit code or signal is dropped."""
     for name in ("job_id_raw", "array_job_id", "het_job_id"):
         v = getattr(rec, name)
         if v is not None and not _int_in(v, INT8_MAX):
-            p.skip = f"{name} out of range"
-            return p
+            return f"{name} out of range"
     for name in ("array_task_id", "het_job_offset"):
         v = getattr(rec, name)
         if v is not None and not _int_in(v, INT4_MAX):
-            p.skip = f"{name} out of range"
-            return p
+            return f"{name} out of range"
     for name in ("n_nodes", "alloc_cpus", "alloc_gpus"):
         v = getattr(rec, name)
         if not _int_in(v, MAX_COUNT):
-            p.skip = f"{name} negative or over {MAX_COUNT:,}"
-            return p
+            return f"{name} negative or over {MAX_COUNT:,}"
     for name in ("uid", "exit_code", "exit_signal"):
         v = getattr(rec, name)
         if v is not None and not _int_in(v, INT4_MAX):
             setattr(rec, name, None)
             p.clamped.append(f"{name} out of range: dropped")
-    # times
+    return None
+
+
+def _times(rec: JobRecord, now: datetime, p: Problems) -> str | None:
+    """Times out of bounds or in the wrong order skip the record; the start, submit time, elapsed time and
+    time limit are corrected where they contradict each other (`rec.elapsed_s` is then final)."""
     latest = now + FUTURE
     if not isinstance(rec.submit_time, datetime) or not _time_ok(rec.submit_time, latest):
-        p.skip = "submit time before 2000 or in the future"
-        return p
+        return "submit time before 2000 or in the future"
     if not (_time_ok(rec.start_time, latest) and _time_ok(rec.end_time, latest)):
-        p.skip = "start or end time before 2000 or in the future"
-        return p
+        return "start or end time before 2000 or in the future"
     if rec.start_time is not None and rec.end_time is not None and rec.end_time < rec.start_time:
-        p.skip = "ends before it started"
-        return p
+        return "ends before it started"
     el = rec.elapsed_s
     if not _finite(el) or el < 0:
         rec.elapsed_s = el = 0.0
         p.clamped.append("elapsed time negative or not a number: 0")
     # the start first: a wrong start years early would otherwise drag a right submit time back with it
-    if rec.start_time is not None and rec.end_time is not None:
-        gap = (rec.end_time - rec.start_time).total_seconds() - el
-        if gap > SUSPEND_MAX.total_seconds():
-            if el <= 0:
-                p.skip = "start and end over 30 days apart with no elapsed time: when it ran is unknown"
-                return p
-            wrong = rec.start_time
-            rec.start_time = rec.end_time - timedelta(seconds=el)
-            if rec.submit_time <= wrong:  # submitted before the wrong start: off by the same, its wait kept
-                rec.submit_time += rec.start_time - wrong
-            p.clamped.append("start over 30 days before end - elapsed: start set to end - elapsed")
+    skip = _wrong_start(rec, el, p)
+    if skip is not None:
+        return skip
     if rec.start_time is not None and rec.submit_time > rec.start_time:
         rec.submit_time = rec.start_time
         p.clamped.append("submitted after it started: submit time set to the start")
@@ -209,12 +221,34 @@ def check(rec: JobRecord, now: datetime, max_node_power_w: float = DEFAULT_MAX_N
         if stop is not None:
             span = max((stop - rec.start_time).total_seconds(), 0.0)
             if el > span + 1.0:
-                rec.elapsed_s = el = span
+                rec.elapsed_s = span
                 p.clamped.append("elapsed time longer than from start to end: clamped to it")
     if rec.time_limit_s is not None and not (_finite(rec.time_limit_s) and rec.time_limit_s >= 0):
         rec.time_limit_s = None
         p.clamped.append("time limit negative or not a number: dropped")
-    # energy, CPU time, memory
+    return None
+
+
+def _wrong_start(rec: JobRecord, el: float, p: Problems) -> str | None:
+    """A start more than SUSPEND_MAX before end - elapsed is set to end - elapsed (a submit time before it
+    moves with it); with no elapsed time, why the record is skipped."""
+    if rec.start_time is None or rec.end_time is None:
+        return None
+    gap = (rec.end_time - rec.start_time).total_seconds() - el
+    if gap > SUSPEND_MAX.total_seconds():
+        if el <= 0:
+            return "start and end over 30 days apart with no elapsed time: when it ran is unknown"
+        wrong = rec.start_time
+        rec.start_time = rec.end_time - timedelta(seconds=el)
+        if rec.submit_time <= wrong:  # submitted before the wrong start: off by the same, its wait kept
+            rec.submit_time += rec.start_time - wrong
+        p.clamped.append("start over 30 days before end - elapsed: start set to end - elapsed")
+    return None
+
+
+def _energy_and_cpu(rec: JobRecord, max_node_power_w: float, p: Problems) -> None:
+    """ConsumedEnergy and TotalCPU that the allocation and elapsed time cannot hold are dropped."""
+    el = rec.elapsed_s
     e = rec.consumed_energy_j
     if e is not None:
         cap = max(rec.n_nodes, 1) * el * max_node_power_w
@@ -237,6 +271,10 @@ def check(rec: JobRecord, now: datetime, max_node_power_w: float = DEFAULT_MAX_N
         elif cpu == 0 and el >= CPU_UNKNOWN_AFTER_S and not rec.is_open:
             rec.total_cpu_s = None  # (a running job's 0: no step has ended yet; its estimate knows that)
             p.clamped.append(TOTALCPU_UNKNOWN)
+
+
+def _memory_and_gpu(rec: JobRecord, p: Problems) -> None:
+    """Slurm's GPU use and the memory figures out of their bounds are dropped."""
     for name, hi in (("slurm_gpu_util", GPU_UTIL_MAX), ("slurm_gpu_mem_mb", GPU_MEM_MAX_MB)):
         v = getattr(rec, name)
         if v is not None and not (_finite(v) and 0 <= v <= hi):
@@ -252,12 +290,6 @@ def check(rec: JobRecord, now: datetime, max_node_power_w: float = DEFAULT_MAX_N
     ):
         rec.rss_tasks_per_node = None
         p.clamped.append("rss_tasks_per_node out of range: dropped")
-    # descriptive text
-    for name, limit in DESCRIPTIVE:
-        _clean_field(rec, name, limit, p)
-    _clean_field(rec, "name", MAX_NAME, p)
-    _clean_field(rec, "comment", MAX_COMMENT, p, multiline=True)
-    return p
 
 
 class Tally:

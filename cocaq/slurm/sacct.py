@@ -475,26 +475,11 @@ def iter_parsable(
         parts = line.split(delimiter)
         if first:
             first = False
-            looks_like_header = parts[0].strip().lower() in ("jobid", "jobidraw") or "JobID" in parts
-            if looks_like_header:
-                trailing = len(parts) > 1 and parts[-1] == ""
-                if trailing:
-                    parts = parts[:-1]
-                header = [p.strip() for p in parts]
-                if cols and [c.lower() for c in header] != [c.lower() for c in cols]:
-                    raise SacctFormatError(
-                        f"line 1: the header ({','.join(header)}) differs from --fields ({','.join(cols)})"
-                    )
-                cols = header
+            head = _header(parts, cols, idx)
+            if head is not None:
+                cols, trailing = head
                 idx = {c.lower(): i for i, c in enumerate(cols)}
                 continue
-            if cols is None:
-                raise SacctFormatError(
-                    "line 1 is not a sacct header: pass --fields with the columns in the order of sacct's "
-                    "--format (archived dumps usually have no header)"
-                )
-            if "jobid" not in idx and "jobidraw" not in idx:
-                raise SacctFormatError("--fields must name JobID (or JobIDRaw)")
         assert cols is not None
         n = len(cols)
         if len(parts) == n + 1 and parts[-1] == "" and trailing is not False:
@@ -512,38 +497,7 @@ def iter_parsable(
         jobid = parts[lay.jobid].strip() if lay.jobid is not None else ""
         try:
             if "." in jobid:  # a step (2/3 of a dump): only its CPU time and energy matter
-                m = _JOBID.match(jobid)
-                if not m:
-                    st.skip("bad job id", lineno)
-                    continue
-                base, step = m.group("base", "step")
-                if not step:
-                    st.skip("bad job id", lineno)
-                    continue
-                rss = _rss_mb(parts[lay.rss]) if lay.rss is not None else None
-                gpu = None
-                if lay.ave is not None and "gres/gpu" in parts[lay.ave]:
-                    gpu = _step_gpu(lambda name, parts=parts, idx=idx: _field(parts, idx, name))
-                i_tasks, i_nodes = (lay.tasks, lay.nodes) if rss or gpu else (None, None)
-                cpu_s = _duration(parts[lay.cpu]) if lay.cpu is not None else None
-                held = folder.jobs.get(base)
-                cpu_use = None
-                if held is not None and lay.tres_min and held[0].n_nodes > 1:
-                    cpu_use = _step_cpu(
-                        lambda name, parts=parts, idx=idx: _field(parts, idx, name), step, cpu_s
-                    )
-                folder.add_step(
-                    base,
-                    cpu_s,
-                    _energy(parts[lay.energy]) if lay.energy is not None else None,
-                    lineno,
-                    rss,
-                    parts[i_tasks] if i_tasks is not None else "",
-                    parts[i_nodes] if i_nodes is not None else "",
-                    gpu,
-                    step,
-                    cpu_use,
-                )
+                _step_line(jobid, parts, idx, lay, folder, lineno)
                 continue
 
             if names is None:
@@ -557,6 +511,66 @@ def iter_parsable(
         st.lines += 1
         st.skip("wrong number of fields (the last record is cut short)", carry[2])
     yield from folder.flush()
+
+
+def _step_line(
+    jobid: str, parts: list[str], idx: dict[str, int], lay: _StepLayout, folder: _Folder, lineno: int
+) -> None:
+    """Fold a step line (its id has a dot) into its job, read by position from what `lay` says it needs."""
+    m = _JOBID.match(jobid)
+    if not m:
+        folder.stats.skip("bad job id", lineno)
+        return
+    base, step = m.group("base", "step")
+    if not step:
+        folder.stats.skip("bad job id", lineno)
+        return
+    rss = _rss_mb(parts[lay.rss]) if lay.rss is not None else None
+    gpu = None
+    if lay.ave is not None and "gres/gpu" in parts[lay.ave]:
+        gpu = _step_gpu(lambda name, parts=parts, idx=idx: _field(parts, idx, name))
+    i_tasks, i_nodes = (lay.tasks, lay.nodes) if rss or gpu else (None, None)
+    cpu_s = _duration(parts[lay.cpu]) if lay.cpu is not None else None
+    held = folder.jobs.get(base)
+    cpu_use = None
+    if held is not None and lay.tres_min and held[0].n_nodes > 1:
+        cpu_use = _step_cpu(lambda name, parts=parts, idx=idx: _field(parts, idx, name), step, cpu_s)
+    folder.add_step(
+        base,
+        cpu_s,
+        _energy(parts[lay.energy]) if lay.energy is not None else None,
+        lineno,
+        rss,
+        parts[i_tasks] if i_tasks is not None else "",
+        parts[i_nodes] if i_nodes is not None else "",
+        gpu,
+        step,
+        cpu_use,
+    )
+
+
+def _header(parts: list[str], cols: list[str] | None, idx: dict[str, int]) -> tuple[list[str], bool] | None:
+    """(the columns, whether lines end with the delimiter) where the first line is a header; None where it
+    is a record and `--fields` (`cols`, `idx`) names the columns. Raises where neither tells them."""
+    looks_like_header = parts[0].strip().lower() in ("jobid", "jobidraw") or "JobID" in parts
+    if looks_like_header:
+        trailing = len(parts) > 1 and parts[-1] == ""
+        if trailing:
+            parts = parts[:-1]
+        header = [p.strip() for p in parts]
+        if cols and [c.lower() for c in header] != [c.lower() for c in cols]:
+            raise SacctFormatError(
+                f"line 1: the header ({','.join(header)}) differs from --fields ({','.join(cols)})"
+            )
+        return header, trailing
+    if cols is None:
+        raise SacctFormatError(
+            "line 1 is not a sacct header: pass --fields with the columns in the order of sacct's "
+            "--format (archived dumps usually have no header)"
+        )
+    if "jobid" not in idx and "jobidraw" not in idx:
+        raise SacctFormatError("--fields must name JobID (or JobIDRaw)")
+    return None
 
 
 class _StepLayout:
@@ -614,21 +628,7 @@ def _row_to_job(
     base = m.group("base")
     rss = _rss_mb(get("maxrss"))
     if m.group("step"):
-        cpu = parse_slurm_duration(get("totalcpu"))
-        held = folder.jobs.get(base)
-        multi = held is not None and held[0].n_nodes > 1
-        folder.add_step(
-            base,
-            cpu,
-            _energy(get("consumedenergyraw")),
-            where,
-            rss,
-            get("ntasks"),
-            get("nnodes"),
-            _step_gpu(get),
-            m.group("step"),
-            _step_cpu(get, m.group("step"), cpu) if multi else None,
-        )
+        _row_to_step(get, base, m.group("step"), rss, folder, where)
         return
     # MaxRSS is a step's; a job line that has one counts as a step of its own
     tpn = _tasks_per_node(_count(get("ntasks")), _count(get("nnodes"))) if rss else None
@@ -641,24 +641,16 @@ def _row_to_job(
     if not keep:
         return
     submit = _time(get("submit"), tz) or _time(get("eligible"), tz) or start
-    user = get("user").strip()
-    uid = _int(get("uid"))
+    user, uid = _row_user(get)
     if not user:
-        if uid is None:
-            st.skip("no user", where)
-            return
-        user = f"uid:{uid}"
+        st.skip("no user", where)
+        return
     end = None if is_open else _time(get("end"), tz)
-    elapsed = _int(get("elapsedraw"))
-    elapsed_s, end = _run_time(
-        float(elapsed) if elapsed is not None else parse_slurm_duration(get("elapsed")), start, end, is_open
-    )
+    elapsed_s, end = _run_time(_row_elapsed(get), start, end, is_open)
     nnodes, ncpus, gpus, gtype, req_mem = _allocation(
         get("alloctres"), get("reqtres"), get("nnodes"), get("alloccpus"), get("reqmem")
     )
-    nodelist = get("nodelist").strip()
-    if nodelist.lower() in ("none assigned", "(null)", ""):
-        nodelist = ""
+    nodelist = _assigned(get("nodelist"))
     if not nodelist and not elapsed_s and not is_open:
         st.skip("never started (no node assigned)", where)
         return
@@ -704,6 +696,48 @@ def _row_to_job(
     yield from folder.add_job(base, rec)
     if own_gpu is not None:
         folder.jobs[base][1].own_gpu = (*own_gpu, _count(get("ntasks")))
+
+
+def _assigned(nodes: str) -> str:
+    """A job's node list, "" where Slurm assigned none (`None assigned`, `(null)`)."""
+    t = nodes.strip()
+    return "" if t.lower() in ("none assigned", "(null)") else t
+
+
+def _row_user(get: Any) -> tuple[str, int | None]:
+    """(user name, UID) of a job line: `uid:N` names a user sacct could not resolve; "" where neither."""
+    user = get("user").strip()
+    uid = _int(get("uid"))
+    if not user and uid is not None:
+        user = f"uid:{uid}"
+    return user, uid
+
+
+def _row_elapsed(get: Any) -> float | None:
+    """A job line's run time in seconds: ElapsedRaw, else Elapsed; None where it has neither."""
+    elapsed = _int(get("elapsedraw"))
+    return float(elapsed) if elapsed is not None else parse_slurm_duration(get("elapsed"))
+
+
+def _row_to_step(
+    get: Any, base: str, step: str, rss: float | None, folder: _Folder, where: str | int
+) -> None:
+    """Fold in a step line that reached `_row_to_job` (an empty JobID, a step's JobIDRaw)."""
+    cpu = parse_slurm_duration(get("totalcpu"))
+    held = folder.jobs.get(base)
+    multi = held is not None and held[0].n_nodes > 1
+    folder.add_step(
+        base,
+        cpu,
+        _energy(get("consumedenergyraw")),
+        where,
+        rss,
+        get("ntasks"),
+        get("nnodes"),
+        _step_gpu(get),
+        step,
+        _step_cpu(get, step, cpu) if multi else None,
+    )
 
 
 def _run_time(
@@ -778,34 +812,13 @@ def _tres_list(items: Any) -> dict[str, str]:
 
 
 def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, where: str) -> JobRecord | None:
+    # Read in a fixed order (a bad value raises where it is met, and the skip names the first one).
     job_id = int(_n(j.get("job_id")) or 0)
     if not job_id:
         st.skip("bad job id", where)
         return None
-    arr = j.get("array") or {}
-    arr_job = int(_n(arr.get("job_id")) or 0)
-    task_raw = arr.get("task_id")
-    task = _n(task_raw) if not isinstance(task_raw, str) else None
-    het = j.get("het") or {}
-    het_job = int(_n(het.get("job_id")) or 0)
-    het_off = _n(het.get("job_offset"))
-    if arr_job and task is not None:
-        display = f"{arr_job}_{int(task)}"
-    elif arr_job and isinstance(arr.get("task"), str) and arr.get("task"):
-        display = f"{arr_job}_[{arr['task']}]"
-    elif het_job and het_off is not None:
-        display = f"{het_job}+{int(het_off)}"
-    else:
-        display = str(job_id)
-    state_obj = j.get("state") or {}
-    cur = state_obj.get("current") if isinstance(state_obj, dict) else state_obj
-    if isinstance(cur, list):  # newer data_parser: a list of flags, the base state first
-        cur = cur[0] if cur else ""
-    state, _ = _state(str(cur or ""))
-    detail = None
-    killer = j.get("kill_request_user")
-    if state == "CANCELLED" and isinstance(killer, str) and killer:
-        detail = f"CANCELLED by {killer}"  # the text output's `CANCELLED by UID`, with the name
+    display, arr_job, task, het_job, het_off = _json_ids(j, job_id)
+    state, detail = _json_state(j)
     t = j.get("time") or {}
     start = _epoch(t.get("start"))
     keep, is_open = _classify_state(state, start, st, where)
@@ -816,79 +829,19 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
     if not user:
         st.skip("no user", where)
         return None
-    tres_obj = j.get("tres") or {}
-    alloc = _tres_list(tres_obj.get("allocated"))
-    req = _tres_list(tres_obj.get("requested"))
-    tres = alloc or req
-    gpus, gtype = gpus_from_tres(tres)
-    gres_detail = j.get("gres_detail") or []
-    for g in gres_detail if isinstance(gres_detail, list) else []:
-        mm = re.match(r"gpu:([^:(]+):\d+", str(g))
-        if mm:
-            gtype = mm.group(1)
-    ncpus = int(float(tres.get("cpu", "0")))
-    nnodes = int(_n(j.get("allocation_nodes")) or float(tres.get("node", "0") or 0))
-    mem_mb = float(tres["mem"]) if "mem" in tres else None
-    nodes = str(j.get("nodes") or "").strip()
-    if nodes.lower() in ("none assigned", "(null)"):
-        nodes = ""
+    ncpus, nnodes, gpus, gtype, mem_mb = _json_allocation(j)
+    nodes = _assigned(str(j.get("nodes") or ""))
     if not nodes and not _n(t.get("elapsed")) and not is_open:
         st.skip("never started (no node assigned)", where)
         return None
-    ec = j.get("exit_code") or {}
-    code = _n(ec.get("return_code")) if isinstance(ec, dict) else None
-    sig_obj = ec.get("signal") if isinstance(ec, dict) else None
-    # v0.0.38 names it signal_id, v0.0.40+ id
-    sig = _n(sig_obj.get("signal_id", sig_obj.get("id")) if isinstance(sig_obj, dict) else None)
-    # as the text output's ExitCode "3:0" / "0:9": the other half of a known one is 0, not unknown
-    if code is not None and sig is None:
-        sig = 0.0
-    elif sig is not None and code is None:
-        code = 0.0
-    total = t.get("total") or {}
-    total_cpu = None
-    if isinstance(total, dict) and ("seconds" in total or "microseconds" in total):
-        total_cpu = (_n(total.get("seconds")) or 0.0) + (_n(total.get("microseconds")) or 0.0) / 1e6
-    energy = None
-    step_cpu = 0.0
-    any_step_cpu = False
-    rss_mb: float | None = None
-    rss_tpn: int | None = None
+    code, sig = _json_exit(j)
+    total_cpu = _json_cpu_time(t.get("total") or {})
     steps = j.get("steps") or []
-    gpu_util_s: float | None = None
-    gpu_mem_mb: float | None = None
-    cpu_steps: list[StepCpu] = []
-    for s in steps:
-        st.steps += 1
-        su = _json_step_gpu(s)
-        if su is not None:
-            if su[0] is not None:
-                gpu_util_s = (gpu_util_s or 0.0) + su[0]
-            if su[1] is not None:
-                gpu_mem_mb = max(gpu_mem_mb or 0.0, su[1])
-        e = _step_energy(s)
-        if e:
-            energy = max(energy or 0.0, e)
-        rss = _step_rss(s)
-        if rss is not None and rss[0] > (rss_mb or 0.0):
-            rss_mb, rss_tpn = rss
-        stt = (s.get("time") or {}).get("total") or {}
-        s_cpu = None
-        if isinstance(stt, dict) and "seconds" in stt:
-            s_cpu = (_n(stt.get("seconds")) or 0.0) + (_n(stt.get("microseconds")) or 0.0) / 1e6
-            step_cpu += s_cpu
-            any_step_cpu = True
-        if nnodes > 1 and not is_open:
-            sc = step_cpu_json(s, s_cpu)
-            if sc is not None:
-                cpu_steps.append(sc)
-    if not total_cpu and any_step_cpu:
-        total_cpu = step_cpu
+    agg = _json_steps(steps, nnodes > 1 and not is_open, st)
+    if not total_cpu and agg.any_cpu:
+        total_cpu = agg.cpu_s
     if total_cpu == 0 and not steps and not is_open:
         total_cpu = None  # no step was accounted: Slurm gathered no CPU time, not "none used"
-    comment = j.get("comment")
-    if isinstance(comment, dict):
-        comment = comment.get("job")
     limit = _n(t.get("limit"))
     end = None if is_open else _epoch(t.get("end"))
     elapsed, end = _run_time(_n(t.get("elapsed")), start, end, is_open)
@@ -922,17 +875,144 @@ def _json_job(j: dict[str, Any], default_cluster: str | None, st: ParseStats, wh
         exit_code=int(code) if code is not None else None,
         exit_signal=int(sig) if sig is not None else None,
         name=str(j.get("name")) if j.get("name") is not None else None,
-        comment=str(comment) if comment else None,
+        comment=_json_comment(j),
         total_cpu_s=total_cpu,
-        consumed_energy_j=energy,
-        max_rss_mb=rss_mb,
-        rss_tasks_per_node=rss_tpn,
+        consumed_energy_j=agg.energy_j,
+        max_rss_mb=agg.rss_mb,
+        rss_tasks_per_node=agg.rss_tpn,
     )
-    finish_gpu(rec, gpu_util_s, gpu_mem_mb)
+    finish_gpu(rec, agg.gpu_util_s, agg.gpu_mem_mb)
     rec.batch_step = _json_batch_step(steps)
-    if cpu_steps:
-        rec.zero_cpu_nodes = idle_nodes(rec.node_list, cpu_steps)
+    if agg.cpu_steps:
+        rec.zero_cpu_nodes = idle_nodes(rec.node_list, agg.cpu_steps)
     return rec
+
+
+def _json_ids(j: dict[str, Any], job_id: int) -> tuple[str, int, float | None, int, float | None]:
+    """(the id as sacct's text prints it, array job id, task id, het job id, het offset) of a JSON job:
+    `12_3`, `12_[1-4]` (a pending array's tasks), `12+1`, or the plain id."""
+    arr = j.get("array") or {}
+    arr_job = int(_n(arr.get("job_id")) or 0)
+    task_raw = arr.get("task_id")
+    task = _n(task_raw) if not isinstance(task_raw, str) else None
+    het = j.get("het") or {}
+    het_job = int(_n(het.get("job_id")) or 0)
+    het_off = _n(het.get("job_offset"))
+    if arr_job and task is not None:
+        display = f"{arr_job}_{int(task)}"
+    elif arr_job and isinstance(arr.get("task"), str) and arr.get("task"):
+        display = f"{arr_job}_[{arr['task']}]"
+    elif het_job and het_off is not None:
+        display = f"{het_job}+{int(het_off)}"
+    else:
+        display = str(job_id)
+    return display, arr_job, task, het_job, het_off
+
+
+def _json_state(j: dict[str, Any]) -> tuple[str, str | None]:
+    """(base state, `CANCELLED by NAME` where Slurm recorded who cancelled it) of a JSON job."""
+    state_obj = j.get("state") or {}
+    cur = state_obj.get("current") if isinstance(state_obj, dict) else state_obj
+    if isinstance(cur, list):  # newer data_parser: a list of flags, the base state first
+        cur = cur[0] if cur else ""
+    state, _ = _state(str(cur or ""))
+    detail = None
+    killer = j.get("kill_request_user")
+    if state == "CANCELLED" and isinstance(killer, str) and killer:
+        detail = f"CANCELLED by {killer}"  # the text output's `CANCELLED by UID`, with the name
+    return state, detail
+
+
+def _json_allocation(j: dict[str, Any]) -> tuple[int, int, int, str | None, float | None]:
+    """(CPUs, nodes, GPUs, GPU type, memory MB) of a JSON job: its allocated TRES, else the requested."""
+    tres_obj = j.get("tres") or {}
+    alloc = _tres_list(tres_obj.get("allocated"))
+    req = _tres_list(tres_obj.get("requested"))
+    tres = alloc or req
+    gpus, gtype = gpus_from_tres(tres)
+    gres_detail = j.get("gres_detail") or []
+    for g in gres_detail if isinstance(gres_detail, list) else []:
+        mm = re.match(r"gpu:([^:(]+):\d+", str(g))
+        if mm:
+            gtype = mm.group(1)
+    ncpus = int(float(tres.get("cpu", "0")))
+    nnodes = int(_n(j.get("allocation_nodes")) or float(tres.get("node", "0") or 0))
+    mem_mb = float(tres["mem"]) if "mem" in tres else None
+    return ncpus, nnodes, gpus, gtype, mem_mb
+
+
+def _json_exit(j: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(return code, signal) of a JSON job; as the text output's ExitCode "3:0" / "0:9", the other half
+    of a known one is 0, not unknown."""
+    ec = j.get("exit_code") or {}
+    code = _n(ec.get("return_code")) if isinstance(ec, dict) else None
+    sig_obj = ec.get("signal") if isinstance(ec, dict) else None
+    # v0.0.38 names it signal_id, v0.0.40+ id
+    sig = _n(sig_obj.get("signal_id", sig_obj.get("id")) if isinstance(sig_obj, dict) else None)
+    if code is not None and sig is None:
+        sig = 0.0
+    elif sig is not None and code is None:
+        code = 0.0
+    return code, sig
+
+
+def _json_cpu_time(total: Any) -> float | None:
+    """A JSON job's `time.total` (its CPU time) in seconds, None where Slurm gave none."""
+    if isinstance(total, dict) and ("seconds" in total or "microseconds" in total):
+        return (_n(total.get("seconds")) or 0.0) + (_n(total.get("microseconds")) or 0.0) / 1e6
+    return None
+
+
+def _json_comment(j: dict[str, Any]) -> str | None:
+    """A JSON job's comment: a text, or (newer data_parser) the `job` one of a dict of comments."""
+    comment = j.get("comment")
+    if isinstance(comment, dict):
+        comment = comment.get("job")
+    return str(comment) if comment else None
+
+
+@dataclass(slots=True)
+class _JsonSteps:
+    """What a JSON job's steps add up to (None: no step had it)."""
+
+    energy_j: float | None = None  # the largest step energy (steps overlap in time)
+    cpu_s: float = 0.0  # the steps' CPU time, summed
+    any_cpu: bool = False
+    rss_mb: float | None = None  # the largest MaxRSS of a step, and that step's tasks per node
+    rss_tpn: int | None = None
+    gpu_util_s: float | None = None
+    gpu_mem_mb: float | None = None
+    cpu_steps: list[StepCpu] = field(default_factory=list)  # for a finished multi-node job's idle nodes
+
+
+def _json_steps(steps: Any, idle_nodes_wanted: bool, st: ParseStats) -> _JsonSteps:
+    """Fold a JSON job's steps (counted in `st.steps`); their CPU use per node where `idle_nodes_wanted`."""
+    agg = _JsonSteps()
+    for s in steps:
+        st.steps += 1
+        su = _json_step_gpu(s)
+        if su is not None:
+            if su[0] is not None:
+                agg.gpu_util_s = (agg.gpu_util_s or 0.0) + su[0]
+            if su[1] is not None:
+                agg.gpu_mem_mb = max(agg.gpu_mem_mb or 0.0, su[1])
+        e = _step_energy(s)
+        if e:
+            agg.energy_j = max(agg.energy_j or 0.0, e)
+        rss = _step_rss(s)
+        if rss is not None and rss[0] > (agg.rss_mb or 0.0):
+            agg.rss_mb, agg.rss_tpn = rss
+        stt = (s.get("time") or {}).get("total") or {}
+        s_cpu = None
+        if isinstance(stt, dict) and "seconds" in stt:
+            s_cpu = (_n(stt.get("seconds")) or 0.0) + (_n(stt.get("microseconds")) or 0.0) / 1e6
+            agg.cpu_s += s_cpu
+            agg.any_cpu = True
+        if idle_nodes_wanted:
+            sc = step_cpu_json(s, s_cpu)
+            if sc is not None:
+                agg.cpu_steps.append(sc)
+    return agg
 
 
 def _json_batch_step(steps: Any) -> bool | None:
