@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from cocaq.accounting.ledger import POSSIBLY_LOST, TIMEOUT_STATES
 from cocaq.footprint.advice_words import co2_amount, intensity, num, of_member
-from cocaq.footprint.totals import Footprint, equivalents
+from cocaq.footprint.totals import Footprint, Totals, equivalents
 from cocaq.footprint.words import (
     BASIS_WORDS,
     COMPONENT_WORDS,
@@ -247,16 +247,32 @@ POSSIBLY_LOST_NOTE = "(" + _rest
 
 
 def print_footprint(fp: Footprint, console: Console) -> None:
-    from rich.table import Table  # only tables need rich; json and csv output stay light
-
-    t = fp.totals
+    """`cocaq user` and `cocaq lab` as tables: the totals, a lab's users, the top jobs, the advice and
+    where the numbers came from."""
     who = f"user [bold]{term(fp.key)}[/]" if fp.scope == "user" else f"lab [bold]{term(fp.key)}[/]"
     console.print(f"Footprint of {who}, {fp.since:%Y-%m-%d %H:%M} to {fp.until:%Y-%m-%d %H:%M} UTC")
     if fp.within is not None:  # a lab head's view of a member
         console.print(f"Only their jobs in {', '.join(term(a) for a in fp.within)} (the labs you head).")
-    if t.jobs == 0:
+    if fp.totals.jobs == 0:
         console.print("No jobs ran in this window.")
         return
+    console.print(_totals_table(fp.totals))
+    if fp.members:
+        console.print(_members_table(fp, console))
+    if fp.top_jobs:
+        console.print(_top_jobs_table(fp, console))
+    if fp.advice:
+        print_advice(fp.advice, console, lab=fp.scope == "account")
+    if fp.when_to_run:
+        heading = "[bold]When to run[/] (the same work at cleaner hours)"
+        print_advice([fp.when_to_run], console, heading=heading)
+    console.print(f"[dim]{_source_line(fp)}[/]")
+
+
+def _totals_table(t: Totals) -> Any:
+    """The window's totals, one labelled row each (a row only where it has something to say)."""
+    from rich.table import Table  # only tables need rich; json and csv output stay light
+
     tab = Table.grid(padding=(0, 2))
     tab.add_column(style="dim", no_wrap=True)
     tab.add_column(overflow="fold")
@@ -264,6 +280,27 @@ def print_footprint(fp: Footprint, console: Console) -> None:
     tab.add_row("jobs", f"{t.jobs:,}" + (f" ({', '.join(outcomes)})" if outcomes else ""))
     tab.add_row("GPU-hours", num(t.gpu_hours))
     tab.add_row("CPU-hours", num(t.cpu_hours))
+    _add_energy_rows(tab, t)
+    _add_waste_rows(tab, t)
+    if t.gpu_util_pct is not None:
+        slurm = (
+            f"; {t.jobs_gpu_slurm:,} {_jobs(t.jobs_gpu_slurm)}' by Slurm gres/gpuutil"
+            if t.jobs_gpu_slurm
+            else ""
+        )
+        tab.add_row("GPU utilisation", f"{t.gpu_util_pct:.0f}% (energy-weighted{slurm})")
+    if t.jobs_gpus_unknown:
+        tab.add_row(
+            "GPUs unknown",
+            f"{t.jobs_gpus_unknown:,} {_jobs(t.jobs_gpus_unknown)} on GPU partitions with no GPU in Slurm's "
+            "accounting: their GPUs are in none of these figures (`cocaq job` says why)",
+        )
+    _add_carbon_rows(tab, t)
+    return tab
+
+
+def _add_energy_rows(tab: Any, t: Totals) -> None:
+    """The energy drawn, by component and by method, with cooling, and its CO2e."""
     measured = "" if t.measured_energy_fraction is None else f" ({t.measured_energy_fraction:.0%} measured)"
     tab.add_row(f"energy {DRAWN_WORDS}", _kwh(t.energy_kwh) + measured)
     for name, v in (
@@ -278,6 +315,11 @@ def print_footprint(fp: Footprint, console: Console) -> None:
     tab.add_row("  measured / estimated", f"{_kwh(t.energy_measured_kwh)} measured / {estimated}")
     tab.add_row(cooling_words(t.pue_min, t.pue_max), _kwh(t.energy_kwh_with_pue))
     tab.add_row("CO2e", _kg(t.co2_kg))
+
+
+def _add_waste_rows(tab: Any, t: Totals) -> None:
+    """The energy that did no work, in the ledger's disjoint parts, and apart from it what the jobs
+    that hit their time limit possibly lost."""
     if t.wasted_energy_kwh > 0:
         tab.add_row("did no work", _kwh(t.wasted_energy_kwh) + _share(t.wasted_energy_kwh, t.energy_kwh))
         for k, name in WASTE_ROWS:
@@ -290,19 +332,10 @@ def print_footprint(fp: Footprint, console: Console) -> None:
             POSSIBLY_LOST_LABEL,
             f"{_kwh(t.timeout_energy_kwh)} {POSSIBLY_LOST_NOTE}",
         )
-    if t.gpu_util_pct is not None:
-        slurm = (
-            f"; {t.jobs_gpu_slurm:,} {_jobs(t.jobs_gpu_slurm)}' by Slurm gres/gpuutil"
-            if t.jobs_gpu_slurm
-            else ""
-        )
-        tab.add_row("GPU utilisation", f"{t.gpu_util_pct:.0f}% (energy-weighted{slurm})")
-    if t.jobs_gpus_unknown:
-        tab.add_row(
-            "GPUs unknown",
-            f"{t.jobs_gpus_unknown:,} {_jobs(t.jobs_gpus_unknown)} on GPU partitions with no GPU in Slurm's "
-            "accounting: their GPUs are in none of these figures (`cocaq job` says why)",
-        )
+
+
+def _add_carbon_rows(tab: Any, t: Totals) -> None:
+    """The CO2e in kilometres by car, the hardware's embodied CO2e, and what waiting would have saved."""
     eq = equivalents(t.co2_kg)
     tab.add_row("like driving", f"{eq['car_km']:,.0f} km by car")
     if t.co2_embodied_kg:
@@ -315,69 +348,65 @@ def print_footprint(fp: Footprint, console: Console) -> None:
             f"start, {_kg(t.shift_pause_saved_kg)} less{_share(t.shift_pause_saved_kg, t.shift_co2_kg)} "
             "pausing",
         )
-    console.print(tab)
-    if fp.members:
-        rows = []
-        for u in fp.members:
-            frac = u["measured_energy_fraction"]
-            util = u["gpu_util_pct"]
-            rows.append(
-                [
-                    term(u["user"]),
-                    f"{u['jobs']:,}",
-                    num(u["gpu_hours"]),
-                    _num_kwh(u["energy_kwh"]),
-                    _kg(u["co2_kg"]),
-                    _num_kwh(u.get("wasted_energy_kwh", 0.0)),
-                    _num_kwh(u.get("timeout_energy_kwh", 0.0)),
-                    "" if util is None else f"{util:.0f}%",
-                    "" if frac is None else f"{frac:.0%}",
-                ]
-            )
-        cols = [("user", 0), ("jobs", 3), ("GPU-h", 2), ("kWh", 0), ("CO2e", 1), ("no work kWh", 2),
-                ("time limit kWh", 5), ("GPU use", 3), ("measured", 4)]  # fmt: skip
-        console.print(fit_table(console, f"Users (kWh {DRAWN_WORDS})", cols, rows, left=("user",)))
-    if fp.top_jobs:
-        rows = []
-        for tj in fp.top_jobs:
-            rows.append(
-                [
-                    term(tj.job_id),
-                    term(tj.name or ""),
-                    term(tj.partition or ""),
-                    term(tj.state),
-                    num(tj.elapsed_h),
-                    "?" if tj.gpus_unknown else num(tj.gpus),
-                    _num_kwh(tj.energy_kwh),
-                    _kg(tj.co2_kg),
-                    "" if tj.share >= 0.9995 else f"{tj.share:.0%}",
-                    "measured" if tj.measured else "estimated",
-                ]
-            )
-        cols = [
-            ("job", 0), ("name", 5), ("partition", 6), ("state", 4), ("hours", 3), ("GPUs", 2), ("kWh", 0),
-            ("CO2e", 1), ("in window", 3), ("how", 7),
-        ]  # fmt: skip
-        title = (
-            f"Top jobs by energy (whole jobs, kWh {DRAWN_WORDS}; 'in window': the share this window counts)"
+
+
+def _members_table(fp: Footprint, console: Console) -> Any:
+    """A lab's users, one row each."""
+    rows = []
+    for u in fp.members:
+        frac = u["measured_energy_fraction"]
+        util = u["gpu_util_pct"]
+        rows.append(
+            [
+                term(u["user"]),
+                f"{u['jobs']:,}",
+                num(u["gpu_hours"]),
+                _num_kwh(u["energy_kwh"]),
+                _kg(u["co2_kg"]),
+                _num_kwh(u.get("wasted_energy_kwh", 0.0)),
+                _num_kwh(u.get("timeout_energy_kwh", 0.0)),
+                "" if util is None else f"{util:.0f}%",
+                "" if frac is None else f"{frac:.0%}",
+            ]
         )
-        if all(tj.share >= 0.9995 for tj in fp.top_jobs):
-            cols = cols[:8] + cols[9:]
-            rows = [r[:8] + r[9:] for r in rows]
-            title = f"Top jobs by energy (kWh {DRAWN_WORDS})"
-        if fp.scope == "account":  # whose job it is, after its id
-            cols.insert(1, ("user", 1))
-            for r, tj in zip(rows, fp.top_jobs, strict=True):
-                r.insert(1, term(tj.user or ""))
-        console.print(
-            fit_table(console, title, cols, rows, left=("job", "user", "name", "partition", "state", "how"))
+    cols = [("user", 0), ("jobs", 3), ("GPU-h", 2), ("kWh", 0), ("CO2e", 1), ("no work kWh", 2),
+            ("time limit kWh", 5), ("GPU use", 3), ("measured", 4)]  # fmt: skip
+    return fit_table(console, f"Users (kWh {DRAWN_WORDS})", cols, rows, left=("user",))
+
+
+def _top_jobs_table(fp: Footprint, console: Console) -> Any:
+    """The window's largest jobs by energy: the share of each the window counts only where one is
+    partly outside it, and whose job it is in a lab's."""
+    rows = []
+    for tj in fp.top_jobs:
+        rows.append(
+            [
+                term(tj.job_id),
+                term(tj.name or ""),
+                term(tj.partition or ""),
+                term(tj.state),
+                num(tj.elapsed_h),
+                "?" if tj.gpus_unknown else num(tj.gpus),
+                _num_kwh(tj.energy_kwh),
+                _kg(tj.co2_kg),
+                "" if tj.share >= 0.9995 else f"{tj.share:.0%}",
+                "measured" if tj.measured else "estimated",
+            ]
         )
-    if fp.advice:
-        print_advice(fp.advice, console, lab=fp.scope == "account")
-    if fp.when_to_run:
-        heading = "[bold]When to run[/] (the same work at cleaner hours)"
-        print_advice([fp.when_to_run], console, heading=heading)
-    console.print(f"[dim]{_source_line(fp)}[/]")
+    cols = [
+        ("job", 0), ("name", 5), ("partition", 6), ("state", 4), ("hours", 3), ("GPUs", 2), ("kWh", 0),
+        ("CO2e", 1), ("in window", 3), ("how", 7),
+    ]  # fmt: skip
+    title = f"Top jobs by energy (whole jobs, kWh {DRAWN_WORDS}; 'in window': the share this window counts)"
+    if all(tj.share >= 0.9995 for tj in fp.top_jobs):
+        cols = cols[:8] + cols[9:]
+        rows = [r[:8] + r[9:] for r in rows]
+        title = f"Top jobs by energy (kWh {DRAWN_WORDS})"
+    if fp.scope == "account":  # whose job it is, after its id
+        cols.insert(1, ("user", 1))
+        for r, tj in zip(rows, fp.top_jobs, strict=True):
+            r.insert(1, term(tj.user or ""))
+    return fit_table(console, title, cols, rows, left=("job", "user", "name", "partition", "state", "how"))
 
 
 def _jobs(n: int) -> str:
@@ -528,6 +557,8 @@ def _cpu_time(seconds: float) -> str:
 
 
 def print_job(job: dict[str, Any], console: Console) -> None:
+    """`cocaq job` as tables: the job's facts, then (a finished job's) energy by part, what did no work,
+    its GPUs, its CO2e and how it was worked out, its model and the notes on it."""
     console.print(
         f"Job [bold]{term(job['job_id'])}[/] on cluster {term(job['cluster'])}: {term(job['name'] or '')}"
     )
@@ -536,8 +567,53 @@ def print_job(job: dict[str, Any], console: Console) -> None:
     tab = Table.grid(padding=(0, 2))
     tab.add_column(style="dim", no_wrap=True)
     tab.add_column(overflow="fold")
-    gpus = job["alloc_gpus"]
-    mem = job.get("memory") or {}
+    for k, v in _job_facts(job):
+        if v not in (None, ""):
+            tab.add_row(k, term(v))
+    console.print(tab)
+    if job.get("live"):
+        # running: what the collector measured so far (the caller prints it, cocaq.cli.live_view) replaces
+        # the import's estimate of the run so far
+        return
+    console.print(_job_energy_table(job, console))
+    pue = 1.0 if job.get("pue") is None else float(job["pue"])
+    with_pue = job.get("energy_kwh_with_pue", job["energy_kwh"] * pue)  # (an older API server: none)
+    console.print(f"Energy {cooling_words(pue)}: {_kwh(with_pue)}")
+    _print_job_waste(job, console)
+    if job.get("gpus"):
+        console.print(_job_gpus_table(job, console))
+    flag = f" [yellow]({term(job['carbon_flag'])})[/]" if job["carbon_flag"] else ""
+    year = f", {job['carbon_year']}" if job["carbon_year"] else ""
+    g_kwh = job["carbon_g_per_kwh"]
+    console.print(
+        f"CO2e: [bold]{_kg(job['co2_kg'])}[/] = {_kwh(job['energy_kwh'])} x PUE {pue:.2f} x "
+        f"{'? g CO2e/kWh' if g_kwh is None else intensity(g_kwh)} (zone {term(job['carbon_zone'])}{flag}; "
+        f"{term(job['carbon_source'])}{year})"
+    )
+    if job.get("metrics"):
+        _print_job_metrics(job, console)
+    from cocaq.accounting.estimate import ESTIMATED_BASES
+
+    if job.get("assumptions") and job["assumptions"].get("basis") in ESTIMATED_BASES:
+        a = job["assumptions"]
+        console.print(
+            f"[dim]Estimated: CPU {num(a['cpu_core_seconds'] / 3600)} core-hours ({a['cpu_basis']}) x "
+            f"{num(a['cpu_tdp_w_per_core'])} W per core; "
+            + (f"GPU {gpu_basis_text(a)}; " if job["alloc_gpus"] else "")  # no GPU power without GPUs
+            + f"memory {num(a['mem_gb'])} GB x {a['mem_w_per_gb']} W/GB (profile {term(a['profile'])})[/]"
+        )
+    if job.get("model"):
+        print_model_metadata(job["model"], console)
+    notes = job.get("notes") or []
+    if notes:
+        print_advice(
+            notes, console, heading="[bold]Notes[/] (what to change next time, largest saving first)"
+        )
+
+
+def _job_facts(job: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The job's facts as (label, value) rows, as sacct would say them (a row with no value is left
+    out by the caller); a running job's run time to the second, as its live line says it."""
     usage = job.get("cpu_usage")
     limit = job.get("time_limit_s")
     elapsed = job["elapsed_s"] / 3600
@@ -563,6 +639,13 @@ def print_job(job: dict[str, Any], console: Console) -> None:
     ]
     if job["is_open"]:  # a running job's run time as its live line says it, to the second
         facts = [(k, running_time_text(job["elapsed_s"], limit) if k == "run time" else v) for k, v in facts]
+    return facts + _memory_facts(job)
+
+
+def _memory_facts(job: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The memory asked and used, and the GPU memory held (so far, for a running job)."""
+    mem = job.get("memory") or {}
+    facts: list[tuple[str, Any]] = []
     if mem.get("requested_mb"):
         used = mem.get("used_per_node_mb")
         per_node = mem.get("requested_per_node_mb")
@@ -591,14 +674,11 @@ def print_job(job: dict[str, Any], console: Console) -> None:
                 + (" so far" if job["is_open"] else ""),
             )
         )
-    for k, v in facts:
-        if v not in (None, ""):
-            tab.add_row(k, term(v))
-    console.print(tab)
-    if job.get("live"):
-        # running: what the collector measured so far (the caller prints it, cocaq.cli.live_view) replaces
-        # the import's estimate of the run so far
-        return
+    return facts
+
+
+def _job_energy_table(job: dict[str, Any], console: Console) -> Any:
+    """A finished job's energy by part and node, each with its method and source."""
     rows = [
         [
             term(COMPONENT_WORDS.get(row["component"], row["component"])),
@@ -617,19 +697,19 @@ def print_job(job: dict[str, Any], console: Console) -> None:
             job["energy_estimated_kwh"], job["energy_estimated_low_kwh"], job["energy_estimated_high_kwh"]
         )
         split = f" ({_kwh(job['energy_measured_kwh'])} measured, {est})"
-    console.print(
-        fit_table(
-            console,
-            f"Energy {DRAWN_WORDS}: {_kwh(job['energy_kwh'])}{split}",
-            cols,
-            rows,
-            left=("part", "node", "method", "source"),
-            complete="--format json",
-        )
+    return fit_table(
+        console,
+        f"Energy {DRAWN_WORDS}: {_kwh(job['energy_kwh'])}{split}",
+        cols,
+        rows,
+        left=("part", "node", "method", "source"),
+        complete="--format json",
     )
-    pue = 1.0 if job.get("pue") is None else float(job["pue"])
-    with_pue = job.get("energy_kwh_with_pue", job["energy_kwh"] * pue)  # (an older API server: none)
-    console.print(f"Energy {cooling_words(pue)}: {_kwh(with_pue)}")
+
+
+def _print_job_waste(job: dict[str, Any], console: Console) -> None:
+    """The job's energy that did no work, by the ledger's parts, and what hitting its time limit
+    possibly lost (nothing, for an interactive session)."""
     w = job.get("waste")
     if w and w.get("wasted_kwh"):
         parts = [
@@ -647,82 +727,63 @@ def print_job(job: dict[str, Any], console: Console) -> None:
         console.print(f"{POSSIBLY_LOST_LABEL.capitalize()}: {_kwh(w['timeout_kwh'])} {POSSIBLY_LOST_NOTE}")
     elif w and w.get("interactive") and str(job.get("state") or "").split(" ")[0] in TIMEOUT_STATES:
         console.print("Ended at its time limit: an interactive session, so nothing was lost")
-    if job.get("gpus"):
-        grows = [
-            [
-                term(row["node"]),
-                term(row["slurm_index"]),
-                term(row["uuid"]),
-                term(row["name"] or ""),
-                "-" if row["energy_kwh"] is None else _num_kwh(row["energy_kwh"]),
-                term(source_words(row["source"]) if row["source"] else "not measured"),
-            ]
-            for row in job["gpus"]
-        ]
-        gcols = [("node", 0), ("index", 0), ("UUID", 3), ("model", 2), ("kWh", 0), ("source", 1)]
-        console.print(
-            fit_table(
-                console,
-                "GPUs (as the node saw them)",
-                gcols,
-                grows,
-                left=("node", "UUID", "model", "source"),
-                complete="--format json",
-            )
-        )
-    flag = f" [yellow]({term(job['carbon_flag'])})[/]" if job["carbon_flag"] else ""
-    year = f", {job['carbon_year']}" if job["carbon_year"] else ""
-    g_kwh = job["carbon_g_per_kwh"]
-    console.print(
-        f"CO2e: [bold]{_kg(job['co2_kg'])}[/] = {_kwh(job['energy_kwh'])} x PUE {pue:.2f} x "
-        f"{'? g CO2e/kWh' if g_kwh is None else intensity(g_kwh)} (zone {term(job['carbon_zone'])}{flag}; "
-        f"{term(job['carbon_source'])}{year})"
-    )
-    m = job.get("metrics")
-    if m:
-        d = m.get("carbon_detail") or {}
-        shares = ", ".join(
-            f"{INTENSITY_WORDS[k]} for {d[k]:.0%} of it"
-            for k in ("series", "nearest", "annual", "world")
-            if isinstance(d.get(k), float | int) and d[k]
-        )
-        if shares:
-            basis = BASIS_WORDS.get(str(d.get("basis")), str(d.get("basis", "?")))
-            console.print(f"[dim]Carbon intensity over the run: {shares} ({basis}).[/]")
-        if m["gpu_util_pct"] is not None:
-            how = (
-                "per GPU, the mean over the run by Slurm gres/gpuutil"
-                if m.get("gpu_util_source") == "slurm"
-                else "energy-weighted"
-            )
-            console.print(
-                f"GPU utilisation: {m['gpu_util_pct']:.0f}% ({how}); GPUs idle "
-                f"{num(m['idle_gpu_hours'])} GPU-hours, drawing "
-                f"{_kwh((w or {}).get('idle_gpu_kwh', m['idle_gpu_energy_kwh']))}"
-            )
-        if m["co2_embodied_kg"]:
-            embodied = _kg(m["co2_embodied_kg"])
-            console.print(f"Embodied CO2e (making the hardware; not in the CO2e above): {embodied}")
-        when = when_to_run_line(m.get("when_to_run"), job.get("start_time"), job["co2_kg"])
-        if when:
-            console.print(when)
-    from cocaq.accounting.estimate import ESTIMATED_BASES
 
-    if job.get("assumptions") and job["assumptions"].get("basis") in ESTIMATED_BASES:
-        a = job["assumptions"]
+
+def _job_gpus_table(job: dict[str, Any], console: Console) -> Any:
+    """The job's GPUs as the node saw them, each with its energy and source."""
+    grows = [
+        [
+            term(row["node"]),
+            term(row["slurm_index"]),
+            term(row["uuid"]),
+            term(row["name"] or ""),
+            "-" if row["energy_kwh"] is None else _num_kwh(row["energy_kwh"]),
+            term(source_words(row["source"]) if row["source"] else "not measured"),
+        ]
+        for row in job["gpus"]
+    ]
+    gcols = [("node", 0), ("index", 0), ("UUID", 3), ("model", 2), ("kWh", 0), ("source", 1)]
+    return fit_table(
+        console,
+        "GPUs (as the node saw them)",
+        gcols,
+        grows,
+        left=("node", "UUID", "model", "source"),
+        complete="--format json",
+    )
+
+
+def _print_job_metrics(job: dict[str, Any], console: Console) -> None:
+    """What the aggregator worked out of a finished job: the carbon intensity's sources over the run,
+    its GPU utilisation and idle GPUs, the embodied CO2e and when it could have run."""
+    m = job["metrics"]
+    w = job.get("waste")
+    d = m.get("carbon_detail") or {}
+    shares = ", ".join(
+        f"{INTENSITY_WORDS[k]} for {d[k]:.0%} of it"
+        for k in ("series", "nearest", "annual", "world")
+        if isinstance(d.get(k), float | int) and d[k]
+    )
+    if shares:
+        basis = BASIS_WORDS.get(str(d.get("basis")), str(d.get("basis", "?")))
+        console.print(f"[dim]Carbon intensity over the run: {shares} ({basis}).[/]")
+    if m["gpu_util_pct"] is not None:
+        how = (
+            "per GPU, the mean over the run by Slurm gres/gpuutil"
+            if m.get("gpu_util_source") == "slurm"
+            else "energy-weighted"
+        )
         console.print(
-            f"[dim]Estimated: CPU {num(a['cpu_core_seconds'] / 3600)} core-hours ({a['cpu_basis']}) x "
-            f"{num(a['cpu_tdp_w_per_core'])} W per core; "
-            + (f"GPU {gpu_basis_text(a)}; " if gpus else "")  # no GPU power for a job without GPUs
-            + f"memory {num(a['mem_gb'])} GB x {a['mem_w_per_gb']} W/GB (profile {term(a['profile'])})[/]"
+            f"GPU utilisation: {m['gpu_util_pct']:.0f}% ({how}); GPUs idle "
+            f"{num(m['idle_gpu_hours'])} GPU-hours, drawing "
+            f"{_kwh((w or {}).get('idle_gpu_kwh', m['idle_gpu_energy_kwh']))}"
         )
-    if job.get("model"):
-        print_model_metadata(job["model"], console)
-    notes = job.get("notes") or []
-    if notes:
-        print_advice(
-            notes, console, heading="[bold]Notes[/] (what to change next time, largest saving first)"
-        )
+    if m["co2_embodied_kg"]:
+        embodied = _kg(m["co2_embodied_kg"])
+        console.print(f"Embodied CO2e (making the hardware; not in the CO2e above): {embodied}")
+    when = when_to_run_line(m.get("when_to_run"), job.get("start_time"), job["co2_kg"])
+    if when:
+        console.print(when)
 
 
 def gpus_text(job: dict[str, Any]) -> str | None:

@@ -43,6 +43,7 @@ BASIS = {
     "rapl": "RAPL, the job's share of the node",
     "tdp-estimate": "rated power x run time so far",
 }
+NOT_ESTIMATED = "allocation not known yet (the job is not in cocaq's import of Slurm's accounting)"
 
 
 @dataclass(frozen=True)
@@ -59,20 +60,9 @@ def _raw(job_id: str) -> int:
     return int(job_id) if job_id.isdigit() and len(job_id) < 19 else -1
 
 
-def fetch(db: Db, ask: Ask, now: float, window_s: float = WINDOW_S) -> list[tuple[Any, ...]]:
-    """The rows of every job `ask` names (its jobs row, prolog/epilog records, energy so far and the
-    last `window_s` of samples), in one statement."""
-    from datetime import UTC, datetime
-
-    p: dict[str, Any] = {
-        "since": datetime.fromtimestamp(now - LOOKBACK_S, UTC),
-        "from": datetime.fromtimestamp(now - window_s, UTC),
-        "cluster": ask.cluster,
-    }
-    # (the cluster is named even when any will do: the indexes on jobs and node_events lead with it)
-    clusters = "SELECT id FROM clusters" + (" WHERE name = %(cluster)s" if ask.cluster is not None else "")
-    cluster_j = f" AND j.cluster_id IN ({clusters})"
-    cluster_s = f" AND s.cluster_id IN ({clusters})"
+def _job_picks(db: Db, ask: Ask, p: dict[str, Any], cluster_j: str) -> tuple[list[str], str]:
+    """The SELECTs of the jobs rows `ask` names, and the condition on prolog records that finds the
+    running jobs not imported yet; fills in their parameters in `p`."""
     pick = "SELECT j.cluster_id AS cid, j.job_id_raw AS raw FROM jobs j WHERE j.job_id_raw IS NOT NULL"
     if ask.job_ids:
         ids, nums, raws = [], [], []
@@ -87,27 +77,40 @@ def fetch(db: Db, ask: Ask, now: float, window_s: float = WINDOW_S) -> list[tupl
         jobs = [f"{pick} AND j.job_id IN ({', '.join(ids)}){cluster_j}"]
         if raws:
             jobs.append(f"{pick} AND j.job_id_raw IN ({', '.join(raws)}){cluster_j}")
-        events_where = f"s.job_id IN ({', '.join(nums)})" if nums else "1 = 0"
-    elif ask.user is not None:
-        p["user"], p["open"] = ask.user, True
-        jobs = [
-            f"{pick} AND j.user_name = %(user)s AND j.is_open = %(open)s AND j.start_time IS NOT NULL"
-            f"{cluster_j}"
-        ]
-        user = (
-            "s.payload->'job'->>'user'"
-            if db.dialect == "postgresql"
-            else "json_extract(s.payload, '$.job.user')"
-        )
-        # a running job not imported yet has prolog records not linked to a jobs row (job_pk NULL: an
-        # index); an imported one comes through its jobs row
-        events_where = (
-            f"s.job_pk IS NULL AND {user} = %(user)s AND NOT EXISTS (SELECT 1 FROM node_events e WHERE"
-            " e.cluster_id = s.cluster_id AND e.job_id = s.job_id AND e.node = s.node AND e.event = 'end'"
-            " AND e.ts >= s.ts)"
-        )
-    else:
+        return jobs, f"s.job_id IN ({', '.join(nums)})" if nums else "1 = 0"
+    if ask.user is None:
         raise ValueError("ask for job ids or a user")
+    p["user"], p["open"] = ask.user, True
+    jobs = [
+        f"{pick} AND j.user_name = %(user)s AND j.is_open = %(open)s AND j.start_time IS NOT NULL{cluster_j}"
+    ]
+    user = (
+        "s.payload->'job'->>'user'" if db.dialect == "postgresql" else "json_extract(s.payload, '$.job.user')"
+    )
+    # a running job not imported yet has prolog records not linked to a jobs row (job_pk NULL: an
+    # index); an imported one comes through its jobs row
+    return jobs, (
+        f"s.job_pk IS NULL AND {user} = %(user)s AND NOT EXISTS (SELECT 1 FROM node_events e WHERE"
+        " e.cluster_id = s.cluster_id AND e.job_id = s.job_id AND e.node = s.node AND e.event = 'end'"
+        " AND e.ts >= s.ts)"
+    )
+
+
+def fetch(db: Db, ask: Ask, now: float, window_s: float = WINDOW_S) -> list[tuple[Any, ...]]:
+    """The rows of every job `ask` names (its jobs row, prolog/epilog records, energy so far and the
+    last `window_s` of samples), in one statement."""
+    from datetime import UTC, datetime
+
+    p: dict[str, Any] = {
+        "since": datetime.fromtimestamp(now - LOOKBACK_S, UTC),
+        "from": datetime.fromtimestamp(now - window_s, UTC),
+        "cluster": ask.cluster,
+    }
+    # (the cluster is named even when any will do: the indexes on jobs and node_events lead with it)
+    clusters = "SELECT id FROM clusters" + (" WHERE name = %(cluster)s" if ask.cluster is not None else "")
+    cluster_j = f" AND j.cluster_id IN ({clusters})"
+    cluster_s = f" AND s.cluster_id IN ({clusters})"
+    jobs, events_where = _job_picks(db, ask, p, cluster_j)
     ep = dbsql.epoch
     text = "TEXT" if db.dialect == "sqlite" else "VARCHAR"
     as_text = f"CAST(ids.raw AS {text})"
@@ -183,26 +186,54 @@ def views(
     return sorted(found, key=lambda v: (-(v["start_ts"] or 0.0), v["job_id"]))
 
 
-def _view(
-    cid: int, raw: str, kinds: dict[str, list[tuple[Any, ...]]], cfg: Config, now: float, window_s: float
-) -> dict[str, Any] | None:
-    jrows = sorted(kinds.get("j", []), key=lambda r: _num(r[21]) or 0.0)
-    row = jrows[-1] if jrows else None
-    start = _num(row[19]) if row else None
-    # the prolog records of this run of the id: from the jobs row's start on (ids are reused), else the
-    # newest start's run
+Rows = list[tuple[Any, ...]]
+Samples = dict[tuple[str, str, str], list[tuple[float, float]]]
+Best = dict[tuple[str, str, str], tuple[float, str, float, bool]]
+
+
+@dataclass(frozen=True)
+class _Run:
+    """The run of the id a view is of (ids are reused): its jobs row (None until Slurm's accounting is
+    imported), its nodes' prolog records and epilog times, who ran it, and where it stands."""
+
+    row: tuple[Any, ...] | None
+    starts: dict[str, tuple[float, dict[str, Any]]]  # node: (prolog time, prolog payload)
+    ends: dict[str, float]  # node: epilog time
+    cluster: str
+    user: Any
+    account: Any
+    partition: Any
+    is_open: bool
+    running: bool
+    state: str
+    start: float
+    end: float | None
+    t_now: float  # the end of the run so far: now, or its end
+    elapsed: float
+    limit: float | None
+
+
+def _run_starts(events: Rows, start: float | None) -> dict[str, tuple[float, dict[str, Any]]]:
+    """The prolog records of this run of the id, per node: from the jobs row's start on (ids are
+    reused), else the newest start's run."""
     starts_all = sorted(
-        ((float(r[19]), str(r[3]), _payload(r[7])) for r in kinds.get("v", []) if r[4] == "start"),
-        key=lambda x: x[0],
+        ((float(r[19]), str(r[3]), _payload(r[7])) for r in events if r[4] == "start"), key=lambda x: x[0]
     )
     if start is not None:
         starts_all = [s for s in starts_all if s[0] >= start - 120.0]
     elif starts_all:
         newest = starts_all[-1][0]
         starts_all = [s for s in starts_all if s[0] >= newest - 86400.0]
-    starts: dict[str, tuple[float, dict[str, Any]]] = {}
-    for ts, node, payload in starts_all:
-        starts[node] = (ts, payload)
+    return {node: (ts, payload) for ts, node, payload in starts_all}
+
+
+def _run(kinds: dict[str, Rows], now: float) -> _Run | None:
+    """Which run the rows are of and where it stands; None when there is neither a jobs row nor a
+    prolog record."""
+    jrows = sorted(kinds.get("j", []), key=lambda r: _num(r[21]) or 0.0)
+    row = jrows[-1] if jrows else None
+    start = _num(row[19]) if row else None
+    starts = _run_starts(kinds.get("v", []), start)
     if row is None and not starts:
         return None
     ends = {
@@ -215,10 +246,6 @@ def _view(
     info: dict[str, Any] = {}
     if starts:
         info = _payload(next(iter(starts.values()))[1].get("job"))
-    cluster = str((row or kinds["v"][0])[10])
-    user = row[4] if row else info.get("user")
-    account = row[5] if row else info.get("account")
-    partition = row[6] if row else info.get("partition")
     is_open = bool(row[22]) if row else True
     node_ended = bool(starts) and all(n in ends for n in starts)
     running = is_open and not node_ended
@@ -230,42 +257,64 @@ def _view(
         state = "ENDED"  # the epilogs have run; Slurm's final state comes with the next import
     end = (_num(row[20]) if row else None) or (max(ends.values()) if node_ended else None)
     t_now = now if running or end is None else end
-    elapsed = max(t_now - start, 0.0)
-    limit = _num(row[11]) if row else None
+    return _Run(
+        row=row,
+        starts=starts,
+        ends=ends,
+        cluster=str((row or kinds["v"][0])[10]),
+        user=row[4] if row else info.get("user"),
+        account=row[5] if row else info.get("account"),
+        partition=row[6] if row else info.get("partition"),
+        is_open=is_open,
+        running=running,
+        state=state,
+        start=start,
+        end=end,
+        t_now=t_now,
+        elapsed=max(t_now - start, 0.0),
+        limit=_num(row[11]) if row else None,
+    )
 
-    # energy so far, per node/component/device: the counter where there is one, else the integral
-    best: dict[tuple[str, str, str], tuple[float, str, float, bool]] = {}
-    for r in kinds.get("e", []):
+
+def _best_energy(energy: Rows, run: _Run) -> Best:
+    """Energy so far, per node/component/device, of this run: the counter where there is one, else the
+    integral (the better source as the accounting ranks them, then the later row)."""
+    best: Best = {}
+    rank = GPU_SOURCE_RANK.get
+    for r in energy:
         node, comp, dev, src = str(r[3]), str(r[4]), str(r[5] or ""), str(r[6])
         js = _num(r[19])
         if js is None:
             continue
-        if node in starts and abs(js - starts[node][0]) > 1.0:
+        if node in run.starts and abs(js - run.starts[node][0]) > 1.0:
             continue  # another run of the id on this node
-        if node not in starts and js < start - 120.0:
+        if node not in run.starts and js < run.start - 120.0:
             continue
         key = (node, comp, dev)
         cand = (float(r[12]), src, float(r[20]), bool(r[22]))
         have = best.get(key)
-        # the better source where a GPU has several, as the accounting ranks them (then the later row)
-        rank = GPU_SOURCE_RANK.get
         if have is None or (rank(src, 9), -cand[2]) < (rank(have[1], 9), -have[2]):
             best[key] = cand
-    samples: dict[tuple[str, str, str], list[tuple[float, float]]] = defaultdict(list)
-    for r in kinds.get("s", []):
+    return best
+
+
+def _samples(sampled: Rows, start: float) -> Samples:
+    """The window's samples since the run's start, per node/device/metric, oldest first."""
+    samples: Samples = defaultdict(list)
+    for r in sampled:
         v = _num(r[12])
         if v is not None and float(r[19]) >= start - 1.0:
             samples[(str(r[3]), str(r[5]), str(r[6]))].append((float(r[19]), v))
     for ser in samples.values():
         ser.sort()
-    newest_sample = max((s[-1][0] for s in samples.values()), default=None)
-    # the newest sample at all ('n': before the window too): a collector that shipped and then stopped is
-    # not one that never shipped
-    last_sample = max((float(r[19]) for r in kinds.get("n", []) if float(r[19]) >= start - 1.0), default=None)
+    return samples
 
-    # the GPUs: what the prolog recorded (Slurm's index), what was measured and sampled
+
+def _gpus(run: _Run, best: Best, samples: Samples, cfg: Config, now: float) -> list[dict[str, Any]]:
+    """The GPUs: what the prolog recorded (Slurm's index), what was measured and sampled; a power
+    "now" only from a recent sample of a running job."""
     index: dict[tuple[str, str], Any] = {}
-    for node, (_, payload) in starts.items():
+    for node, (_, payload) in run.starts.items():
         listed = payload.get("gpus")
         for g in listed if isinstance(listed, list) else []:
             if isinstance(g, dict) and isinstance(g.get("uuid"), str):
@@ -291,7 +340,7 @@ def _view(
                 "energy_j": e[0] if e else None,
                 "source": e[1] if e else None,
                 "as_of_ts": e[2] if e else None,
-                "power_w": fresh[1] if fresh and running else None,
+                "power_w": fresh[1] if fresh and run.running else None,
                 "power_ts": power[-1][0] if power else None,
                 "util_pct": util[-1][1] if util else None,
                 "util_pct_mean": sum(v for _, v in util) / len(util) if util else None,
@@ -299,8 +348,11 @@ def _view(
                 "mem_used_mb_max": max(v for _, v in mem) if mem else None,
             }
         )
+    return gpus
 
-    # components, each measured (the collector) or estimated (rated power over the run so far)
+
+def _measured_parts(best: Best, start: float) -> tuple[list[dict[str, Any]], set[str]]:
+    """The components the collector measured (GPU, CPU, DRAM), and which they are."""
     parts: list[dict[str, Any]] = []
     by_comp: dict[str, list[tuple[float, str, float]]] = defaultdict(list)
     for (_node, comp, _dev), (ej, src, t1, _final) in sorted(best.items()):
@@ -327,54 +379,60 @@ def _view(
                 "power_basis": None if w is None else "average since the start",
             }
         )
-    estimate_note = None
-    if row is not None:
-        from cocaq.accounting.estimate import tdp_components
+    return parts, set(by_comp)
 
-        nodes = sorted(starts) or None
-        hw, _ = cfg.hardware_for(partition, nodes)
-        gpus_alloc, cpus_alloc = int(row[14] or 0), int(row[15] or 0)
-        cpu_j, gpu_j, mem_j, *_ = tdp_components(
-            elapsed, None, cpus_alloc, gpus_alloc, _num(row[16]), cfg.estimate, hw, running=True
-        )
-        for comp, ej in (("gpu", gpu_j), ("cpu", cpu_j), ("dram", mem_j)):
-            if comp in by_comp or ej <= 0:
-                continue
-            parts.append(
-                {
-                    "component": comp,
-                    "method": "estimated",
-                    "source": "tdp-estimate",
-                    "basis": BASIS["tdp-estimate"],
-                    "energy_j": ej,
-                    "as_of_ts": t_now,
-                    "power_w": ej / elapsed if elapsed > 0 else None,
-                    "power_basis": "rated power",
-                }
-            )
-    else:
-        estimate_note = "allocation not known yet (the job is not in cocaq's import of Slurm's accounting)"
-    measured_j = sum(p["energy_j"] for p in parts if p["method"] == "measured")
-    estimated_j = sum(p["energy_j"] for p in parts if p["method"] == "estimated")
-    energy_j = measured_j + estimated_j
 
-    # carbon: the job's zone and PUE as the import chose them, else the configuration's
+def _estimated_parts(run: _Run, cfg: Config, measured: set[str]) -> list[dict[str, Any]]:
+    """The components not measured, as the importer estimates them: rated power over the run so far
+    (the allocation comes from the jobs row: a job not imported yet has no estimate)."""
+    row = run.row
+    if row is None:
+        return []
+    from cocaq.accounting.estimate import tdp_components
+
+    hw, _ = cfg.hardware_for(run.partition, sorted(run.starts) or None)
+    gpus_alloc, cpus_alloc = int(row[14] or 0), int(row[15] or 0)
+    cpu_j, gpu_j, mem_j, *_ = tdp_components(
+        run.elapsed, None, cpus_alloc, gpus_alloc, _num(row[16]), cfg.estimate, hw, running=True
+    )
+    return [
+        {
+            "component": comp,
+            "method": "estimated",
+            "source": "tdp-estimate",
+            "basis": BASIS["tdp-estimate"],
+            "energy_j": ej,
+            "as_of_ts": run.t_now,
+            "power_w": ej / run.elapsed if run.elapsed > 0 else None,
+            "power_basis": "rated power",
+        }
+        for comp, ej in (("gpu", gpu_j), ("cpu", cpu_j), ("dram", mem_j))
+        if comp not in measured and ej > 0
+    ]
+
+
+def _carbon(run: _Run, cfg: Config) -> dict[str, Any]:
+    """The job's zone, intensity and PUE as the import chose them, else the configuration's."""
+    row = run.row
     if row is not None and _num(row[18]) is not None:
         zone, g_per_kwh, pue = str(row[9] or ""), float(row[18]), float(row[17] or 1.0)
-        carbon_source = "the job's record"
-    else:
-        from datetime import UTC, datetime
+        return {"zone": zone, "g_per_kwh": g_per_kwh, "pue": pue, "source": "the job's record"}
+    from datetime import UTC, datetime
 
-        from cocaq.carbon.zones import zone_intensity
+    from cocaq.carbon.zones import zone_intensity
 
-        hw, _ = cfg.hardware_for(partition, sorted(starts) or None)
-        zone = cfg.zone_and_pue(hw)[0]
-        pue = cfg.pue_at(hw, datetime.fromtimestamp(start, UTC))
-        ci = zone_intensity(zone)
-        zone, g_per_kwh, carbon_source = ci.zone, ci.g_per_kwh, ci.source
-    co2_kg = co2_grams(energy_j, pue, g_per_kwh) / 1000.0
+    hw, _ = cfg.hardware_for(run.partition, sorted(run.starts) or None)
+    zone = cfg.zone_and_pue(hw)[0]
+    pue = cfg.pue_at(hw, datetime.fromtimestamp(run.start, UTC))
+    ci = zone_intensity(zone)
+    return {"zone": ci.zone, "g_per_kwh": ci.g_per_kwh, "pue": pue, "source": ci.source}
 
-    # power now: the GPUs' last samples, the other parts' averages; the history in BINS bins
+
+def _power_terms(
+    gpus: list[dict[str, Any]], parts: list[dict[str, Any]]
+) -> tuple[list[float], list[float], list[float]]:
+    """The terms of the power now: the GPUs' last samples, the other parts' averages, and the GPUs'
+    rated-power estimate where they were not measured."""
     gpu_now: list[float] = [float(g["power_w"]) for g in gpus if g["power_w"] is not None]
     other_w: list[float] = [
         p["power_w"] for p in parts if p["component"] != "gpu" and p["power_w"] is not None
@@ -382,70 +440,114 @@ def _view(
     est_gpu_w: list[float] = [
         p["power_w"] or 0.0 for p in parts if p["component"] == "gpu" and p["method"] == "estimated"
     ]
-    power_now = (sum(gpu_now) + sum(other_w) + sum(est_gpu_w)) if running else None
-    # the part of it that is a rated-power estimate, not a measurement: said as such, never as "now"
-    est_other_w = [
-        p["power_w"] for p in parts if p["component"] != "gpu" and p["method"] == "estimated" and p["power_w"]
-    ]
-    power_estimated = (sum(est_gpu_w) + sum(est_other_w)) if running else None
-    span = min(window_s, max(now - start, 60.0))  # a young job's history is its whole run
+    return gpu_now, other_w, est_gpu_w
+
+
+def _power_series(
+    samples: Samples, cfg: Config, run: _Run, now: float, window_s: float
+) -> tuple[float, list[tuple[float, float | None]]]:
+    """The power history's span (a young job's is its whole run) and its BINS bins (none for a job
+    that no longer runs), no bin narrower than the sampling interval."""
+    span = min(window_s, max(now - run.start, 60.0))
     gaps = sorted(
         b[0] - a[0] for (_, _, m), ser in samples.items() if m == "power_w" for a, b in pairwise(ser)
     )
     step = max(cfg.collector.interval_s, gaps[len(gaps) // 2] if gaps else 0.0)  # the sampling interval
-    series: list[tuple[float, float | None]] = _power_bins(samples, now, span, step) if running else []
+    return span, _power_bins(samples, now, span, step) if run.running else []
+
+
+def _projection(
+    run: _Run,
+    energy_j: float,
+    terms: tuple[list[float], list[float], list[float]],
+    series: list[tuple[float, float | None]],
+    carbon: dict[str, Any],
+    window_s: float,
+) -> dict[str, Any] | None:
+    """The energy and CO2e at the time limit, an estimate: the power of the last minutes held to it."""
+    if not (run.running and run.limit and run.limit > run.elapsed):
+        return None
+    gpu_now, other_w, est_gpu_w = terms
     gpu_recent = [w for _, w in series if w is not None]
-    projection = None
-    if running and limit and limit > elapsed:
-        w_recent = (sum(gpu_recent) / len(gpu_recent) if gpu_recent else sum(gpu_now)) + sum(other_w)
-        w_recent += sum(est_gpu_w)
-        left = limit - elapsed
-        proj_j = energy_j + w_recent * left
-        projection = {
-            "method": "estimated",
-            "basis": f"the power of the last {window_s / 60:.0f} min held to the time limit",
-            "until_ts": start + limit,
-            "energy_j": proj_j,
-            "energy_kwh": proj_j / J_PER_KWH,
-            "co2_kg": co2_grams(proj_j, pue, g_per_kwh) / 1000.0,
-        }
+    w_recent = (sum(gpu_recent) / len(gpu_recent) if gpu_recent else sum(gpu_now)) + sum(other_w)
+    w_recent += sum(est_gpu_w)
+    left = run.limit - run.elapsed
+    proj_j = energy_j + w_recent * left
+    return {
+        "method": "estimated",
+        "basis": f"the power of the last {window_s / 60:.0f} min held to the time limit",
+        "until_ts": run.start + run.limit,
+        "energy_j": proj_j,
+        "energy_kwh": proj_j / J_PER_KWH,
+        "co2_kg": co2_grams(proj_j, carbon["pue"], carbon["g_per_kwh"]) / 1000.0,
+    }
+
+
+def _view(
+    cid: int, raw: str, kinds: dict[str, Rows], cfg: Config, now: float, window_s: float
+) -> dict[str, Any] | None:
+    """One job's live view (the dict /v1/live sends): every figure measured or estimated, and said so."""
+    run = _run(kinds, now)
+    if run is None:
+        return None
+    row = run.row
+    best = _best_energy(kinds.get("e", []), run)
+    samples = _samples(kinds.get("s", []), run.start)
+    parts, measured = _measured_parts(best, run.start)
+    parts += _estimated_parts(run, cfg, measured)
+    measured_j = sum(p["energy_j"] for p in parts if p["method"] == "measured")
+    estimated_j = sum(p["energy_j"] for p in parts if p["method"] == "estimated")
+    energy_j = measured_j + estimated_j
+    carbon = _carbon(run, cfg)
+    gpus = _gpus(run, best, samples, cfg, now)
+    terms = _power_terms(gpus, parts)
+    gpu_now, other_w, est_gpu_w = terms
+    # the part of the power that is a rated-power estimate, not a measurement: said as such, never as "now"
+    est_other_w = [
+        p["power_w"] for p in parts if p["component"] != "gpu" and p["method"] == "estimated" and p["power_w"]
+    ]
+    span, series = _power_series(samples, cfg, run, now, window_s)
     cpu_cores = [s[-1][1] for (n, d, m), s in samples.items() if m == "cpu_cores" and s]
     return {
-        "cluster": cluster,
+        "cluster": run.cluster,
         "job_id": str(row[8]) if row else raw,
         "job_id_raw": raw,
-        "user": user,
-        "account": account,
-        "partition": partition,
-        "state": state,
-        "running": running,
+        "user": run.user,
+        "account": run.account,
+        "partition": run.partition,
+        "state": run.state,
+        "running": run.running,
         "in_accounting": row is not None,
-        "nodes": sorted(starts) or ([str(row[3])] if row and row[3] else []),
-        "start_ts": start,
-        "end_ts": end,
+        "nodes": sorted(run.starts) or ([str(row[3])] if row and row[3] else []),
+        "start_ts": run.start,
+        "end_ts": run.end,
         "now_ts": now,
-        "elapsed_s": elapsed,
-        "time_limit_s": limit,
+        "elapsed_s": run.elapsed,
+        "time_limit_s": run.limit,
         "energy_j": energy_j,
         "energy_kwh": energy_j / J_PER_KWH,
         "energy_measured_kwh": measured_j / J_PER_KWH,
         "energy_estimated_kwh": estimated_j / J_PER_KWH,
         "parts": parts,
-        "estimate_note": estimate_note,
+        "estimate_note": None if row is not None else NOT_ESTIMATED,
         "gpus": gpus,
-        "power_w": power_now,
-        "power_estimated_w": power_estimated,
+        "power_w": (sum(gpu_now) + sum(other_w) + sum(est_gpu_w)) if run.running else None,
+        "power_estimated_w": (sum(est_gpu_w) + sum(est_other_w)) if run.running else None,
         "power_series": series,
-        "power_series_span_s": span if running else None,
+        "power_series_span_s": span if run.running else None,
         "window_s": window_s,
         "cpu_cores": sum(cpu_cores) if cpu_cores else None,
-        "co2_kg": co2_kg,
-        "carbon": {"zone": zone, "g_per_kwh": g_per_kwh, "pue": pue, "source": carbon_source},
-        "projection": projection,
-        "newest_sample_ts": newest_sample,
-        "last_sample_ts": last_sample,
+        "co2_kg": co2_grams(energy_j, carbon["pue"], carbon["g_per_kwh"]) / 1000.0,
+        "carbon": carbon,
+        "projection": _projection(run, energy_j, terms, series, carbon, window_s),
+        "newest_sample_ts": max((s[-1][0] for s in samples.values()), default=None),
+        # the newest sample at all ('n': before the window too): a collector that shipped and then
+        # stopped is not one that never shipped
+        "last_sample_ts": max(
+            (float(r[19]) for r in kinds.get("n", []) if float(r[19]) >= run.start - 1.0), default=None
+        ),
         "final": None,
-        "accounted": row is not None and not is_open,
+        "accounted": row is not None and not run.is_open,
     }
 
 
