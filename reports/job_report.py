@@ -19,7 +19,7 @@ from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import Cluster, Job, JobMetrics
 from cocaq.errors import UsageError
 from cocaq.reports.data import EnergyPart, JobReport
-from cocaq.reports.queries import CL, MM, NE, E, J, M, _num
+from cocaq.reports.queries import CL, MM, NE, E, J, M, opt_float
 from cocaq.slurm.record import FINAL_STATES
 from cocaq.units import J_PER_KWH, co2_grams
 
@@ -122,14 +122,14 @@ def job_footprint(conn: Connection, cfg: Config, job_pk: int) -> JobReport:
         parts=parts,
         pue=float(j.pue or 1.0),
         carbon_zone=j.carbon_zone,
-        carbon_g_per_kwh=_num(j.carbon_g_per_kwh),
+        carbon_g_per_kwh=opt_float(j.carbon_g_per_kwh),
         carbon_source=j.carbon_source,
         carbon_year=j.carbon_year,
         carbon_flag=j.carbon_flag,
         carbon_detail=m.carbon_detail if m is not None else None,
         co2_kg=float(j.co2_g or 0.0) / 1000,
         co2_embodied_kg=float(m.co2_embodied_g or 0.0) / 1000 if m is not None else None,
-        gpu_util_pct=_num(m.gpu_util_pct) if m is not None else None,
+        gpu_util_pct=opt_float(m.gpu_util_pct) if m is not None else None,
         sampled_gpu_hours=float(m.gpu_samples_s or 0.0) / 3600 if m is not None else 0.0,
         idle_gpu_hours=float(m.idle_gpu_s or 0.0) / 3600 if m is not None else 0.0,
         idle_kwh=idle_j / J_PER_KWH,
