@@ -56,40 +56,40 @@ from cocaq.reports.queries import (
     DAY_S,
     SUMS,
     UTIL_BINS,
+    JobGroup,
+    JobScope,
+    JobStats,
     R,
     Sums,
-    _add,
-    _basis,
-    _carbon,
-    _cluster_id,
-    _daily,
-    _data_days,
-    _data_start,
-    _equivalents,
-    _f,
-    _Group,
-    _idle,
-    _job_facts,
-    _job_groups,
-    _JobStats,
-    _kwh,
-    _midnight,
-    _model_uses,
-    _month_jobs,
-    _rollups,
-    _Scope,
-    _stats,
-    _total,
-    _totals,
-    _trend,
-    _tune,
-    _util,
-    _watermark,
-    _weeks,
-    _whole,
     accounting_gaps,
+    add_sums,
     advice_context,
+    carbon_parts,
+    cluster_id_of,
+    daily_sums,
+    data_start,
+    days_of_data,
+    equivalents_of,
+    idle_waste,
     interactive_col,
+    job_groups,
+    job_stats,
+    model_uses,
+    month_basis,
+    month_job_facts,
+    month_jobs,
+    month_totals,
+    month_trend,
+    rollup_sums,
+    rollups_watermark,
+    sql_float,
+    sums_kwh,
+    sums_util,
+    total_sums,
+    tune_postgres,
+    utc_midnight,
+    week_points,
+    whole_key,
 )
 from cocaq.units import J_PER_KWH
 
@@ -109,44 +109,44 @@ def admin_month(
     """The site's month: totals, by lab/partition/week, utilisation, idle waste, failures, coverage,
     intensity, top users, and (with `first_report`, user -> first report sent) the before/after
     comparison described in `BeforeAfter`."""
-    _tune(conn)
+    tune_postgres(conn)
     opts = options or ReportOptions()
     month = Month.of(month_start)
     prev = month.previous()
-    cid = _cluster_id(conn, cluster)
-    scope = _Scope(cluster_id=cid)
-    watermark = _watermark(conn)
-    start = _data_start(conn, cid)
-    span, prev_span = _data_days(month, start, watermark), _data_days(prev, start, watermark)
-    rolled = _rollups(conn, month.start, month.end, [R.user_name, R.account, R.partition], scope.rollups())
-    old = _total(_rollups(conn, prev.start, prev.end, [], scope.rollups()).values())
-    days = _daily(conn, month, [], scope.rollups()).get((), {})
-    y = _month_jobs(month.start, month.end, scope.jobs(), interactive_col(conn, cfg))
-    groups = _job_groups(conn, y, [y.c.user_name, y.c.account, y.c.partition], bins=True)
-    stats = _stats(groups)
+    cid = cluster_id_of(conn, cluster)
+    scope = JobScope(cluster_id=cid)
+    watermark = rollups_watermark(conn)
+    start = data_start(conn, cid)
+    span, prev_span = days_of_data(month, start, watermark), days_of_data(prev, start, watermark)
+    rolled = rollup_sums(conn, month.start, month.end, [R.user_name, R.account, R.partition], scope.rollups())
+    old = total_sums(rollup_sums(conn, prev.start, prev.end, [], scope.rollups()).values())
+    days = daily_sums(conn, month, [], scope.rollups()).get((), {})
+    y = month_jobs(month.start, month.end, scope.jobs(), interactive_col(conn, cfg))
+    groups = job_groups(conn, y, [y.c.user_name, y.c.account, y.c.partition], bins=True)
+    stats = job_stats(groups)
 
-    def fold(index: int) -> tuple[dict[str, Sums], dict[str, _JobStats]]:
+    def fold(index: int) -> tuple[dict[str, Sums], dict[str, JobStats]]:
         sums: dict[str, Sums] = defaultdict(lambda: dict.fromkeys(SUMS, 0.0))
-        js: dict[str, _JobStats] = defaultdict(_JobStats)
+        js: dict[str, JobStats] = defaultdict(JobStats)
         for k, v in rolled.items():
-            _add(sums[k[index]], v)
+            add_sums(sums[k[index]], v)
         for k, st in stats.items():
             js[k[index]].add(st)
         return sums, js
 
-    s = _total(rolled.values())
-    js_all = _JobStats()
+    s = total_sums(rolled.values())
+    js_all = JobStats()
     for st in stats.values():
         js_all.add(st)
-    totals = _totals(s, js_all)
+    totals = month_totals(s, js_all)
     labs, labs_js = fold(1)
     parts, parts_js = fold(2)
     people, people_js = fold(0)
 
-    def table(sums: Mapping[str, Sums], js: Mapping[str, _JobStats]) -> list[GroupEnergy]:
+    def table(sums: Mapping[str, Sums], js: Mapping[str, JobStats]) -> list[GroupEnergy]:
         out = []
         for k, v in sums.items():
-            t = _totals(v, js.get(k))
+            t = month_totals(v, js.get(k))
             out.append(
                 GroupEnergy(
                     k,
@@ -163,28 +163,28 @@ def admin_month(
         out.sort(key=lambda g: (-g.energy_kwh, g.key))
         return out
 
-    def idle(sums: Mapping[str, Sums], js: Mapping[str, _JobStats]) -> tuple[IdleWaste, ...]:
-        out = [_idle(k, _totals(v, js.get(k))) for k, v in sums.items() if v["idle_gpu_hours"] > 0]
+    def idle(sums: Mapping[str, Sums], js: Mapping[str, JobStats]) -> tuple[IdleWaste, ...]:
+        out = [idle_waste(k, month_totals(v, js.get(k))) for k, v in sums.items() if v["idle_gpu_hours"] > 0]
         out.sort(key=lambda x: (-x.idle_kwh, -x.idle_gpu_hours, x.key))
         return tuple(out)
 
-    failed = [WasteBreakdown.of(k, _totals(v, labs_js.get(k))) for k, v in labs.items()]
+    failed = [WasteBreakdown.of(k, month_totals(v, labs_js.get(k))) for k, v in labs.items()]
     failed = [w for w in failed if w.wasted_kwh > 0 or w.timeout_kwh > 0]
     failed.sort(key=lambda x: (-x.wasted_kwh, x.key))
     coverage = [
         Coverage(
             k,
-            _kwh(v),
+            sums_kwh(v),
             v["energy_measured_j"] / J_PER_KWH,
             v["energy_estimated_j"] / J_PER_KWH,
-            v["energy_measured_j"] / J_PER_KWH / _kwh(v) if _kwh(v) > 0 else None,
+            v["energy_measured_j"] / J_PER_KWH / sums_kwh(v) if sums_kwh(v) > 0 else None,
             v["energy_est_low_j"] / J_PER_KWH,
             v["energy_est_high_j"] / J_PER_KWH,
         )
         for k, v in parts.items()
     ]
     coverage.sort(key=lambda c: (-c.energy_kwh, c.partition))
-    carbon = _carbon(groups, _whole).get((), [])
+    carbon = carbon_parts(groups, whole_key).get((), [])
     intensity = _intensity(conn, y, month, carbon)
     weeks, no_series = _carbon_week(conn, cfg, [z.zone for z in intensity], month)
     waste_trend, shift_trend = _trends(conn, month, scope, start, watermark, opts.trend_months)
@@ -192,11 +192,11 @@ def admin_month(
         month=month,
         cluster=cluster,
         totals=totals,
-        equivalents=_equivalents(totals),
-        trend=_trend(prev, s, old, span, prev_span, opts.trend_min_days),
+        equivalents=equivalents_of(totals),
+        trend=month_trend(prev, s, old, span, prev_span, opts.trend_min_days),
         by_lab=tuple(table(labs, labs_js)),
         by_partition=tuple(table(parts, parts_js)),
-        by_week=_weeks(month, days, span),
+        by_week=week_points(month, days, span),
         data_days=span,
         util_histogram=_histogram(groups),
         idle_by_user=idle(people, people_js),
@@ -211,11 +211,11 @@ def admin_month(
         else before_after(
             conn, first_report, month, window_days=window_days, cluster_id=cid, watermark=watermark
         ),
-        basis=_basis(cfg, s, carbon, js_all, watermark, month),
-        models=_model_uses(conn, y, month).get("", ()),
+        basis=month_basis(cfg, s, carbon, js_all, watermark, month),
+        models=model_uses(conn, y, month).get("", ()),
         advice=_site_levers(
-            _job_facts(conn, cfg, month, cluster, None),
-            {k: _kwh(v) for k, v in people.items()},
+            month_job_facts(conn, cfg, month, cluster, None),
+            {k: sums_kwh(v) for k, v in people.items()},
             month,
             cfg,
         ),
@@ -242,7 +242,7 @@ def _study(conn: Connection, cfg: Config, month: Month) -> Any:
         return None
 
 
-def _histogram(groups: Iterable[_Group]) -> UtilHistogram:
+def _histogram(groups: Iterable[JobGroup]) -> UtilHistogram:
     """GPU jobs by energy-weighted utilisation in 10% bins, weighted by their GPU-hours in the month."""
     acc = [[0, 0.0] for _ in range(UTIL_BINS + 1)]
     for g in groups:
@@ -253,7 +253,7 @@ def _histogram(groups: Iterable[_Group]) -> UtilHistogram:
     return UtilHistogram(bins, int(acc[UTIL_BINS][0]), acc[UTIL_BINS][1])
 
 
-def _states(groups: Iterable[_Group]) -> tuple[StateEnergy, ...]:
+def _states(groups: Iterable[JobGroup]) -> tuple[StateEnergy, ...]:
     acc: dict[tuple[str, str | None], list[float]] = {}
     for g in groups:
         # interactive sessions that ended at their time limit ended normally: a row of their own, counted
@@ -283,8 +283,8 @@ def _intensity(
         *used, first == last
     )
     # the others: split by the hours in each day of the month
-    days = union_all(*(select(_f(d0 + i * DAY_S).label("d")) for i in range(n))).subquery("days")
-    ov = greatest(_f(0.0), least(y.c.t0 + y.c.el, days.c.d + DAY_S) - greatest(y.c.t0, days.c.d))
+    days = union_all(*(select(sql_float(d0 + i * DAY_S).label("d")) for i in range(n))).subquery("days")
+    ov = greatest(sql_float(0.0), least(y.c.t0 + y.c.el, days.c.d + DAY_S) - greatest(y.c.t0, days.c.d))
     e = y.c.energy * ov / y.c.el
     more = (
         select(y.c.zone, days.c.d, (e * y.c.g).label("eg"), e.label("e"))
@@ -380,7 +380,7 @@ def _carbon_week(
 def _trends(
     conn: Connection,
     month: Month,
-    scope: _Scope,
+    scope: JobScope,
     start: datetime | None,
     watermark: datetime | None,
     n: int,
@@ -391,19 +391,19 @@ def _trends(
     while len(months) < n:
         months.insert(0, months[0].previous())
     keys = [R.day]
-    rows = _rollups(conn, months[0].start, month.end, keys, scope.rollups())
+    rows = rollup_sums(conn, months[0].start, month.end, keys, scope.rollups())
     acc: dict[datetime, Sums] = {}
     for (d,), v in rows.items():
         m = Month.of(as_utc(d))
-        _add(acc.setdefault(m.start, {}), v)
+        add_sums(acc.setdefault(m.start, {}), v)
     waste, shift = [], []
     for m in months:
         v = acc.get(m.start, {})
-        days = _data_days(m, start, watermark).days
+        days = days_of_data(m, start, watermark).days
         if days == 0:
             continue
         parts = [v.get(f"energy_{o}_j", 0.0) / J_PER_KWH for o in OUTCOMES]
-        waste.append(MonthWaste(m, days, _kwh(v), v.get("idle_gpu_energy_j", 0.0) / J_PER_KWH, *parts))
+        waste.append(MonthWaste(m, days, sums_kwh(v), v.get("idle_gpu_energy_j", 0.0) / J_PER_KWH, *parts))
         kg = [v.get(f"shift_{k}_g", 0.0) / 1000 for k in ("co2", "saved", "pause_saved")]
         if kg[0] > 0:
             shift.append(MonthShift(m, days, *kg))
@@ -497,9 +497,9 @@ def before_after(
     pending = []
     limit = month.end
     if watermark is not None:
-        limit = min(limit, _midnight(watermark))
+        limit = min(limit, utc_midnight(watermark))
     for u, t in sorted(first_report.items()):
-        b1 = _midnight(t)
+        b1 = utc_midnight(t)
         a0 = b1 if b1 == as_utc(t) else b1 + timedelta(days=1)
         if a0 + span > limit:
             pending.append(u)
@@ -513,15 +513,15 @@ def before_after(
         where: list[Any] = [R.user_name.in_(names)] if len(names) <= 5000 else []
         if cluster_id is not None:
             where.append(R.cluster_id == cluster_id)
-        for (u, d), s in _rollups(conn, lo, hi, [R.user_name, R.day], where).items():
+        for (u, d), s in rollup_sums(conn, lo, hi, [R.user_name, R.day], where).items():
             if u in windows:
                 rows[u][as_utc(d)] = s
 
     def side(u: str, a: datetime, b: datetime) -> tuple[WindowUse, Sums]:
-        s = _total(v for d, v in rows.get(u, {}).items() if a <= d < b)
+        s = total_sums(v for d, v in rows.get(u, {}).items() if a <= d < b)
         gh = s["gpu_hours"]
         return WindowUse(
-            a, b, gh, s["idle_gpu_hours"], s["idle_gpu_hours"] / gh if gh > 0 else None, _util(s)
+            a, b, gh, s["idle_gpu_hours"], s["idle_gpu_hours"] / gh if gh > 0 else None, sums_util(s)
         ), s
 
     users, excluded = [], []

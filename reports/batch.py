@@ -269,10 +269,10 @@ def send_month(
         if s not in SECTIONS:
             raise UsageError(f"--only {s!r}: expected one of {', '.join(SECTIONS)}")
     if cluster is not None:  # a typo: refused (exit 2), not a month with nothing to send
-        from cocaq.reports.queries import _cluster_id
+        from cocaq.reports.queries import cluster_id_of
 
         with engine.connect() as conn:
-            _cluster_id(conn, cluster)
+            cluster_id_of(conn, cluster)
     month = Month.of(date(month_start.year, month_start.month, 1))
     sender = _Sender(engine, cfg, transport, force, dry_run, now, clock)
     what = "" if dry_run else sender.transport().describe()
@@ -296,7 +296,7 @@ def send_month(
 
 
 def _month_users(engine: Engine, month: Month, cluster: str | None) -> list[str]:
-    """Users with a job that may have run in the month: `queries._month_jobs`' condition, a little wider
+    """Users with a job that may have run in the month: `queries.month_jobs`' condition, a little wider
     (its share-of-hours test is left to `users_month`). Cheap, so that a re-run with nothing left to
     send never computes the month."""
     from sqlalchemy import or_

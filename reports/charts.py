@@ -328,16 +328,24 @@ def bar_chart(
         if i % label_every == 0 or n <= 12:
             c.text((left + slot * (i + 0.5), bottom + 5), labels[i], 11, fill=MUTED, anchor="ma")
     if line is not None:
-        seg: list[tuple[float, float]] = []
-        for i, lv in enumerate([*line.values, None]):
-            if lv is None:
-                c.line(seg, line.colour, 2)
-                if len(seg) == 1:
-                    c.dot(seg[0][0], seg[0][1], 2.5, line.colour)
-                seg = []
-                continue
-            seg.append((left + slot * (i + 0.5), bottom - span * min(lv, lticks[-1]) / lticks[-1]))
+        _draw_line(c, line, left, slot, bottom, span, lticks[-1])
     return c.png()
+
+
+def _draw_line(
+    c: _Canvas, line: Series, left: float, slot: float, bottom: float, span: float, top: float
+) -> None:
+    """A bar chart's line, a point at the middle of each category's slot on the right-hand axis (0 to
+    `top`, values above it drawn at it); a missing value breaks it, and a point alone is drawn as a dot."""
+    seg: list[tuple[float, float]] = []
+    for i, lv in enumerate([*line.values, None]):
+        if lv is None:
+            c.line(seg, line.colour, 2)
+            if len(seg) == 1:
+                c.dot(seg[0][0], seg[0][1], 2.5, line.colour)
+            seg = []
+            continue
+        seg.append((left + slot * (i + 0.5), bottom - span * min(lv, top) / top))
 
 
 def hbar_chart(

@@ -17,33 +17,33 @@ from cocaq.footprint.advice import largest_per_user
 from cocaq.footprint.jobfacts import JobFacts
 from cocaq.reports.data import LabMonth, LabUser, MemberAdvice, Month, ReportOptions, WasteBreakdown
 from cocaq.reports.queries import (
+    JobScope,
+    JobStats,
     R,
-    _basis,
-    _carbon,
-    _cluster_id,
-    _daily,
-    _data_days,
-    _data_start,
-    _equivalents,
-    _idle,
-    _job_facts,
-    _job_groups,
-    _JobStats,
-    _model_uses,
-    _month_jobs,
-    _rollups,
-    _Scope,
-    _stats,
-    _total,
-    _totals,
-    _trend,
-    _tune,
-    _watermark,
-    _weeks,
-    _whole,
     accounting_gaps,
     advice_context,
+    carbon_parts,
+    cluster_id_of,
+    daily_sums,
+    data_start,
+    days_of_data,
+    equivalents_of,
+    idle_waste,
     interactive_col,
+    job_groups,
+    job_stats,
+    model_uses,
+    month_basis,
+    month_job_facts,
+    month_jobs,
+    month_totals,
+    month_trend,
+    rollup_sums,
+    rollups_watermark,
+    total_sums,
+    tune_postgres,
+    week_points,
+    whole_key,
 )
 
 # --- per lab ------------------------------------------------------------------------------------------
@@ -58,29 +58,29 @@ def lab_month(
     cluster: str | None = None,
 ) -> LabMonth:
     """A lab's (Slurm account's) month: totals and trend, its users, idle waste, models, weeks."""
-    _tune(conn)
+    tune_postgres(conn)
     month = Month.of(month_start)
     prev = month.previous()
-    cid = _cluster_id(conn, cluster)
-    scope = _Scope(account=account, cluster_id=cid)
-    watermark = _watermark(conn)
-    start = _data_start(conn, cid)
-    span, prev_span = _data_days(month, start, watermark), _data_days(prev, start, watermark)
-    by_user = _rollups(conn, month.start, month.end, [R.user_name], scope.rollups())
-    s = _total(by_user.values())
-    old = _total(_rollups(conn, prev.start, prev.end, [], scope.rollups()).values())
-    days = _daily(conn, month, [], scope.rollups()).get((), {})
-    y = _month_jobs(month.start, month.end, scope.jobs(), interactive_col(conn, cfg))
-    groups = _job_groups(conn, y, [y.c.user_name])
-    stats = _stats(groups)
-    js = _JobStats()
+    cid = cluster_id_of(conn, cluster)
+    scope = JobScope(account=account, cluster_id=cid)
+    watermark = rollups_watermark(conn)
+    start = data_start(conn, cid)
+    span, prev_span = days_of_data(month, start, watermark), days_of_data(prev, start, watermark)
+    by_user = rollup_sums(conn, month.start, month.end, [R.user_name], scope.rollups())
+    s = total_sums(by_user.values())
+    old = total_sums(rollup_sums(conn, prev.start, prev.end, [], scope.rollups()).values())
+    days = daily_sums(conn, month, [], scope.rollups()).get((), {})
+    y = month_jobs(month.start, month.end, scope.jobs(), interactive_col(conn, cfg))
+    groups = job_groups(conn, y, [y.c.user_name])
+    stats = job_stats(groups)
+    js = JobStats()
     for v in stats.values():
         js.add(v)
-    totals = _totals(s, js)
+    totals = month_totals(s, js)
     users = []
     idle = []
     for (u,), us in by_user.items():
-        t = _totals(us, stats.get((u,)))
+        t = month_totals(us, stats.get((u,)))
         users.append(
             LabUser(
                 u,
@@ -96,7 +96,7 @@ def lab_month(
             )
         )
         if t.idle_gpu_hours > 0:
-            idle.append(_idle(u, t))
+            idle.append(idle_waste(u, t))
     users.sort(key=lambda x: (-x.energy_kwh, x.user))
     idle.sort(key=lambda x: (-x.idle_kwh, -x.idle_gpu_hours, x.key))
     return LabMonth(
@@ -104,21 +104,21 @@ def lab_month(
         month=month,
         cluster=cluster,
         totals=totals,
-        equivalents=_equivalents(totals),
-        trend=_trend(prev, s, old, span, prev_span, ReportOptions().trend_min_days),
+        equivalents=equivalents_of(totals),
+        trend=month_trend(prev, s, old, span, prev_span, ReportOptions().trend_min_days),
         users=tuple(users),
         idle_by_user=tuple(idle),
-        models=_model_uses(conn, y, month).get("", ()),
-        weekly=_weeks(month, days, span),
+        models=model_uses(conn, y, month).get("", ()),
+        weekly=week_points(month, days, span),
         data_days=span,
         gaps=accounting_gaps(conn, month, cid, account),
         advice=_members_advice(
-            _job_facts(conn, cfg, month, cluster, None, account=account),
+            month_job_facts(conn, cfg, month, cluster, None, account=account),
             {u.user: u.energy_kwh for u in users},
             month,
             cfg,
         ),
-        basis=_basis(cfg, s, _carbon(groups, _whole).get((), []), js, watermark, month),
+        basis=month_basis(cfg, s, carbon_parts(groups, whole_key).get((), []), js, watermark, month),
     )
 
 

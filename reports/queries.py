@@ -2,9 +2,9 @@
 groups, and the blocks built of them (totals, trend, basis, series, models, the ledger's per-job facts).
 
 The builders of each kind (`reports.user_report`, `lab_report`, `admin_report`) are made of these, so a
-figure that two reports both show is computed by the same code. The names keep their leading underscore:
-they are the builders' internals, not an interface for the rest of cocaq. Where each figure comes from,
-and why:
+figure that two reports both show is computed by the same code. Its public names are the interface
+those builders share (the rest of cocaq reads cocaq.footprint instead). Where each figure comes from, and
+why:
 
 * Totals, trends, daily and weekly series, per-user/lab/partition tables and rankings come from
   `daily_rollups`. A rollup row holds a UTC day's share of every job that ran in it (pro rata to its
@@ -114,12 +114,13 @@ Sums = dict[str, float]
 # --- SQL spellings that differ by dialect: cocaq.db.sqlfuncs ------------------------------------------------
 
 
-def _f(x: float) -> Any:
+def sql_float(x: float) -> Any:
+    """A float as a bound SQL literal typed Float, so that the arithmetic around it stays floating point."""
     return literal(x, Float)
 
 
 @dataclass
-class _Scope:
+class JobScope:
     """Which jobs: a user or users, a lab, a cluster (None: all)."""
 
     users: Sequence[str] | None = None
@@ -147,7 +148,7 @@ class _Scope:
         return out
 
 
-def _tune(conn: Connection) -> None:
+def tune_postgres(conn: Connection) -> None:
     """PostgreSQL, for this transaction: no JIT (these scans of a month are costed high enough to be
     compiled, and compiling them takes longer than running them), and work_mem for grouping a month's
     jobs in memory rather than sorting them on disk. (In autocommit mode: a warning, no effect.)"""
@@ -155,7 +156,8 @@ def _tune(conn: Connection) -> None:
         conn.exec_driver_sql(f"SET LOCAL jit = off; SET LOCAL work_mem = '{WORK_MEM}'")
 
 
-def _cluster_id(conn: Connection, name: str | None) -> int | None:
+def cluster_id_of(conn: Connection, name: str | None) -> int | None:
+    """The id of the cluster named `name` (None: all clusters); a name not in the database is refused."""
     if name is None:
         return None
     cid = conn.execute(select(CL.id).where(CL.name == name)).scalar()
@@ -164,15 +166,17 @@ def _cluster_id(conn: Connection, name: str | None) -> int | None:
     return int(cid)
 
 
-def _cluster_names(conn: Connection) -> dict[int, str]:
+def cluster_names(conn: Connection) -> dict[int, str]:
+    """Cluster id -> name, for the reports that list jobs of several clusters."""
     return {int(i): str(n) for i, n in conn.execute(select(CL.id, CL.name))}
 
 
-def _watermark(conn: Connection) -> datetime | None:
+def rollups_watermark(conn: Connection) -> datetime | None:
+    """How far the aggregator has rolled the jobs up (None: never): where `Basis.complete` starts from."""
     return as_utc(conn.execute(select(AS.watermark).where(AS.name == "jobs")).scalar())
 
 
-def _rollups(
+def rollup_sums(
     conn: Connection,
     lo: datetime,
     hi: datetime,
@@ -192,38 +196,42 @@ def _rollups(
     return out
 
 
-def _add(into: Sums, s: Mapping[str, float]) -> Sums:
+def add_sums(into: Sums, s: Mapping[str, float]) -> Sums:
+    """Add the sums `s` into `into`, key by key (missing keys count as 0), and return `into`."""
     for k, v in s.items():
         into[k] = into.get(k, 0.0) + v
     return into
 
 
-def _total(rows: Iterable[Mapping[str, float]]) -> Sums:
+def total_sums(rows: Iterable[Mapping[str, float]]) -> Sums:
+    """The sum of several rollup sums, every SUMS key present (0.0 where none had it)."""
     out: Sums = dict.fromkeys(SUMS, 0.0)
     for s in rows:
-        _add(out, s)
+        add_sums(out, s)
     return out
 
 
-def _util(s: Mapping[str, float]) -> float | None:
+def sums_util(s: Mapping[str, float]) -> float | None:
+    """The energy-weighted GPU utilisation (%) of rollup sums; None where no GPU energy has a utilisation."""
     e = s.get("gpu_util_energy_j", 0.0)
     return s.get("gpu_util_weighted", 0.0) / e if e > 0 else None
 
 
-def _kwh(s: Mapping[str, float]) -> float:
+def sums_kwh(s: Mapping[str, float]) -> float:
+    """The IT energy of rollup sums in kWh: measured plus estimated, before PUE."""
     return (s.get("energy_measured_j", 0.0) + s.get("energy_estimated_j", 0.0)) / J_PER_KWH
 
 
 def interactive_col(conn: Connection, cfg: Config) -> Any:
     """SQL: the job (of `jobs`) is an interactive session (cocaq.accounting.sessions), whose time limit
-    puts none of its energy in the ledger's possibly lost part: `_month_jobs`' `inter`."""
+    puts none of its energy in the ledger's possibly lost part: `month_jobs`' `inter`."""
     sql = Sessions.of(cfg.advice).sql(
         "jobs.name", "jobs.partition", "jobs.qos", "jobs.batch_step", conn.dialect.name
     )
     return literal_column(sql)
 
 
-def _month_jobs(lo: datetime, hi: datetime, where: list[Any], inter: Any) -> Any:
+def month_jobs(lo: datetime, hi: datetime, where: list[Any], inter: Any) -> Any:
     """The jobs that ran in [lo, hi) with job_metrics, and `f`: the share of each inside it; `inter`
     (interactive_col) says which are interactive sessions.
 
@@ -268,14 +276,15 @@ def _month_jobs(lo: datetime, hi: datetime, where: list[Any], inter: Any) -> Any
             func.coalesce(M.idle_gpu_s, 0.0).label("idle_s"),
             # the ledger's idle GPU energy: at most the job's energy (cocaq.accounting.ledger.waste)
             greatest(
-                _f(0.0),
+                sql_float(0.0),
                 least(
-                    func.coalesce(M.idle_gpu_energy_j, 0.0), greatest(func.coalesce(J.energy_j, 0.0), _f(0.0))
+                    func.coalesce(M.idle_gpu_energy_j, 0.0),
+                    greatest(func.coalesce(J.energy_j, 0.0), sql_float(0.0)),
                 ),
             ).label("idle_j"),
             func.coalesce(M.co2_embodied_g, 0.0).label("embodied"),
             _epoch_s(J.start_time).label("t0"),
-            greatest(func.coalesce(J.elapsed_s, 0.0), _f(0.0)).label("el"),
+            greatest(func.coalesce(J.elapsed_s, 0.0), sql_float(0.0)).label("el"),
             case((inter, 1), else_=0).label("inter"),
         )
         .select_from(JOBS.outerjoin(METRICS, M.job_pk == J.id))
@@ -291,7 +300,7 @@ def _month_jobs(lo: datetime, hi: datetime, where: list[Any], inter: Any) -> Any
 
 
 @dataclass
-class _JobStats:
+class JobStats:
     """Distinct jobs by how they ended, and the CO2 of the ledger's parts (cocaq.accounting.ledger), per
     key."""
 
@@ -302,7 +311,7 @@ class _JobStats:
     pue_max: float | None = None
     facility_j: float = 0.0  # energy x each job's PUE (the month's share): the energy with cooling
 
-    def add(self, o: _JobStats) -> None:
+    def add(self, o: JobStats) -> None:
         self.jobs += o.jobs
         self.facility_j += o.facility_j
         for k, n in o.counts.items():
@@ -317,14 +326,15 @@ class _JobStats:
 
 
 def _opt(fn: Any, a: float | None, b: float | None) -> float | None:
+    """fn(a, b) where both are known, else the known one (None where neither is)."""
     if a is None:
         return b
     return a if b is None else float(fn(a, b))
 
 
 @dataclass
-class _Group:
-    """The month's jobs of one key, state and carbon basis: one row of `_job_groups`."""
+class JobGroup:
+    """The month's jobs of one key, state and carbon basis: one row of `job_groups`."""
 
     key: tuple[Any, ...]
     st: str
@@ -349,7 +359,7 @@ class _Group:
 UTIL_BINS = 10  # 10% wide; index UTIL_BINS counts GPU jobs without samples
 
 
-def _job_groups(conn: Connection, y: Any, keys: Sequence[Any], *, bins: bool = False) -> list[_Group]:
+def job_groups(conn: Connection, y: Any, keys: Sequence[Any], *, bins: bool = False) -> list[JobGroup]:
     """One pass over the month's jobs, grouped by `keys`, state and carbon basis (a few rows per key).
 
     Everything the reports take from jobs rather than rollups folds out of it: distinct jobs by state,
@@ -387,9 +397,9 @@ def _job_groups(conn: Connection, y: Any, keys: Sequence[Any], *, bins: bool = F
         func.sum(e),
         func.sum(c.co2 * c.f),
         func.sum(e * func.coalesce(c.g, 0.0)),
-        func.sum(case((c.g.is_not(None), e), else_=_f(0.0))),
+        func.sum(case((c.g.is_not(None), e), else_=sql_float(0.0))),
         func.sum(c.idle_j * c.f),
-        func.sum(case((c.energy > 0, c.idle_j * c.f * c.co2 / c.energy), else_=_f(0.0))),
+        func.sum(case((c.energy > 0, c.idle_j * c.f * c.co2 / c.energy), else_=sql_float(0.0))),
         func.min(c.pue),
         func.max(c.pue),
         func.sum(e * c.pue),
@@ -403,7 +413,7 @@ def _job_groups(conn: Connection, y: Any, keys: Sequence[Any], *, bins: bool = F
     out = []
     for r in conn.execute(q).all():
         out.append(
-            _Group(
+            JobGroup(
                 tuple(r[:n]),
                 r[m] or "",
                 r[m + 1],
@@ -416,8 +426,8 @@ def _job_groups(conn: Connection, y: Any, keys: Sequence[Any], *, bins: bool = F
                 float(r[m + 8] or 0.0),
                 float(r[m + 9] or 0.0),
                 float(r[m + 10] or 0.0),
-                _num(r[m + 11]),
-                _num(r[m + 12]),
+                opt_float(r[m + 11]),
+                opt_float(r[m + 12]),
                 float(r[m + 13] or 0.0),
                 int(r[n]) if bins else None,
                 float(r[m + 14] or 0.0) if bins else 0.0,
@@ -428,26 +438,29 @@ def _job_groups(conn: Connection, y: Any, keys: Sequence[Any], *, bins: bool = F
 
 
 def _same(key: tuple[Any, ...]) -> Any:
+    """The default fold of `job_stats` and `carbon_parts`: each key stays its own."""
     return key
 
 
-def _stats(groups: Iterable[_Group], fold: Callable[[tuple[Any, ...]], Any] = _same) -> dict[Any, _JobStats]:
+def job_stats(
+    groups: Iterable[JobGroup], fold: Callable[[tuple[Any, ...]], Any] = _same
+) -> dict[Any, JobStats]:
     """Per key (or per fold(key)): distinct jobs by how they ended, the CO2 of the ledger's parts (idle
     GPUs; the rest of a job that ended badly under its outcome), PUE."""
-    out: dict[Any, _JobStats] = defaultdict(_JobStats)
+    out: dict[Any, JobStats] = defaultdict(JobStats)
     for g in groups:
         o = counts_as(OUTCOME.get(g.st), g.interactive)
         co2 = {"idle": g.idle_co2_g}
         if o is not None:
             co2[o] = g.co2_g - g.idle_co2_g
         out[fold(g.key)].add(
-            _JobStats(g.jobs, {o: g.jobs} if o is not None else {}, co2, g.pue_min, g.pue_max, g.facility_j)
+            JobStats(g.jobs, {o: g.jobs} if o is not None else {}, co2, g.pue_min, g.pue_max, g.facility_j)
         )
     return out
 
 
-def _carbon(
-    groups: Iterable[_Group], fold: Callable[[tuple[Any, ...]], Any] = _same
+def carbon_parts(
+    groups: Iterable[JobGroup], fold: Callable[[tuple[Any, ...]], Any] = _same
 ) -> dict[Any, list[tuple[Any, ...]]]:
     """Per key (or fold(key)): (zone, source, flag, energy J, CO2 g, energy x intensity, energy with a
     known intensity)."""
@@ -461,22 +474,26 @@ def _carbon(
     return {k: [(*zsf, *v) for zsf, v in d.items()] for k, d in acc.items()}
 
 
-def _whole(key: tuple[Any, ...]) -> Any:
+def whole_key(key: tuple[Any, ...]) -> Any:
+    """A fold of `job_stats` and `carbon_parts` that puts every key into one: the whole scope."""
     return ()
 
 
-def _num(v: Any) -> float | None:
+def opt_float(v: Any) -> float | None:
+    """A number from the database as a float, None kept as None (a NULL is "not known", not 0)."""
     return None if v is None else float(v)
 
 
-def _basis(
+def month_basis(
     cfg: Config,
     s: Mapping[str, float],
     carbon: Sequence[tuple[Any, ...]],
-    js: _JobStats | None,
+    js: JobStats | None,
     watermark: datetime | None,
     month: Month,
 ) -> Basis:
+    """What the month's figures rest on (`Basis`): the measured share, the carbon intensity used per zone and
+    source (largest energy first), the PUE range and how fresh the rollups are."""
     total_e = sum(float(c[3] or 0.0) for c in carbon)
     parts = []
     for zone, source, flag, e, co2, eg, e_known in carbon:
@@ -493,7 +510,7 @@ def _basis(
             )
         )
     parts.sort(key=lambda p: (-p.energy_kwh, p.zone or "", p.source or "", p.flag or ""))
-    e = _kwh(s)
+    e = sums_kwh(s)
     return Basis(
         measured_share=(s.get("energy_measured_j", 0.0) / J_PER_KWH / e) if e > 0 else None,
         carbon=tuple(parts),
@@ -505,11 +522,13 @@ def _basis(
     )
 
 
-def _totals(s: Mapping[str, float], js: _JobStats | None) -> MonthTotals:
-    js = js or _JobStats()
+def month_totals(s: Mapping[str, float], js: JobStats | None) -> MonthTotals:
+    """The month's totals (`MonthTotals`) from its rollup sums `s` and its jobs' stats `js` (None: no jobs):
+    energy, CO2, hours, the ledger's parts with their CO2, and the when-to-run savings."""
+    js = js or JobStats()
     g = {k: float(s.get(k, 0.0)) for k in SUMS}
     return MonthTotals(
-        energy_kwh=_kwh(g),
+        energy_kwh=sums_kwh(g),
         energy_kwh_with_pue=js.facility_j / J_PER_KWH,
         co2_kg=g["co2_g"] / 1000,
         co2_embodied_kg=g["co2_embodied_g"] / 1000,
@@ -520,7 +539,7 @@ def _totals(s: Mapping[str, float], js: _JobStats | None) -> MonthTotals:
         jobs_cancelled=js.count("cancelled"),
         jobs_timeout=js.count("timeout"),
         jobs_oom=js.count("oom"),
-        gpu_util_pct=_util(g),
+        gpu_util_pct=sums_util(g),
         idle_gpu_hours=g["idle_gpu_hours"],
         idle_gpu_kwh=g["idle_gpu_energy_j"] / J_PER_KWH,
         idle_co2_kg=js.co2_g.get("idle", 0.0) / 1000,
@@ -546,12 +565,13 @@ def _totals(s: Mapping[str, float], js: _JobStats | None) -> MonthTotals:
     )
 
 
-def _equivalents(t: MonthTotals) -> Equivalents:
+def equivalents_of(t: MonthTotals) -> Equivalents:
+    """The month's CO2 in everyday terms (km by car, phone charges), from cocaq.footprint.totals."""
     eq = equivalents(t.co2_kg)
     return Equivalents(car_km=float(eq["car_km"]), smartphone_charges=float(eq["smartphone_charges"]))
 
 
-def _data_start(conn: Connection, cluster_id: int | None) -> datetime | None:
+def data_start(conn: Connection, cluster_id: int | None) -> datetime | None:
     """The first day the rollups hold anything (on the cluster): where the data starts."""
     q = select(func.min(R.day))
     if cluster_id is not None:
@@ -559,22 +579,25 @@ def _data_start(conn: Connection, cluster_id: int | None) -> datetime | None:
     return as_utc(conn.execute(q).scalar())
 
 
-def _data_days(month: Month, start: datetime | None, watermark: datetime | None) -> DataDays:
+def days_of_data(month: Month, start: datetime | None, watermark: datetime | None) -> DataDays:
+    """Which days of the month the data covers: from the rollups' first day (`start`) to the aggregator's
+    watermark, clipped to the month; a trend compares per day of data."""
     n = len(month.days())
     if start is None or watermark is None:
         return DataDays(None, None, 0, n)
-    lo = max(_midnight(start), month.start)
-    hi = min(_midnight(watermark), month.end)
+    lo = max(utc_midnight(start), month.start)
+    hi = min(utc_midnight(watermark), month.end)
     if hi <= lo:
         return DataDays(None, None, 0, n)
     return DataDays(lo.date(), hi.date(), (hi - lo).days, n)
 
 
 def _day_label(d: date) -> str:
+    """ "5 Mar": a day as a trend note names it."""
     return f"{d.day} {d:%b}"
 
 
-def _trend(
+def month_trend(
     prev: Month,
     cur: Mapping[str, float],
     old: Mapping[str, float],
@@ -608,14 +631,14 @@ def _trend(
     note = f"Compared per day of data{': ' + ' and '.join(partial) if partial else ''}."
     return Trend(
         previous_month=prev,
-        energy_kwh=Change.of(rate(_kwh(cur), days), rate(_kwh(old), prev_days)),
+        energy_kwh=Change.of(rate(sums_kwh(cur), days), rate(sums_kwh(old), prev_days)),
         co2_kg=Change.of(
             rate(cur.get("co2_g", 0.0) / 1000, days), rate(old.get("co2_g", 0.0) / 1000, prev_days)
         ),
         gpu_hours=Change.of(
             rate(cur.get("gpu_hours", 0.0), days), rate(old.get("gpu_hours", 0.0), prev_days)
         ),
-        gpu_util_pct=Change.of(_util(cur), _util(old)),
+        gpu_util_pct=Change.of(sums_util(cur), sums_util(old)),
         days=days.days,
         previous_days=prev_days.days,
         comparable=True,
@@ -623,35 +646,43 @@ def _trend(
     )
 
 
-def _daily(
+def daily_sums(
     conn: Connection, month: Month, keys: Sequence[Any], where: list[Any]
 ) -> dict[Any, dict[date, Sums]]:
     """Per key, per day of the month: the rollups' sums that the series show (DAY_SUMS)."""
-    rows = _rollups(conn, month.start, month.end, [*keys, R.day], where, DAY_SUMS)
+    rows = rollup_sums(conn, month.start, month.end, [*keys, R.day], where, DAY_SUMS)
     out: dict[Any, dict[date, Sums]] = defaultdict(dict)
     for k, s in rows.items():
-        _add(out[k[:-1]].setdefault(as_utc(k[-1]).date(), {}), s)
+        add_sums(out[k[:-1]].setdefault(as_utc(k[-1]).date(), {}), s)
     return out
 
 
-def _day_points(month: Month, days: Mapping[date, Sums], span: DataDays) -> tuple[DayPoint, ...]:
+def day_points(month: Month, days: Mapping[date, Sums], span: DataDays) -> tuple[DayPoint, ...]:
+    """The month's days, each as a `DayPoint` of the daily series (a day without rollups reads as 0)."""
     out = []
     for d in month.days():
         s = days.get(d, {})
         out.append(
-            DayPoint(d, _kwh(s), s.get("co2_g", 0.0) / 1000, s.get("gpu_hours", 0.0), _util(s), span.holds(d))
+            DayPoint(
+                d,
+                sums_kwh(s),
+                s.get("co2_g", 0.0) / 1000,
+                s.get("gpu_hours", 0.0),
+                sums_util(s),
+                span.holds(d),
+            )
         )
     return tuple(out)
 
 
-def _weeks(month: Month, days: Mapping[date, Sums], span: DataDays) -> tuple[WeekPoint, ...]:
+def week_points(month: Month, days: Mapping[date, Sums], span: DataDays) -> tuple[WeekPoint, ...]:
     """ISO weeks (Monday to Sunday), clipped to the month; each says how many of its days have data."""
     acc: dict[tuple[int, int], tuple[list[date], Sums]] = {}
     for d in month.days():
         iso = d.isocalendar()
         ds, s = acc.setdefault((iso[0], iso[1]), ([], dict.fromkeys(DAY_SUMS, 0.0)))
         ds.append(d)
-        _add(s, days.get(d, {}))
+        add_sums(s, days.get(d, {}))
     return tuple(
         WeekPoint(
             y,
@@ -659,17 +690,17 @@ def _weeks(month: Month, days: Mapping[date, Sums], span: DataDays) -> tuple[Wee
             ds[0],
             ds[-1],
             len(ds),
-            _kwh(s),
+            sums_kwh(s),
             s["co2_g"] / 1000,
             s["gpu_hours"],
-            _util(s),
+            sums_util(s),
             sum(1 for d in ds if span.holds(d)),
         )
         for (y, w), (ds, s) in sorted(acc.items())
     )
 
 
-def _job_facts(
+def month_job_facts(
     conn: Connection,
     cfg: Config,
     month: Month,
@@ -697,12 +728,13 @@ def advice_context(month: Month, cfg: Config) -> Context:
     return site_context(cfg, month.start, month.end, period=f"in {month.start:%B}")
 
 
-def _idle(key: str, t: MonthTotals) -> IdleWaste:
+def idle_waste(key: str, t: MonthTotals) -> IdleWaste:
+    """The idle-GPU line (`IdleWaste`) of one user or lab (`key`) from its totals."""
     share = t.idle_gpu_hours / t.gpu_hours if t.gpu_hours > 0 else None
     return IdleWaste(key, t.gpu_hours, t.idle_gpu_hours, share, t.idle_gpu_kwh, t.idle_co2_kg)
 
 
-def _model_uses(
+def model_uses(
     conn: Connection, y: Any, month: Month, *, by_user: bool = False
 ) -> dict[str, tuple[ModelUse, ...]]:
     """Energy, CO2 and GPU-hours per (model, framework) of the runs in `y` with model metadata that
@@ -747,7 +779,8 @@ def _model_uses(
     }
 
 
-def _midnight(t: datetime) -> datetime:
+def utc_midnight(t: datetime) -> datetime:
+    """The UTC midnight that starts the day `t` is in (the rollups' days are UTC days)."""
     return as_utc(t).astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 

@@ -27,6 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import cocaq.reports.charts as ch
 from cocaq.config import Config
 from cocaq.footprint.advice_words import co2_amount, intensity, lower_first, of_member
 from cocaq.footprint.words import DRAWN_WORDS, NAME_MODEL_TIP, UNNAMED, cooling_words, model_words
@@ -238,8 +239,6 @@ class _Charts:
 
 def render_user_month(m: UserMonth, suggestions: Sequence[Suggestion], cfg: Config) -> Rendered:
     """A user's monthly e-mail: what their jobs used and emitted, where energy went to waste, what to try."""
-    import cocaq.reports.charts as ch
-
     names = _month_names(m)
     t = m.totals
     charts = _Charts()
@@ -291,8 +290,6 @@ def render_user_month(m: UserMonth, suggestions: Sequence[Suggestion], cfg: Conf
 
 def render_lab_month(m: LabMonth, cfg: Config) -> Rendered:
     """A lab's monthly e-mail for its head: totals and trend, its users, idle waste, models, weeks."""
-    import cocaq.reports.charts as ch
-
     names = _month_names(m)
     charts = _Charts()
     if m.totals.energy_kwh > 0 or m.totals.jobs:
@@ -365,61 +362,118 @@ def _any(values: Sequence[float | None]) -> bool:
     return any(v is not None for v in values)
 
 
-def admin_charts(m: AdminMonth) -> list[tuple[str, str, bytes]]:
+# (Content-ID, title, PNG): one static chart of the admin e-mail
+Chart = tuple[str, str, bytes]
+
+
+def admin_charts(m: AdminMonth) -> list[Chart]:
     """The admin e-mail's static charts: (Content-ID, title, PNG), only those with something to show."""
-    import cocaq.reports.charts as ch
+    charts = [
+        _labs_chart(m),
+        _partitions_chart(m),
+        _weeks_chart(m),
+        _util_chart(m),
+        _idle_chart(m),
+        _intensity_chart(m),
+        *(_carbon_week_chart(k, zw) for k, zw in enumerate(m.carbon_week[:6])),
+        _shift_chart(m),
+        _models_chart(m),
+        _waste_trend_chart(m),
+        _before_after_chart(m),
+    ]
+    return [c for c in charts if c is not None]
 
-    out: list[tuple[str, str, bytes]] = []
-    month_name = f"{m.month.start:%B %Y}"
-    measured, estimated = ch.COLOURS["measured"], ch.COLOURS["estimated"]
 
-    def add(cid: str, title: str, draw: Callable[[str], bytes]) -> None:
-        out.append((cid, title, draw(title)))
+def _month_labels(months: Sequence[Any]) -> list[str]:
+    """ "Mar", or "Mar*" for a month the data covers in part: the month-by-month charts' categories."""
+    return [f"{w.month.start:%b}" + ("*" if w.data_days < len(w.month.days()) else "") for w in months]
 
+
+def _labs_chart(m: AdminMonth) -> Chart | None:
+    """Energy by lab (the 12 largest), measured and estimated."""
     labs = list(m.by_lab[:12])
-    if labs:
-        more = f" · top 12 of {len(m.by_lab)} labs" if len(m.by_lab) > 12 else ""
-        lab_measured = [g.energy_kwh * (g.measured_share or 0.0) for g in labs]
-        lab_estimated = [g.energy_kwh - x for g, x in zip(labs, lab_measured, strict=True)]
-        add("labs", "Energy by lab", lambda title: ch.hbar_chart(
+    if not labs:
+        return None
+    more = f" · top 12 of {len(m.by_lab)} labs" if len(m.by_lab) > 12 else ""
+    lab_measured = [g.energy_kwh * (g.measured_share or 0.0) for g in labs]
+    lab_estimated = [g.energy_kwh - x for g, x in zip(labs, lab_measured, strict=True)]
+    title = "Energy by lab"
+    return (
+        "labs",
+        title,
+        ch.hbar_chart(
             title,
             [g.key or "(no account)" for g in labs],
-            [ch.Series("measured", lab_measured, measured),
-             ch.Series("estimated", lab_estimated, estimated)],
+            [
+                ch.Series("measured", lab_measured, ch.COLOURS["measured"]),
+                ch.Series("estimated", lab_estimated, ch.COLOURS["estimated"]),
+            ],
             unit="kWh",
             subtitle="IT energy before PUE" + more,
             value_labels=lambda i: kwh(labs[i].energy_kwh),
-        ))  # fmt: skip
+        ),
+    )
+
+
+def _partitions_chart(m: AdminMonth) -> Chart | None:
+    """Energy by partition (the 12 largest), measured and estimated, with the share measured."""
     cov = list(m.coverage[:12])
-    if cov:
-        add("partitions", "Energy by partition", lambda title: ch.hbar_chart(
+    if not cov:
+        return None
+    title = "Energy by partition"
+    return (
+        "partitions",
+        title,
+        ch.hbar_chart(
             title,
             [c.partition or "(none)" for c in cov],
-            [ch.Series("measured", [c.measured_kwh for c in cov], measured),
-             ch.Series("estimated", [c.estimated_kwh for c in cov], estimated)],
+            [
+                ch.Series("measured", [c.measured_kwh for c in cov], ch.COLOURS["measured"]),
+                ch.Series("estimated", [c.estimated_kwh for c in cov], ch.COLOURS["estimated"]),
+            ],
             unit="kWh",
             subtitle="measured and estimated, IT energy before PUE; after each bar: the share measured",
             value_labels=lambda i: f"{kwh(cov[i].energy_kwh)} · {share(cov[i].measured_share)}",
-        ))  # fmt: skip
+        ),
+    )
+
+
+def _weeks_chart(m: AdminMonth) -> Chart | None:
+    """Energy per ISO week, with the GPU utilisation as a line where it is known."""
     weeks = list(m.by_week)
-    if weeks:
-        util = [w.gpu_util_pct for w in weeks]
-        add("weeks", "Energy per week", lambda title: ch.bar_chart(
+    if not weeks:
+        return None
+    util = [w.gpu_util_pct for w in weeks]
+    title = "Energy per week"
+    return (
+        "weeks",
+        title,
+        ch.bar_chart(
             title,
             [day(w.first) + ("*" if w.partial else "") for w in weeks],
             [ch.Series("energy", [w.energy_kwh for w in weeks], ch.COLOURS["energy"])],
             unit="kWh",
-            subtitle=f"ISO weeks (from Monday) within {month_name}, IT energy before PUE"
+            subtitle=f"ISO weeks (from Monday) within {m.month.start:%B %Y}, IT energy before PUE"
             + ("; * fewer than 7 days of data" if any(w.partial for w in weeks) else ""),
             line=ch.Series("GPU utilisation", util, ch.COLOURS["util"]) if _any(util) else None,
             line_unit="% GPU utilisation",
             line_max=100.0,
             value_labels=num,
-        ))  # fmt: skip
+        ),
+    )
+
+
+def _util_chart(m: AdminMonth) -> Chart | None:
+    """The GPU-hours of GPU jobs by their energy-weighted utilisation, in bins of 10%."""
     h = m.util_histogram
-    if any(b.gpu_hours > 0 for b in h.bins) or h.unsampled_gpu_hours > 0:
-        unsampled = f"; {hours(h.unsampled_gpu_hours)} without samples not shown" if h.unsampled_jobs else ""
-        add("util", "GPU utilisation of GPU jobs", lambda title: ch.bar_chart(
+    if not (any(b.gpu_hours > 0 for b in h.bins) or h.unsampled_gpu_hours > 0):
+        return None
+    unsampled = f"; {hours(h.unsampled_gpu_hours)} without samples not shown" if h.unsampled_jobs else ""
+    title = "GPU utilisation of GPU jobs"
+    return (
+        "util",
+        title,
+        ch.bar_chart(
             title,
             [f"{b.lo:.0f}%" for b in h.bins],
             [ch.Series("GPU-hours", [b.gpu_hours for b in h.bins], ch.COLOURS["energy"])],
@@ -427,39 +481,66 @@ def admin_charts(m: AdminMonth) -> list[tuple[str, str, bytes]]:
             subtitle="GPU-hours by the job's energy-weighted utilisation, in bins of 10% from the value shown"
             + unsampled,
             empty="no GPU samples this month",
-        ))  # fmt: skip
+        ),
+    )
+
+
+def _idle_chart(m: AdminMonth) -> Chart | None:
+    """The users whose allocated GPUs drew the most energy idle (the 10 first)."""
     idle = list(m.idle_by_user[:10])
-    if idle:
-        threshold = pct(m.basis.idle_threshold_pct)
-        add("idle", "Idle allocated GPUs: top users", lambda title: ch.hbar_chart(
+    if not idle:
+        return None
+    threshold = pct(m.basis.idle_threshold_pct)
+    title = "Idle allocated GPUs: top users"
+    return (
+        "idle",
+        title,
+        ch.hbar_chart(
             title,
             [w.key for w in idle],
             [ch.Series("idle energy", [w.idle_kwh for w in idle], ch.COLOURS["idle"])],
             unit="kWh drawn by idle GPUs",
             subtitle=f"GPUs under {threshold} utilisation; after each bar: share of the user's GPU-hours",
             value_labels=lambda i: f"{kwh(idle[i].idle_kwh)} · {share(idle[i].idle_share)}",
-        ))  # fmt: skip
+        ),
+    )
+
+
+def _intensity_chart(m: AdminMonth) -> Chart | None:
+    """The carbon intensity used per UTC day of the month, a line per zone (6 at most)."""
     zones = [z for z in m.intensity if z.daily][:6]
-    if zones:
-        days = m.month.days()
-        series = []
-        for k, z in enumerate(zones):
-            by_day = {d.day: d.g_per_kwh for d in z.daily}
-            series.append(ch.Series(zone_name(z.zone), [by_day.get(d) for d in days], ch.CYCLE[k]))
-        add("intensity", "Carbon intensity used", lambda title: ch.line_chart(
+    if not zones:
+        return None
+    days = m.month.days()
+    series = []
+    for k, z in enumerate(zones):
+        by_day = {d.day: d.g_per_kwh for d in z.daily}
+        series.append(ch.Series(zone_name(z.zone), [by_day.get(d) for d in days], ch.CYCLE[k]))
+    title = "Carbon intensity used"
+    return (
+        "intensity",
+        title,
+        ch.line_chart(
             title,
             [str(d.day) for d in days],
             series,
             unit="g CO2e/kWh",
             subtitle="per UTC day, weighted by the energy of the jobs that ran",
             label_every=7,
-        ))  # fmt: skip
+        ),
+    )
 
-    def week(zw: ZoneWeek) -> Callable[[str], bytes]:
-        grid: list[list[float | None]] = [[None] * 24 for _ in range(7)]
-        for cell in zw.cells:
-            grid[cell.weekday][cell.hour] = cell.g_per_kwh
-        return lambda title: ch.heatmap_chart(
+
+def _carbon_week_chart(k: int, zw: ZoneWeek) -> Chart:
+    """A zone's month as a heatmap of weekday by UTC hour, coloured by the mean intensity."""
+    grid: list[list[float | None]] = [[None] * 24 for _ in range(7)]
+    for cell in zw.cells:
+        grid[cell.weekday][cell.hour] = cell.g_per_kwh
+    title = f"Carbon intensity of {short(zw.zone, 28)} by hour"
+    return (
+        f"carbon_week_{k}",
+        title,
+        ch.heatmap_chart(
             title,
             ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
             [f"{h:02d}" for h in range(24)],
@@ -468,79 +549,125 @@ def admin_charts(m: AdminMonth) -> list[tuple[str, str, bytes]]:
             subtitle=f"{zw.basis} series, mean per weekday and UTC hour over {zw.hours} of the month's "
             f"{zw.month_hours} hours; green: cleaner, grey: no data",
             label_every=3,
-        )
+        ),
+    )
 
-    for k, zw in enumerate(m.carbon_week[:6]):
-        add(f"carbon_week_{k}", f"Carbon intensity of {short(zw.zone, 28)} by hour", week(zw))
+
+def _shift_chart(m: AdminMonth) -> Chart | None:
+    """Month by month, the CO2 of the jobs that could have waited: as they ran, at their best start and
+    pausing."""
     shifts = list(m.shift_trend)
-    if shifts:
-        labels = [f"{w.month.start:%b}" + ("*" if w.data_days < len(w.month.days()) else "") for w in shifts]
-        add("shift", "The jobs that could have waited", lambda title: ch.bar_chart(
+    if not shifts:
+        return None
+    labels = _month_labels(shifts)
+    title = "The jobs that could have waited"
+    return (
+        "shift",
+        title,
+        ch.bar_chart(
             title,
             labels,
-            [ch.Series("as they ran", [w.co2_kg for w in shifts], ch.COLOURS["co2"]),
-             ch.Series("at the best start", [w.best_start_kg for w in shifts], ch.COLOURS["after"]),
-             ch.Series("pausing", [w.paused_kg for w in shifts], ch.COLOURS["pause"])],
+            [
+                ch.Series("as they ran", [w.co2_kg for w in shifts], ch.COLOURS["co2"]),
+                ch.Series("at the best start", [w.best_start_kg for w in shifts], ch.COLOURS["after"]),
+                ch.Series("pausing", [w.paused_kg for w in shifts], ch.COLOURS["pause"]),
+            ],
             unit="kg CO2e",
             subtitle="operational CO2 as they ran, each at its cleanest start within its slack, and run in "
-            "the cleanest hours of that window" + ("; * a month the data covers in part" if any(
-                "*" in x for x in labels) else ""),
+            "the cleanest hours of that window"
+            + ("; * a month the data covers in part" if any("*" in x for x in labels) else ""),
             stacked=False,
             value_labels=num,
-        ))  # fmt: skip
+        ),
+    )
+
+
+def _models_chart(m: AdminMonth) -> Chart | None:
+    """Energy by ML model (the 12 largest), with their jobs."""
     models = list(m.models[:12])
-    if models:
-        more = f" · top 12 of {len(m.models)}" if len(m.models) > 12 else ""
-        add("models", "Energy by ML model", lambda title: ch.hbar_chart(
+    if not models:
+        return None
+    more = f" · top 12 of {len(m.models)}" if len(m.models) > 12 else ""
+    title = "Energy by ML model"
+    return (
+        "models",
+        title,
+        ch.hbar_chart(
             title,
             [x.model_name for x in models],
             [ch.Series("energy", [x.energy_kwh for x in models], ch.COLOURS["energy"])],
             unit="kWh",
             subtitle="jobs whose model is recorded, IT energy before PUE" + more,
             value_labels=lambda i: f"{kwh(models[i].energy_kwh)} · {plural(models[i].jobs, 'job')}",
-        ))  # fmt: skip
+        ),
+    )
+
+
+def _waste_trend_chart(m: AdminMonth) -> Chart | None:
+    """Month by month, the energy that did no work per day of data (two months at least)."""
     trend = list(m.waste_trend)
-    if len(trend) > 1:
-        labels = [f"{w.month.start:%b}" + ("*" if w.data_days < len(w.month.days()) else "") for w in trend]
+    if len(trend) <= 1:
+        return None
 
-        def per_day(f: Callable[[Any], float]) -> list[float | None]:
-            return [f(w) / w.data_days for w in trend]
+    def per_day(f: Callable[[Any], float]) -> list[float | None]:
+        return [f(w) / w.data_days for w in trend]
 
-        add("waste_trend", "Energy that did no work, month by month", lambda title: ch.bar_chart(
+    title = "Energy that did no work, month by month"
+    return (
+        "waste_trend",
+        title,
+        ch.bar_chart(
             title,
-            labels,
-            [ch.Series("idle GPUs", per_day(lambda w: w.idle_kwh), ch.COLOURS["idle"]),
-             ch.Series("failed, out of memory", per_day(lambda w: w.failed_kwh + w.oom_kwh),
-                       ch.COLOURS["failed"]),
-             ch.Series("cancelled", per_day(lambda w: w.cancelled_kwh), ch.COLOURS["before"])],
+            _month_labels(trend),
+            [
+                ch.Series("idle GPUs", per_day(lambda w: w.idle_kwh), ch.COLOURS["idle"]),
+                ch.Series(
+                    "failed, out of memory", per_day(lambda w: w.failed_kwh + w.oom_kwh), ch.COLOURS["failed"]
+                ),
+                ch.Series("cancelled", per_day(lambda w: w.cancelled_kwh), ch.COLOURS["before"]),
+            ],
             unit="kWh per day of data",
             subtitle="each kWh counted once; the time-limit part (possibly lost) is not in it; * a month the "
-                     "data covers in part",
+            "data covers in part",
             value_labels=num,
-        ))  # fmt: skip
+        ),
+    )
+
+
+def _before_after_chart(m: AdminMonth) -> Chart | None:
+    """The idle share and GPU utilisation of the users who got a first report, before and after it."""
     ba = m.before_after
-    if ba is not None and ba.users and ba.idle_share_before is not None and ba.gpu_util_before is not None:
-        before = [ba.idle_share_before * 100, ba.gpu_util_before]
-        after = [(ba.idle_share_after or 0.0) * 100, ba.gpu_util_after or 0.0]
-        # green where the change is good news (less idle, more utilisation), orange where it is not
-        tones = [
-            before_after_tone(before[0], after[0], "less"),
-            before_after_tone(before[1], after[1], "more"),
-        ]
-        colours = [ch.COLOURS["after"] if t == "good" else ch.COLOURS["worse"] if t == "bad" else
-                   ch.COLOURS["before"] for t in tones]  # fmt: skip
-        add("before-after", "Before and after the first report", lambda title: ch.bar_chart(
+    if ba is None or not ba.users or ba.idle_share_before is None or ba.gpu_util_before is None:
+        return None
+    before = [ba.idle_share_before * 100, ba.gpu_util_before]
+    after = [(ba.idle_share_after or 0.0) * 100, ba.gpu_util_after or 0.0]
+    # green where the change is good news (less idle, more utilisation), orange where it is not
+    tones = [
+        before_after_tone(before[0], after[0], "less"),
+        before_after_tone(before[1], after[1], "more"),
+    ]
+    colours = [
+        ch.COLOURS["after"] if t == "good" else ch.COLOURS["worse"] if t == "bad" else ch.COLOURS["before"]
+        for t in tones
+    ]
+    title = "Before and after the first report"
+    return (
+        "before-after",
+        title,
+        ch.bar_chart(
             title,
             ["idle share of GPU-hours", "GPU utilisation"],
-            [ch.Series("before", before, ch.COLOURS["before"]),
-             ch.Series("after (green: better, orange: worse)", after, ch.COLOURS["after"], colours)],
+            [
+                ch.Series("before", before, ch.COLOURS["before"]),
+                ch.Series("after (green: better, orange: worse)", after, ch.COLOURS["after"], colours),
+            ],
             unit="%",
             subtitle=f"{plural(len(ba.users), 'user')}, {ba.window_days} days each side; observational, "
             "not a controlled effect",
             stacked=False,
             value_labels=pct,
-        ))  # fmt: skip
-    return out
+        ),
+    )
 
 
 def render_admin_email(m: AdminMonth, cfg: Config) -> Rendered:

@@ -30,35 +30,35 @@ from cocaq.reports.data import JobLine, Month, PeerStanding, ReportOptions, Time
 from cocaq.reports.queries import (
     PEER_SUMS,
     J,
+    JobScope,
     R,
     S,
     Sums,
-    _add,
-    _basis,
-    _carbon,
-    _cluster_id,
-    _cluster_names,
-    _daily,
-    _data_days,
-    _data_start,
-    _day_points,
-    _equivalents,
-    _f,
-    _job_facts,
-    _job_groups,
-    _kwh,
-    _model_uses,
-    _month_jobs,
-    _rollups,
-    _Scope,
-    _stats,
-    _total,
-    _totals,
-    _trend,
-    _tune,
-    _util,
-    _watermark,
+    add_sums,
+    carbon_parts,
+    cluster_id_of,
+    cluster_names,
+    daily_sums,
+    data_start,
+    day_points,
+    days_of_data,
+    equivalents_of,
     interactive_col,
+    job_groups,
+    job_stats,
+    model_uses,
+    month_basis,
+    month_job_facts,
+    month_jobs,
+    month_totals,
+    month_trend,
+    rollup_sums,
+    rollups_watermark,
+    sql_float,
+    sums_kwh,
+    sums_util,
+    total_sums,
+    tune_postgres,
 )
 from cocaq.units import J_PER_KWH
 
@@ -105,41 +105,41 @@ def users_month(
     For the sender: a dozen statements for all users together, instead of a dozen per user. Peers are
     always every user of the month on the user's cluster(s), whoever is asked for.
     """
-    _tune(conn)
+    tune_postgres(conn)
     opts = options or ReportOptions()
     month = Month.of(month_start)
     prev = month.previous()
-    cid = _cluster_id(conn, cluster)
-    names = _cluster_names(conn)
-    scope = _Scope(users=list(users) if users is not None else None, cluster_id=cid)
-    everyone = _Scope(cluster_id=cid)
-    watermark = _watermark(conn)
-    start = _data_start(conn, cid)
-    span, prev_span = _data_days(month, start, watermark), _data_days(prev, start, watermark)
+    cid = cluster_id_of(conn, cluster)
+    names = cluster_names(conn)
+    scope = JobScope(users=list(users) if users is not None else None, cluster_id=cid)
+    everyone = JobScope(cluster_id=cid)
+    watermark = rollups_watermark(conn)
+    start = data_start(conn, cid)
+    span, prev_span = days_of_data(month, start, watermark), days_of_data(prev, start, watermark)
 
     # Rollups: the asked users' month (per cluster and lab), previous month and days; every user's
     # energy and utilisation per cluster, for the peers.
     keys = [R.user_name, R.cluster_id, R.account]
     per_user: dict[str, dict[int, Sums]] = defaultdict(dict)
     accounts: dict[str, set[str]] = defaultdict(set)
-    for (u, c, a), s in _rollups(conn, month.start, month.end, keys, scope.rollups()).items():
-        _add(per_user[u].setdefault(c, {}), s)
+    for (u, c, a), s in rollup_sums(conn, month.start, month.end, keys, scope.rollups()).items():
+        add_sums(per_user[u].setdefault(c, {}), s)
         accounts[u].add(a)
-    old = _rollups(conn, prev.start, prev.end, [R.user_name], scope.rollups())
-    daily = _daily(conn, month, [R.user_name], scope.rollups())
+    old = rollup_sums(conn, prev.start, prev.end, [R.user_name], scope.rollups())
+    daily = daily_sums(conn, month, [R.user_name], scope.rollups())
     everyone_by_cluster: dict[str, dict[int, Sums]] = defaultdict(dict)
-    lean = _rollups(conn, month.start, month.end, keys[:2], everyone.rollups(), PEER_SUMS)
+    lean = rollup_sums(conn, month.start, month.end, keys[:2], everyone.rollups(), PEER_SUMS)
     for (u, c), s in lean.items():
         everyone_by_cluster[u][c] = s
     peers = _peers(everyone_by_cluster, names, set(per_user) if users is not None else None)
 
-    y = _month_jobs(month.start, month.end, scope.jobs(), interactive_col(conn, cfg))
-    groups = _job_groups(conn, y, [y.c.user_name])
-    stats, carbon = _stats(groups), _carbon(groups)
+    y = month_jobs(month.start, month.end, scope.jobs(), interactive_col(conn, cfg))
+    groups = job_groups(conn, y, [y.c.user_name])
+    stats, carbon = job_stats(groups), carbon_parts(groups)
     top = _top_jobs(conn, y, names, opts.top_jobs)
-    facts = _job_facts(conn, cfg, month, cluster, users)
+    facts = month_job_facts(conn, cfg, month, cluster, users)
     limits = _time_limits(conn, month, scope)
-    models = _model_uses(conn, y, month, by_user=True)
+    models = model_uses(conn, y, month, by_user=True)
     comps: dict[str, list[Comparison]] = defaultdict(list)
     model_scope = ModelScope(users=tuple(users) if users is not None else None, cluster_id=cid)
     for c in model_comparisons(conn, month.start, month.end, model_scope):
@@ -151,9 +151,9 @@ def users_month(
     _examine_devices(conn, cfg, facts, opts, wanted)
     out: dict[str, UserMonth] = {}
     for u in wanted:
-        s = _total(per_user.get(u, {}).values())
+        s = total_sums(per_user.get(u, {}).values())
         js = stats.get((u,))
-        totals = _totals(s, js)
+        totals = month_totals(s, js)
         jobs = facts.get(u, [])
         idle = [
             g
@@ -170,15 +170,15 @@ def users_month(
             clusters=tuple(sorted(names.get(c, str(c)) for c in per_user.get(u, {}))),
             accounts=tuple(sorted(accounts.get(u, set()))),
             totals=totals,
-            equivalents=_equivalents(totals),
-            trend=_trend(prev, s, old.get((u,), {}), span, prev_span, opts.trend_min_days),
+            equivalents=equivalents_of(totals),
+            trend=month_trend(prev, s, old.get((u,), {}), span, prev_span, opts.trend_min_days),
             peers=peers.get(u) or PeerStanding((), 0, None, None, 0, None, None),
             top_jobs=tuple(top.get(u, [])),
             idle_jobs=tuple(idle[: opts.idle_jobs]),
             jobs=tuple(jobs),
             time_limits=limits.get(u, TimeLimitUse()),
-            basis=_basis(cfg, s, carbon.get((u,), []), js, watermark, month),
-            daily=_day_points(month, daily.get((u,), {}), span),
+            basis=month_basis(cfg, s, carbon.get((u,), []), js, watermark, month),
+            daily=day_points(month, daily.get((u,), {}), span),
             data_days=span,
             models=models.get(u, ()),
             model_comparisons=tuple(comps.get(u, ())),
@@ -198,12 +198,12 @@ def _peers(
     out: dict[str, PeerStanding] = {}
     for cset, members in by_set.items():
         peers = [u for u, cs in per_user.items() if cset & set(cs)]
-        sums = {u: _total(s for c, s in per_user[u].items() if c in cset) for u in peers}
-        kwh = sorted(_kwh(s) for s in sums.values())
-        utils = {u: _util(s) for u, s in sums.items()}
+        sums = {u: total_sums(s for c, s in per_user[u].items() if c in cset) for u in peers}
+        kwh = sorted(sums_kwh(s) for s in sums.values())
+        utils = {u: sums_util(s) for u, s in sums.items()}
         known = sorted(v for v in utils.values() if v is not None)
         for u in members:
-            rank, pct = _standing(_kwh(sums[u]), kwh)
+            rank, pct = _standing(sums_kwh(sums[u]), kwh)
             mine = utils[u]
             urank, upct = _standing(mine, known) if mine is not None else (None, None)
             out[u] = PeerStanding(
@@ -363,7 +363,7 @@ def _devices(
             chunks.append({key: g})
     util = S.metric == "util_pct"
     power = S.metric == "power_w"
-    zero = _f(0.0)
+    zero = sql_float(0.0)
     out: dict[int, list[DeviceUse]] = defaultdict(list)
     for ch in chunks:
         runs = []
@@ -384,10 +384,10 @@ def _devices(
                 S.job_id,
                 S.node,
                 S.device,
-                func.sum(case((util, _f(1.0)), else_=zero)),
-                func.sum(case((and_(util, S.value < threshold), _f(1.0)), else_=zero)),
+                func.sum(case((util, sql_float(1.0)), else_=zero)),
+                func.sum(case((and_(util, S.value < threshold), sql_float(1.0)), else_=zero)),
                 func.sum(case((util, S.value), else_=zero)),
-                func.sum(case((power, _f(1.0)), else_=zero)),
+                func.sum(case((power, sql_float(1.0)), else_=zero)),
                 func.sum(case((power, S.value), else_=zero)),
                 func.min(S.ts),
                 func.max(S.ts),
@@ -419,7 +419,7 @@ def _devices(
     return {pk: tuple(v) for pk, v in out.items()}
 
 
-def _time_limits(conn: Connection, month: Month, scope: _Scope) -> dict[str, TimeLimitUse]:
+def _time_limits(conn: Connection, month: Month, scope: JobScope) -> dict[str, TimeLimitUse]:
     """Per user: the use of their time limits by the jobs that ended in the month with a known limit."""
     ended = (J.end_time >= month.start, J.end_time < month.end, J.is_open.is_(False), J.time_limit_s > 0)
     counts = select(J.user_name, func.count(), func.sum(case((J.state == "TIMEOUT", 1), else_=0))).where(

@@ -393,7 +393,7 @@ def test_trend_against_the_previous_month(month_db: Setup) -> None:
     assert not feb.trend.comparable and feb.trend.energy_kwh.pct is None
     assert feb.trend.note == "No comparison with January: there is no data for it."
     # too few days of data in the month before (5 of 14 needed): no comparison either
-    short = queries._trend(
+    short = queries.month_trend(
         data.Month.of(MONTH).previous(), {}, {}, data.DataDays(None, None, 31, 31),
         data.DataDays(at(24, 0, PREV).date(), MONTH.date(), 5, 28), 14,
     )  # fmt: skip

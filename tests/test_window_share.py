@@ -18,7 +18,7 @@ from cocaq.accounting.window import overlap, share
 from cocaq.db.dbapi import connect
 from cocaq.db.schema import AggregatorState, Cluster, DailyRollup, Job
 from cocaq.footprint.totals import Window, query
-from reports.queries import _month_jobs
+from reports.queries import month_jobs
 
 BASE = datetime(2026, 10, 5, tzinfo=UTC)  # a UTC midnight
 DAY = 86400.0
@@ -103,7 +103,7 @@ def test_reports_and_footprint_agree_with_the_formula(engine: Engine, seed: int)
             }
             where = f"window [{lo}, {hi})"
             # the reports: f per job
-            y = _month_jobs(_t(lo), _t(hi), [], false())
+            y = month_jobs(_t(lo), _t(hi), [], false())
             with engine.connect() as c:
                 got = {r.user_name: (r.f, r.ov) for r in c.execute(select(y.c.user_name, y.c.f, y.c.ov))}
             for u, (f, o) in got.items():

@@ -16,10 +16,16 @@ from cocaq.ml.meta import KNOWN
 from cocaq.units import J_PER_KWH
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
+    from collections.abc import Sequence
+
+    from sqlalchemy import Connection, Row, RowMapping
 
     from cocaq.config import Config
     from cocaq.db.dbapi import Db
+    from cocaq.footprint.jobfacts import JobFacts
+
+    # a job_energy row as `energy_rows` reads it: node, component, method, source, energy_j
+    EnergyRow = Row[str, str, str, str, float]
 
 
 def find_jobs(
@@ -31,7 +37,7 @@ def find_jobs(
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
-    from cocaq.db.schema import Cluster, Job, JobEnergy
+    from cocaq.db.schema import Cluster, Job
 
     q = (
         select(Job, Cluster.name)
@@ -43,13 +49,7 @@ def find_jobs(
         q = q.where(Cluster.name == cluster)
     out = []
     for job, cname in Session(bind=conn).execute(q).all():
-        energies = conn.execute(
-            select(
-                JobEnergy.node, JobEnergy.component, JobEnergy.method, JobEnergy.source, JobEnergy.energy_j
-            )
-            .where(JobEnergy.job_pk == job.id)
-            .order_by(JobEnergy.component, JobEnergy.node)
-        ).all()
+        energies = energy_rows(conn, job.id)
         d = {c.name: getattr(job, c.name) for c in Job.__table__.columns if c.name not in ("record_hash",)}
         d["cluster"] = cname
         if not job.alloc_gpus and isinstance(d.get("assumptions"), dict):
@@ -59,7 +59,7 @@ def find_jobs(
         # with the data centre's cooling and power losses: x the job's PUE, as its CO2 counts it
         d["energy_kwh_with_pue"] = job.energy_j * (1.0 if job.pue is None else job.pue) / J_PER_KWH
         d.update(
-            _energy_split(job.energy_j, job.energy_measured_j, job.energy_est_low_j, job.energy_est_high_j)
+            energy_split(job.energy_j, job.energy_measured_j, job.energy_est_low_j, job.energy_est_high_j)
         )
         d["co2_kg"] = job.co2_g / 1000
         d["energies"] = [
@@ -90,6 +90,57 @@ def find_jobs(
     return out
 
 
+# --- the reads `cocaq job`, the API and the job e-mail (reports.job_report) share --------------------------
+
+
+def energy_rows(conn: Connection, job_pk: int) -> Sequence[EnergyRow]:
+    """The job's energy rows (node, component, method, source, energy_j) by component, then node: the one
+    read of them, so that `cocaq job`, the API and the job e-mail show the same parts."""
+    from sqlalchemy import select
+
+    from cocaq.db.schema import JobEnergy
+
+    e = JobEnergy
+    return conn.execute(
+        select(e.node, e.component, e.method, e.source, e.energy_j)
+        .where(e.job_pk == job_pk)
+        .order_by(e.component, e.node)
+    ).all()
+
+
+def metrics_row(conn: Connection, job_pk: int) -> RowMapping | None:
+    """The job's job_metrics row as stored (None until the aggregator has derived it)."""
+    from sqlalchemy import select
+
+    from cocaq.db.schema import JobMetrics
+
+    t = JobMetrics.__table__
+    return conn.execute(select(t).where(t.c.job_pk == job_pk)).mappings().first()
+
+
+def model_row(conn: Connection, job_pk: int) -> RowMapping | None:
+    """The job's model_metadata row as stored (one per job; None: no metadata)."""
+    from sqlalchemy import select
+
+    from cocaq.db.schema import ModelMetadata
+
+    t = ModelMetadata.__table__
+    return conn.execute(select(t).where(t.c.job_pk == job_pk)).mappings().first()
+
+
+def facts_and_notes(conn: Connection, cfg: Config, job_pk: int) -> tuple[JobFacts | None, list[Any]]:
+    """The job's facts (cocaq.footprint.jobfacts: None where it has none) and its notes (`job_notes`)."""
+    from cocaq.db.dbapi import wrap
+    from cocaq.footprint import jobfacts
+
+    db = wrap(conn)
+    facts = jobfacts.one(db, cfg, job_pk)
+    return facts, job_notes(db, cfg, facts) if facts is not None else []
+
+
+# --- what `cocaq job` and the API add ----------------------------------------------------------------------
+
+
 def _live(conn: Connection, cfg: Config, raw: str, cluster: str, start: datetime) -> dict[str, Any] | None:
     """A running job's energy so far, power now and projection (cocaq.footprint.live)."""
     from cocaq.db.dbapi import wrap
@@ -101,7 +152,7 @@ def _live(conn: Connection, cfg: Config, raw: str, cluster: str, start: datetime
     return None
 
 
-def _energy_split(
+def energy_split(
     energy_j: float | None, measured_j: float | None, low_j: float | None, high_j: float | None
 ) -> dict[str, float]:
     """A job's measured and estimated kWh, the estimated part with its range (the estimate itself where it
@@ -142,16 +193,12 @@ def _ledger_and_notes(conn: Connection, cfg: Config, pk: int) -> dict[str, Any]:
     (cocaq.footprint.job_advice)."""
     from cocaq.accounting.ledger import waste
     from cocaq.accounting.sessions import Sessions
-    from cocaq.db.dbapi import wrap
-    from cocaq.footprint import jobfacts
 
-    db = wrap(conn)
-    j = jobfacts.one(db, cfg, pk)
+    j, notes = facts_and_notes(conn, cfg, pk)
     if j is None:
         return {"waste": None, "memory": None, "notes": []}
     interactive = Sessions.of(cfg.advice).job(j)
     w = waste(j.state, j.energy_kwh, j.idle_kwh, interactive)
-    notes = job_notes(db, cfg, j)
     return {
         "waste": {
             "idle_gpu_kwh": w.idle,
@@ -182,11 +229,7 @@ MODEL_COLUMNS = {spec[0]: key for key, spec in KNOWN.items()}
 def _model_metadata(conn: Connection, job_pk: int) -> dict[str, Any] | None:
     """What the job trained or served (None: no metadata), keyed as its `sources` name each value, so
     that `sources[key]` says where each came from (comment, api, detected)."""
-    from sqlalchemy import select
-
-    from cocaq.db.schema import ModelMetadata
-
-    m = conn.execute(select(ModelMetadata.__table__).where(ModelMetadata.job_pk == job_pk)).mappings().first()
+    m = model_row(conn, job_pk)
     if m is None:
         return None
     out: dict[str, Any] = {key: m[col] for col, key in MODEL_COLUMNS.items()}
@@ -199,11 +242,7 @@ def _model_metadata(conn: Connection, job_pk: int) -> dict[str, Any] | None:
 
 def _job_metrics(conn: Connection, job_pk: int) -> dict[str, Any] | None:
     """What the aggregator derived for the job (None until it has run)."""
-    from sqlalchemy import select
-
-    from cocaq.db.schema import JobMetrics
-
-    m = conn.execute(select(JobMetrics).where(JobMetrics.job_pk == job_pk)).mappings().first()
+    m = metrics_row(conn, job_pk)
     if m is None:
         return None
     return {
