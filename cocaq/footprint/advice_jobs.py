@@ -1,10 +1,11 @@
 """Only the jobs the shown advice reads: `cocaq user` and `cocaq lab` for a user with 10,000 jobs a month.
 
 `advise` shows the rules that may claim a saving and the repeated bad endings (cocaq.footprint.advice's
-SHOWN), and the when-to-run suggestion; each of them reads only some of a window's jobs, and a job that
-none of them can count for changes nothing they say. So one narrow statement (`_triage_sql`) marks, in
-SQL, each job that one of them might count for (`cand`: a superset, thresholds widened by a hair so that
-rounding never leaves one out; the rules then decide exactly), and only those are loaded whole
+SHOWN: the rules' `saves` and `repeated`), and the when-to-run suggestion; each of them reads only some of
+a window's jobs, and a job that none of them can count for changes nothing they say. So one narrow
+statement (`_triage_sql`) marks, in SQL, each job that one of them might count for (`cand`: a superset,
+thresholds widened by a hair so that rounding never leaves one out; the rules then decide exactly), and
+only those are loaded whole
 (cocaq.footprint.jobfacts.load with `ids`):
 
 * precision with model metadata (its own runs, known precision): GPU jobs with a model_metadata row
