@@ -22,9 +22,10 @@ from cocaq.config import Config
 from cocaq.db.engine import make_engine
 from cocaq.db.schema import ModelMetadata
 from cocaq.footprint import advice
-from cocaq.footprint.advice import BALER_SAVING, Context, Thresholds, candidates
+from cocaq.footprint.advice import Context, Thresholds, candidates
 from cocaq.footprint.job_advice import job_notes
 from cocaq.footprint.jobfacts import DeviceUse, JobFacts
+from cocaq.footprint.rules.precision import BALER_SAVING
 from cocaq.reports import data, user_report
 from cocaq.reports.suggest import suggest_for_user
 from tests.conftest import ROOT, migrated_database

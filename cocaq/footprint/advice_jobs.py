@@ -1,10 +1,11 @@
 """Only the jobs the shown advice reads: `cocaq user` and `cocaq lab` for a user with 10,000 jobs a month.
 
 `advise` shows the rules that may claim a saving and the repeated bad endings (cocaq.footprint.advice's
-SHOWN), and the when-to-run suggestion; each of them reads only some of a window's jobs, and a job that
-none of them can count for changes nothing they say. So one narrow statement (`_triage_sql`) marks, in
-SQL, each job that one of them might count for (`cand`: a superset, thresholds widened by a hair so that
-rounding never leaves one out; the rules then decide exactly), and only those are loaded whole
+SHOWN: the rules' `saves` and `repeated`), and the when-to-run suggestion; each of them reads only some of
+a window's jobs, and a job that none of them can count for changes nothing they say. So one narrow
+statement (`_triage_sql`) marks, in SQL, each job that one of them might count for (`cand`: a superset,
+thresholds widened by a hair so that rounding never leaves one out; the rules then decide exactly), and
+only those are loaded whole
 (cocaq.footprint.jobfacts.load with `ids`):
 
 * precision with model metadata (its own runs, known precision): GPU jobs with a model_metadata row
@@ -137,9 +138,10 @@ FROM x w"""
 
 class GpuJob:
     """A GPU job as the precision rule reads it, where no other rule reads it: the JobFacts attributes
-    that rule (`advice._precision`, `own_runs`, `advice_words.job_list`) reads, the derived ones computed
-    as JobFacts computes them. Built for each of a heavy user's 10,000 GPU jobs, so plain slots; a rule
-    that read anything else would fail on it loudly (tests/test_advice_fast.py runs them all)."""
+    that rule (cocaq.footprint.rules.precision, `own_runs`, `advice_words.job_list`) reads, the derived
+    ones computed as JobFacts computes them. Built for each of a heavy user's 10,000 GPU jobs, so plain
+    slots; a rule that read anything else would fail on it loudly (tests/test_advice_fast.py runs them
+    all)."""
 
     __slots__ = (
         "co2_kg",
@@ -203,8 +205,9 @@ def load_for_advice(
 ) -> AdviceJobs:
     """The jobs of a user's or a lab's window that the shown advice reads, per user (see the module);
     when-to-run's only for a user (a lab's footprint has none)."""
-    from cocaq.footprint.advice import is_interactive, outcome_part
     from cocaq.footprint.own_limits import kind_of
+    from cocaq.footprint.rules.base import outcome_part
+    from cocaq.footprint.rules.timeouts import stopped_at_limit
 
     t = ctx.thresholds
     inside = labs_bound(within)
@@ -239,7 +242,7 @@ def load_for_advice(
     # the completed runs of the kind of job whose time-out loses most: they size its `--time`
     extra: list[int] = []
     for js in by_user.values():
-        hit = [j for j in js if j.outcome == "timeout" and not is_interactive(j, ctx)]
+        hit = [j for j in js if stopped_at_limit(j, ctx)]
         if hit:
             top = max(hit, key=outcome_part)
             name = kind_of(top)[0]

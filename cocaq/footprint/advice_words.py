@@ -1,8 +1,9 @@
 """How the advice puts numbers into words: figures to about three digits, durations, shares, energy in kWh
 or Wh, counts of jobs and GPUs, job lists, and the `--time` and `--mem` values it proposes.
 
-The suggestions of a window (cocaq.footprint.advice), the notes on one job (cocaq.footprint.job_advice) and
-the comparison with a user's own runs (cocaq.footprint.own_runs) all write their sentences with these
+The advice rules (cocaq.footprint.rules: the suggestions of a window and the notes on one job), when to
+run (cocaq.footprint.when_advice) and the comparison with a user's own runs (cocaq.footprint.own_runs) all
+write their sentences with these
 helpers, so that a figure reads the same in each; kept apart from the rules so that reading a rule is
 reading what it tests and sizes, not how it rounds. Standard library only (login nodes).
 """

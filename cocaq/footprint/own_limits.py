@@ -1,14 +1,15 @@
 """The `--time` a kind of job needs, from the user's own completed runs of it, and what caps it.
 
 A time limit is sized per kind of job (same name, partition and QOS: the same script asked of the same
-queue), never one figure for everyone: a 1 h `debug` job and a 2-day training run get their own. The
-need is the 95th percentile of the completed runs' elapsed time with headroom (x HEADROOM, at least
+queue), never one figure for everyone: a 1 h `debug` job and a 2-day training run get their own. The need
+is the 95th percentile of the completed runs' elapsed time with headroom (x HEADROOM, at least
 MIN_HEADROOM_H more), rounded up as `slurm_time` does; it never exceeds the partition's MaxTime or the
-QOS's MaxWall where the site configured them (`[advice] partition_max_time`, `qos_max_time`): Slurm
-would refuse or hold a job asking for more ("PartitionTimeLimit", "QOSMaxWallDurationPerJobLimit" in
-squeue's reasons; slurm.conf's MaxTime, sacctmgr's MaxWall). Both the window's suggestions
-(cocaq.footprint.advice) and the notes on one job (cocaq.footprint.job_advice) ask here, so that the same
-runs give the same line. Standard library only (login nodes).
+QOS's MaxWall where the site configured them (`[advice] partition_max_time`, `qos_max_time`): Slurm would
+refuse or hold a job asking for more ("PartitionTimeLimit", "QOSMaxWallDurationPerJobLimit" in squeue's
+reasons; slurm.conf's MaxTime, sacctmgr's MaxWall). The `time-limits` and `timeouts` rules
+(cocaq.footprint.rules), over a window and on one job, and the advice's narrow read
+(cocaq.footprint.advice_jobs) ask here, so that the same runs give the same line. Standard library only
+(login nodes).
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@ of work (per 1M tokens, or per epoch) of the runs that count it, and the best re
 against the full-precision one of the same batch size (a larger batch alone can cut the energy per unit:
 a comparison that changes both says nothing of precision).
 
-Both the window's `precision` suggestion (cocaq.footprint.advice) and the note on one job
-(cocaq.footprint.job_advice) size a saving on this measured difference before they fall back on the
-literature's figure, so it lives once, apart from either; the model statistics
+The `precision` rule (cocaq.footprint.rules.precision), over a window and on one job, sizes a saving
+on this measured difference before it falls back on the literature's figure; it lives apart from the
+rule as the evidence it reads; the model statistics
 (cocaq.footprint.by_model) group runs with the same energy-weighted formula. Standard library only.
 """
 

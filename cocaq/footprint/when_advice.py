@@ -1,11 +1,11 @@
 """When to run: the one suggestion about timing, from the shifting figures of the user's own jobs that
 could have waited (cocaq.accounting.shifting: finished batch jobs in a zone with an hourly series).
 
-It saves CO2, not energy (the same job at a cleaner hour), so it is not one of cocaq.footprint.advice's
-rules, which are ranked and filtered by the energy they save: it has its own test, a share of the user's
-CO2 in the window and a floor in kg (`[shifting] min_share`, `min_kg`), on what starting each job at its
-best hour within its slack would have saved (what `sbatch --begin` can do). Pausing (the cheapest hours,
-for jobs that checkpoint) is evidence beside it, never the claim.
+It saves CO2, not energy (the same job at a cleaner hour), so it is not one of the advice rules
+(cocaq.footprint.rules), which are ranked and filtered by the energy they save: it has its own test, a
+share of the user's CO2 in the window and a floor in kg (`[shifting] min_share`, `min_kg`), on what
+starting each job at its best hour within its slack would have saved (what `sbatch --begin` can do).
+Pausing (the cheapest hours, for jobs that checkpoint) is evidence beside it, never the claim.
 
 Pure functions over JobFacts, no database: `cocaq user`, the read API and the monthly e-mail call the same.
 """
@@ -21,9 +21,9 @@ from datetime import tzinfo
 from typing import TYPE_CHECKING
 
 from cocaq.carbon.begin import touched_hours, zone_name
-from cocaq.footprint.advice import Advice, Evidence
 from cocaq.footprint.advice_words import co2 as co2_words
 from cocaq.footprint.advice_words import hours, n_jobs, num, pct, shorten
+from cocaq.footprint.rules.base import Advice, Evidence
 
 if TYPE_CHECKING:
     from cocaq.config import Config
