@@ -49,6 +49,7 @@ ROOMS: dict[str, str] = {
     "cocaq.api": "api",
     "cocaq.study": "study",  # the e-mail study: the draw (assign) and the analysis
     "cocaq.frames": "frames",  # the tables as pandas DataFrames, from the database or the read API
+    "cocaq.scheduler": "scheduler",  # `cocaq scheduler`'s service: the job table, the lock, the daemon
     "cocaq.cli": "cli",
     "cocaq.__main__": "cli",
 }
@@ -72,6 +73,9 @@ ALLOWED: dict[str, set[str]] = {
     "reports": _BELOW_ACCOUNTING | {"accounting", "footprint", "study"},
     "api": _BELOW_ACCOUNTING | {"accounting", "footprint"},
     "frames": _BELOW_ACCOUNTING | {"accounting", "footprint", "api"},
+    # The scheduler runs the accounting's and the reports' passes on a clock; it reads no footprint of its
+    # own and serves nothing, and only its command (cli) imports it: a job never loads the front-end.
+    "scheduler": {"core", "db", "slurm", "accounting", "reports"},
     "cli": set(),  # the front-end: anything (filled below)
 }
 ALLOWED["cli"] = set(ALLOWED) - {"cli"}
