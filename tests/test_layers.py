@@ -56,6 +56,9 @@ ROOMS: dict[str, str] = {
 }
 
 _BELOW_ACCOUNTING = {"core", "formats", "db", "slurm", "carbon", "ml"}
+# every stage a site's data goes through, from the import to the study: the demo runs made-up data through them
+_THE_DEMO_RUNS = {"core", "db", "migrate", "slurm", "carbon", "accounting", "footprint", "collector",
+                  "reports", "study"}  # fmt: skip
 # room -> the rooms it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
     "formats": set(),
@@ -81,8 +84,7 @@ ALLOWED: dict[str, set[str]] = {
     # collector's shipping, measurement, aggregation, footprints, reports, the study), so it sits above
     # them all; it says nothing itself (cli prints what it built), and only cli imports it: nothing a site
     # runs depends on made-up data.
-    "demo": {"core", "db", "migrate", "slurm", "carbon", "accounting", "footprint", "collector", "reports",
-             "study"},  # fmt: skip
+    "demo": _THE_DEMO_RUNS,
     "cli": set(),  # the front-end: anything (filled below)
 }
 ALLOWED["cli"] = set(ALLOWED) - {"cli"}

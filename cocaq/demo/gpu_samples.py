@@ -82,46 +82,56 @@ def write_samples(
                 rows += _v100_samples(j, cid, step, v100_rng, factor)
             if not j.gpus or j.partition not in ("gpu_a100", "interactive") or j.elapsed < step:
                 continue
-            busy_share, (lo, hi) = GPU_USE.get(j.kind, (0.8, (40.0, 90.0)))
-            if j.user == "frank" and j.kind == "train":
-                busy_share, (lo, hi) = 0.95, (22.0, 36.0)
-            if factor is not None:
-                busy_share = 1.0 - (1.0 - busy_share) * factor
-            per_node = max(j.gpus // len(j.nodes), 1)
-            # a fifth of the multi-GPU training jobs left GPUs after the first unused (single-GPU code); with
-            # the planted effect, a fifth of those GPUs' time in each such job, as the idle samples
-            spread = factor is not None
-            unused = 0.2 * (1.0 if factor is None else factor)
-            eligible = j.kind == "train" and per_node > 1 and j.user != "frank"
-            one_gpu = eligible and not spread and rng.random() < unused
-            offset = j.raw_id % step  # jobs' samples interleave rather than collide on a shared node
-            lo_gb, hi_gb = _GPU_MEM_GB.get(j.kind, (4.0, 30.0))
-            mem_mb = mem_rng.uniform(lo_gb, hi_gb) * 1024  # what the job's GPUs hold once it is loaded
-            for node in j.nodes:
-                for k in range(per_node):
-                    dev = f"GPU-{k}"
-                    busy = busy_share * (1.0 - unused) if spread and eligible and k > 0 else busy_share
-                    idle_at = _idle_draw(busy, rng, spread)
-                    for i in range(int(j.elapsed // step)):
-                        ts = j.start + timedelta(seconds=offset + i * step)
-                        if (one_gpu and k > 0) or idle_at(i):
-                            util = rng.uniform(0.0, 2.0)
-                            power = rng.uniform(52.0, 66.0)
-                        else:
-                            util = rng.uniform(lo, hi)
-                            power = 60.0 + (400.0 * max(j.gpu_load, 0.3) - 60.0) * rng.uniform(0.9, 1.1)
-                        base = {"ts": ts, "cluster_id": cid, "node": node, "source": "nvml", "device": dev,
-                                "job_id": str(j.raw_id)}  # fmt: skip
-                        rows.append({**base, "metric": "power_w", "value": round(power, 1)})
-                        rows.append({**base, "metric": "util_pct", "value": round(util, 1)})
-                        held = mem_mb * (0.5 if i == 0 else 1.0) * (0.2 if one_gpu and k > 0 else 1.0)
-                        rows.append({**base, "metric": "mem_used_mb", "value": round(held, 0)})
+            rows += _a100_samples(j, cid, step, rng, mem_rng, factor)
             if len(rows) >= 20_000:
                 n += _insert_samples(conn, cid, rows, keep)
                 rows = []
         if rows:
             n += _insert_samples(conn, cid, rows, keep)
     return n
+
+
+def _a100_samples(
+    j: DemoJob, cid: int, step: int, rng: random.Random, mem_rng: random.Random, factor: float | None
+) -> list[dict[str, Any]]:
+    """NVML samples of a GPU job on the A100 nodes (400 W TDP, ~60 W idle): power, utilisation, memory;
+    `factor` as write_samples' idle_factor(job)."""
+    rows: list[dict[str, Any]] = []
+    busy_share, (lo, hi) = GPU_USE.get(j.kind, (0.8, (40.0, 90.0)))
+    if j.user == "frank" and j.kind == "train":
+        busy_share, (lo, hi) = 0.95, (22.0, 36.0)
+    if factor is not None:
+        busy_share = 1.0 - (1.0 - busy_share) * factor
+    per_node = max(j.gpus // len(j.nodes), 1)
+    # a fifth of the multi-GPU training jobs left GPUs after the first unused (single-GPU code); with
+    # the planted effect, a fifth of those GPUs' time in each such job, as the idle samples
+    spread = factor is not None
+    unused = 0.2 * (1.0 if factor is None else factor)
+    eligible = j.kind == "train" and per_node > 1 and j.user != "frank"
+    one_gpu = eligible and not spread and rng.random() < unused
+    offset = j.raw_id % step  # jobs' samples interleave rather than collide on a shared node
+    lo_gb, hi_gb = _GPU_MEM_GB.get(j.kind, (4.0, 30.0))
+    mem_mb = mem_rng.uniform(lo_gb, hi_gb) * 1024  # what the job's GPUs hold once it is loaded
+    for node in j.nodes:
+        for k in range(per_node):
+            dev = f"GPU-{k}"
+            busy = busy_share * (1.0 - unused) if spread and eligible and k > 0 else busy_share
+            idle_at = _idle_draw(busy, rng, spread)
+            for i in range(int(j.elapsed // step)):
+                ts = j.start + timedelta(seconds=offset + i * step)
+                if (one_gpu and k > 0) or idle_at(i):
+                    util = rng.uniform(0.0, 2.0)
+                    power = rng.uniform(52.0, 66.0)
+                else:
+                    util = rng.uniform(lo, hi)
+                    power = 60.0 + (400.0 * max(j.gpu_load, 0.3) - 60.0) * rng.uniform(0.9, 1.1)
+                base = {"ts": ts, "cluster_id": cid, "node": node, "source": "nvml", "device": dev,
+                        "job_id": str(j.raw_id)}  # fmt: skip
+                rows.append({**base, "metric": "power_w", "value": round(power, 1)})
+                rows.append({**base, "metric": "util_pct", "value": round(util, 1)})
+                held = mem_mb * (0.5 if i == 0 else 1.0) * (0.2 if one_gpu and k > 0 else 1.0)
+                rows.append({**base, "metric": "mem_used_mb", "value": round(held, 0)})
+    return rows
 
 
 def _insert_samples(conn: Any, cid: int, rows: list[dict[str, Any]], shipped: bool) -> int:

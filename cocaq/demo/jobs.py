@@ -42,6 +42,22 @@ class DemoJob:
     detected: dict[str, str] | None = None  # what the collector saw in the job's processes
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """One submission's partition, size, typical run time and power, planned outcome and name."""
+
+    part: str
+    gpus_per: int
+    nnodes: int
+    hours: float
+    limit_h: int
+    gpu_w: float  # GPU power as a share of its TDP
+    cpu_use: float
+    outcome: str
+    name: str
+    array: list[int | None]  # an array's task ids; empty for a plain job
+
+
 class Generator:
     def __init__(
         self,
@@ -91,7 +107,63 @@ class Generator:
         return "COMPLETED"
 
     def add(self, user: str, kind: str, when: datetime) -> None:
+        """One submission of `kind` by `user` at `when`: a job, or an array's tasks."""
         lab, uid, _ = self.users[user]
+        r = self.rng
+        sh = self._shape(user, kind)
+        _, _, gpn, cores = PARTITIONS[sh.part]
+        cpus = (
+            sh.gpus_per * (cores // max(gpn, 1)) if sh.gpus_per else r.choice([8, 16, 32, 64, 96])
+        ) * sh.nnodes
+        if sh.array:
+            cpus = r.choice([4, 8, 16])
+        mem = (sh.gpus_per * 64.0 if sh.gpus_per else cpus * 3.0) * (1 if sh.array else sh.nnodes)
+        base = self.next_id
+        self.next_id += 1 + len(sh.array)
+        for k, task in enumerate(sh.array or [None]):
+            run = self._run(sh, when, k)
+            if run is None:
+                continue
+            start, secs, state, running = run
+            nodes = self._nodes(sh.part, sh.nnodes)
+            # (LLM runs keep their kind's power: their precision comparison rests on it)
+            load = (
+                sh.gpu_w * self.power_rng.uniform(0.75, 1.25) if sh.gpus_per and kind != "llm" else sh.gpu_w
+            )
+            if sh.gpus_per and kind not in ("llm", "notebook"):
+                load = min(load * self._level(user, sh.name), 0.95)
+            energy = self._energy(sh, nodes, cpus, load, secs)
+            self.jobs.append(
+                DemoJob(
+                    job_id=f"{base}_{task}" if task is not None else str(base),
+                    raw_id=base + (k + 1 if task is not None else 0),
+                    name=sh.name,
+                    user=user,
+                    uid=uid,
+                    account=lab,
+                    partition=sh.part,
+                    nodes=nodes,
+                    cpus=cpus,
+                    gpus=sh.gpus_per * sh.nnodes,
+                    mem_gb=mem,
+                    submit=when,
+                    start=start,
+                    elapsed=int(secs),
+                    state=state,
+                    exit_code={"FAILED": "1:0", "OUT_OF_MEMORY": "0:125", "CANCELLED": "0:15"}.get(
+                        state, "0:0"
+                    ),
+                    total_cpu=cpus * secs * sh.cpu_use * r.uniform(0.7, 1.0),
+                    energy_j=energy,
+                    limit_min=sh.limit_h * 60,
+                    running=running,
+                    kind=kind,
+                    gpu_load=load,
+                )
+            )
+
+    def _shape(self, user: str, kind: str) -> _Shape:
+        """What one submission of `kind` asks for, and how it is meant to end (its tasks draw the rest)."""
         r = self.rng
         array: list[int | None] = []
         hours: float
@@ -135,77 +207,47 @@ class Generator:
             hours, limit_h, gpu_w, cpu_use = r.lognormvariate(math.log(6), 0.6), 24, 0.0, 0.9
             outcome = self._outcome(0.06, 0.05, 0.03, 0.0)
             name = r.choice(["wrf", "cesm-run", "gromacs", "lammps"])
-        _, _, gpn, cores = PARTITIONS[part]
-        cpus = (gpus_per * (cores // max(gpn, 1)) if gpus_per else r.choice([8, 16, 32, 64, 96])) * nnodes
-        if array:
-            cpus = r.choice([4, 8, 16])
-        mem = (gpus_per * 64.0 if gpus_per else cpus * 3.0) * (1 if array else nnodes)
-        base = self.next_id
-        self.next_id += 1 + len(array)
-        for k, task in enumerate(array or [None]):
-            start = when + timedelta(minutes=r.expovariate(1 / 20) + (k // 4) * hours * 60)
-            secs = hours * 3600 * (r.uniform(0.7, 1.3) if array else 1.0)
-            state = outcome if not array else self._outcome(0.04, 0.0, 0.0, 0.03)
-            if state in ("FAILED", "OUT_OF_MEMORY"):
-                secs *= r.uniform(0.02, 0.4)
-            elif state == "CANCELLED":
-                secs *= r.uniform(0.1, 0.9)
-            if state == "TIMEOUT" or secs > limit_h * 3600:
-                secs, state = limit_h * 3600.0, "TIMEOUT"
-            secs = float(max(int(secs), 20))
-            running = start + timedelta(seconds=secs) > self.end
-            if start >= self.end:
-                continue
-            if running:
-                secs, state = float(int((self.end - start).total_seconds())), "RUNNING"
-            nodes = self._nodes(part, nnodes)
-            energy = None
-            # (LLM runs keep their kind's power: their precision comparison rests on it)
-            load = gpu_w * self.power_rng.uniform(0.75, 1.25) if gpus_per and kind != "llm" else gpu_w
-            if gpus_per and kind not in ("llm", "notebook"):
-                load = min(load * self._level(user, name), 0.95)
-            if part in ("gpu_a100", "interactive"):  # IPMI energy accounting on the A100 nodes
-                base_w = 180.0 * nnodes * gpus_per / 8  # the job's share of fans, NICs, idle CPUs
-                gpu_w_each = 400 * load
-                watts = base_w + gpus_per * nnodes * gpu_w_each * r.uniform(0.85, 1.1) + cpus * cpu_use * 4.4
-                energy = watts * secs
-            elif part == "gpu_v100" and metered_v100(nodes):  # ... and on half the V100 nodes
-                pr = self.power_rng
-                watts = (
-                    100.0 * gpus_per / 4
-                    + gpus_per * 300 * load * pr.uniform(0.85, 1.1)
-                    + cpus * cpu_use * 7.5
-                )
-                energy = watts * secs
-            job_id = f"{base}_{task}" if task is not None else str(base)
-            self.jobs.append(
-                DemoJob(
-                    job_id=job_id,
-                    raw_id=base + (k + 1 if task is not None else 0),
-                    name=name,
-                    user=user,
-                    uid=uid,
-                    account=lab,
-                    partition=part,
-                    nodes=nodes,
-                    cpus=cpus,
-                    gpus=gpus_per * nnodes,
-                    mem_gb=mem,
-                    submit=when,
-                    start=start,
-                    elapsed=int(secs),
-                    state=state,
-                    exit_code={"FAILED": "1:0", "OUT_OF_MEMORY": "0:125", "CANCELLED": "0:15"}.get(
-                        state, "0:0"
-                    ),
-                    total_cpu=cpus * secs * cpu_use * r.uniform(0.7, 1.0),
-                    energy_j=energy,
-                    limit_min=limit_h * 60,
-                    running=running,
-                    kind=kind,
-                    gpu_load=load,
-                )
+        return _Shape(part, gpus_per, nnodes, hours, limit_h, gpu_w, cpu_use, outcome, name, array)
+
+    def _run(self, sh: _Shape, when: datetime, k: int) -> tuple[datetime, float, str, bool] | None:
+        """Task `k`'s start, run time, state and whether it still runs at the end; None if it starts after."""
+        r = self.rng
+        start = when + timedelta(minutes=r.expovariate(1 / 20) + (k // 4) * sh.hours * 60)
+        secs = sh.hours * 3600 * (r.uniform(0.7, 1.3) if sh.array else 1.0)
+        state = sh.outcome if not sh.array else self._outcome(0.04, 0.0, 0.0, 0.03)
+        if state in ("FAILED", "OUT_OF_MEMORY"):
+            secs *= r.uniform(0.02, 0.4)
+        elif state == "CANCELLED":
+            secs *= r.uniform(0.1, 0.9)
+        if state == "TIMEOUT" or secs > sh.limit_h * 3600:
+            secs, state = sh.limit_h * 3600.0, "TIMEOUT"
+        secs = float(max(int(secs), 20))
+        running = start + timedelta(seconds=secs) > self.end
+        if start >= self.end:
+            return None
+        if running:
+            secs, state = float(int((self.end - start).total_seconds())), "RUNNING"
+        return start, secs, state, running
+
+    def _energy(self, sh: _Shape, nodes: list[str], cpus: int, load: float, secs: float) -> float | None:
+        """What Slurm's energy accounting measured, on the nodes that have it (None elsewhere)."""
+        if sh.part in ("gpu_a100", "interactive"):  # IPMI energy accounting on the A100 nodes
+            base_w = 180.0 * sh.nnodes * sh.gpus_per / 8  # the job's share of fans, NICs, idle CPUs
+            gpu_w_each = 400 * load
+            watts = (
+                base_w + sh.gpus_per * sh.nnodes * gpu_w_each * self.rng.uniform(0.85, 1.1)
+                + cpus * sh.cpu_use * 4.4
+            )  # fmt: skip
+            return watts * secs
+        if sh.part == "gpu_v100" and metered_v100(nodes):  # ... and on half the V100 nodes
+            pr = self.power_rng
+            watts = (
+                100.0 * sh.gpus_per / 4
+                + sh.gpus_per * 300 * load * pr.uniform(0.85, 1.1)
+                + cpus * sh.cpu_use * 7.5
             )
+            return watts * secs
+        return None
 
     def generate(self) -> list[DemoJob]:
         for user, (_, _, habits) in self.users.items():
