@@ -8,6 +8,6 @@
 - `month`: `cocaq demo`'s month, built and reported; `study`: `cocaq demo --study`'s six months of a larger
   site running the e-mail study, with a known effect planted.
 
-Only the command (`cocaq/cli/demo.py`, which says what was built) and the tests import it
+Only the command (`cocaq/cli/demo.py`, which says what was built) imports it
 (tests/test_layers.py): nothing a site runs depends on made-up data.
 """
