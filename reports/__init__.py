@@ -15,7 +15,7 @@ Each step lives in small modules, imported where used so that `import cocaq.repo
 - what is sent: `batch` (a month's user, lab and admin e-mails, `cocaq report send`), `jobmail` (job
   e-mails at job end, grouped into digests), `alerts` (idle-GPU alerts while a job runs).
 
-`trigger` is what `cocaq scheduler` calls (cocaq/cli/scheduler_daemon.py finds it by name).
+`trigger` is what `cocaq scheduler` calls (cocaq/scheduler/jobs.py, the reports jobs).
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ def check_ledger(url: str, got: dict[str, Any], seed: int) -> dict[str, datetime
 def test_the_study_demo_runs_the_study_end_to_end(tmp_path: Path, cli_env: dict[str, str]) -> None:
     import json
 
-    from cocaq.cli.demo_study import run_study_demo
+    from cocaq.cli.demo import run_study_demo
     from cocaq.config_load import load_config
 
     url = f"sqlite:///{tmp_path / 'demo.sqlite'}"
@@ -142,7 +142,7 @@ def test_the_demo_site_shows_the_planted_effect_within_its_interval(
     import json
     from datetime import UTC
 
-    from cocaq.cli.demo_study import run_study_demo
+    from cocaq.cli.demo import run_study_demo
     from cocaq.config_load import load_config
 
     url = f"sqlite:///{tmp_path / 'demo.sqlite'}"

@@ -49,11 +49,16 @@ ROOMS: dict[str, str] = {
     "cocaq.api": "api",
     "cocaq.study": "study",  # the e-mail study: the draw (assign) and the analysis
     "cocaq.frames": "frames",  # the tables as pandas DataFrames, from the database or the read API
+    "cocaq.scheduler": "scheduler",  # `cocaq scheduler`'s service: the job table, the lock, the daemon
+    "cocaq.demo": "demo",  # the demo's made-up site: its jobs, samples and reports, built for `cocaq demo`
     "cocaq.cli": "cli",
     "cocaq.__main__": "cli",
 }
 
 _BELOW_ACCOUNTING = {"core", "formats", "db", "slurm", "carbon", "ml"}
+# every stage a site's data goes through, from the import to the study: the demo runs made-up data through them
+_THE_DEMO_RUNS = {"core", "db", "migrate", "slurm", "carbon", "accounting", "footprint", "collector",
+                  "reports", "study"}  # fmt: skip
 # room -> the rooms it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
     "formats": set(),
@@ -72,6 +77,14 @@ ALLOWED: dict[str, set[str]] = {
     "reports": _BELOW_ACCOUNTING | {"accounting", "footprint", "study"},
     "api": _BELOW_ACCOUNTING | {"accounting", "footprint"},
     "frames": _BELOW_ACCOUNTING | {"accounting", "footprint", "api"},
+    # The scheduler runs the accounting's and the reports' passes on a clock; it reads no footprint of its
+    # own and serves nothing, and only its command (cli) imports it: a job never loads the front-end.
+    "scheduler": {"core", "db", "slurm", "accounting", "reports"},
+    # The demo runs a made-up site through every real stage a site's data goes through (import, the
+    # collector's shipping, measurement, aggregation, footprints, reports, the study), so it sits above
+    # them all; it says nothing itself (cli prints what it built), and only cli imports it: nothing a site
+    # runs depends on made-up data.
+    "demo": _THE_DEMO_RUNS,
     "cli": set(),  # the front-end: anything (filled below)
 }
 ALLOWED["cli"] = set(ALLOWED) - {"cli"}
@@ -204,6 +217,12 @@ def test_the_rooms_depend_on_each_other_one_way() -> None:
         for r in ready:
             done.add(r)
             del pending[r]
+
+
+def test_only_the_front_end_imports_the_scheduler_and_the_demo() -> None:
+    """Rooms no other room may import: a job, a report or the API never loads the daemon or made-up data."""
+    for r in ("scheduler", "demo"):
+        assert {src for src, deps in ALLOWED.items() if r in deps} == {"cli"}, r
 
 
 def test_no_import_cycle_between_modules() -> None:

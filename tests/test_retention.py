@@ -260,8 +260,8 @@ def test_postgres_makes_the_coming_months_and_moves_what_went_to_the_default(
 def test_the_scheduler_runs_it_daily_and_records_it(
     engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cocaq.cli import scheduler_jobs as sch_jobs
     from cocaq.cli.scheduler import JOB_IDS as CLI_JOB_IDS
+    from cocaq.scheduler import jobs as sch_jobs
 
     spec = {s.id: s for s in sch_jobs.job_specs(sch_jobs.Options(), UTC)}["retention"]
     assert str(spec.trigger) == "cron[hour='3', minute='40']" and spec.grace_s == 86400

@@ -1,8 +1,7 @@
 """`cocaq scheduler`: jobs, run log, one active scheduler, coalesced catch-up, graceful stop.
 
 The daemon tests run real `cocaq scheduler` processes; the job functions are also called in-process, on
-SQLite and PostgreSQL, with the optional aggregator and reports both absent and present, and with the
-real `cocaq.reports.trigger`.
+SQLite and PostgreSQL, with the aggregator and reports faked, broken and real (`cocaq.reports.trigger`).
 """
 
 from __future__ import annotations
@@ -23,13 +22,13 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, delete, insert, select, text
 
-from cocaq.cli import scheduler_daemon as sch
-from cocaq.cli import scheduler_jobs as sch_jobs
-from cocaq.cli import scheduler_lock as sch_lock
 from cocaq.config_load import load_config
 from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.db.schema import SchedulerRun
+from cocaq.scheduler import daemon as sch
+from cocaq.scheduler import jobs as sch_jobs
+from cocaq.scheduler import lock as sch_lock
 from tests import builders
 from tests.conftest import DATA, ROOT, new_database, run_cocaq
 
@@ -216,32 +215,19 @@ def test_reconcile_job_records_runs_and_picks_its_window(job_env: Engine, tmp_pa
     assert sch_jobs.reconcile_since(engine, now) == now - timedelta(days=2)
 
 
-def test_aggregate_and_reports_jobs_with_and_without_their_modules(
+def test_aggregate_and_reports_jobs_call_their_modules(
     job_env: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import cocaq.reports
 
     now = datetime.now(UTC)
-    # Not in this version: one clear line, status skipped, no error.
-    monkeypatch.setitem(
-        sys.modules, "cocaq.accounting.aggregate", None
-    )  # makes `import cocaq.accounting.aggregate` fail
-    monkeypatch.delattr(cocaq.reports, "trigger", raising=False)
-    res = sch_jobs.run_once("aggregate", sch_jobs.Options())
-    assert (res.status, res.summary) == (
-        "skipped",
-        "aggregate: not available in this version; per-job metrics and rollups not updated",
-    )
     month = (now.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
-    res = sch_jobs.run_once("reports-monthly", sch_jobs.Options())
-    assert (res.status, res.summary) == (
-        "skipped",
-        f"reports: not available in this version; monthly user reports for {month} not sent",
-    )
-    res = sch_jobs.run_once("reports-weekly", sch_jobs.Options())
-    assert res.status == "skipped" and res.summary.startswith(
-        "reports: not available in this version; weekly"
-    )
+    # A module that does not import (a broken install): that run's error, in the import's words.
+    monkeypatch.setitem(sys.modules, "cocaq.accounting.aggregate", None)  # makes the import fail
+    res = sch_jobs.run_once("aggregate", sch_jobs.Options())
+    assert res.status == "error" and res.summary.startswith(
+        "ModuleNotFoundError: import of cocaq.accounting.aggregate halted"
+    ), res.summary
 
     # Present: called with the engine, the config and the right window or period.
     calls: list[tuple[Any, ...]] = []
@@ -315,7 +301,7 @@ def test_reports_jobs_with_the_real_trigger(
 
 def test_alerts_job(job_env: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`alerts` every 5 minutes runs cocaq.reports.alerts.send_idle_alerts and records its line and status:
-    ok with nothing to do, skipped when [alerts] idle_gpu is off or the module is not there."""
+    ok with nothing to do, skipped when [alerts] idle_gpu is off, an error when the module does not import."""
     monkeypatch.setenv("COCAQ_MAIL__TRANSPORT", "outbox")
     monkeypatch.setenv("COCAQ_MAIL__OUTBOX_DIR", str(tmp_path / "outbox"))
     spec = {s.id: s for s in sch_jobs.job_specs(sch_jobs.Options(), UTC)}["alerts"]
@@ -346,13 +332,10 @@ def test_alerts_job(job_env: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyP
     res = sch_jobs.run_once("alerts", sch_jobs.Options())
     assert (res.status, res.summary) == ("error", "alerts: mail: stopped")
     assert len(seen) == 1 and abs(seen[0] - before) < timedelta(minutes=1)
-    monkeypatch.setitem(sys.modules, "cocaq.reports.alerts", None)
+    monkeypatch.setitem(sys.modules, "cocaq.reports.alerts", None)  # a broken install: an error run
     res = sch_jobs.run_once("alerts", sch_jobs.Options())
-    assert (res.status, res.summary) == (
-        "skipped",
-        "alerts: not available in this version; no idle-GPU alerts sent",
-    )
-    assert [r.status for r in _runs(job_env, "alerts")] == ["ok", "skipped", "error", "skipped"]
+    assert res.status == "error" and res.summary.startswith("ModuleNotFoundError:"), res.summary
+    assert [r.status for r in _runs(job_env, "alerts")] == ["ok", "skipped", "error", "error"]
     assert not (tmp_path / "outbox").exists()
 
 
@@ -622,31 +605,37 @@ def replace_times(rec: Any, start: datetime) -> Any:
 def test_jobs_stored_by_an_earlier_version_keep_their_next_run(
     db_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Versions before the rooms kept the job functions in cocaq.scheduler, and APScheduler's store names
-    them so: after an upgrade those jobs must load, keep a run that fell due meanwhile, and be stored again
-    under the current names (without the alias, APScheduler drops them and the missed run is lost)."""
+    """Earlier versions kept the job functions in cocaq.scheduler (a module then, this package's name now)
+    and in cocaq.cli.scheduler_jobs, and APScheduler's store names them so: after an upgrade those jobs
+    must load, keep a run that fell due meanwhile, and be stored again under the current names (without
+    the package's __getattr__ and the daemon's alias, APScheduler drops them and the missed run is lost)."""
     import pickle
 
     engine = _migrated(db_url)
     due = datetime.now(UTC) - timedelta(days=2)  # the monthly reports fell due while it was down
-    monkeypatch.setitem(sys.modules, "cocaq.scheduler", sch_jobs)  # the earlier version, as it was
+    monkeypatch.setitem(sys.modules, "cocaq.cli.scheduler_jobs", sch_jobs)  # the earlier version, as it was
     old = sch.new_scheduler(engine, UTC)
     old.start(paused=True)
     old.add_job("cocaq.scheduler:job_reports_monthly", "interval", days=30, id="reports-monthly",
                 kwargs={"config_path": None}, next_run_time=due)  # fmt: skip
+    old.add_job("cocaq.cli.scheduler_jobs:job_reports_weekly", "interval", days=7, id="reports-weekly",
+                kwargs={"config_path": None}, next_run_time=due)  # fmt: skip
     old.shutdown(wait=False)
     with engine.connect() as conn:
-        (state,) = conn.execute(text("SELECT job_state FROM apscheduler_jobs")).one()
-    assert pickle.loads(state)["func"] == "cocaq.scheduler:job_reports_monthly"
-    monkeypatch.delitem(sys.modules, "cocaq.scheduler")  # the upgrade: that module is gone
+        states = {
+            pickle.loads(s)["func"] for (s,) in conn.execute(text("SELECT job_state FROM apscheduler_jobs"))
+        }
+    assert states == {"cocaq.scheduler:job_reports_monthly", "cocaq.cli.scheduler_jobs:job_reports_weekly"}
+    monkeypatch.delitem(sys.modules, "cocaq.cli.scheduler_jobs")  # the upgrade: that module is gone
 
     store = sch.new_scheduler(engine, UTC)
     store.start(paused=True)
     try:
         with caplog.at_level(logging.ERROR):
             sch_jobs.install_jobs(store, sch_jobs.job_specs(sch_jobs.Options(), UTC))
-        job = store.get_job("reports-monthly")
-        assert job is not None and job.next_run_time == due  # still due: it runs on start-up
+        for job_id in ("reports-monthly", "reports-weekly"):
+            job = store.get_job(job_id)
+            assert job is not None and job.next_run_time == due, job_id  # still due: it runs on start-up
         assert "Unable to restore" not in caplog.text
     finally:
         store.shutdown(wait=False)
@@ -654,5 +643,5 @@ def test_jobs_stored_by_an_earlier_version_keep_their_next_run(
         funcs = {
             pickle.loads(s)["func"] for (s,) in conn.execute(text("SELECT job_state FROM apscheduler_jobs"))
         }
-    assert funcs and all(f.startswith("cocaq.cli.scheduler_jobs:") for f in funcs), funcs
+    assert funcs and all(f.startswith("cocaq.scheduler.jobs:") for f in funcs), funcs
     engine.dispose()

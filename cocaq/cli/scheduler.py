@@ -1,4 +1,4 @@
-"""`cocaq scheduler`: the aggregator daemon's command line (the work is in cocaq.cli.scheduler_daemon)."""
+"""`cocaq scheduler`: the aggregator daemon's command line (the work is in cocaq.scheduler)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from cocaq.errors import CocaqError, UsageError
 if TYPE_CHECKING:
     from cocaq.cli.app import Ctx
 
-# Kept here as well as in cocaq.cli.scheduler_daemon so that `cocaq --help` does not import APScheduler or
+# Kept here as well as in cocaq.scheduler.jobs so that `cocaq --help` does not import APScheduler or
 # the ORM.
 JOB_IDS = (
     "reconcile", "aggregate", "catchup", "reports-monthly", "reports-weekly", "reports-jobs", "alerts",
@@ -54,8 +54,8 @@ def scheduler(
     Jobs are kept in the database; only one scheduler acts at a time (others wait as standby and take
     over when it stops). SIGTERM or SIGINT: the running job finishes, then it exits.
     """
-    from cocaq.cli import scheduler_daemon as sch
-    from cocaq.cli import scheduler_jobs as jobs
+    from cocaq.scheduler import daemon as sch
+    from cocaq.scheduler import jobs
     from cocaq.timeparse import parse_duration
 
     if status and once:

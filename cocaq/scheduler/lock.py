@@ -18,8 +18,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from cocaq.cli.scheduler_jobs import HOST
 from cocaq.errors import ConfigError
+from cocaq.scheduler.jobs import HOST
 
 log = logging.getLogger("cocaq.scheduler")
 

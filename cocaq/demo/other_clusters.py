@@ -1,6 +1,6 @@
 """What real accounting holds and the demo month does not, on two more clusters of the demo's site.
 
-The demo month (cocaq.cli.demo_month) is generated to our own assumptions: every job has its TotalCPU,
+The demo month (cocaq.demo.jobs) is generated to our own assumptions: every job has its TotalCPU,
 its GPUs in its TRES, and either a node measurement or cocaq's collector. Real sites have holes, and a
 newcomer should see how each is shown. One user (`mallory`, lab_physics) runs a few jobs on:
 

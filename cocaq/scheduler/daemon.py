@@ -1,8 +1,8 @@
 """`cocaq scheduler`: the head node's daemon that keeps the database current.
 
-APScheduler 3 runs the job table of cocaq.cli.scheduler_jobs, with the jobs stored in the database
+APScheduler 3 runs the job table of cocaq.scheduler.jobs, with the jobs stored in the database
 (APScheduler's own table `apscheduler_jobs`), so their next run times survive restarts. Only one
-scheduler acts at a time (cocaq.cli.scheduler_lock); others wait as standby and take over when the lock
+scheduler acts at a time (cocaq.scheduler.lock); others wait as standby and take over when the lock
 comes free. Missed runs after downtime are coalesced: each job runs once on start-up, not once per missed
 time, then follows its schedule. A signal lets the running job finish, then the daemon exits.
 """
@@ -21,7 +21,8 @@ from typing import Any
 from sqlalchemy import Engine, inspect, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from cocaq.cli.scheduler_jobs import (
+from cocaq.config import Config
+from cocaq.scheduler.jobs import (
     JOB_IDS,
     JOBSTORE_TABLE,
     Options,
@@ -31,8 +32,7 @@ from cocaq.cli.scheduler_jobs import (
     require_runs_table,
     zone,
 )
-from cocaq.cli.scheduler_lock import Lock, lock_for
-from cocaq.config import Config
+from cocaq.scheduler.lock import Lock, lock_for
 
 log = logging.getLogger("cocaq.scheduler")
 
@@ -120,17 +120,18 @@ def run_daemon(cfg: Config, opts: Options, stop: threading.Event | None = None) 
 # Where earlier versions kept the job functions: APScheduler's job store names each job's function by
 # module and attribute, and drops (with a traceback) every job whose name no longer imports, losing its
 # next run time, so a run missed during an upgrade would never happen. These names lead to the job table;
-# install_jobs then stores the current names.
-EARLIER_JOB_MODULES = ("cocaq.scheduler",)
+# install_jobs then stores the current names. (The oldest, cocaq.scheduler, is this package's own name:
+# its __getattr__ leads `cocaq.scheduler:job_*` there.)
+EARLIER_JOB_MODULES = ("cocaq.cli.scheduler_jobs",)
 
 
 def _earlier_job_names() -> None:
     import sys
 
-    from cocaq.cli import scheduler_jobs
+    from cocaq.scheduler import jobs
 
     for name in EARLIER_JOB_MODULES:
-        sys.modules.setdefault(name, scheduler_jobs)
+        sys.modules.setdefault(name, jobs)
 
 
 def new_scheduler(engine: Engine, tz: tzinfo) -> Any:

@@ -19,14 +19,14 @@
 Times are in the cluster's timezone (config `cluster.timezone`, else this machine's).
 
 Job functions are module-level (APScheduler's job store keeps a reference to them by name, not code; the
-daemon maps the name of earlier versions, cocaq.scheduler, to this module) and take only plain keyword
-arguments: each run reads the configuration and connects on its own. Every run is recorded in
-`scheduler_runs` (cocaq.db.schema.SchedulerRun), which `--status` reads.
+names of earlier versions, cocaq.scheduler and cocaq.cli.scheduler_jobs, still lead here: see
+cocaq.scheduler.daemon.EARLIER_JOB_MODULES) and take only plain keyword arguments: each run reads the
+configuration and connects on its own. Every run is recorded in `scheduler_runs`
+(cocaq.db.schema.SchedulerRun), which `--status` reads.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import socket
@@ -171,17 +171,8 @@ def _recorded(job_id: str, config_path: str | None, via: str, work: Work) -> Run
 
 
 # --- what the jobs do --------------------------------------------------------------------------------
-
-
-def _optional(module: str, attr: str) -> Any:
-    """`module.attr` if this version has it, else None; a module that is there but broken still raises."""
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (exc.name == module or module.startswith(exc.name + ".")):
-            return None
-        raise
-    return getattr(mod, attr, None)
+# Each job imports what it runs when it runs: `--status` and the daemon's start load neither the reports
+# (Jinja2, Plotly, Pillow) nor the aggregator, and a module that fails to import is that run's error.
 
 
 def _describe(result: Any) -> str:
@@ -248,9 +239,8 @@ def _reconcile(
 
 
 def _aggregate(engine: Engine, cfg: Config, since: datetime | None) -> tuple[str, str]:
-    run_aggregate = _optional("cocaq.accounting.aggregate", "run_aggregate")
-    if run_aggregate is None:
-        return "skipped", "aggregate: not available in this version; per-job metrics and rollups not updated"
+    from cocaq.accounting.aggregate import run_aggregate
+
     result = run_aggregate(engine, cfg, since=since)
     where = f"since {since:%Y-%m-%d %H:%M} UTC" if since else "since the watermark"
     return "ok", f"aggregate ({where}): {_describe(result)}"
@@ -269,9 +259,8 @@ def previous_week_start(now: datetime, tz: tzinfo) -> datetime:
 
 
 def _reports(engine: Engine, cfg: Config, kind: str, period_start: datetime, what: str) -> tuple[str, str]:
-    trigger = _optional("cocaq.reports", "trigger")
-    if trigger is None:
-        return "skipped", f"reports: not available in this version; {what} not sent"
+    from cocaq.reports import trigger
+
     result = trigger(kind, period_start, engine, cfg)
     # The result's own status where it has one: "skipped" when there was nothing to do, "error" when the
     # mail server stopped the batch.
@@ -343,10 +332,9 @@ def job_reports_jobs(config_path: str | None = None, via: str = "scheduler") -> 
 
 
 def _alerts(engine: Engine, cfg: Config, now: datetime) -> tuple[str, str]:
-    send = _optional("cocaq.reports.alerts", "send_idle_alerts")
-    if send is None:
-        return "skipped", "alerts: not available in this version; no idle-GPU alerts sent"
-    result = send(engine, cfg, now=now)
+    from cocaq.reports.alerts import send_idle_alerts
+
+    result = send_idle_alerts(engine, cfg, now=now)
     # "skipped" when [alerts] idle_gpu is off, "error" when the mail server stopped the batch.
     status = getattr(result, "status", "ok")
     if status not in ("ok", "skipped", "error"):
@@ -380,9 +368,8 @@ def job_calibrate(config_path: str | None = None, via: str = "scheduler") -> Run
 
 def _retention(engine: Engine, cfg: Config, now: datetime) -> tuple[str, str]:
     """The samples' lifecycle; "skipped" where samples are kept for ever and no partition was due."""
-    run_retention = _optional("cocaq.accounting.retention", "run_retention")
-    if run_retention is None:
-        return "skipped", "retention: not available in this version; samples kept"
+    from cocaq.accounting.retention import run_retention
+
     res = run_retention(engine, cfg)
     status = "skipped" if res.cutoff is None and not res.created else "ok"
     return status, "retention: " + _describe(res)
