@@ -260,7 +260,7 @@ def send_month(
     decides but renders, writes and sends nothing. `transport` defaults to the configured one. `now`
     (default: the clock) is when the e-mails go, for the study's hold-out. `clock` (default: the
     machine's) is the time each message is stamped with as it goes (its Date, its ledger row): a
-    replay of past months (cocaq.cli.demo_study) gives one that says then.
+    replay of past months (cocaq.demo.study) gives one that says then.
     """
     from cocaq.reports.data import Month
 
