@@ -5,7 +5,7 @@
 # Usage: scripts/same-outputs.sh [BASE] (default: origin's main, else HEAD~1)   Needs faketime, sqlite3.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd); cd "$root"
-base=${1:-$(git rev-parse -q --verify origin/main || git rev-parse HEAD~1)}
+base=$(git rev-parse --verify "${1:-$(git rev-parse -q --verify origin/main || git rev-parse HEAD~1)}^{commit}")  # a commit, fixed now: a branch may move while this runs
 work=$(mktemp -d /tmp/cocaq-same.XXXXXX)
 git worktree add -q --detach "$work/base" "$base"
 trap 'git worktree remove --force "$work/base"; rm -rf "$work"' EXIT
