@@ -21,9 +21,17 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from cocaq.accounting.ledger import POSSIBLY_LOST, TIMEOUT_STATES
-from cocaq.footprint.advice_words import co2_amount, intensity, num, of_member
-from cocaq.footprint.totals import Footprint, Totals, equivalents
+from cocaq.accounting.ledger import TIMEOUT_STATES
+from cocaq.footprint.advice_words import intensity, num, of_member
+from cocaq.footprint.totals import Footprint, Totals
+from cocaq.footprint.totals_rows import (
+    POSSIBLY_LOST_LABEL,
+    POSSIBLY_LOST_NOTE,
+    estimate_text,
+    totals_rows,
+)
+from cocaq.footprint.totals_rows import co2_text as _kg
+from cocaq.footprint.totals_rows import kwh_text as _kwh
 from cocaq.footprint.words import (
     BASIS_WORDS,
     COMPONENT_WORDS,
@@ -174,41 +182,6 @@ def _fmt_csv(v: Any) -> str:
     return str(v)
 
 
-def _kwh(v: float) -> str:
-    """kWh as people read them, as the e-mails write them: 1,044 kWh, 85.7 kWh, 3.94 kWh, 512 Wh (never a
-    cut, a 1e-5 or a 0.00)."""
-    a = abs(v)
-    return f"{_kwh_number(v, v)} {'kWh' if a >= 1 or a == 0 else 'Wh'}"
-
-
-def _kwh_number(v: float, like: float) -> str:
-    """v in the unit _kwh(like) uses, without the unit, through num (about three significant digits)."""
-    a = abs(like)
-    return num(v) if a >= 1 or a == 0 else num(v * 1000)
-
-
-def estimate_text(kwh: float, low: float | None, high: float | None) -> str:
-    """The estimated part of an energy with its range: "310 kWh, 240-390 estimated" (the 10th-90th
-    percentile of what the site's measured jobs drew, cocaq.accounting.calibrate); "310 kWh estimated" where
-    the
-    estimate has no range (rated power, or nothing estimated)."""
-    lo = kwh if low is None else low
-    hi = kwh if high is None else high
-    a, b = _kwh_number(lo, kwh), _kwh_number(hi, kwh)
-    if a == b == _kwh_number(kwh, kwh):
-        return f"{_kwh(kwh)} estimated"
-    return f"{_kwh(kwh)}, {a}-{b} estimated"
-
-
-def _kg(v: float) -> str:
-    """CO2e as every surface writes it (cocaq.footprint.advice_words.co2_amount): 462 g, 29.4 kg."""
-    return co2_amount(v)
-
-
-def _share(part: float, whole: float) -> str:
-    return f" ({part / whole:.0%})" if whole > 0 else ""
-
-
 def _source_line(fp: Footprint) -> str:
     """Where the numbers came from, in words."""
     src = fp.source()
@@ -225,25 +198,6 @@ def _source_line(fp: Footprint) -> str:
         "job: "
         "the same figures either way."
     )
-
-
-OUTCOME_WORDS = (
-    ("jobs_failed", "failed"),
-    ("jobs_oom", "out of memory"),
-    ("jobs_timeout", "timed out"),
-    ("jobs_cancelled", "cancelled"),
-)
-# The ledger's disjoint parts of energy that did no work (cocaq.accounting.ledger), as the CLI names them;
-# the time-limit part is apart (possibly lost: POSSIBLY_LOST_ROW), never in "did no work".
-WASTE_ROWS = (
-    ("idle_gpu_energy_kwh", "idle GPUs"),
-    ("failed_energy_kwh", "failed jobs"),
-    ("oom_energy_kwh", "out of memory"),
-    ("cancelled_energy_kwh", "cancelled"),
-)
-# "possibly lost (hit its time limit: lost unless it saved a checkpoint)", as label and its note
-POSSIBLY_LOST_LABEL, _, _rest = POSSIBLY_LOST.partition(" (")
-POSSIBLY_LOST_NOTE = "(" + _rest
 
 
 def print_footprint(fp: Footprint, console: Console) -> None:
@@ -270,84 +224,15 @@ def print_footprint(fp: Footprint, console: Console) -> None:
 
 
 def _totals_table(t: Totals) -> Any:
-    """The window's totals, one labelled row each (a row only where it has something to say)."""
+    """The window's totals, one labelled row each (cocaq.footprint.totals_rows: the web app's too)."""
     from rich.table import Table  # only tables need rich; json and csv output stay light
 
     tab = Table.grid(padding=(0, 2))
     tab.add_column(style="dim", no_wrap=True)
     tab.add_column(overflow="fold")
-    outcomes = [f"{getattr(t, k):,} {what}" for k, what in OUTCOME_WORDS if getattr(t, k)]
-    tab.add_row("jobs", f"{t.jobs:,}" + (f" ({', '.join(outcomes)})" if outcomes else ""))
-    tab.add_row("GPU-hours", num(t.gpu_hours))
-    tab.add_row("CPU-hours", num(t.cpu_hours))
-    _add_energy_rows(tab, t)
-    _add_waste_rows(tab, t)
-    if t.gpu_util_pct is not None:
-        slurm = (
-            f"; {t.jobs_gpu_slurm:,} {_jobs(t.jobs_gpu_slurm)}' by Slurm gres/gpuutil"
-            if t.jobs_gpu_slurm
-            else ""
-        )
-        tab.add_row("GPU utilisation", f"{t.gpu_util_pct:.0f}% (energy-weighted{slurm})")
-    if t.jobs_gpus_unknown:
-        tab.add_row(
-            "GPUs unknown",
-            f"{t.jobs_gpus_unknown:,} {_jobs(t.jobs_gpus_unknown)} on GPU partitions with no GPU in Slurm's "
-            "accounting: their GPUs are in none of these figures (`cocaq job` says why)",
-        )
-    _add_carbon_rows(tab, t)
+    for label, value in totals_rows(t):
+        tab.add_row(label, value)
     return tab
-
-
-def _add_energy_rows(tab: Any, t: Totals) -> None:
-    """The energy drawn, by component and by method, with cooling, and its CO2e."""
-    measured = "" if t.measured_energy_fraction is None else f" ({t.measured_energy_fraction:.0%} measured)"
-    tab.add_row(f"energy {DRAWN_WORDS}", _kwh(t.energy_kwh) + measured)
-    for name, v in (
-        ("GPUs", t.energy_gpu_kwh),
-        ("CPUs", t.energy_cpu_kwh),
-        ("memory", t.energy_dram_kwh),
-        ("rest of node", t.energy_other_kwh),
-    ):
-        if v:
-            tab.add_row(f"  {name}", _kwh(v) + _share(v, t.energy_kwh))
-    estimated = estimate_text(t.energy_estimated_kwh, t.energy_estimated_low_kwh, t.energy_estimated_high_kwh)
-    tab.add_row("  measured / estimated", f"{_kwh(t.energy_measured_kwh)} measured / {estimated}")
-    tab.add_row(cooling_words(t.pue_min, t.pue_max), _kwh(t.energy_kwh_with_pue))
-    tab.add_row("CO2e", _kg(t.co2_kg))
-
-
-def _add_waste_rows(tab: Any, t: Totals) -> None:
-    """The energy that did no work, in the ledger's disjoint parts, and apart from it what the jobs
-    that hit their time limit possibly lost."""
-    if t.wasted_energy_kwh > 0:
-        tab.add_row("did no work", _kwh(t.wasted_energy_kwh) + _share(t.wasted_energy_kwh, t.energy_kwh))
-        for k, name in WASTE_ROWS:
-            v = getattr(t, k)
-            if v:
-                extra = f", {num(t.idle_gpu_hours)} GPU-hours" if k == "idle_gpu_energy_kwh" else ""
-                tab.add_row(f"  {name}", _kwh(v) + extra)
-    if t.timeout_energy_kwh > 0:
-        tab.add_row(
-            POSSIBLY_LOST_LABEL,
-            f"{_kwh(t.timeout_energy_kwh)} {POSSIBLY_LOST_NOTE}",
-        )
-
-
-def _add_carbon_rows(tab: Any, t: Totals) -> None:
-    """The CO2e in kilometres by car, the hardware's embodied CO2e, and what waiting would have saved."""
-    eq = equivalents(t.co2_kg)
-    tab.add_row("like driving", f"{eq['car_km']:,.0f} km by car")
-    if t.co2_embodied_kg:
-        tab.add_row("embodied CO2e", f"{_kg(t.co2_embodied_kg)} (making the hardware; not in CO2e above)")
-    if t.shift_co2_kg > 0:  # when to run (cocaq.accounting.shifting)
-        tab.add_row(
-            "could wait",
-            f"{_kg(t.shift_co2_kg)} of the CO2e, from jobs that could have waited: "
-            f"{_kg(t.shift_saved_kg)} less{_share(t.shift_saved_kg, t.shift_co2_kg)} at each one's best "
-            f"start, {_kg(t.shift_pause_saved_kg)} less{_share(t.shift_pause_saved_kg, t.shift_co2_kg)} "
-            "pausing",
-        )
 
 
 def _members_table(fp: Footprint, console: Console) -> Any:
