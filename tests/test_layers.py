@@ -75,7 +75,7 @@ ALLOWED: dict[str, set[str]] = {
     "hooks": {"core", "formats", "collector"},
     "study": _BELOW_ACCOUNTING | {"accounting", "footprint"},
     "reports": _BELOW_ACCOUNTING | {"accounting", "footprint", "study"},
-    "api": _BELOW_ACCOUNTING | {"accounting", "footprint"},
+    "api": _BELOW_ACCOUNTING | {"accounting", "footprint", "reports"},  # (a month: the e-mail itself)
     "frames": _BELOW_ACCOUNTING | {"accounting", "footprint", "api"},
     # The scheduler runs the accounting's and the reports' passes on a clock; it reads no footprint of its
     # own and serves nothing, and only its command (cli) imports it: a job never loads the front-end.

@@ -24,6 +24,7 @@ from cocaq.footprint.job_parts import ASK_PATTERN
 from cocaq.slurm.record import JOB_ID_PATTERN
 
 if TYPE_CHECKING:
+    from cocaq.config import Api as ApiConfig
     from cocaq.footprint.totals import Window
 
 NAME = r"^[A-Za-z0-9._@+-]{1,128}$"  # user and account names (as the hooks accept them)
@@ -89,11 +90,17 @@ def caller(request: Request, ctx: Context) -> Caller:
         pw = pwd.getpwuid(uid)
     except KeyError:
         raise HTTPException(401, f"uid {uid} is not a user here") from None
+    return caller_for(api, pw)
+
+
+def caller_for(api: "ApiConfig", pw: pwd.struct_passwd) -> Caller:
+    """What a user may see, by `[api]`: admin by name or group, the labs they head. One rule for the
+    API's MUNGE callers and the web app's users, whoever vouched for them."""
     admin = pw.pw_name in api.admin_users or bool(
         api.admin_groups and _groups(pw.pw_name, pw.pw_gid) & set(api.admin_groups)
     )
     heads = frozenset(a for a, users in api.lab_heads.items() if pw.pw_name in users)
-    return Caller(pw.pw_name, uid, admin, heads)
+    return Caller(pw.pw_name, pw.pw_uid, admin, heads)
 
 
 Who = Annotated[Caller, Depends(caller)]

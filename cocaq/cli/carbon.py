@@ -205,34 +205,24 @@ def carbon_when(
 ) -> None:
     """When to start a job of --hours to emit the least CO2, within --within from now: the best start,
     its saving, and the `sbatch --begin=` line."""
-    import math
     from datetime import UTC
 
-    from cocaq.carbon.begin import begin, site_zone
-    from cocaq.carbon.when import plan
+    from cocaq.carbon.when_answer import as_dict, checked, plan_and_line
     from cocaq.footprint.advice_words import intensity
     from cocaq.footprint.totals import now_utc
     from cocaq.timeparse import parse_duration, parse_when
 
-    if not (math.isfinite(hours) and 0 < hours <= 24 * 31):
-        raise UsageError(f"--hours: expected a job length in hours, more than 0 and at most 744, got {hours}")
+    checked(hours, 0.0, "-")  # (the length first: its words name --hours)
     within_s = parse_duration(within).total_seconds()
     if not 0 <= within_s <= 31 * 86400:
         raise UsageError(f"--within: {within!r} is outside 0..31d")
-    z = (zone or obj.cfg.cluster.carbon_zone).strip()
-    if not z:
-        raise UsageError("--zone: expected a zone id (FR, ES, US-CAL-CISO, ...)")
     when = parse_when(at, now_utc(), UTC)
     with obj.engine().connect() as conn:
-        p = plan(conn, z, basis or obj.cfg.carbon.basis, hours * 3600.0, within_s, when.timestamp(), weeks)
-    tz = site_zone(obj.cfg.cluster.timezone, obj.cfg.tz())
+        p, line = plan_and_line(conn, obj.cfg, hours, within_s, zone=zone, at=when, weeks=weeks, basis=basis)
+    tz = line.tz
     b = p.best
-    line = begin(b.start, p.at, tz)
     if fmt == "json":
-        d = p.as_dict()
-        d["sbatch"] = line.command
-        d["begin"] = line.as_dict()
-        click.echo(json.dumps(d, indent=2, ensure_ascii=False))
+        click.echo(json.dumps(as_dict(p, line), indent=2, ensure_ascii=False))
         return
     if p.source == "mixed":
         click.echo(f"Zone {p.zone} ({p.basis}), hour by hour:")

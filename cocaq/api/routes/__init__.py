@@ -5,7 +5,7 @@ The JSON routes say `response_model=None`: their dicts go out as they are, since
 against `dict` cost a turn through the threadpool.
 """
 
-from cocaq.api.routes import export, jobs, labs, live, metrics, models, top, users, whoami
+from cocaq.api.routes import carbon, export, jobs, labs, live, metrics, models, status, top, users, whoami
 
 ROUTERS = (
     whoami.router,
@@ -16,5 +16,7 @@ ROUTERS = (
     models.router,
     top.router,
     export.router,
+    status.router,
+    carbon.router,
     metrics.router,
 )
