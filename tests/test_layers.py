@@ -48,6 +48,7 @@ ROOMS: dict[str, str] = {
     "cocaq.reports": "reports",
     "cocaq.api": "api",
     "cocaq.study": "study",  # the e-mail study: the draw (assign) and the analysis
+    "cocaq.web": "web",  # the web app (Open OnDemand): pages over the read API, asked as the user
     "cocaq.frames": "frames",  # the tables as pandas DataFrames, from the database or the read API
     "cocaq.scheduler": "scheduler",  # `cocaq scheduler`'s service: the job table, the lock, the daemon
     "cocaq.demo": "demo",  # the demo's made-up site: its jobs, samples and reports, built for `cocaq demo`
@@ -77,6 +78,9 @@ ALLOWED: dict[str, set[str]] = {
     "reports": _BELOW_ACCOUNTING | {"accounting", "footprint", "study"},
     "api": _BELOW_ACCOUNTING | {"accounting", "footprint", "reports"},  # (a month: the e-mail itself)
     "frames": _BELOW_ACCOUNTING | {"accounting", "footprint", "api"},
+    # The web app reads through the read API only (its client, or its app in-process), and words its
+    # figures as the terminal and the e-mails do (footprint's words, the reports' wording).
+    "web": {"core", "formats", "api", "footprint", "reports"},
     # The scheduler runs the accounting's and the reports' passes on a clock; it reads no footprint of its
     # own and serves nothing, and only its command (cli) imports it: a job never loads the front-end.
     "scheduler": {"core", "db", "slurm", "accounting", "reports"},

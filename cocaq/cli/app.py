@@ -143,6 +143,7 @@ LazyGroup.lazy.update(
         "report": ("cocaq.cli.report:report", "cocaq.cli.report_send"),  # the latter adds `report send`
         "scheduler": ("cocaq.cli.scheduler:scheduler",),
         "serve": ("cocaq.cli.serve:serve",),
+        "web": ("cocaq.cli.web:web",),
         # the latter two add `study report` and `study plan`
         "study": ("cocaq.cli.study:study", "cocaq.cli.study_report", "cocaq.cli.study_plan"),
         "export": ("cocaq.cli.export:export",),
