@@ -204,6 +204,8 @@ def when(req: Request, m: re.Match[str]) -> Answer:
             if exc.status != 400:
                 raise
             error = exc.reason
+    if error is not None and _format(req) != "html":
+        raise HttpError(400, error)
     if _format(req) == "json" and d is not None:
         return render.json_answer(d)
     if _format(req) == "csv" and d is not None:
