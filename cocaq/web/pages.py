@@ -57,8 +57,11 @@ def footprint(req: Request, m: re.Match[str]) -> Answer:
         table = [("figure", "value"), *((k.strip(), v) for k, v in rows)]
         return render.csv_answer(table, f"footprint-{since}")
     days = int(since[:-1])
-    before = _previous(req, days)
-    daily = _daily(req, since)
+    daily = _daily(req, f"{2 * days}d")
+    cut = (datetime.now(UTC) - timedelta(days=days)).date().isoformat()
+    now_days = [(d, kwh) for d, kwh, _ in daily if d > cut]  # whole days inside the window
+    before = _sums([x for x in daily if x[0] <= cut][-len(now_days) :] if now_days else [])
+    after = _sums([x for x in daily if x[0] > cut])
     return render.page(
         req,
         "footprint.html",
@@ -68,40 +71,35 @@ def footprint(req: Request, m: re.Match[str]) -> Answer:
         since=since,
         since_choices=SINCE_CHOICES,
         before=before,
+        after=after,
         months=_months(12),
-        daily=render.daily_chart(daily, f"Your energy per day, the last {days} days"),
+        daily=render.daily_chart(now_days, f"Your energy per day, the last {days} days"),
     )
 
 
-def _previous(req: Request, days: int) -> dict[str, Any] | None:
-    """The window of the same length before this one, for the trend (None where it cannot be read)."""
-    now = datetime.now(UTC)
-    span = timedelta(days=days)
-    try:
-        return dict(
-            req.reader.get(
-                ("users", req.user),
-                {"since": (now - 2 * span).isoformat(), "until": (now - span).isoformat(), "top": 0},
-            )
-        )
-    except Refused:
+def _sums(days: list[tuple[str, float, float]]) -> dict[str, float] | None:
+    """kWh and CO2 over whole days of the daily totals (None: no day), for a like-for-like trend."""
+    if not days:
         return None
+    return {"energy_kwh": sum(d[1] for d in days), "co2_kg": sum(d[2] for d in days), "days": len(days)}
 
 
-def _daily(req: Request, since: str) -> list[tuple[str, float]]:
-    """kWh per UTC day from the daily rollups (the export API's rows, summed over partitions and labs)."""
-    out: dict[str, float] = {}
+def _daily(req: Request, since: str) -> list[tuple[str, float, float]]:
+    """(day, kWh, kg CO2) per UTC day from the daily rollups (the export API's rows, summed over
+    partitions and labs)."""
+    out: dict[str, tuple[float, float]] = {}
     after = 0
     for _ in range(20):  # pages of 10,000 rows: a year of a user's days fits in one
         page = req.reader.get(("export", "rollups"), {"since": since, "user": req.user, "after": after})
         cols = page["columns"]
-        i_day, i_kwh = cols.index("day"), cols.index("energy_kwh")
+        i_day, i_kwh, i_co2 = cols.index("day"), cols.index("energy_kwh"), cols.index("co2_kg")
         for r in page["rows"]:
-            out[r[i_day][:10]] = out.get(r[i_day][:10], 0.0) + float(r[i_kwh] or 0.0)
+            kwh, co2 = out.get(r[i_day][:10], (0.0, 0.0))
+            out[r[i_day][:10]] = (kwh + float(r[i_kwh] or 0.0), co2 + float(r[i_co2] or 0.0))
         if page.get("next") is None:
             break
         after = page["next"]
-    return sorted(out.items())
+    return [(d, kwh, co2) for d, (kwh, co2) in sorted(out.items())]
 
 
 def _months(n: int) -> list[str]:

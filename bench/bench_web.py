@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Benchmark: the web app's pages (issue 38) for the heavy user of the 1,000,000-job database, server side.
+
+    .venv/bin/python bench/bench_web.py --runs 5 --json /tmp/bench_web.json
+
+Needs the database `cocaq_bench_agg` (1,000,491 jobs with daily rollups) that `bench/bench_aggregate.py
+--reuse` builds and keeps; stops with exit 2 if it is not there. Runs as root: it makes the heavy user a
+local account (`useradd -M`), as the app serves only local users.
+
+Server side means what the WSGI application spends on a request, called in this process as a WSGI
+server would call it (cocaq.web.wsgi.proxied: the read API's app in this process over the database,
+as a site with direct reads runs it): every API request the page makes, the rendering, the headers.
+Each page is asked --runs times after one first view; the first view is reported apart (a new
+connection pool, templates compiled). Target: each page under 300 ms for the heavy user. The floor in
+the same run: GET /v1/whoami through the same in-process API (a request that reads nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pwd
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from wsgiref.util import setup_testing_defaults
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import database_exists, machine, pg_url, print_machine, users_by_jobs
+
+
+def call(app: Any, path: str, user: str) -> tuple[int, float]:
+    q = path.split("?", 1)
+    e: dict[str, Any] = {"PATH_INFO": q[0], "QUERY_STRING": q[1] if len(q) > 1 else "", "REMOTE_USER": user}
+    setup_testing_defaults(e)
+    got: dict[str, int] = {}
+    t0 = time.perf_counter()
+    b"".join(app(e, lambda s, h: got.update(status=int(s.split()[0]))))
+    return got["status"], (time.perf_counter() - t0) * 1000
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--db", default="cocaq_bench_agg")
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--json", type=Path, default=None)
+    a = p.parse_args()
+    if not database_exists(a.db):
+        print(f"bench_web: no database {a.db}: run bench/bench_aggregate.py --reuse first", file=sys.stderr)
+        return 2
+    from cocaq.config_load import load_config
+    from cocaq.web.reader import LocalReader, local_app
+    from cocaq.web.wsgi import proxied
+
+    m = machine()
+    print_machine(m)
+    since = datetime.now(UTC) - timedelta(days=30)
+    ranked, _ = users_by_jobs(a.db, since)
+    heavy, n_jobs = ranked[0]
+    try:
+        pwd.getpwnam(heavy)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", heavy], check=True)
+    cfg_path = Path("/tmp/bench_web.toml")
+    cfg_path.write_text(f'database_url = "{pg_url(a.db)}"\n')
+    cfg = load_config(cfg_path, {})
+    app = proxied(cfg)
+    reader = LocalReader(cfg, heavy, app=local_app(cfg))
+    top = reader.get(("users", heavy), {"since": "30d", "top": 1})["top_jobs"]
+    labs = reader.get(("users", heavy, "jobs"), {"since": "30d", "limit": 1})["rows"]
+    month = f"{datetime.now(UTC):%Y-%m}"
+    paths = ["/", f"/month/{month}", "/jobs", "/jobs?sort=kwh&order=desc", "/when?hours=6&within=24",
+             f"/jobs/{top[0]['job_id']}" if top else "/jobs/1", "/help"]  # fmt: skip
+    if labs:
+        paths.append(f"/labs/{labs[0]['account']}")
+    print(f"heavy user {heavy}: {n_jobs:,} jobs in the last 30 days")
+    out: dict[str, Any] = {"machine": m, "user": heavy, "jobs_in_window": n_jobs, "pages": {}}
+    floor = [reader_time(reader) for _ in range(a.runs)]
+    for path in paths:
+        status, first = call(app, path, heavy)
+        times = [call(app, path, heavy)[1] for _ in range(a.runs)]
+        out["pages"][path] = {"status": status, "first_ms": first, "median_ms": statistics.median(times),
+                              "max_ms": max(times), "runs_ms": times}  # fmt: skip
+        print(f"  {path:<34} {status}  first {first:8.1f} ms  median {statistics.median(times):8.1f} ms"
+              f"  max {max(times):8.1f} ms")  # fmt: skip
+    out["floor_whoami_ms"] = statistics.median(floor)
+    print(f"  floor: GET /v1/whoami in-process {statistics.median(floor):.1f} ms")
+    worst = max(v["median_ms"] for v in out["pages"].values())
+    out["worst_median_ms"] = worst
+    print(f"worst page median {worst:.0f} ms against the 300 ms target: {'met' if worst < 300 else 'missed'}")
+    if a.json:
+        a.json.write_text(json.dumps(out, indent=2))
+    return 0
+
+
+def reader_time(reader: Any) -> float:
+    t0 = time.perf_counter()
+    reader.get(("whoami",))
+    return (time.perf_counter() - t0) * 1000
+
+
+if __name__ == "__main__":
+    sys.exit(main())
