@@ -24,6 +24,7 @@ SINCE_CHOICES = ("7d", "30d", "90d", "365d")
 JOB_PATTERN = r"[0-9]{1,12}(?:_[0-9]{1,9}|_\[[0-9,\-]{1,64}\]|\+[0-9]{1,4})?"
 SORTS = ("end", "start", "job", "elapsed", "gpus", "kwh", "co2", "idle")
 PAGE_SIZES = (25, 50, 100, 200)
+TREND_MIN_DAYS = 7
 
 
 def routes(cfg: Config) -> list[tuple[str, Callable[[Request, re.Match[str]], Answer]]]:
@@ -60,8 +61,12 @@ def footprint(req: Request, m: re.Match[str]) -> Answer:
     daily = _daily(req, f"{2 * days}d")
     cut = (datetime.now(UTC) - timedelta(days=days)).date().isoformat()
     now_days = [(d, kwh) for d, kwh, _ in daily if d > cut]  # whole days inside the window
-    before = _sums([x for x in daily if x[0] <= cut][-len(now_days) :] if now_days else [])
+    # the trend: kWh and CO2 per whole UTC day of the daily totals, this window's against the as many
+    # days before it (the window's own edges are part days: the tiles' figures count them, a rate not)
     after = _sums([x for x in daily if x[0] > cut])
+    before = _sums([x for x in daily if x[0] <= cut][-len(now_days) :] if now_days else [])
+    if before is None or after is None or before["days"] < min(TREND_MIN_DAYS, after["days"]):
+        before = None  # too few days before to compare (as the e-mail's trend, reports.data.Trend)
     return render.page(
         req,
         "footprint.html",

@@ -8,7 +8,7 @@
       var block = document.getElementById(el.getAttribute("data-figure"));
       if (!block) { return; }
       var fig = JSON.parse(block.textContent);
-      Plotly.newPlot(el, fig.data, fig.layout, { displaylogo: false, responsive: true });
+      Plotly.newPlot(el, fig.data, fig.layout, { displaylogo: false, displayModeBar: false, responsive: true });
     });
   }
   function refreshLive() {
