@@ -385,3 +385,32 @@ def _only_our_scripts(page: str) -> bool:
     p.feed(page)
     assert p.bad == [], p.bad
     return re.search(r"javascript:", page, re.I) is None
+
+
+def test_another_users_view_only_for_who_reads_the_database_anyway(site: tuple[Config, Any]) -> None:
+    """`cocaq web --user NAME` (the demo): as `cocaq user NAME` reads the database, never through the
+    API, which vouches only for the caller's own uid; a name only the database knows is served by name."""
+    from cocaq.errors import UsageError
+    from cocaq.web.wsgi import own_user_app
+
+    cfg, _app = site
+    as_bin = own_user_app(cfg, "bin")
+    got = call(as_bin, "/jobs?format=json", user=None)
+    assert got.status == 200 and [r["job_id"] for r in got.json()["rows"]] == ["30"]
+    assert call(as_bin, "/jobs/1", user=None).status == 403, "still only bin's own jobs"
+    with pytest.raises(UsageError, match="only where this machine reads the database directly"):
+        own_user_app(dataclasses.replace(cfg, api=dataclasses.replace(cfg.api, url="http://api:8470")), "bin")
+
+
+def test_the_in_process_api_takes_only_requests_its_reader_made(site: tuple[Config, Any]) -> None:
+    from fastapi.testclient import TestClient
+
+    from cocaq.api.client import payload_for
+    from cocaq.web.reader import local_app
+
+    cfg, _app = site
+    client = TestClient(local_app(cfg))
+    own = payload_for("GET", "/v1/users/nobody").decode()
+    assert client.get("/v1/users/bin", headers={"Authorization": f"MUNGE nobody {own}"}).status_code == 401
+    assert client.get("/v1/users/nobody", headers={"Authorization": f"MUNGE nobody {own}"}).status_code == 200
+    assert client.get("/v1/users/nobody").status_code == 401

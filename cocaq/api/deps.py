@@ -97,7 +97,7 @@ def caller_for(api: "ApiConfig", pw: pwd.struct_passwd) -> Caller:
     """What a user may see, by `[api]`: admin by name or group, the labs they head. One rule for the
     API's MUNGE callers and the web app's users, whoever vouched for them."""
     admin = pw.pw_name in api.admin_users or bool(
-        api.admin_groups and _groups(pw.pw_name, pw.pw_gid) & set(api.admin_groups)
+        api.admin_groups and pw.pw_uid >= 0 and _groups(pw.pw_name, pw.pw_gid) & set(api.admin_groups)
     )
     heads = frozenset(a for a, users in api.lab_heads.items() if pw.pw_name in users)
     return Caller(pw.pw_name, pw.pw_uid, admin, heads)

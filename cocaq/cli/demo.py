@@ -152,6 +152,7 @@ def _say_try_next(console: Any, m: MonthDemo) -> None:
     )
     first_job = next((j.job_id for j in m.jobs if j.gpus and j.state == "COMPLETED"), m.jobs[0].job_id)
     prog = _prog_name()
+    first_user = users[0]["user"] if users else "alice"
     console.print("\nTry next:")
     for cmd in (
         f"cocaq user {users[0]['user'] if users else 'alice'} --since 30d",
@@ -160,6 +161,7 @@ def _say_try_next(console: Any, m: MonthDemo) -> None:
         "cocaq models --since 30d",
         f"cocaq --config {cfg_path} carbon when --hours 6",
         f"cocaq job {first_job}",
+        f"cocaq --config {cfg_path} web --user {first_user}   # the same in a browser",
         f"cocaq user {oc.USER} --since 30d   # GPU use by Slurm, unknown GPUs, no CPU time",
         f"cocaq job {oc.IDLE_JOB}   # its GPUs idle, by Slurm's gres/gpuutil",
         f"cocaq --config {cfg_path} import sacct --file {m.month.dump}   # again: nothing is duplicated",

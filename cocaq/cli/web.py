@@ -22,8 +22,14 @@ from cocaq.errors import UsageError
 @click.option(
     "--user-header", default=None, help="With --trust-proxy-user: the request header naming the user."
 )
+@click.option(
+    "--user",
+    "as_user",
+    default=None,
+    help="Show this user's figures: only reading the database directly, as `cocaq user NAME` can (demo).",
+)
 @click.pass_obj
-def web(obj: Ctx, listen: str, trust_proxy_user: bool, user_header: str | None) -> None:
+def web(obj: Ctx, listen: str, trust_proxy_user: bool, user_header: str | None, as_user: str | None) -> None:
     """Serve the web app: your own figures (behind a key this prints), or, with --trust-proxy-user,
     each user's behind a site's authenticating reverse proxy. Open OnDemand needs neither: it runs
     ood/passenger_wsgi.py as each user."""
@@ -41,6 +47,8 @@ def web(obj: Ctx, listen: str, trust_proxy_user: bool, user_header: str | None) 
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = host == "localhost"
+    if as_user and trust_proxy_user:
+        raise UsageError("--user: not with --trust-proxy-user (the proxy names each user)")
     if user_header and not trust_proxy_user:
         raise UsageError("--user-header: only with --trust-proxy-user")
     if trust_proxy_user and not loopback:
@@ -48,7 +56,7 @@ def web(obj: Ctx, listen: str, trust_proxy_user: bool, user_header: str | None) 
             f"--trust-proxy-user: listen on a loopback address (127.0.0.1), not {host}: anyone who reaches "
             "the port could name any user"
         )
-    app = proxied(obj.cfg, user_header) if trust_proxy_user else KeyGate(own_user_app(obj.cfg))
+    app = proxied(obj.cfg, user_header) if trust_proxy_user else KeyGate(own_user_app(obj.cfg, as_user))
 
     class Server(ThreadingMixIn, WSGIServer):
         daemon_threads = True

@@ -74,8 +74,7 @@ class LocalReader:
     """The read API's application in this process, asked as `user` (default: the process's own)."""
 
     def __init__(self, cfg: Config, user: str | None = None, *, app: Any = None) -> None:
-        pw = pwd.getpwnam(user) if user is not None else pwd.getpwuid(os.getuid())
-        self.user, self.uid = pw.pw_name, pw.pw_uid
+        self.user = user if user is not None else pwd.getpwuid(os.getuid()).pw_name
         self.app = app if app is not None else local_app(cfg)
 
     def get(self, parts: tuple[str, ...], params: Mapping[str, Any] | None = None) -> Any:
@@ -86,8 +85,8 @@ class LocalReader:
         path = "/v1/" + "/".join(parts)
         raw = "/v1/" + "/".join(quote(p, safe="") for p in parts)
         query = urlencode({k: _param(v) for k, v in (params or {}).items() if v is not None})
-        # the credential the in-process decoder reads: this uid, for this very request
-        cred = f"{self.uid} {payload_for('GET', path).decode()}"
+        # what the in-process caller reads (local_app): this user, for this very request
+        cred = f"{self.user} {payload_for('GET', path).decode()}"
         status, body = asyncio.run(_asgi_get(self.app, path, raw, query, cred))
         try:
             data = json.loads(body)
@@ -99,14 +98,34 @@ class LocalReader:
 
 
 def local_app(cfg: Config) -> Any:
-    """The read API's app over `cfg`'s database, whose callers are the uids this module vouches for."""
+    """The read API's app over `cfg`'s database, whose callers are the users this process vouches for
+    (its own, or the one a trusted proxy names): the API's own rules of who may see what apply, by name
+    (`[api] admin_users`, `lab_heads`; admin groups for local accounts). This app object is never
+    served: only LocalReader in this process reaches it."""
+    from fastapi import HTTPException, Request
+
+    from cocaq.api import deps
+    from cocaq.api.client import payload_for
     from cocaq.api.server import create_app
 
-    def decode(cred: str) -> tuple[int, bytes]:
-        uid, _, payload = cred.partition(" ")
-        return int(uid), payload.encode()
+    def no_munge(cred: str) -> tuple[int, bytes]:
+        raise HTTPException(401, "the in-process API takes no MUNGE credential")
 
-    return create_app(cfg, decode=decode)
+    def vouched(request: Request) -> deps.Caller:
+        name, _, payload = request.headers.get("authorization", "").removeprefix("MUNGE ").partition(" ")
+        if not name or payload.encode() != payload_for(request.method, request.url.path):
+            raise HTTPException(401, "not a request this process made")
+        try:
+            pw = pwd.getpwnam(name)
+        except KeyError:  # a name only the database knows (the demo's users): by name alone
+            pw = pwd.struct_passwd((name, "x", -1, -1, "", "/", "/bin/false"))
+        return deps.caller_for(cfg.api, pw)
+
+    # (this module's annotations are text; FastAPI must see the real class to hand over the request)
+    vouched.__annotations__ = {"request": Request, "return": deps.Caller}
+    app = create_app(cfg, decode=no_munge)
+    app.dependency_overrides[deps.caller] = vouched
+    return app
 
 
 def _param(v: Any) -> str:

@@ -19,12 +19,17 @@ if TYPE_CHECKING:
     from cocaq.web.reader import Reader
 
 
-def own_user_app(cfg: Config) -> WebApp:
-    """The app for the process's own user (Open OnDemand, `cocaq web` on one's own machine)."""
+def own_user_app(cfg: Config, user: str | None = None) -> WebApp:
+    """The app for the process's own user (Open OnDemand, `cocaq web` on one's own machine); `user`:
+    another's view, only for who reads the database directly anyway (`cocaq user NAME` shows them the
+    same: an admin, the demo), never through the API, which vouches only for the caller's own uid."""
+    from cocaq.errors import UsageError
     from cocaq.web.app import WebApp
     from cocaq.web.reader import ApiReader, LocalReader
 
-    reader: Reader = ApiReader(cfg) if cfg.api.url else LocalReader(cfg)
+    if user is not None and cfg.api.url:
+        raise UsageError("--user: only where this machine reads the database directly (no [api] url)")
+    reader: Reader = ApiReader(cfg) if cfg.api.url else LocalReader(cfg, user)
     return WebApp(cfg, lambda environ: reader)
 
 
