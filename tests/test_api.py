@@ -157,7 +157,7 @@ def test_admins_by_name_or_group_see_everything(client: httpx.Client) -> None:
         top = call(client, admin, "/v1/top", by="account").json()
         assert [r["account"] for r in top["rows"]] == ["lab_vision", "lab_nlp"]
     assert call(client, "alice", "/v1/whoami").json() == {
-        "user": "alice", "uid": 1001, "admin": False, "lab_head_of": [],
+        "user": "alice", "uid": pwd.getpwnam("alice").pw_uid, "admin": False, "lab_head_of": [],
     }  # fmt: skip
     assert call(client, "daemon", "/v1/whoami").json()["lab_head_of"] == ["lab_nlp"]
     r = call(client, "alice", "/v1/top")
