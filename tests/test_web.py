@@ -414,3 +414,20 @@ def test_the_in_process_api_takes_only_requests_its_reader_made(site: tuple[Conf
     assert client.get("/v1/users/bin", headers={"Authorization": f"MUNGE nobody {own}"}).status_code == 401
     assert client.get("/v1/users/nobody", headers={"Authorization": f"MUNGE nobody {own}"}).status_code == 200
     assert client.get("/v1/users/nobody").status_code == 401
+
+
+def test_through_the_api_the_app_loads_no_database_driver_nor_the_api_server() -> None:
+    """Open OnDemand starts the app per user: through the API it imports no SQLAlchemy, no driver and no
+    FastAPI (as `cocaq user` on a login node, tests/test_user_imports.py)."""
+    code = (
+        "import sys\nfrom wsgiref.util import setup_testing_defaults\nfrom cocaq.web.wsgi import application\n"
+        "e = {'PATH_INFO': '/'}\nsetup_testing_defaults(e)\ngot = []\n"
+        "b''.join(application(e, lambda s, h: got.append(s)))\n"
+        "print(got[0], sorted(m for m in ('sqlalchemy', 'psycopg', 'psycopg2', 'fastapi', 'pandas') if m in sys.modules))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "COCAQ_API_URL": "http://127.0.0.1:9"})  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "503 Service Unavailable []", (
+        "unreachable API: a page that says so, nothing heavy"
+    )
