@@ -431,3 +431,21 @@ def test_through_the_api_the_app_loads_no_database_driver_nor_the_api_server() -
     assert r.stdout.strip() == "503 Service Unavailable []", (
         "unreachable API: a page that says so, nothing heavy"
     )
+
+
+def test_an_arrays_page_lists_its_tasks_and_their_sum(site: tuple[Config, Any]) -> None:
+    cfg, app = site
+    tasks = []
+    for task in (0, 1):
+        r = job(40 + task, NOW - timedelta(hours=3), 1, user="nobody", account="lab_vision", name="sweep")
+        r.job_id, r.array_job_id, r.array_task_id = f"40_{task}", 40, task
+        tasks.append(r)
+    engine = make_engine(cfg.database_url)
+    import_records(engine, tasks, cfg, source="t")
+    engine.dispose()
+    page = call(app, "/jobs/40").text
+    d = call(app, "/jobs/40?format=json").json()
+    (whole,) = d["arrays"]
+    assert "<h2>Array 40 (sweep)</h2>" in page and f"2 tasks: {_esc(kwh_text(whole['energy_kwh']))}" in page
+    assert 'href="/jobs/40_0"' in page and 'href="/jobs/40_1"' in page
+    assert call(app, "/jobs/40_[0-1]").status == 200 and call(app, "/jobs/40_1").status == 200
