@@ -10,19 +10,19 @@ made to break the markup stay text. Screenshots stay under pytest's tmp dir and 
 $COCAQ_SCREENSHOT_DIR when it is set. Chromium comes from Debian (scripts/test.sh installs it as root);
 without it this module fails and says why, unless COCAQ_SKIP_SCREENSHOTS=1.
 
-The demo's users must be local Unix users (the app's proxy mode checks the name): as root they are made
-(useradd, no home, no shell), else the module skips.
+The demo's users are no Unix accounts: each is served as `cocaq web --user NAME` serves them
+(cocaq.web.wsgi.own_user_app, the in-process API vouching by name), the stand-in proxy choosing the app
+by its REMOTE_USER; tests/test_web.py covers the proxy mode's own check of local users. No test makes
+Unix users here: made in another order they would shift the uids other tests expect.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import pwd
 import re
 import shutil
-import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,7 +37,7 @@ from cocaq.db.engine import make_engine
 from cocaq.footprint.advice_words import co2, num
 from cocaq.footprint.totals import Footprint
 from cocaq.footprint.totals_rows import kwh_text, totals_rows
-from cocaq.web.wsgi import proxied
+from cocaq.web.wsgi import own_user_app
 from tests.browserkit import Browser, Page, Served, chromium, not_blank, serve
 from tests.builders import job
 from tests.conftest import run_cocaq
@@ -50,23 +50,17 @@ HOSTILE = {"770001": "<script>alert(1)</script>", "770002": '"><img src=x onerro
 NAV = ["My footprint", "My jobs", "When to run", "My labs", "Help"]
 
 
-def ensure_users() -> None:
-    """The demo's users as local accounts (the proxy mode serves local users only)."""
-    missing = [u for u in USERS if not _is_user(u)]
-    if missing and os.geteuid() != 0:
-        pytest.skip(f"{', '.join(missing)}: not local users here, and only root may add them (useradd)")
-    for u in missing:  # as tests/test_munge.py does; another module may be adding them at the same time
-        subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", u], capture_output=True, timeout=30)
-    still = [u for u in USERS if not _is_user(u)]
-    assert not still, f"useradd did not make {still}"
+def by_user(cfg: Any) -> Callable[..., Iterable[bytes]]:
+    """One app per user the stand-in proxy names (as `cocaq web --user NAME` serves each)."""
+    apps: dict[str, Any] = {}
 
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        user = str(environ.get("REMOTE_USER") or "")
+        if user not in apps:
+            apps[user] = own_user_app(cfg, user)
+        return apps[user](environ, start_response)  # type: ignore[no-any-return]
 
-def _is_user(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False
-    return True
+    return app
 
 
 @dataclass
@@ -88,7 +82,6 @@ class Demo:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     """`cocaq demo`'s site, and erin's two jobs named to break the markup, imported as sacct's would be."""
-    ensure_users()
     chromium()  # (fails or skips before the demo is built, not after)
     tmp = tmp_path_factory.mktemp("web-browser")
     url = f"sqlite:///{tmp / 'demo.sqlite'}"
@@ -123,7 +116,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
 
 @pytest.fixture(scope="module")
 def server(demo: Demo) -> Iterator[Served]:
-    with serve(proxied(demo.cfg), "dave") as served:
+    with serve(by_user(demo.cfg), "dave") as served:
         yield served
 
 
@@ -137,7 +130,6 @@ def browser(demo: Demo) -> Iterator[Browser]:
 @pytest.fixture
 def site(server: Served) -> Served:
     """The server, its requests as dave's (a test may sign in as someone else)."""
-    ensure_users()
     server.user = "dave"
     return server
 
