@@ -449,3 +449,32 @@ def test_an_arrays_page_lists_its_tasks_and_their_sum(site: tuple[Config, Any]) 
     assert "<h2>Array 40 (sweep)</h2>" in page and f"2 tasks: {_esc(kwh_text(whole['energy_kwh']))}" in page
     assert 'href="/jobs/40_0"' in page and 'href="/jobs/40_1"' in page
     assert call(app, "/jobs/40_[0-1]").status == 200 and call(app, "/jobs/40_1").status == 200
+
+
+def test_answers_are_remembered_for_a_minute_and_refusals_not(site: tuple[Config, Any]) -> None:
+    from cocaq.web.reader import LocalReader, Refused, Remembered, local_app
+
+    cfg, _app = site
+    inner = LocalReader(cfg, "nobody", app=local_app(cfg))
+    asked: list[tuple[str, ...]] = []
+
+    class Counting:
+        user = "nobody"
+
+        def get(self, parts: tuple[str, ...], params: Any = None) -> Any:
+            asked.append(parts)
+            return inner.get(parts, params)
+
+    kept = Remembered(Counting(), ttl_s=60)
+    first = kept.get(("users", "nobody"), {"since": "30d"})
+    assert kept.get(("users", "nobody"), {"since": "30d"}) is first and len(asked) == 1
+    kept.get(("users", "nobody"), {"since": "7d"})
+    assert len(asked) == 2, "other words, another answer"
+    for _ in range(2):
+        with pytest.raises(Refused):
+            kept.get(("jobs", "30"))
+    assert asked.count(("jobs", "30")) == 2, "a refusal is asked again"
+    stale = Remembered(Counting(), ttl_s=0)
+    stale.get(("status",))
+    stale.get(("status",))
+    assert asked.count(("status",)) == 2

@@ -175,3 +175,35 @@ async def _asgi_get(app: Any, path: str, raw: str, query: str, cred: str) -> tup
 
     await app(scope, receive, send)
     return status, b"".join(chunks)
+
+
+class Remembered:
+    """A reader that keeps each answer for `ttl_s` (at most `size` of them): a user going back from a
+    job to their footprint is not made to wait for the same figures again. The figures change only as
+    accounting is imported (the footer says when), so a minute old is as fresh as the page claims."""
+
+    def __init__(self, reader: Reader, ttl_s: float = 60.0, size: int = 64) -> None:
+        import threading
+        from collections import OrderedDict
+
+        self.reader, self.user, self.ttl_s, self.size = reader, reader.user, ttl_s, size
+        self._kept: OrderedDict[str, tuple[float, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, parts: tuple[str, ...], params: Mapping[str, Any] | None = None) -> Any:
+        import time
+
+        key = json.dumps([parts, sorted((k, _param(v)) for k, v in (params or {}).items() if v is not None)])
+        now = time.monotonic()
+        with self._lock:
+            hit = self._kept.get(key)
+            if hit is not None and now - hit[0] < self.ttl_s:
+                self._kept.move_to_end(key)
+                return hit[1]
+        got = self.reader.get(parts, params)  # (a refusal is not kept: asked again, it is asked again)
+        with self._lock:
+            self._kept[key] = (now, got)
+            self._kept.move_to_end(key)
+            while len(self._kept) > self.size:
+                self._kept.popitem(last=False)
+        return got

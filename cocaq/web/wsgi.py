@@ -25,11 +25,11 @@ def own_user_app(cfg: Config, user: str | None = None) -> WebApp:
     same: an admin, the demo), never through the API, which vouches only for the caller's own uid."""
     from cocaq.errors import UsageError
     from cocaq.web.app import WebApp
-    from cocaq.web.reader import ApiReader, LocalReader
+    from cocaq.web.reader import ApiReader, LocalReader, Remembered
 
     if user is not None and cfg.api.url:
         raise UsageError("--user: only where this machine reads the database directly (no [api] url)")
-    reader: Reader = ApiReader(cfg) if cfg.api.url else LocalReader(cfg, user)
+    reader: Reader = Remembered(ApiReader(cfg) if cfg.api.url else LocalReader(cfg, user))
     return WebApp(cfg, lambda environ: reader)
 
 
