@@ -199,15 +199,6 @@ PATHS: dict[str, str] = {
 NOT_SQL: dict[str, str] = {
     "cocaq/cli/db_status_view.py": "`cocaq db status` says how each backend keeps samples",
 }
-# Modules that still pick a spelling by dialect themselves, outside the files issue 37's first pass
-# changed: each goes to cocaq.db.dialect (or its SQLAlchemy form, cocaq.db.sqlfuncs), then off this list.
-SPELLINGS_TO_MOVE: dict[str, str] = {
-    "cocaq/accounting/gpu_hours.py": "least/min as func.least/func.min: cocaq.db.sqlfuncs.least",
-    "cocaq/accounting/sessions.py": "chr/char and strpos/instr",
-    "cocaq/footprint/advice_jobs.py": "greatest/least and the OFFSET 0 fence",
-    "cocaq/footprint/jobfacts.py": "greatest/least and the OFFSET 0 fence",
-    "cocaq/footprint/live.py": "a JSON field (->> / json_extract) and TEXT/VARCHAR",
-}
 
 
 def _is_dialect(node: ast.AST) -> bool:
@@ -271,31 +262,21 @@ def _rel(p: Path) -> str:
 
 def test_dialect_checks_only_where_the_way_differs() -> None:
     """A dialect check outside cocaq.db.dialect is a different way (PATHS, with why), never a spelling."""
-    found = [
-        c
-        for p in later_sources(DIALECT_HOME)
-        if _rel(p) not in PATHS and _rel(p) not in SPELLINGS_TO_MOVE
-        for c in dialect_checks(p)[0]
-    ]
+    found = [c for p in later_sources(DIALECT_HOME) if _rel(p) not in PATHS for c in dialect_checks(p)[0]]
     assert found == [], "\n".join(found)
 
 
 def test_no_sql_spelled_by_dialect_outside_the_dialect_module() -> None:
-    found = [
-        s
-        for p in later_sources(DIALECT_HOME)
-        if _rel(p) not in SPELLINGS_TO_MOVE and _rel(p) not in NOT_SQL
-        for s in dialect_checks(p)[1]
-    ]
+    found = [s for p in later_sources(DIALECT_HOME) if _rel(p) not in NOT_SQL for s in dialect_checks(p)[1]]
     assert found == [], "\n".join(found)
 
 
 def test_the_dialect_lists_are_current() -> None:
-    """Each module on PATHS still asks the dialect, each on SPELLINGS_TO_MOVE and NOT_SQL still picks text
-    by it: an entry whose reason is gone comes off (the lists only shrink)."""
+    """Each module on PATHS still asks the dialect, each on NOT_SQL still picks text by it: an entry whose
+    reason is gone comes off (the lists only shrink)."""
     for rel in PATHS:
         assert dialect_checks(ROOT / rel)[0], f"{rel} asks no dialect now: take it off PATHS"
-    for rel in (*SPELLINGS_TO_MOVE, *NOT_SQL):
+    for rel in NOT_SQL:
         assert dialect_checks(ROOT / rel)[1], f"{rel} picks no text by dialect now: take it off its list"
     assert not set(NOT_SQL) - set(PATHS), "a module that picks words by dialect asks it: on PATHS too"
 

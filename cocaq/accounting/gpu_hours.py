@@ -25,7 +25,7 @@ from cocaq.accounting.rollups import big_work_mem
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import AggregatorState, JobGpuHour, Sample
-from cocaq.db.sqlfuncs import epoch
+from cocaq.db.sqlfuncs import epoch, least
 
 S = cast(Table, Sample.__table__).c
 GH = cast(Table, JobGpuHour.__table__)
@@ -57,7 +57,6 @@ def gpu_params_key(cfg: Config) -> str:
 
 
 def _gpu_hours_select(
-    conn: Connection,
     cfg: Config,
     cluster_id: int | None,
     raw_ids: Sequence[str] | None,
@@ -99,7 +98,7 @@ def _gpu_hours_select(
         p.c.cluster_id, p.c.job_id, t.label("t"), p.c.power, p.c.util, p.c.mem, dt.label("dt")
     ).subquery()
     hour = cast_bigint(func.floor(d.c.t / 3600.0))
-    dtc = func.min(d.c.dt, max_dt) if conn.dialect.name == "sqlite" else func.least(d.c.dt, max_dt)
+    dtc = least(d.c.dt, max_dt)
     pw = func.coalesce(d.c.power, 0.0)
     idle = d.c.util < threshold
     return select(
@@ -146,7 +145,7 @@ def refresh_gpu_hours(conn: Connection, cfg: Config, scope: Scope | None) -> int
     if scope is None:
         conn.execute(delete(GH) if first is None else delete(GH).where(GH.c.hour >= first))
         since = None if first is None else datetime.fromtimestamp(first * 3600.0, UTC)
-        ins = insert(GH).from_select(list(_GH_COLS), _gpu_hours_select(conn, cfg, None, None, since))
+        ins = insert(GH).from_select(list(_GH_COLS), _gpu_hours_select(cfg, None, None, since))
         return int(conn.execute(ins.execution_options(preserve_rowcount=True)).rowcount or 0)
     n = 0
     for cid, jobs in scope.items():
@@ -165,7 +164,7 @@ def refresh_gpu_hours(conn: Connection, cfg: Config, scope: Scope | None) -> int
                     gone = gone.where(GH.c.hour >= h0)
                 conn.execute(gone)
                 since = None if h0 is None else datetime.fromtimestamp(h0 * 3600.0, UTC)
-                sel = _gpu_hours_select(conn, cfg, cid, chunk, since)
+                sel = _gpu_hours_select(cfg, cid, chunk, since)
                 ins = insert(GH).from_select(list(_GH_COLS), sel)
                 n += int(conn.execute(ins.execution_options(preserve_rowcount=True)).rowcount or 0)
     return n

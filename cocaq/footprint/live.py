@@ -84,9 +84,7 @@ def _job_picks(db: Db, ask: Ask, p: dict[str, Any], cluster_j: str) -> tuple[lis
     jobs = [
         f"{pick} AND j.user_name = %(user)s AND j.is_open = %(open)s AND j.start_time IS NOT NULL{cluster_j}"
     ]
-    user = (
-        "s.payload->'job'->>'user'" if db.dialect == "postgresql" else "json_extract(s.payload, '$.job.user')"
-    )
+    user = dbsql.json_text(db, "s.payload", "job", "user")
     # a running job not imported yet has prolog records not linked to a jobs row (job_pk NULL: an
     # index); an imported one comes through its jobs row
     return jobs, (
@@ -112,7 +110,7 @@ def fetch(db: Db, ask: Ask, now: float, window_s: float = WINDOW_S) -> list[tupl
     cluster_s = f" AND s.cluster_id IN ({clusters})"
     jobs, events_where = _job_picks(db, ask, p, cluster_j)
     ep = dbsql.epoch
-    text = "TEXT" if db.dialect == "sqlite" else "VARCHAR"
+    text = dbsql.text_type(db)
     as_text = f"CAST(ids.raw AS {text})"
     sql = f"""
 WITH ids AS (
