@@ -40,7 +40,7 @@ from cocaq.accounting.window import overlap_sql, share_sql
 from cocaq.footprint.advice_words import MB_PER_GB
 from cocaq.footprint.dbsql import epoch, false, first_word, greatest, labs_bound, least, planner_fence
 from cocaq.footprint.jobfacts import JobFacts, _hardware, load, scope_where
-from cocaq.units import J_PER_KWH
+from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR
 
 if TYPE_CHECKING:
     from cocaq.config import Config
@@ -111,6 +111,7 @@ def _triage_sql(db: Db, where: str) -> str:
     )"""
     no = false(db)
     held = "w.gpus * w.el"
+    per_h, per_kg = f"{S_PER_HOUR}.0", f"{G_PER_KG}.0"  # SQL's float literals: divisions in floating point
     busy = least(db, f"coalesce(w.gpu_samples_s, 0.0) / ({held})", "1.0")
     light = "CASE WHEN w.gpus > 0 AND NOT w.cand THEN"  # (a row the precision rule alone reads)
     fence = planner_fence(db, "\n    ")  # (`cand` once per job, not once per use)
@@ -121,16 +122,16 @@ def _triage_sql(db: Db, where: str) -> str:
            j.req_mem_mb, j.max_rss_mb, j.rss_tasks_per_node, j.total_cpu_s, j.gpu_type,"""
     return f"""{_window_cte(db, where, cols)}, x AS (
     SELECT w.*, coalesce({cand}, {no}) AS cand, m.gpu_samples_s, m.idle_gpu_s,
-           coalesce(m.shift_state = 'ok', {no}) AS flex, coalesce(m.shift_saved_g, 0.0) / 1000.0 AS saved
+           coalesce(m.shift_state = 'ok', {no}) AS flex, coalesce(m.shift_saved_g, 0.0) / {per_kg} AS saved
     FROM w LEFT JOIN job_metrics m ON m.job_pk = w.id
     WHERE w.f > 0{fence}
 )
 SELECT w.id, w.user_name, {energy_j} * w.f, w.cand, {light} w.job_id END, w.name, {light} w.partition END,
-       {light} w.node_list END, w.gpus, {light} w.el / 3600.0 END, w.f,
+       {light} w.node_list END, w.gpus, {light} w.el / {per_h} END, w.f,
        {light} {energy_j} / {J_PER_KWH!r} END,
-       {light} coalesce({gpu_j}, 0.0) / {J_PER_KWH!r} END, w.co2 / 1000.0,
+       {light} coalesce({gpu_j}, 0.0) / {J_PER_KWH!r} END, w.co2 / {per_kg},
        {light} CASE WHEN {held} > 0 THEN {busy} ELSE 0.0 END
-       END, {light} coalesce(w.idle_gpu_s, 0.0) / 3600.0 END, {light} w.gpu_type END, w.flex, w.saved,
+       END, {light} coalesce(w.idle_gpu_s, 0.0) / {per_h} END, {light} w.gpu_type END, w.flex, w.saved,
        {fw} = 'COMPLETED'
 FROM x w"""
 
@@ -217,7 +218,7 @@ def load_for_advice(
         "until_ts": until,
         "c_util": t.loader_max_util_pct * (1 + _HAIR),
         "c_cpu": t.loader_min_cpu_usage * (1 - _HAIR),
-        "c_el": t.loader_min_elapsed_h * 3600.0 * (1 - _HAIR),
+        "c_el": t.loader_min_elapsed_h * float(S_PER_HOUR) * (1 - _HAIR),
         "c_mem_req": t.mem_min_req_gb * MB_PER_GB * (1 - _HAIR),
         "c_mem_use": t.mem_max_use * (1 + _HAIR),
     }

@@ -24,7 +24,7 @@ from cocaq.accounting.ledger import outcome_of
 from cocaq.accounting.window import overlap_sql, share_sql
 from cocaq.footprint.dbsql import epoch, greatest, labs_bound, least, planner_fence
 from cocaq.slurm.record import NOT_STARTED_STATES, OPEN_STATES
-from cocaq.units import J_PER_KWH
+from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR
 
 if TYPE_CHECKING:
     from cocaq.config import Config
@@ -158,7 +158,7 @@ class JobFacts:
         Slurm recorded no CPU time, or the job has not ended (its TotalCPU is partial)."""
         if self.total_cpu_s is None or not self.cpus or self.elapsed_h <= 0 or not self.ended:
             return None
-        return self.total_cpu_s / (self.cpus * self.elapsed_h * 3600)
+        return self.total_cpu_s / (self.cpus * self.elapsed_h * S_PER_HOUR)
 
     @property
     def idle_when(self) -> str:
@@ -286,6 +286,7 @@ def _sql(
     FROM job_energy q WHERE q.job_pk IN (SELECT id FROM w WHERE f > 0) GROUP BY q.job_pk
 )"""
     held = "w.gpus * w.el"
+    per_h, per_kg = f"{S_PER_HOUR}.0", f"{G_PER_KG}.0"  # SQL's float literals: divisions in floating point
     energy_j = greatest(db, "w.energy", "0.0")
     idle = greatest(db, "0.0", least(db, "coalesce(m.idle_gpu_energy_j, 0.0)", energy_j))
     busy = least(db, f"coalesce(m.gpu_samples_s, 0.0) / ({held})", "1.0")
@@ -307,18 +308,18 @@ WITH y AS (
 ){c_cte}
 SELECT w.id, w.job_id, w.job_id_raw, w.cluster_id, w.cluster, w.name, w.user_name, w.account, w.partition,
        w.node_list, w.state, w.exit_code, w.start_time, w.end_time, w.is_open, w.cpus, w.gpus, w.nn,
-       w.el / 3600.0, CASE WHEN w.time_limit_s > 0 THEN w.time_limit_s / 3600.0 END,
+       w.el / {per_h}, CASE WHEN w.time_limit_s > 0 THEN w.time_limit_s / {per_h} END,
        CASE WHEN w.req_mem_mb > 0 THEN w.req_mem_mb END, w.max_rss_mb, w.rss_tasks_per_node, w.total_cpu_s,
        w.f, {energy_j} / {J_PER_KWH!r}, coalesce(c.gpu, 0.0) / {J_PER_KWH!r},
        coalesce(c.cpu, 0.0) / {J_PER_KWH!r}, coalesce(c.dram, 0.0) / {J_PER_KWH!r},
-       coalesce(c.other, 0.0) / {J_PER_KWH!r}, w.measured / {J_PER_KWH!r}, c.gpu_source, w.co2 / 1000.0,
+       coalesce(c.other, 0.0) / {J_PER_KWH!r}, w.measured / {J_PER_KWH!r}, c.gpu_source, w.co2 / {per_kg},
        m.gpu_util_pct,
        CASE WHEN {held} > 0 THEN {busy} ELSE 0.0 END,
-       coalesce(m.idle_gpu_s, 0.0) / 3600.0, {idle} / {J_PER_KWH!r}, m.gpu_mem_peak_mb,
+       coalesce(m.idle_gpu_s, 0.0) / {per_h}, {idle} / {J_PER_KWH!r}, m.gpu_mem_peak_mb,
        CASE WHEN m.gpu_samples_s > 0 THEN coalesce(m.gpu_samples_j, 0.0) / m.gpu_samples_s END,
        mm.model_name, mm.precision, mm.extra, mm.batch_size, mm.epochs, mm.tokens,
-       m.shift_state, m.shift_slack_s / 3600.0, m.shift_best_start, m.shift_now_g, m.shift_best_g,
-       coalesce(m.shift_saved_g, 0.0) / 1000.0, coalesce(m.shift_pause_saved_g, 0.0) / 1000.0,
+       m.shift_state, m.shift_slack_s / {per_h}, m.shift_best_start, m.shift_now_g, m.shift_best_g,
+       coalesce(m.shift_saved_g, 0.0) / {per_kg}, coalesce(m.shift_pause_saved_g, 0.0) / {per_kg},
        m.gpu_util_source, w.gpus_unknown, w.qos, w.gpu_type, w.batch_step, w.zero_cpu_nodes,
        {energy_j} * w.f
 FROM w {energy}

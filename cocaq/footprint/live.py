@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from cocaq.collector.records import GPU_SOURCE_RANK
 from cocaq.footprint import dbsql
-from cocaq.units import J_PER_KWH, co2_grams
+from cocaq.units import G_PER_KG, J_PER_KWH, co2_grams
 
 if TYPE_CHECKING:
     from cocaq.config import Config
@@ -477,7 +477,7 @@ def _projection(
         "until_ts": run.start + run.limit,
         "energy_j": proj_j,
         "energy_kwh": proj_j / J_PER_KWH,
-        "co2_kg": co2_grams(proj_j, carbon["pue"], carbon["g_per_kwh"]) / 1000.0,
+        "co2_kg": co2_grams(proj_j, carbon["pue"], carbon["g_per_kwh"]) / G_PER_KG,
     }
 
 
@@ -535,7 +535,7 @@ def _view(
         "power_series_span_s": span if run.running else None,
         "window_s": window_s,
         "cpu_cores": sum(cpu_cores) if cpu_cores else None,
-        "co2_kg": co2_grams(energy_j, carbon["pue"], carbon["g_per_kwh"]) / 1000.0,
+        "co2_kg": co2_grams(energy_j, carbon["pue"], carbon["g_per_kwh"]) / G_PER_KG,
         "carbon": carbon,
         "projection": _projection(run, energy_j, terms, series, carbon, window_s),
         "newest_sample_ts": max((s[-1][0] for s in samples.values()), default=None),
