@@ -51,6 +51,7 @@ from cocaq.config import (
     parse_listen,
 )
 from cocaq.errors import CocaqError, ConfigError
+from cocaq.units import S_PER_HOUR
 
 DEFAULT_CONFIG_PATH = Path("/etc/cocaq/cocaq.toml")
 # COCAQ_* variables that are not settings of this file, each with what it does (for
@@ -544,7 +545,7 @@ def _max_times(key: str, value: Any) -> dict[str, float]:
             raise ConfigError(
                 f'config: {key}.{name}: expected a Slurm time limit like "1-12:00:00", got {text!r}'
             )
-        out[str(name)] = seconds / 3600
+        out[str(name)] = seconds / S_PER_HOUR
     return out
 
 

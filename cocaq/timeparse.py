@@ -14,6 +14,7 @@ import re
 from datetime import UTC, date, datetime, timedelta, tzinfo
 
 from cocaq.errors import UsageError
+from cocaq.units import S_PER_HOUR
 
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(2200, 1, 1, tzinfo=UTC)
@@ -114,7 +115,7 @@ def parse_slurm_duration(text: str) -> float | None:
     if clock:  # the common forms, without the general path's splitting (this runs for every sacct line)
         d, h, mi, sec, mi2, sec2 = clock.groups()
         if sec is not None:
-            return (int(d) * 86400 if d else 0) + int(h) * 3600 + int(mi) * 60 + float(sec)
+            return (int(d) * 86400 if d else 0) + int(h) * S_PER_HOUR + int(mi) * 60 + float(sec)
         return int(mi2) * 60 + float(sec2)
     if not t or t in ("Unknown", "INVALID", "UNLIMITED", "Partition_Limit", "None"):
         return None
@@ -136,7 +137,7 @@ def parse_slurm_duration(text: str) -> float | None:
         else:
             nums.insert(0, 0.0)
     h, m, s = nums
-    return days * 86400 + h * 3600 + m * 60 + s
+    return days * 86400 + h * S_PER_HOUR + m * 60 + s
 
 
 def format_slurm_duration(seconds: float) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 from cocaq.collector import sysfs
 from cocaq.collector.sysfs import MAX_READ
 from cocaq.collector.sysfs import OPEN_DIR as _OPEN_DIR
+from cocaq.units import NS_PER_US
 
 MAX_CPUS = 1 << 16  # a cpu list naming more CPUs than this is garbage
 _JOB = re.compile(r"job_(\d{1,20})")
@@ -316,7 +317,7 @@ class Cgroups:
             top = os.path.basename(os.path.dirname(os.path.dirname(path)))
             cpus = count_cpus(self._v1_file(self._cpuset, uid, top, job_id, "cpuset.cpus"))
             mem = _uint(self._v1_file(self._memory, uid, top, job_id, "memory.usage_in_bytes"))
-            yield JobCgroup(job_id, uid, ns // 1000, cpus, mem, path, ino)
+            yield JobCgroup(job_id, uid, ns // NS_PER_US, cpus, mem, path, ino)
 
     # -- public ---------------------------------------------------------------------------------------
 

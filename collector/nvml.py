@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 import time
 
+from cocaq.units import MILLIJOULES_PER_J, MILLIWATTS_PER_W
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~2 ms of a prolog's budget
 if TYPE_CHECKING:
     from typing import Any
@@ -323,7 +325,7 @@ class Nvml:
             mw = float(self._lib.nvmlDeviceGetEnforcedPowerLimit(self._handle(uuid)))
         except self._error_cls:
             return None
-        return mw / 1000.0 if math.isfinite(mw) and mw > 0 else None
+        return mw / MILLIWATTS_PER_W if math.isfinite(mw) and mw > 0 else None
 
     def pids(self, gpu: GpuId | str) -> list[int] | None:
         """PIDs of compute processes on the GPU ([] when none), or None when NVML cannot say."""
@@ -368,7 +370,7 @@ class Nvml:
                 r.error = "; ".join(errors)
                 return r
         try:
-            r.power_w = float(lib.nvmlDeviceGetPowerUsage(h)) / 1000.0
+            r.power_w = float(lib.nvmlDeviceGetPowerUsage(h)) / MILLIWATTS_PER_W
         except self._error_cls as exc:
             fail(exc, "nvmlDeviceGetPowerUsage")
         if not energy_only and not r.gone:
@@ -591,9 +593,9 @@ class GpuEnergyTracker:
         integrate = True
         if r.energy_mj is not None and d.last_mj is not None:
             delta = r.energy_mj - d.last_mj
-            if 0 <= delta <= cap_j * 1000.0:
+            if 0 <= delta <= cap_j * MILLIJOULES_PER_J:
                 d.counter_mj += delta
-                added = delta / 1000.0
+                added = delta / MILLIJOULES_PER_J
                 integrate = False
             else:  # reset (negative) or an impossible jump: the counter cannot be trusted here
                 self._anomaly(d)
@@ -621,7 +623,7 @@ class GpuEnergyTracker:
 
     def energy_j(self, uuid: str) -> float:
         d = self._devs.get(uuid)
-        return 0.0 if d is None else d.counter_mj / 1000.0 + d.power_j
+        return 0.0 if d is None else d.counter_mj / MILLIJOULES_PER_J + d.power_j
 
     def source(self, uuid: str) -> str | None:
         """ "nvml" when every interval came from the counter, "nvml-power-integral" when some were

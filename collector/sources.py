@@ -18,6 +18,7 @@ from typing import Any, ClassVar, TypeGuard
 
 from cocaq.collector.records import EnergyRow
 from cocaq.config import Collector
+from cocaq.units import MILLIJOULES_PER_J
 
 log = logging.getLogger("cocaq.collector")
 
@@ -225,7 +226,7 @@ class NvmlSource(Source):
             cycle.sample("nvml", dev, "util_pct", r.util_pct, jid)
             cycle.sample("nvml", dev, "mem_used_mb", r.mem_used_mb, jid)
             if r.energy_mj is not None:
-                cycle.sample("nvml", dev, "energy_j", r.energy_mj / 1000.0, jid)
+                cycle.sample("nvml", dev, "energy_j", r.energy_mj / MILLIJOULES_PER_J, jid)
         live = set()
         for u, rj in owner.items():
             rr = readings.get(u)
@@ -250,7 +251,7 @@ class NvmlSource(Source):
                 ]
             start_mj = rj.gpu_start_mj.get(u)
             if r.energy_mj is not None and start_mj is not None and r.energy_mj >= start_mj:
-                e = (r.energy_mj - start_mj) / 1000.0
+                e = (r.energy_mj - start_mj) / MILLIJOULES_PER_J
                 if e <= (r.ts - rj.start + 1.0) * 3000.0:  # exact: the counter since the prolog's snapshot
                     cycle.energy.append(
                         EnergyRow(rj.job_id, rj.start, "gpu", u, "nvml", "measured", e, rj.start, r.ts, False)

@@ -16,6 +16,8 @@ import os
 import sys
 import time
 
+from cocaq.units import MILLIJOULES_PER_J, MS_PER_S
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -204,7 +206,7 @@ def _gpu_energy(
             errors.append(f"nvml: {g['uuid']}: energy counter went back ({e0} -> {e1} mJ): driver reset?")
             continue
         dt = max(float(g["ts"]) - float(b.get("ts", t0)), 1e-3)
-        joules = (e1 - e0) / 1000.0
+        joules = (e1 - e0) / MILLIJOULES_PER_J
         if joules / dt > 3000.0:
             errors.append(f"nvml: {g['uuid']}: implausible {joules / dt:.0f} W average; energy dropped")
             continue
@@ -356,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         record["hook"] = {
             "kind": kind,
             "version": records.VERSION,
-            "ms": round((time.monotonic() - t_start) * 1000, 2),
+            "ms": round((time.monotonic() - t_start) * MS_PER_S, 2),
         }
         # The energy record first: nothing optional (what the user declared from inside the job) may
         # keep it from the spool.
@@ -370,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
                 errors.append(f"annotations: {type(exc).__name__}: {str(exc)[:200]}")
             spool.remove_job_state(spool_dir, job_id)
         _signal.setitimer(_signal.ITIMER_REAL, 0)
-        ms = (time.monotonic() - t_start) * 1000
+        ms = (time.monotonic() - t_start) * MS_PER_S
         line = f"{kind} job={job_id} ok {ms:.1f}ms gpus={len(record.get('gpus', []))}"
         if errors:
             line += f" warnings={len(errors)}: " + "; ".join(errors)[:1500]
@@ -381,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # a hook must never fail the job or drain the node
         _signal.setitimer(_signal.ITIMER_REAL, 0)
         what = f"{type(exc).__name__}: {exc}"
-        ms = (time.monotonic() - t_start) * 1000
+        ms = (time.monotonic() - t_start) * MS_PER_S
         _log(log_path, f"{kind} job={job_id} FAILED after {ms:.1f}ms: {what}"[:2000])
         _count_failure(spool_dir, type(exc).__name__)
     finally:

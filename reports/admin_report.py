@@ -91,7 +91,7 @@ from cocaq.reports.queries import (
     week_points,
     whole_key,
 )
-from cocaq.units import J_PER_KWH
+from cocaq.units import G_PER_KG, J_PER_KWH
 
 # --- for admins --------------------------------------------------------------------------------------
 
@@ -264,7 +264,7 @@ def _states(groups: Iterable[JobGroup]) -> tuple[StateEnergy, ...]:
         a[0] += g.jobs
         a[1] += g.energy_j
         a[2] += g.co2_g
-    out = [StateEnergy(st, int(n), e / J_PER_KWH, c / 1000, o) for (st, o), (n, e, c) in acc.items()]
+    out = [StateEnergy(st, int(n), e / J_PER_KWH, c / G_PER_KG, o) for (st, o), (n, e, c) in acc.items()]
     out.sort(key=lambda x: (-x.energy_kwh, x.state))
     return tuple(out)
 
@@ -404,7 +404,7 @@ def _trends(
             continue
         parts = [v.get(f"energy_{o}_j", 0.0) / J_PER_KWH for o in OUTCOMES]
         waste.append(MonthWaste(m, days, sums_kwh(v), v.get("idle_gpu_energy_j", 0.0) / J_PER_KWH, *parts))
-        kg = [v.get(f"shift_{k}_g", 0.0) / 1000 for k in ("co2", "saved", "pause_saved")]
+        kg = [v.get(f"shift_{k}_g", 0.0) / G_PER_KG for k in ("co2", "saved", "pause_saved")]
         if kg[0] > 0:
             shift.append(MonthShift(m, days, *kg))
     return tuple(waste), tuple(shift)

@@ -50,7 +50,7 @@ from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import Cluster, Job, JobAlert, SentReport
 from cocaq.errors import UsageError
 from cocaq.reports.idle_jobs import KIND, Candidate, IdleAlert, describe, find_idle
-from cocaq.units import J_PER_KWH
+from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR
 
 if TYPE_CHECKING:
     from cocaq.reports.deliver import DeliverySummary, Outgoing
@@ -82,11 +82,11 @@ def _alert_from_row(row: Any, detail: dict[str, Any], cfg: Config) -> IdleAlert:
         at_least=bool(detail.get("at_least")),
         from_job_start=bool(detail.get("from_job_start")),
         energy_kwh=float(detail.get("energy_j") or 0.0) / J_PER_KWH,
-        co2_kg=float(detail["co2_g"]) / 1000 if detail.get("co2_g") is not None else None,
+        co2_kg=float(detail["co2_g"]) / G_PER_KG if detail.get("co2_g") is not None else None,
         threshold_pct=float(detail.get("threshold_pct", cfg.aggregate.idle_gpu_util_pct)),
         interactive=bool(detail.get("interactive")),
         job_start=as_utc(row.start_time),
-        time_limit_h=float(row.time_limit_s) / 3600 if row.time_limit_s else None,
+        time_limit_h=float(row.time_limit_s) / S_PER_HOUR if row.time_limit_s else None,
         alerted_at=as_utc(row.alerted_at),
     )
 

@@ -58,7 +58,7 @@ from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import Cluster, Job, JobAlert, Sample
 from cocaq.db.sqlfuncs import epoch_exact
-from cocaq.units import J_PER_KWH, co2_grams_of_kwh
+from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR, co2_grams_of_kwh
 
 KIND = "idle-gpu"  # the alert's kind, in job_alerts and in the ledger of sent mail (reports.alerts)
 HISTORY = timedelta(days=7)  # how far back a long streak is followed
@@ -373,7 +373,7 @@ class IdleAlert:
 
     @property
     def idle_h(self) -> float:
-        return self.idle_s / 3600
+        return self.idle_s / S_PER_HOUR
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -394,7 +394,7 @@ class IdleAlert:
             "from_job_start": self.from_job_start,
             "devices": [list(d) for d in self.devices],
             "energy_j": self.energy_kwh * J_PER_KWH,
-            "co2_g": self.co2_kg * 1000 if self.co2_kg is not None else None,
+            "co2_g": self.co2_kg * G_PER_KG if self.co2_kg is not None else None,
             "threshold_pct": self.threshold_pct,
             "interactive": self.interactive,
             "gpus": self.gpus,
@@ -403,7 +403,7 @@ class IdleAlert:
     def line(self) -> str:
         """One line for the CLI."""
         where = ", ".join(self.nodes) or "?"
-        co2 = f", {self.co2_kg * 1000:.0f} g CO2e" if self.co2_kg is not None else ""
+        co2 = f", {self.co2_kg * G_PER_KG:.0f} g CO2e" if self.co2_kg is not None else ""
         return (
             f"{self.user}: job {self.job_id}{f' ({self.name})' if self.name else ''}: "
             f"{self.gpus} GPU{'' if self.gpus == 1 else 's'} "
@@ -429,13 +429,13 @@ def _alert_of(c: Candidate, devices: Sequence[tuple[str, str]], cfg: Config, at_
         at_least=at_least,
         from_job_start=c.start <= c.job_start + max_gap(cfg),
         energy_kwh=kwh,
-        co2_kg=co2_grams_of_kwh(kwh, c.pue, c.carbon_g_per_kwh) / 1000
+        co2_kg=co2_grams_of_kwh(kwh, c.pue, c.carbon_g_per_kwh) / G_PER_KG
         if c.carbon_g_per_kwh is not None
         else None,
         threshold_pct=float(cfg.aggregate.idle_gpu_util_pct),
         interactive=is_interactive(c, cfg),
         job_start=c.job_start,
-        time_limit_h=c.time_limit_s / 3600 if c.time_limit_s else None,
+        time_limit_h=c.time_limit_s / S_PER_HOUR if c.time_limit_s else None,
     )
 
 

@@ -24,7 +24,7 @@ from cocaq.footprint.one_job import energy_rows, energy_split, facts_and_notes, 
 from cocaq.reports.data import EnergyPart, JobReport
 from cocaq.reports.queries import CL, NE, J, opt_float
 from cocaq.slurm.record import FINAL_STATES
-from cocaq.units import J_PER_KWH, co2_grams
+from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR, co2_grams
 
 if TYPE_CHECKING:
     from cocaq.footprint.one_job import EnergyRow
@@ -66,8 +66,8 @@ def job_footprint(conn: Connection, cfg: Config, job_pk: int) -> JobReport:
         submit=as_utc(j.submit_time),
         start=as_utc(j.start_time),
         end=as_utc(j.end_time),
-        elapsed_h=max(float(j.elapsed_s or 0.0), 0.0) / 3600,
-        time_limit_h=float(j.time_limit_s) / 3600 if j.time_limit_s else None,
+        elapsed_h=max(float(j.elapsed_s or 0.0), 0.0) / S_PER_HOUR,
+        time_limit_h=float(j.time_limit_s) / S_PER_HOUR if j.time_limit_s else None,
         cpus=int(j.alloc_cpus or 0),
         gpus=int(j.alloc_gpus or 0),
         gpu_type=j.gpu_type,
@@ -87,13 +87,13 @@ def job_footprint(conn: Connection, cfg: Config, job_pk: int) -> JobReport:
         carbon_year=j.carbon_year,
         carbon_flag=j.carbon_flag,
         carbon_detail=m["carbon_detail"] if m is not None else None,
-        co2_kg=float(j.co2_g or 0.0) / 1000,
-        co2_embodied_kg=float(m["co2_embodied_g"] or 0.0) / 1000 if m is not None else None,
+        co2_kg=float(j.co2_g or 0.0) / G_PER_KG,
+        co2_embodied_kg=float(m["co2_embodied_g"] or 0.0) / G_PER_KG if m is not None else None,
         gpu_util_pct=opt_float(m["gpu_util_pct"]) if m is not None else None,
-        sampled_gpu_hours=float(m["gpu_samples_s"] or 0.0) / 3600 if m is not None else 0.0,
-        idle_gpu_hours=float(m["idle_gpu_s"] or 0.0) / 3600 if m is not None else 0.0,
+        sampled_gpu_hours=float(m["gpu_samples_s"] or 0.0) / S_PER_HOUR if m is not None else 0.0,
+        idle_gpu_hours=float(m["idle_gpu_s"] or 0.0) / S_PER_HOUR if m is not None else 0.0,
         idle_kwh=idle_j / J_PER_KWH,
-        idle_co2_kg=co2_grams(idle_j, float(j.pue or 1.0), float(j.carbon_g_per_kwh or 0.0)) / 1000,
+        idle_co2_kg=co2_grams(idle_j, float(j.pue or 1.0), float(j.carbon_g_per_kwh or 0.0)) / G_PER_KG,
         cpu_usage=facts.cpu_usage if facts is not None else None,  # None while it runs, or not recorded
         hw_profile=j.hw_profile,
         final=not reasons,

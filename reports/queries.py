@@ -76,7 +76,7 @@ from cocaq.reports.data import (
     Trend,
     WeekPoint,
 )
-from cocaq.units import J_PER_KWH
+from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR
 
 J = cast(Table, Job.__table__).c
 M = cast(Table, JobMetrics.__table__).c
@@ -383,7 +383,7 @@ def job_groups(conn: Connection, y: Any, keys: Sequence[Any], *, bins: bool = Fa
             *((u < 10.0 * (i + 1), i) for i in range(UTIL_BINS - 1)),
             else_=UTIL_BINS - 1,  # the last bin holds 100%
         )
-        src = select(y, bin_.label("bin"), (y.c.gpus * y.c.ov / 3600.0).label("gh")).subquery("yb")
+        src = select(y, bin_.label("bin"), (y.c.gpus * y.c.ov / float(S_PER_HOUR)).label("gh")).subquery("yb")
         kcols = [src.c[k.name] for k in keys] + [src.c.bin]
     c = src.c
     e = c.energy * c.f
@@ -505,7 +505,7 @@ def month_basis(
                 flag,
                 e / J_PER_KWH,
                 e / total_e if total_e > 0 else 0.0,
-                co2 / 1000,
+                co2 / G_PER_KG,
                 float(eg) / float(e_known) if e_known else None,
             )
         )
@@ -530,8 +530,8 @@ def month_totals(s: Mapping[str, float], js: JobStats | None) -> MonthTotals:
     return MonthTotals(
         energy_kwh=sums_kwh(g),
         energy_kwh_with_pue=js.facility_j / J_PER_KWH,
-        co2_kg=g["co2_g"] / 1000,
-        co2_embodied_kg=g["co2_embodied_g"] / 1000,
+        co2_kg=g["co2_g"] / G_PER_KG,
+        co2_embodied_kg=g["co2_embodied_g"] / G_PER_KG,
         gpu_hours=g["gpu_hours"],
         cpu_hours=g["cpu_hours"],
         jobs=js.jobs,
@@ -542,15 +542,15 @@ def month_totals(s: Mapping[str, float], js: JobStats | None) -> MonthTotals:
         gpu_util_pct=sums_util(g),
         idle_gpu_hours=g["idle_gpu_hours"],
         idle_gpu_kwh=g["idle_gpu_energy_j"] / J_PER_KWH,
-        idle_co2_kg=js.co2_g.get("idle", 0.0) / 1000,
+        idle_co2_kg=js.co2_g.get("idle", 0.0) / G_PER_KG,
         failed_kwh=g["energy_failed_j"] / J_PER_KWH,
-        failed_co2_kg=js.co2_g.get("failed", 0.0) / 1000,
+        failed_co2_kg=js.co2_g.get("failed", 0.0) / G_PER_KG,
         oom_kwh=g["energy_oom_j"] / J_PER_KWH,
-        oom_co2_kg=js.co2_g.get("oom", 0.0) / 1000,
+        oom_co2_kg=js.co2_g.get("oom", 0.0) / G_PER_KG,
         timeout_kwh=g["energy_timeout_j"] / J_PER_KWH,
-        timeout_co2_kg=js.co2_g.get("timeout", 0.0) / 1000,
+        timeout_co2_kg=js.co2_g.get("timeout", 0.0) / G_PER_KG,
         cancelled_kwh=g["energy_cancelled_j"] / J_PER_KWH,
-        cancelled_co2_kg=js.co2_g.get("cancelled", 0.0) / 1000,
+        cancelled_co2_kg=js.co2_g.get("cancelled", 0.0) / G_PER_KG,
         measured_kwh=g["energy_measured_j"] / J_PER_KWH,
         estimated_kwh=g["energy_estimated_j"] / J_PER_KWH,
         estimated_low_kwh=g["energy_est_low_j"] / J_PER_KWH,
@@ -559,9 +559,9 @@ def month_totals(s: Mapping[str, float], js: JobStats | None) -> MonthTotals:
         cpu_kwh=g["energy_cpu_j"] / J_PER_KWH,
         dram_kwh=g["energy_dram_j"] / J_PER_KWH,
         other_kwh=g["energy_other_j"] / J_PER_KWH,
-        shift_co2_kg=g["shift_co2_g"] / 1000,
-        shift_saved_kg=g["shift_saved_g"] / 1000,
-        shift_pause_saved_kg=g["shift_pause_saved_g"] / 1000,
+        shift_co2_kg=g["shift_co2_g"] / G_PER_KG,
+        shift_saved_kg=g["shift_saved_g"] / G_PER_KG,
+        shift_pause_saved_kg=g["shift_pause_saved_g"] / G_PER_KG,
     )
 
 
@@ -633,7 +633,7 @@ def month_trend(
         previous_month=prev,
         energy_kwh=Change.of(rate(sums_kwh(cur), days), rate(sums_kwh(old), prev_days)),
         co2_kg=Change.of(
-            rate(cur.get("co2_g", 0.0) / 1000, days), rate(old.get("co2_g", 0.0) / 1000, prev_days)
+            rate(cur.get("co2_g", 0.0) / G_PER_KG, days), rate(old.get("co2_g", 0.0) / G_PER_KG, prev_days)
         ),
         gpu_hours=Change.of(
             rate(cur.get("gpu_hours", 0.0), days), rate(old.get("gpu_hours", 0.0), prev_days)
@@ -666,7 +666,7 @@ def day_points(month: Month, days: Mapping[date, Sums], span: DataDays) -> tuple
             DayPoint(
                 d,
                 sums_kwh(s),
-                s.get("co2_g", 0.0) / 1000,
+                s.get("co2_g", 0.0) / G_PER_KG,
                 s.get("gpu_hours", 0.0),
                 sums_util(s),
                 span.holds(d),
@@ -691,7 +691,7 @@ def week_points(month: Month, days: Mapping[date, Sums], span: DataDays) -> tupl
             ds[-1],
             len(ds),
             sums_kwh(s),
-            s["co2_g"] / 1000,
+            s["co2_g"] / G_PER_KG,
             s["gpu_hours"],
             sums_util(s),
             sum(1 for d in ds if span.holds(d)),
@@ -752,7 +752,7 @@ def model_uses(
             func.count(y.c.user_name.distinct()),
             func.sum(y.c.energy),
             func.sum(y.c.co2),
-            func.sum(y.c.gpus * y.c.el / 3600.0),
+            func.sum(y.c.gpus * y.c.el / float(S_PER_HOUR)),
         )
         .select_from(y.join(MODELS, MM.job_pk == y.c.id))
         .where(y.c.end_time >= month.start, y.c.end_time < month.end, y.c.is_open.is_(False))
@@ -768,7 +768,7 @@ def model_uses(
                 fw,
                 int(n),
                 float(e or 0.0) / J_PER_KWH,
-                float(c or 0.0) / 1000,
+                float(c or 0.0) / G_PER_KG,
                 float(gh or 0.0),
                 int(users),
             )

@@ -60,7 +60,7 @@ from cocaq.reports.queries import (
     total_sums,
     tune_postgres,
 )
-from cocaq.units import J_PER_KWH
+from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR
 
 
 def _standing(mine: float, ordered: Sequence[float]) -> tuple[int, float | None]:
@@ -239,7 +239,7 @@ def _top_jobs(conn: Connection, y: Any, names: Mapping[int, str], n: int) -> dic
             y.c.f,
             e.label("e"),
             y.c.co2.label("c"),
-            (y.c.gpus * y.c.el / 3600.0).label("gh"),
+            (y.c.gpus * y.c.el / float(S_PER_HOUR)).label("gh"),
             y.c.measured,
             y.c.energy,
             y.c.util,
@@ -287,10 +287,10 @@ def _top_jobs(conn: Connection, y: Any, names: Mapping[int, str], n: int) -> dic
                 start=as_utc(start),
                 end=as_utc(end),
                 gpus=gpus,
-                elapsed_h=el / 3600,
+                elapsed_h=el / S_PER_HOUR,
                 share_in_month=f,
                 energy_kwh=energy / J_PER_KWH,  # the whole job (ranked by the month's share)
-                co2_kg=co2 / 1000,
+                co2_kg=co2 / G_PER_KG,
                 gpu_hours=gh or 0.0,
                 measured_share=measured / energy if energy else None,
                 gpu_util_pct=util,
@@ -409,7 +409,7 @@ def _devices(
                     node,
                     device,
                     int(n),
-                    covered / 3600,
+                    covered / S_PER_HOUR,
                     float(n_idle) / float(n),
                     float(u_sum) / float(n),
                     mean_p,
@@ -443,12 +443,12 @@ def _time_limits(conn: Connection, month: Month, scope: JobScope) -> dict[str, T
             out[u],
             completed=len(jobs),
             median_use=statistics.median([j[0] / j[1] for j in jobs]),
-            median_limit_h=statistics.median([j[1] for j in jobs]) / 3600,
-            median_elapsed_h=statistics.median(els) / 3600,
-            p95_elapsed_h=els[k95] / 3600,
-            max_elapsed_h=els[-1] / 3600,
-            requested_h=sum(j[1] for j in jobs) / 3600,
-            used_h=sum(els) / 3600,
+            median_limit_h=statistics.median([j[1] for j in jobs]) / S_PER_HOUR,
+            median_elapsed_h=statistics.median(els) / S_PER_HOUR,
+            p95_elapsed_h=els[k95] / S_PER_HOUR,
+            max_elapsed_h=els[-1] / S_PER_HOUR,
+            requested_h=sum(j[1] for j in jobs) / S_PER_HOUR,
+            used_h=sum(els) / S_PER_HOUR,
             examples=tuple(j[2] for j in unused),
         )
     return out

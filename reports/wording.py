@@ -20,6 +20,7 @@ from cocaq.accounting.ledger import POSSIBLY_LOST
 from cocaq.config import Config
 from cocaq.footprint.advice_words import co2, intensity, num, plural
 from cocaq.footprint.words import cooling_words, pue_words
+from cocaq.units import WH_PER_KWH
 
 if TYPE_CHECKING:
     from cocaq.footprint.by_model import Comparison
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 def kwh(x: float | None) -> str:
     """kWh, or Wh below 1 kWh (0.00144 kWh reads as 1.44 Wh)."""
     if x is not None and math.isfinite(x) and 0 < abs(x) < 1:
-        return f"{num(x * 1000)} Wh"
+        return f"{num(x * WH_PER_KWH)} Wh"
     return f"{num(x)} kWh"
 
 

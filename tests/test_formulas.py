@@ -1,5 +1,6 @@
 """One definition per formula and per list (issue 37, point 1): CO2 = kWh x PUE x intensity is
-cocaq.units.co2_grams (and co2_grams_of_kwh), joules per kWh is cocaq.units.J_PER_KWH, the daily_rollups
+cocaq.units.co2_grams (and co2_grams_of_kwh), joules per kWh is cocaq.units.J_PER_KWH, the conversions by
+an hour and by a thousand are cocaq.units' named ones (S_PER_HOUR, G_PER_KG, ...), the daily_rollups
 columns are cocaq.db.rollup_columns, and what PostgreSQL and SQLite spell differently is cocaq.db.dialect.
 This fails on a new inline copy, in the style of tests/test_layers.py (which it follows: every module of
 the package, the component folders too), and each rule checks itself on a planted copy."""
@@ -16,14 +17,16 @@ from typing import cast
 import pytest
 from sqlalchemy import Table, UniqueConstraint
 
+from cocaq import units
 from cocaq.accounting.ledger import OUTCOMES
 from cocaq.db.rollup_columns import ROLLUP_COUNTS, ROLLUP_FIELDS, ROLLUP_KEYS, ROLLUP_SUMS
 from cocaq.db.schema import DailyRollup
-from cocaq.units import J_PER_KWH, co2_grams, co2_grams_of_kwh
+from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR, WH_PER_KWH, co2_grams, co2_grams_of_kwh
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ("cocaq", "collector", "prolog_epilog", "reports", "migrations")
 HOME = ROOT / "cocaq" / "units.py"
+UNIT_NAMES = sorted(n for n in vars(units) if n.isupper())  # J_PER_KWH, S_PER_HOUR, G_PER_KG, ...
 
 COPIES = {
     # PUE times an intensity, or the other way round, on one line: the CO2 formula written out again
@@ -31,7 +34,7 @@ COPIES = {
         r"\bpue\b.*\*.*(g_per_kwh|intensity)|(g_per_kwh|intensity)\b.*\*.*\bpue\b"
     ),
     "joules per kWh": re.compile(r"(?<![\w.])3\.6e6\b|(?<![\w.])3_600_000(\.0)?\b|(?<![\w.])3600000(\.0)?\b"),
-    "J_PER_KWH defined again": re.compile(r"^\s*J_PER_KWH\s*[:=]"),
+    "a unit of cocaq.units defined again": re.compile(rf"^\s*({'|'.join(UNIT_NAMES)})\s*[:=]"),
 }
 
 
@@ -66,12 +69,14 @@ def test_the_check_finds_a_copy(tmp_path: Path) -> None:
         "g = kwh * c.carbon_g_per_kwh * c.pue\n"
         "kwh = energy_j / 3.6e6\n"
         "J_PER_KWH = 3_600_000.0\n"
+        "S_PER_HOUR: int = 3600\n"
         "co2 = co2_grams(energy_j, pue, g_per_kwh)  # pue * g_per_kwh in a comment is fine\n"
+        "HOUR = float(S_PER_HOUR)  # a name of its own, from the one definition: fine\n"
     )
     found = copies(bad)
     assert [f.split(": ")[1] for f in found] == [
         "CO2 = kWh x PUE x intensity", "CO2 = kWh x PUE x intensity", "joules per kWh", "joules per kWh",
-        "J_PER_KWH defined again",
+        "a unit of cocaq.units defined again", "a unit of cocaq.units defined again",
     ], found  # fmt: skip
 
 
@@ -199,15 +204,6 @@ PATHS: dict[str, str] = {
 NOT_SQL: dict[str, str] = {
     "cocaq/cli/db_status_view.py": "`cocaq db status` says how each backend keeps samples",
 }
-# Modules that still pick a spelling by dialect themselves, outside the files issue 37's first pass
-# changed: each goes to cocaq.db.dialect (or its SQLAlchemy form, cocaq.db.sqlfuncs), then off this list.
-SPELLINGS_TO_MOVE: dict[str, str] = {
-    "cocaq/accounting/gpu_hours.py": "least/min as func.least/func.min: cocaq.db.sqlfuncs.least",
-    "cocaq/accounting/sessions.py": "chr/char and strpos/instr",
-    "cocaq/footprint/advice_jobs.py": "greatest/least and the OFFSET 0 fence",
-    "cocaq/footprint/jobfacts.py": "greatest/least and the OFFSET 0 fence",
-    "cocaq/footprint/live.py": "a JSON field (->> / json_extract) and TEXT/VARCHAR",
-}
 
 
 def _is_dialect(node: ast.AST) -> bool:
@@ -271,31 +267,21 @@ def _rel(p: Path) -> str:
 
 def test_dialect_checks_only_where_the_way_differs() -> None:
     """A dialect check outside cocaq.db.dialect is a different way (PATHS, with why), never a spelling."""
-    found = [
-        c
-        for p in later_sources(DIALECT_HOME)
-        if _rel(p) not in PATHS and _rel(p) not in SPELLINGS_TO_MOVE
-        for c in dialect_checks(p)[0]
-    ]
+    found = [c for p in later_sources(DIALECT_HOME) if _rel(p) not in PATHS for c in dialect_checks(p)[0]]
     assert found == [], "\n".join(found)
 
 
 def test_no_sql_spelled_by_dialect_outside_the_dialect_module() -> None:
-    found = [
-        s
-        for p in later_sources(DIALECT_HOME)
-        if _rel(p) not in SPELLINGS_TO_MOVE and _rel(p) not in NOT_SQL
-        for s in dialect_checks(p)[1]
-    ]
+    found = [s for p in later_sources(DIALECT_HOME) if _rel(p) not in NOT_SQL for s in dialect_checks(p)[1]]
     assert found == [], "\n".join(found)
 
 
 def test_the_dialect_lists_are_current() -> None:
-    """Each module on PATHS still asks the dialect, each on SPELLINGS_TO_MOVE and NOT_SQL still picks text
-    by it: an entry whose reason is gone comes off (the lists only shrink)."""
+    """Each module on PATHS still asks the dialect, each on NOT_SQL still picks text by it: an entry whose
+    reason is gone comes off (the lists only shrink)."""
     for rel in PATHS:
         assert dialect_checks(ROOT / rel)[0], f"{rel} asks no dialect now: take it off PATHS"
-    for rel in (*SPELLINGS_TO_MOVE, *NOT_SQL):
+    for rel in NOT_SQL:
         assert dialect_checks(ROOT / rel)[1], f"{rel} picks no text by dialect now: take it off its list"
     assert not set(NOT_SQL) - set(PATHS), "a module that picks words by dialect asks it: on PATHS too"
 
@@ -317,3 +303,85 @@ def test_the_check_finds_a_dialect_check(tmp_path: Path) -> None:
     checks, spellings = dialect_checks(bad)
     assert [c.split(": ")[0] for c in checks] == ["bad.py:1", "bad.py:2", "bad.py:4", "bad.py:6", "bad.py:7"]
     assert [s.split(": ")[0] for s in spellings] == ["bad.py:1", "bad.py:3", "bad.py:6", "bad.py:7"]
+
+
+# --- conversions by an hour and by a thousand: cocaq.units ------------------------------------------------
+
+FACTORS = (3600, 1000)  # seconds in an hour (S_PER_HOUR); a thousand (G_PER_KG, MS_PER_S, WH_PER_KWH, ...)
+_SCALES = (ast.Mult, ast.Div, ast.FloorDiv)
+# the same in SQL text: `el / 3600.0`, `1000 * x` (a query interpolates the named one: `/ {per_h}`)
+_SQL_FACTOR = re.compile(r"[*/] ?(3600|1000)(\.0+)?(?![\d.])|(?<![\w.])(3600|1000)(\.0+)? ?[*/]")
+# Where such a literal stays (path -> why): no unit conversion, or a module that may not import cocaq.
+# What the rule does not see needs no entry: a bare value (`timeout=3600`, `le=1000`, `seconds < 3600`,
+# `range(1000)`), a sum (`h + 3600.0`), a table of seconds per unit (cocaq.timeparse's), a docstring.
+FACTORS_KEPT: dict[str, str] = {
+    "collector/fakenvml.py": "the fake NVML loads nothing of cocaq, as a hook's budget wants "
+    "(tests/test_nvml.py): its millijoules and milliwatts are NVML's own units",
+}
+
+
+def _is_factor(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and node.value in FACTORS
+
+
+def inline_factors(path: Path) -> list[str]:
+    """Products and quotients by 3600 or 1000 written as a number (`x / 3600`, `2 * 3600.0`,
+    `ms = s * 1e3`, `x *= 1000`, `t // 3600`) and the same in SQL text, by line; docstrings aside."""
+    tree = ast.parse(path.read_text(), str(path))
+    prose = {
+        id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+    }
+    found = []
+    for node in ast.walk(tree):
+        what = None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, _SCALES):
+            what = ast.unparse(node) if _is_factor(node.left) or _is_factor(node.right) else None
+        elif isinstance(node, ast.AugAssign) and isinstance(node.op, _SCALES):
+            what = ast.unparse(node) if _is_factor(node.value) else None
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
+            m = _SQL_FACTOR.search(node.value)
+            what = f"{m.group(0)!r} in a string" if m else None
+        if what:
+            found.append((node.lineno, f"{_where(path, node.lineno)}: an inline conversion by 3600 or 1000: "
+                          f"{what[:80]} (cocaq.units names it)"))  # fmt: skip
+    return [f for _, f in sorted(set(found))]
+
+
+def test_no_inline_conversion_by_an_hour_or_a_thousand() -> None:
+    """`x / 3600` is `x / S_PER_HOUR`, `g / 1000` is `g / G_PER_KG`: named once, in cocaq.units."""
+    found = [f for p in later_sources(HOME) if _rel(p) not in FACTORS_KEPT for f in inline_factors(p)]
+    assert found == [], "\n".join(found)
+
+
+def test_the_kept_factors_are_current() -> None:
+    """Each module on FACTORS_KEPT still writes such a literal: an entry whose reason is gone comes off."""
+    for rel in FACTORS_KEPT:
+        assert inline_factors(ROOT / rel), f"{rel} converts by no literal now: take it off FACTORS_KEPT"
+
+
+def test_the_check_finds_an_inline_conversion(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "h = seconds / 3600\n"
+        "kg = g / 1000.0\n"
+        "ms = dt * 1e3\n"
+        "timeout = 2 * 3600\n"
+        "x *= 1_000\n"
+        "h, rest = s // 3600, s % 3600\n"
+        'sql = f"SELECT w.el / 3600.0, w.co2 / {per_kg} FROM w"\n'
+        "SUMS = 'sum(1000 * x) AS y'\n"
+        "h = seconds / S_PER_HOUR  # / 3600 in a comment is fine\n"
+        "rows = range(1000)\n"
+        "timeout = 3600\n"
+        "y = x / 36000 + x * 10000 + x / 3600.5 + x + 3600\n"
+        'def f() -> None:\n    """seconds / 3600 in a docstring is fine"""\n'
+    )
+    assert [f.split(": ")[0] for f in inline_factors(bad)] == [f"bad.py:{n}" for n in range(1, 9)]
+
+
+def test_the_units() -> None:
+    """The named conversions are whole numbers (a quotient is what the literal gave, `//` floors to an
+    int): an hour's seconds and, for the rest, a thousand; an hour times a thousand is J_PER_KWH."""
+    assert all(type(getattr(units, n)) is int for n in UNIT_NAMES if n != "J_PER_KWH")
+    assert J_PER_KWH == S_PER_HOUR * WH_PER_KWH
+    assert {getattr(units, n) for n in UNIT_NAMES if n not in ("J_PER_KWH", "S_PER_HOUR")} == {G_PER_KG}

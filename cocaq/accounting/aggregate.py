@@ -67,7 +67,7 @@ from cocaq.db.schema import (
 )
 from cocaq.db.sqlfuncs import epoch_exact, utcnow
 from cocaq.hostlist import expand_hostlist
-from cocaq.units import co2_grams
+from cocaq.units import S_PER_HOUR, co2_grams
 
 if TYPE_CHECKING:
     from cocaq.carbon.intensity import Choice, IntensityIndex
@@ -361,7 +361,7 @@ def _derive_job(b: _Batch, plan: _Plan) -> None:
     j, hw, zone, t0, t1 = plan
     hours = _own_hours(b.use, j, t0, t1)
     choice, co2, co2_changed = _carbon(b, j, hw, zone, t0, t1, hours)
-    elapsed_h = (t1 - t0) / 3600.0
+    elapsed_h = (t1 - t0) / S_PER_HOUR
     d0, d1 = day_floor(t0), day_floor(t1 if t1 > t0 else t0)
     gpu, source, split_to = _gpu_use(b, j, t0, t1, hours)
     if split_to is not None:

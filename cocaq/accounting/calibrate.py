@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 from cocaq.accounting import power_bases as pb
 from cocaq.accounting.quantiles import weighted_quantile as weighted_quantile
 from cocaq.config import Config, Hardware
+from cocaq.units import S_PER_HOUR
 
 if TYPE_CHECKING:  # (SQLAlchemy is imported where the table is read: cocaq.accounting.estimate, and so the
     # login nodes' `cocaq user`, import this module for the lookups only)
@@ -462,7 +463,7 @@ def measured_samples(conn: Connection, cfg: Config, skipped: dict[str, int] | No
         util = None if r.gpu_util_pct is None else float(r.gpu_util_pct)
         out.append(
             Sample(
-                model, r.partition or "", w, gpus * elapsed / 3600.0, util, hw.gpu_tdp_w, r.user_name,
+                model, r.partition or "", w, gpus * elapsed / S_PER_HOUR, util, hw.gpu_tdp_w, r.user_name,
                 r.name or None, gpus, _posix(r.start_time), _posix(r.end_time), r.array_job_id, r.id,
                 int(r.alloc_cpus or 0), r.slurm_gpu_mem_mb, pb.meta_of(r.comment),
             )

@@ -25,7 +25,8 @@ from cocaq.accounting.rollups import big_work_mem
 from cocaq.config import Config
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import AggregatorState, JobGpuHour, Sample
-from cocaq.db.sqlfuncs import epoch
+from cocaq.db.sqlfuncs import epoch, least
+from cocaq.units import S_PER_HOUR
 
 S = cast(Table, Sample.__table__).c
 GH = cast(Table, JobGpuHour.__table__)
@@ -57,7 +58,6 @@ def gpu_params_key(cfg: Config) -> str:
 
 
 def _gpu_hours_select(
-    conn: Connection,
     cfg: Config,
     cluster_id: int | None,
     raw_ids: Sequence[str] | None,
@@ -98,8 +98,8 @@ def _gpu_hours_select(
     d = select(
         p.c.cluster_id, p.c.job_id, t.label("t"), p.c.power, p.c.util, p.c.mem, dt.label("dt")
     ).subquery()
-    hour = cast_bigint(func.floor(d.c.t / 3600.0))
-    dtc = func.min(d.c.dt, max_dt) if conn.dialect.name == "sqlite" else func.least(d.c.dt, max_dt)
+    hour = cast_bigint(func.floor(d.c.t / float(S_PER_HOUR)))
+    dtc = least(d.c.dt, max_dt)
     pw = func.coalesce(d.c.power, 0.0)
     idle = d.c.util < threshold
     return select(
@@ -142,17 +142,17 @@ def refresh_gpu_hours(conn: Connection, cfg: Config, scope: Scope | None) -> int
     samples' horizon: those hours' samples are gone, and their rows are what remains of them."""
     big_work_mem(conn)
     horizon = samples_horizon(conn)
-    first = None if horizon is None else int(horizon.timestamp() // 3600)  # the first hour with samples
+    first = None if horizon is None else int(horizon.timestamp() // S_PER_HOUR)  # the first hour with samples
     if scope is None:
         conn.execute(delete(GH) if first is None else delete(GH).where(GH.c.hour >= first))
-        since = None if first is None else datetime.fromtimestamp(first * 3600.0, UTC)
-        ins = insert(GH).from_select(list(_GH_COLS), _gpu_hours_select(conn, cfg, None, None, since))
+        since = None if first is None else datetime.fromtimestamp(first * float(S_PER_HOUR), UTC)
+        ins = insert(GH).from_select(list(_GH_COLS), _gpu_hours_select(cfg, None, None, since))
         return int(conn.execute(ins.execution_options(preserve_rowcount=True)).rowcount or 0)
     n = 0
     for cid, jobs in scope.items():
         by_hour: dict[int | None, list[str]] = defaultdict(list)
         for jid, t in jobs.items():
-            h0 = None if t is None else int(t // 3600) - 1
+            h0 = None if t is None else int(t // S_PER_HOUR) - 1
             if first is not None:
                 h0 = first if h0 is None else max(h0, first)
             by_hour[h0].append(jid)
@@ -164,8 +164,8 @@ def refresh_gpu_hours(conn: Connection, cfg: Config, scope: Scope | None) -> int
                 if h0 is not None:
                     gone = gone.where(GH.c.hour >= h0)
                 conn.execute(gone)
-                since = None if h0 is None else datetime.fromtimestamp(h0 * 3600.0, UTC)
-                sel = _gpu_hours_select(conn, cfg, cid, chunk, since)
+                since = None if h0 is None else datetime.fromtimestamp(h0 * float(S_PER_HOUR), UTC)
+                sel = _gpu_hours_select(cfg, cid, chunk, since)
                 ins = insert(GH).from_select(list(_GH_COLS), sel)
                 n += int(conn.execute(ins.execution_options(preserve_rowcount=True)).rowcount or 0)
     return n
@@ -188,7 +188,7 @@ def read_gpu_hours(
                 )
     for q in queries:
         for cid, jid, h, e, ue, sec, idle_s, idle_j, mem in conn.execute(q):
-            out[(cid, jid)][float(h) * 3600.0] = GpuUse(e, ue, sec, idle_s, idle_j, mem)
+            out[(cid, jid)][float(h) * S_PER_HOUR] = GpuUse(e, ue, sec, idle_s, idle_j, mem)
     return out
 
 

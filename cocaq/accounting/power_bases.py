@@ -43,6 +43,7 @@ from typing import Any, Protocol
 
 from cocaq.accounting.quantiles import conformal_quantile, weighted_quantile
 from cocaq.textsafe import plain
+from cocaq.units import S_PER_HOUR
 
 
 class Sample(Protocol):
@@ -98,7 +99,7 @@ GPUMEM = "gpumem"
 SHAPE = "shape"
 TABLE = "table"
 KEYED_BASES = (SERIES, USER, META, GPUMEM, SHAPE)  # most specific first: the order they are tried in
-RUN_GAP_S = 12 * 3600.0  # a chained job waits in the queue; a new run of the same job starts later
+RUN_GAP_S = 12 * float(S_PER_HOUR)  # a chained job waits in the queue; a new run of the same job starts later
 FOLDS = 5
 MIN_RESIDUALS = 20  # held-out jobs below which a basis is not judged, and its range is widened
 MIN_KEYED_JOBS = 3  # measured jobs a keyed cell needs to be used

@@ -45,12 +45,13 @@ from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import AggregatorState, NodeShipment, Sample
 from cocaq.db.sqlfuncs import utcnow
 from cocaq.db.status import size_text
+from cocaq.units import S_PER_HOUR
 
 log = logging.getLogger(__name__)
 
 AHEAD = 2  # months of partitions made ahead (as `cocaq db upgrade` does)
 BATCH = 50_000  # rows per DELETE on SQLite and in node_shipments: short transactions, the shipper goes on
-HOUR = 3600.0
+HOUR = float(S_PER_HOUR)
 
 S = cast(Table, Sample.__table__)
 NS = cast(Table, NodeShipment.__table__)

@@ -25,6 +25,7 @@ from cocaq.config import Advice
 from cocaq.db.coltypes import as_utc
 from cocaq.db.rollup_columns import ROLLUP_FIELDS, ROLLUP_KEYS
 from cocaq.db.schema import DailyRollup, Job, JobEnergy, JobMetrics
+from cocaq.units import S_PER_HOUR
 
 DAY = 86400.0
 WORK_MEM = "256MB"  # PostgreSQL, for the aggregator's big statements (SET LOCAL)
@@ -261,7 +262,7 @@ WITH j AS (
 )
 SELECT cluster_id, to_timestamp(day) AS day, user_name, account, partition, count(*)::int AS jobs,
        {counts},
-       sum(cpus * ov / 3600.0) AS cpu_hours, sum(gpus * ov / 3600.0) AS gpu_hours,
+       sum(cpus * ov / {per_h}) AS cpu_hours, sum(gpus * ov / {per_h}) AS gpu_hours,
        sum(e_gpu * frac) AS energy_gpu_j, sum(e_cpu * frac) AS energy_cpu_j,
        sum(e_dram * frac) AS energy_dram_j, sum(e_other * frac) AS energy_other_j,
        sum(measured * frac) AS energy_measured_j, sum((energy - measured) * frac) AS energy_estimated_j,
@@ -270,7 +271,7 @@ SELECT cluster_id, to_timestamp(day) AS day, user_name, account, partition, coun
        sum(co2 * frac) AS co2_g, sum(embodied * frac) AS co2_embodied_g,
        sum(CASE WHEN util IS NOT NULL THEN util_j * frac ELSE 0.0 END) AS gpu_util_energy_j,
        sum(CASE WHEN util IS NOT NULL THEN util * (util_j * frac) ELSE 0.0 END) AS gpu_util_weighted,
-       sum(idle_s * frac / 3600.0) AS idle_gpu_hours,
+       sum(idle_s * frac / {per_h}) AS idle_gpu_hours,
        sum(shift_co2 * frac) AS shift_co2_g, sum(shift_saved * frac) AS shift_saved_g,
        sum(shift_pause * frac) AS shift_pause_saved_g
 FROM d
@@ -311,6 +312,7 @@ def _rollup_pg(wide: bool, sessions: Sessions) -> str:
         counts=_COUNTS_PG,
         ov=_OV_PG,
         frac=_FRAC_PG,
+        per_h=f"{S_PER_HOUR}.0",  # SQL's float literal: a division in floating point
     )
 
 
@@ -339,8 +341,8 @@ def _add(
     v[a["jobs"]] += 1
     if outcome is not None:
         v[a[f"jobs_{outcome}"]] += 1
-    v[a["cpu_hours"]] += (j.alloc_cpus or 0) * ov / 3600.0
-    v[a["gpu_hours"]] += (j.alloc_gpus or 0) * ov / 3600.0
+    v[a["cpu_hours"]] += (j.alloc_cpus or 0) * ov / S_PER_HOUR
+    v[a["gpu_hours"]] += (j.alloc_gpus or 0) * ov / S_PER_HOUR
     v[a["energy_gpu_j"]] += comp.get("gpu", 0.0) * frac
     v[a["energy_cpu_j"]] += comp.get("cpu", 0.0) * frac
     v[a["energy_dram_j"]] += comp.get("dram", 0.0) * frac
@@ -360,7 +362,7 @@ def _add(
         ge = (j.gpu_samples_j or 0.0) * frac
         v[a["gpu_util_energy_j"]] += ge
         v[a["gpu_util_weighted"]] += j.gpu_util_pct * ge
-    v[a["idle_gpu_hours"]] += (j.idle_gpu_s or 0.0) * frac / 3600.0
+    v[a["idle_gpu_hours"]] += (j.idle_gpu_s or 0.0) * frac / S_PER_HOUR
     v[a["idle_gpu_energy_j"]] += parts.idle * frac
     if j.shift_state == "ok":  # when to run (cocaq.accounting.shifting)
         v[a["shift_co2_g"]] += (j.co2_g or 0.0) * frac

@@ -24,6 +24,7 @@ from functools import lru_cache
 from typing import Any
 
 from cocaq.config import Advice
+from cocaq.db import dialect as sql
 
 # The characters a configured name may keep as they are inside an SQL literal; any other (a quote, `%`,
 # which psycopg reads as a parameter, `:`, which SQLAlchemy's text() reads as one) is written as chr(n).
@@ -32,7 +33,6 @@ _PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234567
 
 def _literal(value: str, dialect: str) -> str:
     """`value` as an SQL string expression that holds no quote, `%` or `:` whatever the value."""
-    fn = "chr" if dialect == "postgresql" else "char"
     parts: list[str] = []
     run = ""
     for ch in value:
@@ -42,7 +42,7 @@ def _literal(value: str, dialect: str) -> str:
         if run:
             parts.append(f"'{run}'")
             run = ""
-        parts.append(f"{fn}({ord(ch)})")
+        parts.append(sql.char(dialect, ord(ch)))
     if run or not parts:
         parts.append(f"'{run}'")
     return " || ".join(parts) if len(parts) > 1 else parts[0]
@@ -99,13 +99,13 @@ class Sessions:
                 return None
             return f"{col} IN ({', '.join(_literal(v, dialect) for v in vals)})"
 
-        find = "strpos" if dialect == "postgresql" else "instr"
         nm = f"lower(trim(coalesce({name}, '')))"
         part = f"lower(trim(coalesce({partition}, '')))"
         q = f"lower(trim(coalesce({qos}, '')))"
+        interactive = sql.strpos(dialect, part, "'interactive'")
         terms = [
             among(nm, tuple(n for n in self.names if n)),
-            f"{find}({part}, 'interactive') > 0",
+            f"{interactive} > 0",
             among(part, self.partitions),
             among(q, self.qos),
             f"({batch_step} IS NOT NULL AND NOT {batch_step})",

@@ -30,6 +30,7 @@ from cocaq.api.routes import ROUTERS
 from cocaq.api.routes.metrics import metrics_token
 from cocaq.config import Config
 from cocaq.errors import CocaqError, DatabaseError
+from cocaq.units import MS_PER_S
 
 
 def create_app(cfg: Config, *, decode: Decode | None = None) -> FastAPI:
@@ -62,7 +63,7 @@ async def server_timing(request: Request, call_next: Any) -> Any:
     """What the server spent on a request (`Server-Timing: app;dur=MS`), for clients and benchmarks."""
     t0 = time.perf_counter()
     response = await call_next(request)
-    response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - t0) * 1000:.2f}"
+    response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - t0) * MS_PER_S:.2f}"
     return response
 
 

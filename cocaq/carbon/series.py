@@ -19,6 +19,7 @@ from sqlalchemy import Connection, select
 
 from cocaq.db.schema import CarbonIntensity
 from cocaq.errors import UsageError
+from cocaq.units import S_PER_HOUR
 
 BASES = ("lca", "direct")
 _KIND = {"lca": "lifecycle", "lifecycle": "lifecycle", "direct": "direct"}
@@ -61,8 +62,8 @@ def resolution_name(step_s: float) -> str:
         return "monthly"
     if 365 * 86400 <= step_s <= 366 * 86400:
         return "yearly"
-    if step_s % 3600 == 0:
-        return f"{step_s / 3600:g}-hourly"
+    if step_s % S_PER_HOUR == 0:
+        return f"{step_s / S_PER_HOUR:g}-hourly"
     return f"{step_s:g} s step"
 
 
@@ -91,7 +92,7 @@ class ZoneSummary:
             "resolution_s": self.resolution_s,
             "resolution": resolution_name(self.resolution_s),
             "gaps": self.gaps,
-            "gap_hours": round(self.gap_s / 3600, 3),
+            "gap_hours": round(self.gap_s / S_PER_HOUR, 3),
             "sources": list(self.sources),
         }
 

@@ -25,10 +25,12 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
+from cocaq.units import S_PER_HOUR
+
 if TYPE_CHECKING:
     import numpy as np
 
-HOUR = 3600.0
+HOUR = float(S_PER_HOUR)
 TIE = 1e-9  # costs this close (relatively) are a tie: the earlier start wins
 
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from cocaq.errors import UsageError
+from cocaq.units import S_PER_HOUR
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -31,7 +32,7 @@ def checked(hours: float, within_s: float, zone: str) -> str:
             f"--hours: expected a job length in hours, more than 0 and at most {MAX_HOURS}, got {hours}"
         )
     if not (math.isfinite(within_s) and 0 <= within_s <= MAX_WITHIN_S):
-        raise UsageError(f"--within: {within_s / 3600:g} h is outside 0..31d")
+        raise UsageError(f"--within: {within_s / S_PER_HOUR:g} h is outside 0..31d")
     z = zone.strip()
     if not z:
         raise UsageError("--zone: expected a zone id (FR, ES, US-CAL-CISO, ...)")
@@ -55,7 +56,13 @@ def plan_and_line(
 
     z = checked(hours, within_s, zone or cfg.cluster.carbon_zone)
     p = plan(
-        conn, z, basis or cfg.carbon.basis, hours * 3600.0, within_s, at.astimezone(UTC).timestamp(), weeks
+        conn,
+        z,
+        basis or cfg.carbon.basis,
+        hours * float(S_PER_HOUR),
+        within_s,
+        at.astimezone(UTC).timestamp(),
+        weeks,
     )
     tz = site_zone(cfg.cluster.timezone, cfg.tz())
     return p, begin(p.best.start, p.at, tz)

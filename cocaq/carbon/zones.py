@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cocaq.errors import ConfigError
+from cocaq.units import KWH_PER_MWH
 
 G_PER_LB = 453.59237  # exact, by the 1959 international yard and pound agreement
 
@@ -239,7 +240,7 @@ def _us_states() -> dict[str, Intensity]:
             code = row.get("regionCode") or _state_code(name)
             if not (isinstance(code, str) and len(code) == 2):
                 raise ValueError(f"no 2-letter code for state {name!r}")
-            g = _number(row["emissions"], f"{name} emissions") * G_PER_LB / 1000  # lb/MWh -> g/kWh
+            g = _number(row["emissions"], f"{name} emissions") * G_PER_LB / KWH_PER_MWH  # lb/MWh -> g/kWh
             intensity = Intensity(f"USA-{code.upper()}", g, source, year)
             out[code.upper()] = intensity
             out[" ".join(name.split()).upper()] = intensity

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from cocaq.errors import InputError, UsageError
+from cocaq.units import S_PER_HOUR
 
 if TYPE_CHECKING:
     from cocaq.carbon.intensity import Point
@@ -109,7 +110,7 @@ def carbon_zones(obj: Ctx, fmt: str) -> None:
             f"{z.last:%Y-%m-%d %H:%M}",
             f"{z.points:,}",
             resolution_name(z.resolution_s),
-            f"{z.gaps:,}" + (f" ({z.gap_s / 3600:.1f} h)" if z.gaps else ""),
+            f"{z.gaps:,}" + (f" ({z.gap_s / S_PER_HOUR:.1f} h)" if z.gaps else ""),
             "; ".join(z.sources),
         )
     _console().print(table)
@@ -281,7 +282,7 @@ def _from(p: Plan, start: float) -> str:
         return ""
     got = p.hours_from(start, start + p.length_s)
     words = {"typical": "the typical day", "annual": "the zone's annual figure"}
-    whole = p.length_s / 3600
+    whole = p.length_s / S_PER_HOUR
     other = [
         ("all of it" if v >= whole - 1e-9 else f"{num(v)} of its {num(whole)} h") + f" from {words[k]}"
         for k, v in got.items()
@@ -291,7 +292,7 @@ def _from(p: Plan, start: float) -> str:
 
 
 def _hours(seconds: float) -> str:
-    h = seconds / 3600
+    h = seconds / S_PER_HOUR
     return f"{h:g} h" if h >= 1 else f"{seconds / 60:.0f} min"
 
 
@@ -327,10 +328,10 @@ def _why(p: Point, tol: float) -> str:
 
 def _duration(seconds: float) -> str:
     s = round(seconds)
-    if s % 3600 == 0 and s:
-        return f"{s // 3600} h"
-    if s >= 3600:
-        return f"{s // 3600} h {s % 3600 // 60} min"
+    if s % S_PER_HOUR == 0 and s:
+        return f"{s // S_PER_HOUR} h"
+    if s >= S_PER_HOUR:
+        return f"{s // S_PER_HOUR} h {s % S_PER_HOUR // 60} min"
     if s % 60 == 0 and s:
         return f"{s // 60} min"
     return f"{s} s"

@@ -24,6 +24,7 @@ from cocaq.cli.app import FORMAT, Ctx, _console, _window, cluster_opt, since_opt
 from cocaq.cli.footprint import _api_or_db
 from cocaq.errors import UsageError
 from cocaq.footprint.words import NAME_MODEL_TIP, UNNAMED, UNNAMED_WORDS
+from cocaq.units import G_PER_KG, WH_PER_KWH
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -193,7 +194,7 @@ def _runs_table(console: Console, runs: Sequence[Run]) -> Any:
             num(r.kwh_per_epoch),
             num(r.wh_per_1m_tokens),
             num(r.co2_kg),
-            num(None if r.co2_kg_per_epoch is None else r.co2_kg_per_epoch * 1000),
+            num(None if r.co2_kg_per_epoch is None else r.co2_kg_per_epoch * G_PER_KG),
         ]
         for r in runs[:TABLE_RUNS]
     ]
@@ -214,7 +215,7 @@ def _comparison_table(console: Console, c: Comparison) -> Any:
             f"{g.runs:,}",
             num(g.units),
             num(g.energy_kwh),
-            num(g.kwh_per_unit * 1000 if tokens else g.kwh_per_unit),
+            num(g.kwh_per_unit * WH_PER_KWH if tokens else g.kwh_per_unit),
             "-" if g.ratio_to_best is None else f"{g.ratio_to_best:.2f}",
         ]
         for g in c.groups

@@ -41,6 +41,7 @@ from cocaq.footprint.words import (
     source_words,
 )
 from cocaq.textsafe import csv_text, plain
+from cocaq.units import S_PER_HOUR
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -415,7 +416,7 @@ def hms(s: float | None) -> str:
         return "-"
     s = int(max(s, 0))
     d, rest = divmod(s, 86400)
-    return (f"{d}-" if d else "") + f"{rest // 3600:d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return (f"{d}-" if d else "") + f"{rest // S_PER_HOUR:d}:{rest % S_PER_HOUR // 60:02d}:{rest % 60:02d}"
 
 
 def running_time_text(elapsed_s: float, limit_s: float | None) -> str:
@@ -436,9 +437,9 @@ def cpu_time_text(total_cpu_s: float | None, running: bool) -> str:
 
 def _cpu_time(seconds: float) -> str:
     """CPU time as people say it: `5 min` under an hour (never `0.0833 h`), else hours: `2,081 h`."""
-    if seconds < 3600:
+    if seconds < S_PER_HOUR:
         return f"{round(seconds / 60)} min" if seconds >= 30 else f"{num(seconds)} s"
-    return f"{num(seconds / 3600)} h"
+    return f"{num(seconds / S_PER_HOUR)} h"
 
 
 def print_job(job: dict[str, Any], console: Console) -> None:
@@ -482,7 +483,7 @@ def print_job(job: dict[str, Any], console: Console) -> None:
     if job.get("assumptions") and job["assumptions"].get("basis") in ESTIMATED_BASES:
         a = job["assumptions"]
         console.print(
-            f"[dim]Estimated: CPU {num(a['cpu_core_seconds'] / 3600)} core-hours ({a['cpu_basis']}) x "
+            f"[dim]Estimated: CPU {num(a['cpu_core_seconds'] / S_PER_HOUR)} core-hours ({a['cpu_basis']}) x "
             f"{num(a['cpu_tdp_w_per_core'])} W per core; "
             + (f"GPU {gpu_basis_text(a)}; " if job["alloc_gpus"] else "")  # no GPU power without GPUs
             + f"memory {num(a['mem_gb'])} GB x {a['mem_w_per_gb']} W/GB (profile {term(a['profile'])})[/]"
@@ -501,7 +502,7 @@ def _job_facts(job: dict[str, Any]) -> list[tuple[str, Any]]:
     out by the caller); a running job's run time to the second, as its live line says it."""
     usage = job.get("cpu_usage")
     limit = job.get("time_limit_s")
-    elapsed = job["elapsed_s"] / 3600
+    elapsed = job["elapsed_s"] / S_PER_HOUR
     facts = [
         ("user", job["user_name"]),
         ("lab (account)", job["account"]),
@@ -516,7 +517,11 @@ def _job_facts(job: dict[str, Any]) -> list[tuple[str, Any]]:
         (
             "run time",
             f"{num(elapsed)} h"
-            + (f" of a {num(limit / 3600)} h limit ({elapsed * 3600 / limit:.0%})" if limit else ""),
+            + (
+                f" of a {num(limit / S_PER_HOUR)} h limit ({elapsed * S_PER_HOUR / limit:.0%})"
+                if limit
+                else ""
+            ),
         ),
         ("state", job["state_detail"] or job["state"] + (" (still running)" if job["is_open"] else "")),
         ("exit code", None if job["exit_code"] is None else f"{job['exit_code']}:{job['exit_signal'] or 0}"),
@@ -706,7 +711,7 @@ def when_to_run_line(w: dict[str, Any] | None, start: Any, co2_kg: float) -> str
     best = datetime.fromisoformat(w["best_start"])
     try:
         began = datetime.fromisoformat(str(start))
-        later = f" ({num((best - began).total_seconds() / 3600)} h later)"
+        later = f" ({num((best - began).total_seconds() / S_PER_HOUR)} h later)"
     except (TypeError, ValueError):
         later = ""
     return (

@@ -18,6 +18,7 @@ import click
 from cocaq.cli.app import Ctx, _console, cluster_opt
 from cocaq.cli.live_view import live_renderable, summary_renderable
 from cocaq.errors import InputError, UsageError
+from cocaq.units import S_PER_HOUR
 
 
 class Source:
@@ -129,7 +130,7 @@ def watch(
     if jobid is not None and not re.fullmatch(JOB_ID_PATTERN, jobid.strip()):
         raise UsageError(f"{jobid.strip()!r} is not a Slurm job id (like 12345, an array task 12345_7)")
     window_s = parse_duration(window).total_seconds()
-    if not 60 <= window_s <= 6 * 3600:
+    if not 60 <= window_s <= 6 * S_PER_HOUR:
         raise UsageError(f"--window: {window!r} is outside 1m..6h")
     job_id = jobid.strip() if jobid else None
     user = getpass.getuser()

@@ -81,3 +81,32 @@ def planner_fence(dialect: str, before: str = " ") -> str:
     `OFFSET 0` (its columns are then computed once, not in every expression that reads them). SQLite
     needs none, and takes no OFFSET without a LIMIT. `before`: the text that leads it (a line break)."""
     return "" if dialect == SQLITE else f"{before}OFFSET 0"
+
+
+def false(dialect: str) -> str:
+    """The boolean false (SQLite keeps booleans as 0 and 1)."""
+    return "0" if dialect == SQLITE else "false"
+
+
+def char(dialect: str, code: int) -> str:
+    """The one-character string of this code point (chr() on PostgreSQL, char() on SQLite)."""
+    return f"{'char' if dialect == SQLITE else 'chr'}({code})"
+
+
+def strpos(dialect: str, haystack: str, needle: str) -> str:
+    """Where `needle` first starts in `haystack`, from 1 (0: nowhere): strpos(), SQLite's instr()."""
+    return f"{'instr' if dialect == SQLITE else 'strpos'}({haystack}, {needle})"
+
+
+def json_text(dialect: str, col: str, *keys: str) -> str:
+    """The text at the path of object `keys` in JSON column `col` (NULL where there is none): PostgreSQL's
+    `->` and `->>`, SQLite's json_extract(). The keys are plain names, written as they are."""
+    if dialect == SQLITE:
+        return f"json_extract({col}, '$.{'.'.join(keys)}')"
+    *inner, last = keys
+    return col + "".join(f"->'{k}'" for k in inner) + f"->>'{last}'"
+
+
+def text_type(dialect: str) -> str:
+    """The type of unbounded text a CAST names (SQLite's TEXT affinity, PostgreSQL's VARCHAR)."""
+    return "TEXT" if dialect == SQLITE else "VARCHAR"

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cocaq.demo.site import PARTITIONS, USERS, metered_v100
+from cocaq.units import S_PER_HOUR
 
 
 @dataclass
@@ -213,14 +214,14 @@ class Generator:
         """Task `k`'s start, run time, state and whether it still runs at the end; None if it starts after."""
         r = self.rng
         start = when + timedelta(minutes=r.expovariate(1 / 20) + (k // 4) * sh.hours * 60)
-        secs = sh.hours * 3600 * (r.uniform(0.7, 1.3) if sh.array else 1.0)
+        secs = sh.hours * S_PER_HOUR * (r.uniform(0.7, 1.3) if sh.array else 1.0)
         state = sh.outcome if not sh.array else self._outcome(0.04, 0.0, 0.0, 0.03)
         if state in ("FAILED", "OUT_OF_MEMORY"):
             secs *= r.uniform(0.02, 0.4)
         elif state == "CANCELLED":
             secs *= r.uniform(0.1, 0.9)
-        if state == "TIMEOUT" or secs > sh.limit_h * 3600:
-            secs, state = sh.limit_h * 3600.0, "TIMEOUT"
+        if state == "TIMEOUT" or secs > sh.limit_h * S_PER_HOUR:
+            secs, state = sh.limit_h * float(S_PER_HOUR), "TIMEOUT"
         secs = float(max(int(secs), 20))
         running = start + timedelta(seconds=secs) > self.end
         if start >= self.end:

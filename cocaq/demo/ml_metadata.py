@@ -8,6 +8,7 @@ from typing import Any
 
 from cocaq.demo.jobs import DemoJob
 from cocaq.demo.site import DEMO_CLUSTER
+from cocaq.units import S_PER_HOUR
 
 # Job name -> (model, task, parameters, GPU-hours per epoch in bf16/fp16) of the ML jobs; tokens per
 # GPU-second for the LLMs instead of epochs. fp32 runs take ~1.7x as long per epoch on the same GPUs.
@@ -41,7 +42,7 @@ def model_metadata(jobs: list[DemoJob], seed: int) -> None:
         gpu_s = j.gpus * j.elapsed
         counters: dict[str, Any] = {}
         if epoch_gpu_h:
-            counters["epochs"] = round(gpu_s / 3600 / (epoch_gpu_h * _SLOWER[precision]), 2)
+            counters["epochs"] = round(gpu_s / S_PER_HOUR / (epoch_gpu_h * _SLOWER[precision]), 2)
         else:
             counters["tokens"] = int(gpu_s * 2600 / _SLOWER[precision])
         how = r.random()

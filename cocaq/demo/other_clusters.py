@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 
 from cocaq.slurm.sacct import SACCT_FIELDS
 from cocaq.timeparse import format_slurm_duration
+from cocaq.units import S_PER_HOUR
 
 ATLAS = "atlas"
 LEGACY = "legacy"
@@ -44,7 +45,7 @@ def shape_lines(end: datetime) -> list[str]:
             ago_h: float, *, totalcpu: float | None, submit_after: bool = False, gpu_tres: bool = True,
             steps: tuple[tuple[str, int, float, str, str], ...] = ()) -> None:  # fmt: skip
         start = end - timedelta(hours=ago_h)
-        secs = int(hours * 3600)
+        secs = int(hours * S_PER_HOUR)
         tres = f"billing={cpus},cpu={cpus},mem={cpus * 4}G,node=1" + (
             f",gres/gpu={gpus}" if gpus and gpu_tres else ""
         )
@@ -97,16 +98,17 @@ def shape_lines(end: datetime) -> list[str]:
     # id, cluster, name, partition, node, CPUs, GPUs, hours, started hours before `end`, CPU-seconds, and
     # what is odd about it
     for jid, cluster, name, part, node, cpus, gpus, hours, ago, cpu_s, odd in (
-        (BUSY_JOB, ATLAS, "md-sim", "gpu_v100", "atl-g03", 16, 2, 11.0, 40.0, 11 * 3600 * 12.0,
+        (BUSY_JOB, ATLAS, "md-sim", "gpu_v100", "atl-g03", 16, 2, 11.0, 40.0, 11 * S_PER_HOUR * 12.0,
          {"steps": (*gpu_steps, ("0", 2, 0.98, busy_ave, busy_max))}),
-        (IDLE_JOB, ATLAS, "forgot-cuda", "gpu_v100", "atl-g04", 16, 4, 8.0, 30.0, 8 * 3600 * 14.5,
+        (IDLE_JOB, ATLAS, "forgot-cuda", "gpu_v100", "atl-g04", 16, 4, 8.0, 30.0, 8 * S_PER_HOUR * 14.5,
          {"steps": gpu_steps}),
         (NO_CPU_JOB, ATLAS, "long-cpu", "cpu", "atl-c01", 64, 0, 20.0, 60.0, None, {}),
-        (SUBMIT_JOB, ATLAS, "requeued", "cpu", "atl-c02", 8, 0, 2.0, 10.0, 2 * 3600 * 7.5,
+        (SUBMIT_JOB, ATLAS, "requeued", "cpu", "atl-c02", 8, 0, 2.0, 10.0, 2 * S_PER_HOUR * 7.5,
          {"submit_after": True, "steps": batch}),
-        (UNKNOWN_JOB, LEGACY, "train-legacy", "gpu_v100", "leg-g01", 8, 2, 10.0, 50.0, 10 * 3600 * 6.0,
+        (UNKNOWN_JOB, LEGACY, "train-legacy", "gpu_v100", "leg-g01", 8, 2, 10.0, 50.0, 10 * S_PER_HOUR * 6.0,
          {"gpu_tres": False, "steps": batch}),
-        ("990002", LEGACY, "prep", "cpu", "leg-c01", 32, 0, 3.0, 52.0, 3 * 3600 * 30.0, {"steps": batch}),
+        ("990002", LEGACY, "prep", "cpu", "leg-c01", 32, 0, 3.0, 52.0, 3 * S_PER_HOUR * 30.0,
+         {"steps": batch}),
     ):  # fmt: skip
         job(jid, cluster, name, part, node, cpus, gpus, hours, ago, totalcpu=cpu_s, **odd)
     return out

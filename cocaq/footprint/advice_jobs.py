@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any
 from cocaq.accounting.ledger import FAILED_STATES, OOM_STATES, TIMEOUT_STATES
 from cocaq.accounting.window import overlap_sql, share_sql
 from cocaq.footprint.advice_words import MB_PER_GB
-from cocaq.footprint.dbsql import epoch, first_word, greatest, labs_bound
+from cocaq.footprint.dbsql import epoch, false, first_word, greatest, labs_bound, least, planner_fence
 from cocaq.footprint.jobfacts import JobFacts, _hardware, load, scope_where
-from cocaq.units import J_PER_KWH
+from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR
 
 if TYPE_CHECKING:
     from cocaq.config import Config
@@ -71,13 +71,12 @@ class AdviceJobs:
 
 def _window_cte(db: Db, where: str, columns: str) -> str:
     """The window's jobs with their share `f`, exactly as cocaq.footprint.jobfacts._sql computes it."""
-    pg = db.dialect == "postgresql"
-    big, small = ("greatest", "least") if pg else ("max", "min")
     el = greatest(db, "coalesce(j.elapsed_s, 0.0)", "0.0")
     t0 = epoch(db, "j.start_time")
     ov = overlap_sql("y.t0", "y.el", "%(since)s", "%(until)s", db.dialect)
     f = share_sql("y.t0", "y.el", ov, [("%(since)s", "%(until)s")])
-    fence = "\n        OFFSET 0" if pg else ""
+    fence = planner_fence(db, "\n        ")
+    share = least(db, greatest(db, f, "0.0"), "1.0")
     return f"""
 WITH y AS (
     SELECT j.id, j.user_name, coalesce(j.energy_j, 0.0) AS energy, coalesce(j.co2_g, 0.0) AS co2,{columns}
@@ -86,7 +85,7 @@ WITH y AS (
     WHERE j.start_time < %(until_ts)s AND (j.end_time >= %(since_ts)s OR j.end_time IS NULL)
           AND j.start_time IS NOT NULL{where}{fence}
 ), w AS (
-    SELECT y.*, {small}({big}({f}, 0.0), 1.0) AS f
+    SELECT y.*, {share} AS f
     FROM y
 )"""
 
@@ -95,13 +94,12 @@ def _triage_sql(db: Db, where: str) -> str:
     """Every window job: whether a shown rule may count it (`cand`), the precision rule's columns
     (`_light`'s; the GPU energy only for a GPU job no other rule reads), and what when-to-run's test
     reads (its CO2, whether it has shifting figures, what its best start would have saved)."""
-    pg = db.dialect == "postgresql"
-    big, small = ("greatest", "least") if pg else ("max", "min")
     fw = first_word(db, "w.state")
     bad = ", ".join(f"'{s}'" for s in sorted({*TIMEOUT_STATES, *OOM_STATES, *FAILED_STATES, "FAILED"}))
-    energy_j = f"{big}(w.energy, 0.0)"
-    per_node = f"w.req_mem_mb / {big}(w.nn, 1)"
+    energy_j = greatest(db, "w.energy", "0.0")
+    per_node = f"w.req_mem_mb / {greatest(db, 'w.nn', '1')}"
     has_meta = "EXISTS (SELECT 1 FROM model_metadata mm WHERE mm.job_pk = w.id)"
+    tasks = greatest(db, "coalesce(w.rss_tasks_per_node, 1)", "1")
     cand = f"""(
         (w.gpus > 0 AND {has_meta})
         OR {fw} IN ({bad})
@@ -109,12 +107,14 @@ def _triage_sql(db: Db, where: str) -> str:
         OR (w.gpus > 0 AND m.gpu_util_pct < %(c_util)s AND w.total_cpu_s > %(c_cpu)s * w.cpus * w.el
             AND w.el >= %(c_el)s)
         OR (w.max_rss_mb IS NOT NULL AND w.req_mem_mb > 0 AND {per_node} >= %(c_mem_req)s
-            AND w.max_rss_mb * {big}(coalesce(w.rss_tasks_per_node, 1), 1) <= %(c_mem_use)s * {per_node})
+            AND w.max_rss_mb * {tasks} <= %(c_mem_use)s * {per_node})
     )"""
-    no = "false" if pg else "0"
+    no = false(db)
     held = "w.gpus * w.el"
+    per_h, per_kg = f"{S_PER_HOUR}.0", f"{G_PER_KG}.0"  # SQL's float literals: divisions in floating point
+    busy = least(db, f"coalesce(w.gpu_samples_s, 0.0) / ({held})", "1.0")
     light = "CASE WHEN w.gpus > 0 AND NOT w.cand THEN"  # (a row the precision rule alone reads)
-    fence = "\n    OFFSET 0" if pg else ""  # (`cand` once per job, not once per use)
+    fence = planner_fence(db, "\n    ")  # (`cand` once per job, not once per use)
     gpu_j = "(SELECT sum(q.energy_j) FROM job_energy q WHERE q.job_pk = w.id AND q.component = 'gpu')"
     cols = """
            j.job_id, j.name, j.partition, j.node_list, coalesce(j.state, '') AS state,
@@ -122,16 +122,16 @@ def _triage_sql(db: Db, where: str) -> str:
            j.req_mem_mb, j.max_rss_mb, j.rss_tasks_per_node, j.total_cpu_s, j.gpu_type,"""
     return f"""{_window_cte(db, where, cols)}, x AS (
     SELECT w.*, coalesce({cand}, {no}) AS cand, m.gpu_samples_s, m.idle_gpu_s,
-           coalesce(m.shift_state = 'ok', {no}) AS flex, coalesce(m.shift_saved_g, 0.0) / 1000.0 AS saved
+           coalesce(m.shift_state = 'ok', {no}) AS flex, coalesce(m.shift_saved_g, 0.0) / {per_kg} AS saved
     FROM w LEFT JOIN job_metrics m ON m.job_pk = w.id
     WHERE w.f > 0{fence}
 )
 SELECT w.id, w.user_name, {energy_j} * w.f, w.cand, {light} w.job_id END, w.name, {light} w.partition END,
-       {light} w.node_list END, w.gpus, {light} w.el / 3600.0 END, w.f,
+       {light} w.node_list END, w.gpus, {light} w.el / {per_h} END, w.f,
        {light} {energy_j} / {J_PER_KWH!r} END,
-       {light} coalesce({gpu_j}, 0.0) / {J_PER_KWH!r} END, w.co2 / 1000.0,
-       {light} CASE WHEN {held} > 0 THEN {small}(coalesce(w.gpu_samples_s, 0.0) / ({held}), 1.0) ELSE 0.0 END
-       END, {light} coalesce(w.idle_gpu_s, 0.0) / 3600.0 END, {light} w.gpu_type END, w.flex, w.saved,
+       {light} coalesce({gpu_j}, 0.0) / {J_PER_KWH!r} END, w.co2 / {per_kg},
+       {light} CASE WHEN {held} > 0 THEN {busy} ELSE 0.0 END
+       END, {light} coalesce(w.idle_gpu_s, 0.0) / {per_h} END, {light} w.gpu_type END, w.flex, w.saved,
        {fw} = 'COMPLETED'
 FROM x w"""
 
@@ -218,7 +218,7 @@ def load_for_advice(
         "until_ts": until,
         "c_util": t.loader_max_util_pct * (1 + _HAIR),
         "c_cpu": t.loader_min_cpu_usage * (1 - _HAIR),
-        "c_el": t.loader_min_elapsed_h * 3600.0 * (1 - _HAIR),
+        "c_el": t.loader_min_elapsed_h * float(S_PER_HOUR) * (1 - _HAIR),
         "c_mem_req": t.mem_min_req_gb * MB_PER_GB * (1 - _HAIR),
         "c_mem_use": t.mem_max_use * (1 + _HAIR),
     }

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from cocaq.footprint.jobfacts import JobFacts
 from cocaq.timeparse import format_slurm_duration
+from cocaq.units import G_PER_KG, KG_PER_TONNE, S_PER_HOUR, WH_PER_KWH
 
 MB_PER_GB = 1024.0
 
@@ -100,7 +101,7 @@ def limit_hours(hours: float) -> float:
 
 def slurm_time(hours: float) -> str:
     """A `--time` value: `limit_hours` in Slurm's [D-]HH:MM:SS."""
-    return format_slurm_duration(limit_hours(hours) * 3600)
+    return format_slurm_duration(limit_hours(hours) * S_PER_HOUR)
 
 
 def slurm_mem(mb: float) -> str:
@@ -110,7 +111,7 @@ def slurm_mem(mb: float) -> str:
 
 def energy(kwh: float) -> str:
     """kWh, or Wh below 1 kWh: figures people read without a calculator."""
-    return f"{num(kwh)} kWh" if kwh >= 1 else f"{num(kwh * 1000)} Wh"
+    return f"{num(kwh)} kWh" if kwh >= 1 else f"{num(kwh * WH_PER_KWH)} Wh"
 
 
 def co2_amount(kg: float | None) -> str:
@@ -120,11 +121,11 @@ def co2_amount(kg: float | None) -> str:
     if kg is None or not math.isfinite(kg):
         return "n/a"
     a = abs(kg)
-    if a >= 1000:
-        return f"{num(kg / 1000)} t"
+    if a >= KG_PER_TONNE:
+        return f"{num(kg / KG_PER_TONNE)} t"
     if a >= 1 or a == 0:
         return f"{num(kg)} kg"
-    return f"{num(kg * 1000)} g"
+    return f"{num(kg * G_PER_KG)} g"
 
 
 def co2(kg: float | None) -> str:

@@ -43,7 +43,7 @@ from sqlalchemy import Connection, Float, Select, Table, case, func, literal, se
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import Cluster, Job, JobMetrics, ModelMetadata
 from cocaq.footprint.words import UNNAMED  # "(unnamed)": what it is, in words there
-from cocaq.units import J_PER_KWH
+from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR, WH_PER_KWH
 
 J = cast(Table, Job.__table__).c
 M = cast(Table, JobMetrics.__table__).c
@@ -301,7 +301,7 @@ def _kwh_text(x: float) -> str:
     if x == 0 or not math.isfinite(x):
         return f"{x:g} kWh"
     if abs(x) < 1:
-        x *= 1000
+        x *= WH_PER_KWH
         digits = max(0, 2 - math.floor(math.log10(abs(x))))
         return f"{x:,.{digits}f} Wh"
     digits = max(0, 2 - math.floor(math.log10(abs(x))))
@@ -358,6 +358,7 @@ def _base(since: datetime, until: datetime, scope: Scope) -> Any:
     """One row per run in the window: the job's totals and its merged metadata (a subquery, so that the
     groupings below refer to plain columns: PostgreSQL cannot match an expression with bound parameters
     in SELECT to the same one in GROUP BY)."""
+    gpu_h = func.coalesce(J.alloc_gpus, 0) * func.coalesce(J.elapsed_s, 0.0) / float(S_PER_HOUR)
     return (
         select(
             J.id.label("pk"),
@@ -368,7 +369,7 @@ def _base(since: datetime, until: datetime, scope: Scope) -> Any:
             J.state,
             J.end_time,
             func.coalesce(J.alloc_gpus, 0).label("gpus"),
-            (func.coalesce(J.alloc_gpus, 0) * func.coalesce(J.elapsed_s, 0.0) / 3600.0).label("gh"),
+            gpu_h.label("gh"),
             func.coalesce(J.energy_j, 0.0).label("e"),
             func.coalesce(J.co2_g, 0.0).label("c"),
             M.co2_embodied_g.label("emb"),
@@ -407,8 +408,8 @@ def _totals(conn: Connection, r: Any, key: Any, fallback: str) -> tuple[GroupTot
             users=int(u),
             gpu_hours=float(gh or 0.0),
             energy_kwh=float(e or 0.0) / J_PER_KWH,
-            co2_kg=float(c or 0.0) / 1000,
-            co2_embodied_kg=float(emb or 0.0) / 1000,
+            co2_kg=float(c or 0.0) / G_PER_KG,
+            co2_embodied_kg=float(emb or 0.0) / G_PER_KG,
         )
         for k, n, u, gh, e, c, emb in conn.execute(q)
     ]
@@ -445,8 +446,8 @@ def runs(conn: Connection, since: datetime, until: datetime, scope: Scope | None
     q = select(
         c.pk, c.job_id, c.cluster, c.user_name, c.account, c.state, c.end_time, c.model_name, c.framework,
         c.task, c.precision, c.batch_size, c.epochs, c.tokens, c.gpus, c.gh, c.e, c.c, c.emb,
-        _per(c.e, c.epochs, J_PER_KWH), _per(c.e, tokens_m, J_PER_KWH / 1000.0),
-        _per(c.c, c.epochs, 1000.0), _per(c.c, tokens_m, 1.0),
+        _per(c.e, c.epochs, J_PER_KWH), _per(c.e, tokens_m, J_PER_KWH / WH_PER_KWH),
+        _per(c.c, c.epochs, float(G_PER_KG)), _per(c.c, tokens_m, 1.0),
     ).order_by(c.e.desc(), c.pk)  # fmt: skip
     out = []
     for row in conn.execute(q):
@@ -471,8 +472,8 @@ def runs(conn: Connection, since: datetime, until: datetime, scope: Scope | None
                 gpus=int(gpus or 0),
                 gpu_hours=float(gh or 0.0),
                 energy_kwh=float(e) / J_PER_KWH,
-                co2_kg=float(co2) / 1000,
-                co2_embodied_kg=None if emb is None else float(emb) / 1000,
+                co2_kg=float(co2) / G_PER_KG,
+                co2_embodied_kg=None if emb is None else float(emb) / G_PER_KG,
                 kwh_per_epoch=_opt(kpe),
                 wh_per_1m_tokens=_opt(kpt),
                 co2_kg_per_epoch=_opt(cpe),

@@ -1,10 +1,11 @@
 """The footprint's plain-SQL queries' spellings of what differs between PostgreSQL and SQLite, per Db.
 
 `cocaq user` runs on every login node and its queries go through cocaq.db.dbapi (psycopg or sqlite3) as
-SQL text, without SQLAlchemy: the totals (cocaq.footprint.totals) and the per-job facts
-(cocaq.footprint.jobfacts) spell greatest/least, epoch seconds and a state's first word as
-cocaq.db.dialect does for the Db's dialect, as the aggregator's SQLAlchemy functions (cocaq.db.sqlfuncs)
-do, so that they read a job as the aggregator does. Stdlib-only.
+SQL text, without SQLAlchemy: the totals (cocaq.footprint.totals), the per-job facts
+(cocaq.footprint.jobfacts, cocaq.footprint.advice_jobs) and the running jobs (cocaq.footprint.live)
+spell greatest/least, epoch seconds, a state's first word, false, a JSON field, the text type and the
+planner's fence as cocaq.db.dialect does for the Db's dialect, as the aggregator's SQLAlchemy functions
+(cocaq.db.sqlfuncs) do, so that they read a job as the aggregator does. Stdlib-only.
 """
 
 from __future__ import annotations
@@ -19,6 +20,28 @@ if TYPE_CHECKING:
 
 def greatest(db: Db, *xs: str) -> str:
     return dialect.greatest(db.dialect, *xs)
+
+
+def least(db: Db, *xs: str) -> str:
+    return dialect.least(db.dialect, *xs)
+
+
+def false(db: Db) -> str:
+    return dialect.false(db.dialect)
+
+
+def planner_fence(db: Db, before: str) -> str:
+    """What keeps the planner from inlining a subquery (PostgreSQL's OFFSET 0), led by `before`."""
+    return dialect.planner_fence(db.dialect, before)
+
+
+def json_text(db: Db, col: str, *keys: str) -> str:
+    """The text at the path of `keys` in JSON column `col`."""
+    return dialect.json_text(db.dialect, col, *keys)
+
+
+def text_type(db: Db) -> str:
+    return dialect.text_type(db.dialect)
 
 
 def epoch(db: Db, col: str) -> str:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from cocaq.accounting.window import share
 from cocaq.errors import UsageError
 from cocaq.footprint.dbsql import labs_bound
-from cocaq.units import J_PER_KWH
+from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR
 
 if TYPE_CHECKING:
     from cocaq.db.dbapi import Db
@@ -157,7 +157,7 @@ def _kwh(j: Any) -> float | None:
 
 
 def _kg(g: Any) -> float | None:
-    return None if g is None else float(g) / 1000
+    return None if g is None else float(g) / G_PER_KG
 
 
 def _f(x: Any) -> float | None:
@@ -229,16 +229,16 @@ def _job(db: Db, x: Sequence[Any], w: Window) -> tuple[Any, ...] | None:
     f = _share(db, start, el, w)
     if f <= 0:
         return None
-    el_h = max(float(el or 0.0), 0.0) / 3600
+    el_h = max(float(el or 0.0), 0.0) / S_PER_HOUR
     energy, measured = float(e or 0.0), float(meas or 0.0)
     return (
         cl, job_id, user, acct, part, qos, state, name, db.timestamp(submit), db.timestamp(start),
         db.timestamp(end), el_h, _i(cpus), _i(gpus), gtype, int(cpus or 0) * el_h, int(gpus or 0) * el_h,
         energy / J_PER_KWH, measured / J_PER_KWH, (energy - measured) / J_PER_KWH,
         energy * float(1.0 if pue is None else pue) / J_PER_KWH, _f(pue), zone, _f(g_kwh),
-        float(co2 or 0.0) / 1000,
-        float(emb or 0.0) / 1000, _f(util), float(idle_s or 0.0) / 3600, float(idle_j or 0.0) / J_PER_KWH,
-        float(saved or 0.0) / 1000, float(pause_saved or 0.0) / 1000, f,
+        float(co2 or 0.0) / G_PER_KG, float(emb or 0.0) / G_PER_KG, _f(util),
+        float(idle_s or 0.0) / S_PER_HOUR, float(idle_j or 0.0) / J_PER_KWH,
+        float(saved or 0.0) / G_PER_KG, float(pause_saved or 0.0) / G_PER_KG, f,
     )  # fmt: skip
 
 
@@ -271,8 +271,8 @@ def _model(db: Db, x: Sequence[Any], w: Window) -> tuple[Any, ...] | None:
     g = int(gpus or 0)
     return (
         cl, job_id, user, acct, state, db.timestamp(end), model, task, fw, fw_v, _i(params), prec, _i(batch),
-        dataset, _f(epochs), _i(tokens), g, g * float(el or 0.0) / 3600, float(e or 0.0) / J_PER_KWH,
-        float(co2 or 0.0) / 1000,
+        dataset, _f(epochs), _i(tokens), g, g * float(el or 0.0) / S_PER_HOUR, float(e or 0.0) / J_PER_KWH,
+        float(co2 or 0.0) / G_PER_KG,
     )  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from cocaq.errors import UsageError
 from cocaq.footprint.dbsql import labs_bound
-from cocaq.units import J_PER_KWH
+from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR
 
 if TYPE_CHECKING:
     from cocaq.db.dbapi import Db
@@ -159,12 +159,12 @@ def _row(db: Db, r: tuple[Any, ...]) -> dict[str, Any]:
         "state": state,
         "start_time": _iso(db.timestamp(start)),
         "end_time": _iso(db.timestamp(end)),
-        "elapsed_h": el_s / 3600,
+        "elapsed_h": el_s / S_PER_HOUR,
         "alloc_gpus": None if gpus is None else int(gpus),
         "gpu_type": gtype,
         "model": model,
         "energy_kwh": energy / J_PER_KWH,
-        "co2_kg": float(co2 or 0.0) / 1000,
+        "co2_kg": float(co2 or 0.0) / G_PER_KG,
         "measured_share": float(meas or 0.0) / energy if energy > 0 else None,
         "gpu_util_pct": None if util is None else float(util),
         "idle_share": float(idle_s or 0.0) / gpu_s if gpu_s > 0 and idle_s is not None else None,

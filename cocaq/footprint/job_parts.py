@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from cocaq.errors import UsageError
 from cocaq.slurm.record import JOB_ID_PATTERN
-from cocaq.units import J_PER_KWH
+from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -166,8 +166,8 @@ def job_parts(conn: Connection, ask: JobAsk, cluster: str | None = None) -> list
                 "alloc_gpus": r["alloc_gpus"] or 0,
                 "gpu_type": r["gpu_type"],
                 "node_list": r["node_list"],
-                "gpu_hours": (r["alloc_gpus"] or 0) * elapsed / 3600,
-                "cpu_hours": (r["alloc_cpus"] or 0) * elapsed / 3600,
+                "gpu_hours": (r["alloc_gpus"] or 0) * elapsed / S_PER_HOUR,
+                "cpu_hours": (r["alloc_cpus"] or 0) * elapsed / S_PER_HOUR,
                 "energy_kwh": energy_j / J_PER_KWH,
                 "energy_kwh_with_pue": energy_j * pue / J_PER_KWH,
                 "energy_measured_kwh": measured_j / J_PER_KWH,
@@ -181,7 +181,7 @@ def job_parts(conn: Connection, ask: JobAsk, cluster: str | None = None) -> list
                 )
                 / J_PER_KWH,
                 "pue": pue,
-                "co2_kg": float(r["co2_g"] or 0.0) / 1000,
+                "co2_kg": float(r["co2_g"] or 0.0) / G_PER_KG,
             }
         )
     # (sorted here, not in SQL: the databases put NULLs at opposite ends, and each part has one index)

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from cocaq.accounting.ledger import outcome_of
 from cocaq.accounting.window import overlap_sql, share_sql
-from cocaq.footprint.dbsql import epoch, greatest, labs_bound
+from cocaq.footprint.dbsql import epoch, greatest, labs_bound, least, planner_fence
 from cocaq.slurm.record import NOT_STARTED_STATES, OPEN_STATES
-from cocaq.units import J_PER_KWH
+from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR
 
 if TYPE_CHECKING:
     from cocaq.config import Config
@@ -158,7 +158,7 @@ class JobFacts:
         Slurm recorded no CPU time, or the job has not ended (its TotalCPU is partial)."""
         if self.total_cpu_s is None or not self.cpus or self.elapsed_h <= 0 or not self.ended:
             return None
-        return self.total_cpu_s / (self.cpus * self.elapsed_h * 3600)
+        return self.total_cpu_s / (self.cpus * self.elapsed_h * S_PER_HOUR)
 
     @property
     def idle_when(self) -> str:
@@ -262,22 +262,20 @@ def _sql(
         where += " AND j.name = %(name)s"
     if ids is not None:  # only these (cocaq.footprint.advice_jobs: the ones the advice reads whole)
         where += f" AND j.id IN ({', '.join(str(int(i)) for i in ids) or 'NULL'})"
-    pg = db.dialect == "postgresql"
-    big = "greatest" if pg else "max"
-    small = "least" if pg else "min"
     el = greatest(db, "coalesce(j.elapsed_s, 0.0)", "0.0")
     t0 = epoch(db, "j.start_time")
     # the job's share of the window (cocaq.accounting.window), at most 1 (float rounding)
     ov = overlap_sql("y.t0", "y.el", "%(since)s", "%(until)s", db.dialect)
     f = share_sql("y.t0", "y.el", ov, [("%(since)s", "%(until)s")])
-    fence = "\n        OFFSET 0" if pg else ""
+    fence = planner_fence(db, "\n        ")
+    share = least(db, greatest(db, f, "0.0"), "1.0")
     sums = """
            sum(CASE WHEN q.component = 'gpu' THEN q.energy_j ELSE 0.0 END) AS gpu,
            sum(CASE WHEN q.component = 'cpu' THEN q.energy_j ELSE 0.0 END) AS cpu,
            sum(CASE WHEN q.component = 'dram' THEN q.energy_j ELSE 0.0 END) AS dram,
            sum(CASE WHEN q.component NOT IN ('gpu', 'cpu', 'dram') THEN q.energy_j ELSE 0.0 END) AS other,
            max(CASE WHEN q.component = 'gpu' THEN q.source END) AS gpu_source"""
-    if pg:
+    if db.dialect == "postgresql":
         # per job through its primary key: cheaper than grouping job_energy by the window's ids
         energy = f"LEFT JOIN LATERAL (SELECT {sums}\n    FROM job_energy q WHERE q.job_pk = w.id) c ON true"
         c_cte = ""
@@ -288,8 +286,10 @@ def _sql(
     FROM job_energy q WHERE q.job_pk IN (SELECT id FROM w WHERE f > 0) GROUP BY q.job_pk
 )"""
     held = "w.gpus * w.el"
-    energy_j = f"{big}(w.energy, 0.0)"
-    idle = f"{big}(0.0, {small}(coalesce(m.idle_gpu_energy_j, 0.0), {energy_j}))"
+    per_h, per_kg = f"{S_PER_HOUR}.0", f"{G_PER_KG}.0"  # SQL's float literals: divisions in floating point
+    energy_j = greatest(db, "w.energy", "0.0")
+    idle = greatest(db, "0.0", least(db, "coalesce(m.idle_gpu_energy_j, 0.0)", energy_j))
+    busy = least(db, f"coalesce(m.gpu_samples_s, 0.0) / ({held})", "1.0")
     return f"""
 WITH y AS (
     SELECT j.id, j.job_id, j.job_id_raw, j.cluster_id, c.name AS cluster, j.name, j.user_name, j.account,
@@ -303,23 +303,23 @@ WITH y AS (
     WHERE j.start_time < %(until_ts)s AND (j.end_time >= %(since_ts)s OR j.end_time IS NULL)
           AND j.start_time IS NOT NULL{where}{fence}
 ), w AS (
-    SELECT y.*, {small}({big}({f}, 0.0), 1.0) AS f
+    SELECT y.*, {share} AS f
     FROM y
 ){c_cte}
 SELECT w.id, w.job_id, w.job_id_raw, w.cluster_id, w.cluster, w.name, w.user_name, w.account, w.partition,
        w.node_list, w.state, w.exit_code, w.start_time, w.end_time, w.is_open, w.cpus, w.gpus, w.nn,
-       w.el / 3600.0, CASE WHEN w.time_limit_s > 0 THEN w.time_limit_s / 3600.0 END,
+       w.el / {per_h}, CASE WHEN w.time_limit_s > 0 THEN w.time_limit_s / {per_h} END,
        CASE WHEN w.req_mem_mb > 0 THEN w.req_mem_mb END, w.max_rss_mb, w.rss_tasks_per_node, w.total_cpu_s,
        w.f, {energy_j} / {J_PER_KWH!r}, coalesce(c.gpu, 0.0) / {J_PER_KWH!r},
        coalesce(c.cpu, 0.0) / {J_PER_KWH!r}, coalesce(c.dram, 0.0) / {J_PER_KWH!r},
-       coalesce(c.other, 0.0) / {J_PER_KWH!r}, w.measured / {J_PER_KWH!r}, c.gpu_source, w.co2 / 1000.0,
+       coalesce(c.other, 0.0) / {J_PER_KWH!r}, w.measured / {J_PER_KWH!r}, c.gpu_source, w.co2 / {per_kg},
        m.gpu_util_pct,
-       CASE WHEN {held} > 0 THEN {small}(coalesce(m.gpu_samples_s, 0.0) / ({held}), 1.0) ELSE 0.0 END,
-       coalesce(m.idle_gpu_s, 0.0) / 3600.0, {idle} / {J_PER_KWH!r}, m.gpu_mem_peak_mb,
+       CASE WHEN {held} > 0 THEN {busy} ELSE 0.0 END,
+       coalesce(m.idle_gpu_s, 0.0) / {per_h}, {idle} / {J_PER_KWH!r}, m.gpu_mem_peak_mb,
        CASE WHEN m.gpu_samples_s > 0 THEN coalesce(m.gpu_samples_j, 0.0) / m.gpu_samples_s END,
        mm.model_name, mm.precision, mm.extra, mm.batch_size, mm.epochs, mm.tokens,
-       m.shift_state, m.shift_slack_s / 3600.0, m.shift_best_start, m.shift_now_g, m.shift_best_g,
-       coalesce(m.shift_saved_g, 0.0) / 1000.0, coalesce(m.shift_pause_saved_g, 0.0) / 1000.0,
+       m.shift_state, m.shift_slack_s / {per_h}, m.shift_best_start, m.shift_now_g, m.shift_best_g,
+       coalesce(m.shift_saved_g, 0.0) / {per_kg}, coalesce(m.shift_pause_saved_g, 0.0) / {per_kg},
        m.gpu_util_source, w.gpus_unknown, w.qos, w.gpu_type, w.batch_step, w.zero_cpu_nodes,
        {energy_j} * w.f
 FROM w {energy}

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from cocaq.collector.records import GPU_SOURCE_RANK
 from cocaq.footprint import dbsql
-from cocaq.units import J_PER_KWH, co2_grams
+from cocaq.units import G_PER_KG, J_PER_KWH, co2_grams
 
 if TYPE_CHECKING:
     from cocaq.config import Config
@@ -84,9 +84,7 @@ def _job_picks(db: Db, ask: Ask, p: dict[str, Any], cluster_j: str) -> tuple[lis
     jobs = [
         f"{pick} AND j.user_name = %(user)s AND j.is_open = %(open)s AND j.start_time IS NOT NULL{cluster_j}"
     ]
-    user = (
-        "s.payload->'job'->>'user'" if db.dialect == "postgresql" else "json_extract(s.payload, '$.job.user')"
-    )
+    user = dbsql.json_text(db, "s.payload", "job", "user")
     # a running job not imported yet has prolog records not linked to a jobs row (job_pk NULL: an
     # index); an imported one comes through its jobs row
     return jobs, (
@@ -112,7 +110,7 @@ def fetch(db: Db, ask: Ask, now: float, window_s: float = WINDOW_S) -> list[tupl
     cluster_s = f" AND s.cluster_id IN ({clusters})"
     jobs, events_where = _job_picks(db, ask, p, cluster_j)
     ep = dbsql.epoch
-    text = "TEXT" if db.dialect == "sqlite" else "VARCHAR"
+    text = dbsql.text_type(db)
     as_text = f"CAST(ids.raw AS {text})"
     sql = f"""
 WITH ids AS (
@@ -479,7 +477,7 @@ def _projection(
         "until_ts": run.start + run.limit,
         "energy_j": proj_j,
         "energy_kwh": proj_j / J_PER_KWH,
-        "co2_kg": co2_grams(proj_j, carbon["pue"], carbon["g_per_kwh"]) / 1000.0,
+        "co2_kg": co2_grams(proj_j, carbon["pue"], carbon["g_per_kwh"]) / G_PER_KG,
     }
 
 
@@ -537,7 +535,7 @@ def _view(
         "power_series_span_s": span if run.running else None,
         "window_s": window_s,
         "cpu_cores": sum(cpu_cores) if cpu_cores else None,
-        "co2_kg": co2_grams(energy_j, carbon["pue"], carbon["g_per_kwh"]) / 1000.0,
+        "co2_kg": co2_grams(energy_j, carbon["pue"], carbon["g_per_kwh"]) / G_PER_KG,
         "carbon": carbon,
         "projection": _projection(run, energy_j, terms, series, carbon, window_s),
         "newest_sample_ts": max((s[-1][0] for s in samples.values()), default=None),

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from cocaq.ml.meta import KNOWN
-from cocaq.units import J_PER_KWH
+from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -61,7 +61,7 @@ def find_jobs(
         d.update(
             energy_split(job.energy_j, job.energy_measured_j, job.energy_est_low_j, job.energy_est_high_j)
         )
-        d["co2_kg"] = job.co2_g / 1000
+        d["co2_kg"] = job.co2_g / G_PER_KG
         d["energies"] = [
             {
                 "node": e[0],
@@ -246,22 +246,22 @@ def _job_metrics(conn: Connection, job_pk: int) -> dict[str, Any] | None:
     if m is None:
         return None
     return {
-        "co2_embodied_kg": (m["co2_embodied_g"] or 0.0) / 1000,
+        "co2_embodied_kg": (m["co2_embodied_g"] or 0.0) / G_PER_KG,
         "gpu_util_pct": m["gpu_util_pct"],
         "gpu_util_source": m["gpu_util_source"],  # "samples" (the collector), "slurm" (gres/gpuutil)
-        "idle_gpu_hours": (m["idle_gpu_s"] or 0.0) / 3600,
+        "idle_gpu_hours": (m["idle_gpu_s"] or 0.0) / S_PER_HOUR,
         "idle_gpu_energy_kwh": (m["idle_gpu_energy_j"] or 0.0) / J_PER_KWH,
         "carbon_detail": m["carbon_detail"],
         # when to run (cocaq.accounting.shifting): "ok" with figures, else why none
         "when_to_run": {
             "state": m["shift_state"],
-            "slack_h": None if m["shift_slack_s"] is None else m["shift_slack_s"] / 3600,
+            "slack_h": None if m["shift_slack_s"] is None else m["shift_slack_s"] / S_PER_HOUR,
             "g_per_kwh_as_run": m["shift_now_g"],
             "best_start": m["shift_best_start"].isoformat() if m["shift_best_start"] is not None else None,
             "g_per_kwh_best_start": m["shift_best_g"],
             "g_per_kwh_pausing": m["shift_pause_g"],
-            "saved_kg": (m["shift_saved_g"] or 0.0) / 1000,
-            "pause_saved_kg": (m["shift_pause_saved_g"] or 0.0) / 1000,
+            "saved_kg": (m["shift_saved_g"] or 0.0) / G_PER_KG,
+            "pause_saved_kg": (m["shift_pause_saved_g"] or 0.0) / G_PER_KG,
         },
     }
 

@@ -35,7 +35,7 @@ from cocaq.config import Advice
 from cocaq.db.dialect import planner_fence
 from cocaq.db.rollup_columns import ROLLUP_KEYS, ROLLUP_SUMS
 from cocaq.footprint.dbsql import epoch, first_word, greatest, labs_bound
-from cocaq.units import J_PER_KWH
+from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR
 
 if TYPE_CHECKING:
     from cocaq.db.dbapi import Db
@@ -200,7 +200,7 @@ class Totals:
             energy_kwh=e / J_PER_KWH,
             energy_kwh_with_pue=g["facility_j"] / J_PER_KWH,
             measured_energy_fraction=(g["energy_measured_j"] / e) if e > 0 else None,
-            co2_kg=g["co2_g"] / 1000,
+            co2_kg=g["co2_g"] / G_PER_KG,
             failed_energy_kwh=g["energy_failed_j"] / J_PER_KWH,
             jobs_failed=round(g["jobs_failed"]),
             jobs_cancelled=round(g["jobs_cancelled"]),
@@ -221,10 +221,10 @@ class Totals:
             gpu_util_pct=(g["gpu_util_weighted"] / util_e) if util_e > 0 else None,
             idle_gpu_hours=g["idle_gpu_hours"],
             idle_gpu_energy_kwh=g["idle_gpu_energy_j"] / J_PER_KWH,
-            co2_embodied_kg=g["co2_embodied_g"] / 1000,
-            shift_co2_kg=g["shift_co2_g"] / 1000,
-            shift_saved_kg=g["shift_saved_g"] / 1000,
-            shift_pause_saved_kg=g["shift_pause_saved_g"] / 1000,
+            co2_embodied_kg=g["co2_embodied_g"] / G_PER_KG,
+            shift_co2_kg=g["shift_co2_g"] / G_PER_KG,
+            shift_saved_kg=g["shift_saved_g"] / G_PER_KG,
+            shift_pause_saved_kg=g["shift_pause_saved_g"] / G_PER_KG,
             pue_min=_opt_float(s.get("pue_min")),
             pue_max=_opt_float(s.get("pue_max")),
             jobs_gpus_unknown=round(g["jobs_gpus_unknown"]),
@@ -436,6 +436,7 @@ def footprint_sql(
     inter = (sessions or DEFAULT_SESSIONS).sql("j.name", "j.partition", "j.qos", "j.batch_step", db.dialect)
     top_types = [t for _, t in _TOP]
     fence = planner_fence(db.dialect, "\n            ")
+    per_h = f"{S_PER_HOUR}.0"  # SQL's float literal: a division in floating point
     top_cte = """, t AS (
     SELECT id, energy * f AS top_e, f AS top_f FROM y WHERE f > 0 ORDER BY top_e DESC, id LIMIT %(top)s
 )"""
@@ -477,7 +478,7 @@ WITH y AS (
     FROM job_metrics WHERE job_pk IN (SELECT id FROM e)
 ), es AS (
     SELECT e.k,
-           sum(e.cpus * e.ov_e / 3600.0) AS cpu_hours, sum(e.gpus * e.ov_e / 3600.0) AS gpu_hours,
+           sum(e.cpus * e.ov_e / {per_h}) AS cpu_hours, sum(e.gpus * e.ov_e / {per_h}) AS gpu_hours,
            sum(coalesce(c.gpu, 0.0) * e.fe) AS energy_gpu_j, sum(coalesce(c.cpu, 0.0) * e.fe) AS energy_cpu_j,
            sum(coalesce(c.dram, 0.0) * e.fe) AS energy_dram_j,
            sum(coalesce(c.other, 0.0) * e.fe) AS energy_other_j,
@@ -490,7 +491,7 @@ WITH y AS (
                AS gpu_util_energy_j,
            sum(CASE WHEN m.gpu_util_pct IS NOT NULL THEN m.gpu_util_pct * (coalesce(c.gpu, 0.0) * e.fe)
                     ELSE 0.0 END) AS gpu_util_weighted,
-           sum(coalesce(m.idle_gpu_s, 0.0) * e.fe / 3600.0) AS idle_gpu_hours,
+           sum(coalesce(m.idle_gpu_s, 0.0) * e.fe / {per_h}) AS idle_gpu_hours,
            sum(CASE WHEN m.shift_state = 'ok' THEN e.co2 * e.fe ELSE 0.0 END) AS shift_co2_g,
            sum(coalesce(m.shift_saved_g, 0.0) * e.fe) AS shift_saved_g,
            sum(coalesce(m.shift_pause_saved_g, 0.0) * e.fe) AS shift_pause_saved_g
@@ -633,10 +634,10 @@ def _top_job(db: Db, t: tuple[Any, ...]) -> TopJob:
         partition=partition,
         state=state,
         start=db.timestamp(start),
-        elapsed_h=float(elapsed or 0.0) / 3600,
+        elapsed_h=float(elapsed or 0.0) / S_PER_HOUR,
         gpus=int(gpus or 0),
         energy_kwh=float(energy or 0.0) / J_PER_KWH,
-        co2_kg=float(co2 or 0.0) / 1000,
+        co2_kg=float(co2 or 0.0) / G_PER_KG,
         measured=bool(energy) and float(measured or 0.0) >= float(energy) * 0.999,
         share=min(max(float(f or 0.0), 0.0), 1.0),
         user=user,

@@ -9,6 +9,7 @@ from cocaq.accounting.ledger import POSSIBLY_LOST
 from cocaq.footprint.advice_words import co2_amount, num
 from cocaq.footprint.totals import Totals, equivalents
 from cocaq.footprint.words import DRAWN_WORDS, cooling_words
+from cocaq.units import WH_PER_KWH
 
 Row = tuple[str, str]  # (label, value); a label indented by two spaces is a part of the row above
 
@@ -41,7 +42,7 @@ def kwh_text(v: float) -> str:
 def kwh_number(v: float, like: float) -> str:
     """v in the unit kwh_text(like) uses, without the unit, through num (about three significant digits)."""
     a = abs(like)
-    return num(v) if a >= 1 or a == 0 else num(v * 1000)
+    return num(v) if a >= 1 or a == 0 else num(v * WH_PER_KWH)
 
 
 def estimate_text(kwh: float, low: float | None, high: float | None) -> str:

@@ -24,6 +24,7 @@ from cocaq.carbon.begin import touched_hours, zone_name
 from cocaq.footprint.advice_words import co2 as co2_words
 from cocaq.footprint.advice_words import hours, n_jobs, num, pct, shorten
 from cocaq.footprint.rules.base import Advice, Evidence
+from cocaq.units import S_PER_HOUR
 
 if TYPE_CHECKING:
     from cocaq.config import Config
@@ -44,7 +45,7 @@ def settings(cfg: Config) -> Settings:
     from cocaq.carbon.begin import site_zone
 
     s = cfg.shifting
-    return Settings(s.slack_s / 3600.0, s.min_share, s.min_kg, site_zone(cfg.cluster.timezone, cfg.tz()))
+    return Settings(s.slack_s / S_PER_HOUR, s.min_share, s.min_kg, site_zone(cfg.cluster.timezone, cfg.tz()))
 
 
 def _weighted_median(values: Sequence[float], weights: Sequence[float]) -> float:
@@ -84,7 +85,7 @@ def when_to_run(
         key=lambda j: (-j.shift_saved_kg * j.share, j.job_id),
     )
     weights = [j.shift_saved_kg * j.share for j in movers]
-    delays = [(j.shift_best_start - j.start).total_seconds() / 3600 for j in movers]  # type: ignore[operator]
+    delays = [(j.shift_best_start - j.start).total_seconds() / S_PER_HOUR for j in movers]  # type: ignore[operator]
     # what is typical of the jobs that carry the saving, not of the many small ones
     wait = _weighted_median(delays, weights)
     run_h = _weighted_median([j.elapsed_h for j in movers], weights)
@@ -99,6 +100,7 @@ def when_to_run(
     e_share = e.shift_saved_kg / e.co2_kg if e.co2_kg > 0 else 0.0
     zone = e_start.strftime("%Z")
     best_zone = "" if e_best.strftime("%Z") == zone else f" {e_best:%Z}"
+    later_h = max((e_best - e_start).total_seconds() / S_PER_HOUR, 0.0)
     slack = hours(s.slack_h)
     # `--begin=HH:00` is the next HH:00 in local time: on the nights clocks change that hour may be
     # skipped or come twice (cocaq.carbon.begin), and Slurm may then take it an hour off
@@ -117,7 +119,7 @@ def when_to_run(
         + (f" ({shorten(e.name)})" if e.name else "")
         + f", started {e_start:%a %d %b %H:%M} {zone}, would have emitted {pct(e_share)} less starting at "
         f"{e_best:%H:%M}{best_zone}{'' if e_best.date() == e_start.date() else f' on {e_best:%a}'} "
-        f"({hours(max((e_best - e_start).total_seconds() / 3600, 0.0))} later). Most of the saving was in "
+        f"({hours(later_h)} later). Most of the saving was in "
         f"starts around {best_hour:02d}:00 {zone} (sbatch --begin={best_hour:02d}:00 holds a job until the "
         f"next one).{caution} Before you submit a job that can wait, `cocaq carbon when --hours N` gives the "
         "best start in the coming hours and the sbatch line."

@@ -41,6 +41,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from cocaq.config import Config
 from cocaq.config_load import load_config
 from cocaq.errors import CocaqError, DatabaseError
+from cocaq.units import S_PER_HOUR
 
 log = logging.getLogger("cocaq.scheduler")
 
@@ -430,7 +431,7 @@ def job_specs(opts: Options, tz: tzinfo) -> list[JobSpec]:
         JobSpec(
             "reconcile", IntervalTrigger(seconds=every, timezone=tz), max(3600, int(2 * every)), with_sacct
         ),
-        JobSpec("aggregate", IntervalTrigger(hours=1, timezone=tz), 2 * 3600, base),
+        JobSpec("aggregate", IntervalTrigger(hours=1, timezone=tz), 2 * S_PER_HOUR, base),
         JobSpec("catchup", CronTrigger(hour=3, minute=10, timezone=tz), day, with_sacct),
         JobSpec("reports-monthly", CronTrigger(day=1, hour=6, minute=0, timezone=tz), 31 * day, base),
         JobSpec(

@@ -31,6 +31,7 @@ from typing import Any
 
 from cocaq.hostlist import expand_hostlist
 from cocaq.timeparse import parse_slurm_duration
+from cocaq.units import MS_PER_S
 
 CPU_ZERO_S = 1.0  # under a second of CPU time over the run: nothing (the text form's cpu=00:00:00)
 MAX_NODES = 4096  # a job's nodes examined one by one at most (a bad NodeList names a million)
@@ -146,7 +147,7 @@ def from_json(step: Any, total_cpu_s: float | None) -> StepCpu | None:
         if isinstance(t, dict) and t.get("type") == "cpu":
             c = t.get("count")
             if isinstance(c, int | float) and not isinstance(c, bool) and 0 <= c < 1e15:
-                cpu, node, task = c / 1000.0, _host(t.get("node")), _int(t.get("task"))
+                cpu, node, task = c / MS_PER_S, _host(t.get("node")), _int(t.get("task"))
             break
     return StepCpu(name, hosts, _count(nodes), _count(step.get("tasks")), total_cpu_s, cpu, node, task)
 

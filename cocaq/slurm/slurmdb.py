@@ -21,6 +21,7 @@ from typing import Any
 from cocaq.errors import InputError
 from cocaq.slurm.record import JobRecord
 from cocaq.slurm.sacct import ParseStats, iter_job_dicts
+from cocaq.units import MS_PER_S
 
 
 class PyslurmMissing(InputError):
@@ -118,7 +119,7 @@ def job_dict(job: Any) -> dict[str, Any]:
         # sacct --json's tres.requested.min has them (milliseconds), for cocaq.slurm.idle_nodes
         min_node = getattr(stats, "min_cpu_time_node", None)
         least = (
-            [{"type": "cpu", "name": "", "count": (getattr(stats, "min_cpu_time", 0) or 0) * 1000,
+            [{"type": "cpu", "name": "", "count": (getattr(stats, "min_cpu_time", 0) or 0) * MS_PER_S,
               "node": min_node, "task": getattr(stats, "min_cpu_time_task", None)}]
             if min_node else []
         )  # fmt: skip

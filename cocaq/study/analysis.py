@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from cocaq.config import Config
 
 from cocaq.config import STUDY_ARMS, STUDY_OUTCOMES, STUDY_PRIMARY
-from cocaq.units import J_PER_KWH
+from cocaq.units import G_PER_KG, J_PER_KWH
 
 EMAILED, HOLDOUT = STUDY_ARMS
 LEVEL = 0.05  # the intervals are 95%; a claim is p < 0.05
@@ -689,7 +689,7 @@ def panel(
             "idle_hours": df["idle_h"].astype(float),
             "util_weighted": df["uw"].astype(float) / J_PER_KWH,
             "util_energy": df["ue"].astype(float) / J_PER_KWH,
-            "co2_kg": df["co2"].astype(float) / 1000.0,
+            "co2_kg": df["co2"].astype(float) / G_PER_KG,
         }
     )
     return out.groupby(["user", "month"], as_index=False).sum()

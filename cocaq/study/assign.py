@@ -47,6 +47,7 @@ from cocaq.config import STUDY_ARMS, Config, Study
 from cocaq.db.coltypes import as_utc
 from cocaq.db.schema import DailyRollup, Job, SentReport, StudyArm, StudySeed, User
 from cocaq.errors import UsageError
+from cocaq.units import G_PER_KG, S_PER_HOUR
 
 EMAILED, HOLDOUT = STUDY_ARMS
 JOINER = -1  # the stratum of users first seen after the draw
@@ -184,7 +185,7 @@ def _jobs_hours(
             t = as_utc(t0).timestamp()
             e = max(float(el or 0.0), 0.0)
             if share(t, e, lo_s, hi_s) > 0:
-                out[str(u)] = out.get(str(u), 0.0) + (gpus or 0) * overlap(t, e, lo_s, hi_s) / 3600
+                out[str(u)] = out.get(str(u), 0.0) + (gpus or 0) * overlap(t, e, lo_s, hi_s) / S_PER_HOUR
     return out
 
 
@@ -241,7 +242,7 @@ def baseline_co2(conn: Connection, lo: datetime, hi: datetime) -> dict[str, floa
     """user -> kg of CO2 in [lo, hi) from daily_rollups (empty where the aggregator rolled up none)."""
     R = DailyRollup
     q = select(R.user_name, func.sum(R.co2_g)).where(R.day >= lo, R.day < hi).group_by(R.user_name)
-    return {str(u): float(g or 0.0) / 1000.0 for u, g in conn.execute(q)}
+    return {str(u): float(g or 0.0) / G_PER_KG for u, g in conn.execute(q)}
 
 
 # --- the draw ----------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cocaq.units import S_PER_HOUR
 from cocaq.web.http import Answer, HttpError, Request
 
 if TYPE_CHECKING:
@@ -106,8 +107,8 @@ def ago(iso: str | None, now: datetime | None = None) -> str:
         return "just now"
     if s < 5400:
         return f"{s / 60:.0f} min ago"
-    if s < 48 * 3600:
-        return f"{s / 3600:.0f} h ago"
+    if s < 48 * S_PER_HOUR:
+        return f"{s / S_PER_HOUR:.0f} h ago"
     return f"{s / 86400:.0f} days ago"
 
 

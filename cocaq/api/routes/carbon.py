@@ -8,6 +8,7 @@ from fastapi import APIRouter, HTTPException, Query
 
 from cocaq.api.deps import WHEN, Context, Who
 from cocaq.errors import CocaqError
+from cocaq.units import S_PER_HOUR
 
 router = APIRouter()
 
@@ -32,7 +33,7 @@ def carbon_when(
     try:
         when = parse_when(at, now_utc(), UTC)
         with ctx.engine().connect() as conn:
-            p, line = plan_and_line(conn, ctx.cfg, hours, within * 3600.0, at=when, weeks=weeks)
+            p, line = plan_and_line(conn, ctx.cfg, hours, within * float(S_PER_HOUR), at=when, weeks=weeks)
     except (ValueError, CocaqError) as exc:
         raise HTTPException(400, str(exc)) from None
     return as_dict(p, line)

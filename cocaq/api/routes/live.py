@@ -5,6 +5,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query
 
 from cocaq.api.deps import LIVE_JOBS, ClusterQ, Context, NameQ, Who
+from cocaq.units import S_PER_HOUR
 
 router = APIRouter()
 
@@ -20,7 +21,9 @@ def live_jobs(
     jobs: Annotated[str | None, Query(pattern=LIVE_JOBS, description="job ids, comma-separated")] = None,
     user: NameQ = None,
     cluster: ClusterQ = None,
-    window: Annotated[float, Query(ge=60, le=6 * 3600, description="seconds of recent samples")] = 600.0,
+    window: Annotated[
+        float, Query(ge=60, le=6 * S_PER_HOUR, description="seconds of recent samples")
+    ] = 600.0,
 ) -> dict[str, Any]:
     from cocaq.footprint.live import Ask, live
 

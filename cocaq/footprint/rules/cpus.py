@@ -19,6 +19,7 @@ from cocaq.footprint.rules.base import Context
 from cocaq.footprint.rules.cores_per_gpu import cores_beyond_share
 from cocaq.footprint.rules.jobstats import JOBSTATS, MIN_RUN_H, Hit, JobstatsRule
 from cocaq.footprint.rules.registry import register
+from cocaq.units import S_PER_HOUR
 
 # jobstats' bands of CPU use (its CPU_UTIL_RED and CPU_UTIL_BLACK): "low" under 65%, "somewhat low" to 80%
 JOBSTATS_CPU_LOW = 0.65
@@ -49,7 +50,7 @@ class Cpus(JobstatsRule):
         if j.gpus and cores_beyond_share(j) is not None:  # the same cores, said per GPU
             return None
         per_node = j.cpus / max(j.nodes, 1)
-        core_h = f"{num((j.total_cpu_s or 0) / 3600)} of {num(j.cpus * j.elapsed_h)} core-hours"
+        core_h = f"{num((j.total_cpu_s or 0) / S_PER_HOUR)} of {num(j.cpus * j.elapsed_h)} core-hours"
         busy = f"{pct(u)} of its {j.cpus} CPU cores busy ({core_h})"
         ev = (("CPU use", u * 100, "%"), ("CPU cores", j.cpus, "cores"))
         if u < t.cpu_max_usage:
