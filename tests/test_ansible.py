@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -49,17 +50,21 @@ def test_every_role_variable_is_documented_in_the_example_inventory() -> None:
     documented: set[str] = set()
     for f in (ANSIBLE / "inventory" / "example" / "group_vars").glob("*.yml"):
         documented |= set(yaml.safe_load(f.read_text()) or {})
-    for role in ("cocaq_node", "cocaq_server"):
+    for role in ("cocaq_node", "cocaq_server", "cocaq_login"):
         defaults = yaml.safe_load((ANSIBLE / "roles" / role / "defaults" / "main.yml").read_text()) or {}
         missing = sorted(set(defaults) - documented)
         assert not missing, f"{role}: defaults not in inventory/example/group_vars: {missing}"
 
 
 def test_files_both_roles_carry_are_the_same() -> None:
-    # each role stands alone (it can be copied into a site's roles/ by itself), so a few files are in both
-    for rel in ("templates/sysvinit.j2", "tasks/pip_spec.yml"):
-        node, server = (ANSIBLE / "roles" / r / rel for r in ("cocaq_node", "cocaq_server"))
-        assert node.read_bytes() == server.read_bytes(), f"roles/*/{rel} differ between the two roles"
+    # each role stands alone (it can be copied into a site's roles/ by itself), so a few files are in several
+    for rel, roles in (
+        ("templates/sysvinit.j2", ("cocaq_node", "cocaq_server")),
+        ("tasks/pip_spec.yml", ("cocaq_node", "cocaq_server", "cocaq_login")),
+    ):
+        first, *others = (ANSIBLE / "roles" / r / rel for r in roles)
+        for other in others:
+            assert first.read_bytes() == other.read_bytes(), f"roles/*/{rel} differ between {roles}"
 
 
 def test_the_server_role_writes_prometheus_targets_and_the_grafana_dashboard(tmp_path: Path) -> None:
@@ -217,3 +222,74 @@ def test_the_collectors_metrics_token_and_tls_reach_the_node_and_prometheus(tmp_
     assert nodes_job["tls_config"] == {"ca_file": str(cert)}
     with Prometheus(tmp_path / "run", jobs):  # (promtool checks the config first)
         pass
+
+
+def test_the_login_role_installs_the_open_ondemand_app(tmp_path: Path) -> None:
+    """cocaq_login's ood.yml, run for real on this machine against a virtualenv whose cocaq is this
+    checkout: the installed package's ood/ folder lands in OnDemand's system apps, root's and read-only
+    to users, its bin/python set to the virtualenv and config (one line each, as the admin guide sets
+    them); a second run changes nothing; another virtualenv rewrites the wrapper alone and restarts the
+    app (Passenger's tmp/restart.txt); without OnDemand's apps folder the role stops and says why."""
+    import yaml
+
+    from tests.test_ood_app import set_wrapper
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the role writes root-owned files")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    (site,) = venv.glob("lib/python3*/site-packages")
+    (site / "cocaq-checkout.pth").write_text(f"{ROOT}\n")  # `import cocaq` is this checkout's
+    apps = tmp_path / "www" / "ood" / "apps" / "sys"
+    app = apps / "footprint"
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {"children": {"login": {"hosts": {"ood1": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}}}))  # fmt: skip
+    config = "/etc/cocaq-ood-test/cocaq.toml"
+
+    def run(**extra: object) -> subprocess.CompletedProcess[str]:
+        play = tmp_path / "play.yml"
+        play.write_text(yaml.safe_dump([{
+            "hosts": "login", "gather_facts": False,
+            "vars": {"cocaq_venv": str(venv), "cocaq_config_path": config, "cocaq_ood_app": True,
+                     "cocaq_ood_apps_dir": str(apps), "cocaq_ood_app_name": "footprint", **extra},
+            "tasks": [{"name": "OOD", "ansible.builtin.include_role": {"name": "cocaq_login", "tasks_from": "ood"}}],
+        }]))  # fmt: skip
+        return subprocess.run(
+            [str(BIN / "ansible-playbook"), "-i", str(inv), str(play)],
+            cwd=ANSIBLE, env=ansible_env(), capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    r = run()
+    assert r.returncode != 0 and f"{apps} is not a directory: install Open OnDemand" in r.stdout, r.stdout[
+        -3000:
+    ]
+    assert not app.exists()
+
+    apps.mkdir(parents=True)
+    r = run()
+    assert r.returncode == 0 and "changed=0" not in r.stdout, r.stdout[-4000:]
+    shipped = {p.relative_to(ROOT / "ood").as_posix() for p in (ROOT / "ood").rglob("*") if p.is_file()}
+    assert {p.relative_to(app).as_posix() for p in app.rglob("*") if p.is_file()} == shipped | {
+        "tmp/restart.txt"
+    }
+    for rel in shipped - {"bin/python"}:
+        assert (app / rel).read_bytes() == (ROOT / "ood" / rel).read_bytes(), rel
+    wrapper = (ROOT / "ood" / "bin" / "python").read_text()
+    assert (app / "bin" / "python").read_text() == set_wrapper(wrapper, venv, Path(config))
+    for path in [app, *app.rglob("*")]:
+        st = path.stat()
+        want = 0o755 if path.is_dir() or path.name == "python" else 0o644
+        assert (st.st_uid, st.st_gid, oct(stat.S_IMODE(st.st_mode))) == (0, 0, oct(want)), path
+
+    r = run()
+    assert r.returncode == 0 and "changed=0" in r.stdout, r.stdout[-4000:]
+
+    before = (app / "tmp" / "restart.txt").stat().st_mtime_ns
+    time.sleep(0.05)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.symlink_to(venv)
+    r = run(cocaq_venv=str(elsewhere))
+    assert r.returncode == 0 and "changed=2" in r.stdout, r.stdout[-4000:]  # the wrapper, and the restart
+    assert f"COCAQ_VENV={elsewhere}\n" in (app / "bin" / "python").read_text()
+    assert (app / "tmp" / "restart.txt").stat().st_mtime_ns > before

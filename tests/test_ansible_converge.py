@@ -1,13 +1,16 @@
-"""ansible/site.yml converged on this machine, as the issue asks: both roles against localhost
+"""ansible/site.yml converged on this machine, as the issue asks: the three roles against localhost
 (connection local) onto the test Slurm cluster and PostgreSQL, with the services run by init scripts
 (`cocaq_service_manager: sysvinit`, there is no systemd here). Then a second run and a --check --diff run
 report no change, a changed collector setting restarts the collector and nothing else, and a real Slurm
 job goes through the deployed hooks: its spool records reach PostgreSQL through the deployed collector
 (the writer role), the deployed scheduler imports it from sacct (the owner role), and alice reads it
-through the deployed API (the reader role) with the deployed CLI.
+through the deployed API (the reader role) with the deployed CLI. The login role's Open OnDemand app
+(issue 38) is off in those runs and nothing lands in the (stand-in) OnDemand apps folder; turned on, it
+installs the app there, root's and read-only, a run after that changes nothing, and the deployed app
+answers alice, as alice, through the deployed API.
 
 Everything it deploys is under names of its own (/opt/cocaq-ansible-test, /etc/cocaq-ansible-test,
-database cocaq_ansible_test, roles cocaqat_*, user cocaqat, services cocaq-at-*), removed before and
+/var/lib/cocaq-ansible-test-ood for OnDemand's /var/www/ood, database cocaq_ansible_test, roles cocaqat_*, user cocaqat, services cocaq-at-*), removed before and
 after; slurm.conf is put back by tests/slurm/cluster.sh. Needs root. About 3 to 4 minutes, most of it
 pip building the virtualenv and Ansible's own start-up per task.
 """
@@ -54,6 +57,7 @@ from tests.slurmkit import (
 )
 from tests.sysfs_tree import make_cgroup_v2, make_rapl
 from tests.test_ansible import ANSIBLE, BIN, ansible_env
+from tests.test_ood_app import REQUEST, set_wrapper
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -68,6 +72,11 @@ HOME = Path("/var/lib/cocaq-ansible-test")
 SHIMS = WORK / "shims"
 VAULT_PASS = WORK / "vault-password"
 ANNOTATE = "/run/cocaq-ansible-test-jobs"
+OOD = Path("/var/lib/cocaq-ansible-test-ood")  # stands for /var/www/ood, which the ondemand package makes
+OOD_APPS = OOD / "apps" / "sys"
+OOD_APP = OOD_APPS / "cocaq"
+OOD_ON = ("-e", '{"cocaq_ood_app": true}')
+HOSTS = {"cocaq-head", "cocaq-node", "cocaq-login"}
 SERVICES = {"collector": "cocaq-at-collector", "scheduler": "cocaq-at-scheduler", "api": "cocaq-at-api"}
 DB, USER = "cocaq_ansible_test", "cocaqat"
 ROLES = {"owner": "cocaqat_owner", "writer": "cocaqat_writer", "reader": "cocaqat_reader"}
@@ -91,10 +100,10 @@ class Run:
         }  # fmt: skip
 
     def assert_ok(self, *, changed: bool) -> None:
-        """Exit 0, a recap line for both hosts, nothing failed, and changes on each (or none on either)."""
+        """Exit 0, a recap line for every host, nothing failed, and changes on each (or none on any)."""
         assert self.rc == 0, self.out[-8000:]
         recap = self.recap()
-        assert set(recap) == {"cocaq-head", "cocaq-node"}, self.out[-3000:]
+        assert set(recap) == HOSTS, self.out[-3000:]
         for host, r in recap.items():
             assert r["failed"] == r["unreachable"] == 0, (host, r)
             assert (r["changed"] > 0) == changed, (host, r, self.changed_tasks())
@@ -118,6 +127,7 @@ class Deployment:
     runs: dict[str, Run] = field(default_factory=dict)
     pids: dict[str, dict[str, int]] = field(default_factory=dict)  # before/after the collector change
     left_by_check: list[str] = field(default_factory=list)  # what --check on a new host left behind
+    ood_while_off: list[str] = field(default_factory=list)  # the apps folder after the runs with the app off
 
 
 def _head() -> str:
@@ -181,7 +191,7 @@ def remove_everything() -> None:
             subprocess.run(["update-rc.d", "-f", svc, "remove"], capture_output=True, timeout=60, check=False)
             script.unlink()
         Path(f"/run/{svc}.pid").unlink(missing_ok=True)
-    for p in (VENV, ETC, SPOOL, LOGS, HOME, WORK, Path(ANNOTATE)):
+    for p in (VENV, ETC, SPOOL, LOGS, HOME, WORK, Path(ANNOTATE), OOD):
         shutil.rmtree(p, ignore_errors=True)
     if user_exists(USER):
         subprocess.run(["userdel", USER], capture_output=True, timeout=60, check=False)
@@ -279,11 +289,18 @@ def write_inventory(wheel: Path, constraints: Path, passwords: dict[str, str], a
         "cocaq_collector_service": SERVICES["collector"],
         "cocaq_logrotate_conf": "",
     }
+    login = {  # a login node that is the Open OnDemand host too; the app is off until a run turns it on
+        **common,
+        "cocaq_config_path": str(ETC / "login.toml"),
+        "cocaq_api_url": f"http://127.0.0.1:{api_port}",
+        "cocaq_ood_apps_dir": str(OOD_APPS),
+    }
     inv = WORK / "inventory"
     (inv / "group_vars" / "all").mkdir(parents=True)
     (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {
         "head": {"hosts": {"cocaq-head": head}},
         "compute": {"hosts": {"cocaq-node": node}},
+        "login": {"hosts": {"cocaq-login": login}},
     }}}, sort_keys=False))  # fmt: skip
     vault = inv / "group_vars" / "all" / "vault.yml"
     vault.write_text(yaml.safe_dump({f"vault_cocaq_db_{k}_password": v for k, v in passwords.items()}))
@@ -317,9 +334,10 @@ def deployed() -> Iterator[Deployment]:
             passwords = {k: secrets.token_urlsafe(12) + ' :@/%"\\' for k in ROLES}
             port = free_port()
             d = Deployment(write_inventory(wheel, constraints, passwords, port), passwords, port)
+            OOD_APPS.mkdir(parents=True)  # as Open OnDemand's package leaves it: empty
             conf_before = Path("/etc/slurm/slurm.conf").read_text()
             d.runs["check_new"] = playbook(d, "--check", "--diff")  # on a host with nothing deployed yet
-            d.left_by_check = [str(p) for p in (VENV, ETC, SPOOL, LOGS, HOME, SHIMS) if p.exists()]
+            d.left_by_check = [str(p) for p in (VENV, ETC, SPOOL, LOGS, HOME, SHIMS, OOD_APP) if p.exists()]
             d.left_by_check += (
                 ["slurm.conf"] if Path("/etc/slurm/slurm.conf").read_text() != conf_before else []
             )
@@ -328,6 +346,9 @@ def deployed() -> Iterator[Deployment]:
             assert d.runs["first"].rc == 0, d.runs["first"].out[-8000:]
             d.runs["second"] = playbook(d)
             d.runs["check"] = playbook(d, "--check", "--diff")
+            d.ood_while_off = sorted(p.name for p in OOD_APPS.iterdir())
+            d.runs["ood_on"] = playbook(d, *OOD_ON)
+            d.runs["ood_again"] = playbook(d, *OOD_ON)
             d.pids["before"] = {k: pid_of(s) for k, s in SERVICES.items()}
             d.runs["collector_change"] = playbook(d, "-e", "cocaq_collector_interval_s=2")
             d.pids["after"] = {k: pid_of(s) for k, s in SERVICES.items()}
@@ -355,7 +376,7 @@ def test_no_password_in_any_output(deployed: Deployment) -> None:
                 assert form not in run.out, f"the {name} run printed a password"
 
 
-def test_first_run_deploys_both_roles(deployed: Deployment) -> None:
+def test_first_run_deploys_the_roles(deployed: Deployment) -> None:
     deployed.runs["first"].assert_ok(changed=True)
     cocaq = VENV / "bin" / "cocaq"
     r = subprocess.run([str(cocaq), "--version"], capture_output=True, text=True, timeout=60, check=False)
@@ -367,12 +388,18 @@ def test_first_run_deploys_both_roles(deployed: Deployment) -> None:
     assert stat.S_IMODE(node_cfg.st_mode) == 0o640 and node_cfg.st_uid == node_cfg.st_gid == 0
     assert stat.S_IMODE(server_cfg.st_mode) == 0o640 and server_cfg.st_gid == pwd.getpwnam(USER).pw_gid
     assert stat.S_IMODE(os.stat(HOME / ".pgpass").st_mode) == 0o600
+    # the login node's names the API and nothing secret: every user reads it
+    login_cfg = os.stat(ETC / "login.toml")
+    assert stat.S_IMODE(login_cfg.st_mode) == 0o644 and login_cfg.st_uid == login_cfg.st_gid == 0
+    assert "database_url" not in (ETC / "login.toml").read_text()
+    assert f'url = "http://127.0.0.1:{deployed.api_port}"' in (ETC / "login.toml").read_text()
     # the shims are byte for byte what the venv's `python -m cocaq hook shims` writes for this config
     with tempfile.TemporaryDirectory() as tmp:
         r = subprocess.run(
             [str(VENV / "bin" / "python"), "-m", "cocaq", "hook", "shims", "--dir", tmp, "--hook-config",
              str(ETC / "node.toml")],
-            capture_output=True, text=True, timeout=60, check=False, cwd="/",  # not this checkout's cocaq
+            capture_output=True, text=True, timeout=60, check=False, cwd="/",  # not this checkout's cocaq,
+            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},  # nor the one PYTHONPATH names
         )  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr
         for kind in ("prolog", "epilog"):
@@ -432,6 +459,50 @@ def test_a_changed_collector_setting_restarts_the_collector_only(deployed: Deplo
     assert before["scheduler"] == after["scheduler"] and alive(after["scheduler"]), (before, after)
     assert before["api"] == after["api"] and alive(after["api"]), (before, after)
     assert "interval_s = 2" in (ETC / "node.toml").read_text()
+
+
+def test_the_open_ondemand_app_is_left_alone_while_off(deployed: Deployment) -> None:
+    """cocaq_ood_app is false by default: the runs before it was turned on wrote nothing under the
+    apps folder."""
+    assert deployed.ood_while_off == []
+    assert not any("Open OnDemand" in t for t in deployed.runs["first"].changed_tasks())
+
+
+def test_turned_on_the_app_is_installed_root_owned_and_a_second_run_changes_nothing(
+    deployed: Deployment,
+) -> None:
+    run = deployed.runs["ood_on"]
+    assert run.rc == 0, run.out[-8000:]
+    recap = run.recap()
+    assert set(recap) == HOSTS and recap["cocaq-login"]["changed"] > 0, (recap, run.out[-3000:])
+    assert recap["cocaq-head"]["changed"] == recap["cocaq-node"]["changed"] == 0, run.changed_tasks()
+    deployed.runs["ood_again"].assert_ok(changed=False)
+    # the installed package's folder (which also holds pip's byte code) less the byte code
+    files = {p.relative_to(OOD_APP).as_posix() for p in OOD_APP.rglob("*") if p.is_file()}
+    assert files == {"manifest.yml", "passenger_wsgi.py", "bin/python", "tmp/restart.txt"}, files
+    for path in [OOD_APP, *OOD_APP.rglob("*")]:
+        st = path.stat()
+        want = 0o755 if path.is_dir() or path.name == "python" else 0o644
+        assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, want), path
+    for rel in ("manifest.yml", "passenger_wsgi.py"):
+        assert (OOD_APP / rel).read_bytes() == (ROOT / "ood" / rel).read_bytes(), rel
+    wrapper = (ROOT / "ood" / "bin" / "python").read_text()
+    assert (OOD_APP / "bin" / "python").read_text() == set_wrapper(wrapper, VENV, ETC / "login.toml")
+
+
+def test_the_deployed_app_answers_each_user_as_themselves_through_the_api(deployed: Deployment) -> None:
+    """As Passenger runs it in each user's own nginx: the app folder's bin/python, its startup file, as
+    the user; their footprint page comes from the deployed API, asked with their own MUNGE credential."""
+    for user in ("alice", "bob"):
+        r = subprocess.run(
+            ["runuser", "-u", user, "--", "env", "-i", "PATH=/usr/bin:/bin", "HOME=/tmp",
+             str(OOD_APP / "bin" / "python"), "-c", REQUEST, "/"],
+            capture_output=True, text=True, timeout=120, check=False, cwd=OOD_APP,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+        status, _, page = r.stdout.partition("\n")
+        assert status == "200 OK", r.stdout[:3000]
+        assert f"Signed in as <strong>{user}</strong>" in page and 'href="/pun/sys/cocaq/jobs"' in page
 
 
 def test_prometheus_lists_the_compute_nodes(deployed: Deployment) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from tests.test_layers import ROOT, _modules
 
 DOC = ROOT / "docs" / "architecture.md"
-LINKED = ("collector", "prolog_epilog", "reports", "migrations")  # root folders cocaq/ links to
+LINKED = ("collector", "prolog_epilog", "reports", "migrations", "ood")  # root folders cocaq/ links to
 
 
 def doc_path(path: Path) -> str:

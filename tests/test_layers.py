@@ -53,6 +53,7 @@ ROOMS: dict[str, str] = {
     "cocaq.scheduler": "scheduler",  # `cocaq scheduler`'s service: the job table, the lock, the daemon
     "cocaq.demo": "demo",  # the demo's made-up site: its jobs, samples and reports, built for `cocaq demo`
     "cocaq.cli": "cli",
+    "cocaq.ood": "cli",  # Open OnDemand's startup file (ood/passenger_wsgi.py): an entry point, as the CLI
     "cocaq.__main__": "cli",
 }
 

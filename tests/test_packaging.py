@@ -50,6 +50,20 @@ def test_wheel_has_a_single_top_level_package(wheel: Path) -> None:
         assert f"cocaq/reports/templates/{name}" in names, name
 
 
+def test_the_open_ondemand_app_ships_in_the_wheel(wheel: Path) -> None:
+    """ood/ (issue 38) is in the wheel as cocaq/ood/, byte for byte, its bin/python executable: the
+    Ansible role and the admin guide copy the app from the installed package."""
+    z = zipfile.ZipFile(wheel)
+    files = sorted(p for p in (ROOT / "ood").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    rels = {p.relative_to(ROOT / "ood").as_posix() for p in files}
+    assert {"manifest.yml", "passenger_wsgi.py", "bin/python"} <= rels
+    for p in files:
+        name = "cocaq/ood/" + p.relative_to(ROOT / "ood").as_posix()
+        assert z.read(name) == p.read_bytes(), name
+    mode = z.getinfo("cocaq/ood/bin/python").external_attr >> 16
+    assert mode & 0o111 == 0o111, oct(mode)
+
+
 def test_installed_wheel_works_without_the_checkout(wheel: Path, tmp_path: Path) -> None:
     target = tmp_path / "site"
     subprocess.run(
@@ -78,6 +92,14 @@ def test_installed_wheel_works_without_the_checkout(wheel: Path, tmp_path: Path)
         [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
     )
     assert all(line.startswith(str(target)) for line in r.stdout.split())
+    # the Open OnDemand app's folder, found from the installed package as the admin guide finds it
+    code = "import cocaq, pathlib; print(pathlib.Path(cocaq.__file__).parent / 'ood')"
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    ood = Path(r.stdout.strip())
+    assert ood.is_relative_to(target) and (ood / "manifest.yml").is_file(), ood
+    assert (ood / "passenger_wsgi.py").is_file() and os.access(ood / "bin" / "python", os.X_OK)
     url = f"sqlite:///{tmp_path / 'w.sqlite'}"
     r = subprocess.run(
         [sys.executable, "-m", "cocaq", "db", "upgrade"],
