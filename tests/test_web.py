@@ -294,12 +294,15 @@ def test_cocaq_webs_key_becomes_a_strict_cookie(site: tuple[Config, Any]) -> Non
 
 
 def test_cocaq_web_refuses_to_trust_a_proxy_on_a_public_address(tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "cocaq", "web", "--trust-proxy-user", "--listen", "0.0.0.0:8088"],
+    r = subprocess.run([sys.executable, "-m", "cocaq", "web", "--trust-proxy-user", "--user-header", "X-Remote-User", "--listen", "0.0.0.0:8088"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 2 and "listen on a loopback address" in r.stderr
     r = subprocess.run([sys.executable, "-m", "cocaq", "web", "--user-header", "X-User"], cwd=ROOT,
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 2 and "only with --trust-proxy-user" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "cocaq", "web", "--trust-proxy-user"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and "--user-header" in r.stderr
 
 
 # --- the API routes the app reads -------------------------------------------------------------------

@@ -49,6 +49,11 @@ def web(obj: Ctx, listen: str, trust_proxy_user: bool, user_header: str | None, 
         loopback = host == "localhost"
     if as_user and trust_proxy_user:
         raise UsageError("--user: not with --trust-proxy-user (the proxy names each user)")
+    if trust_proxy_user and not user_header:
+        raise UsageError(
+            "--trust-proxy-user: name the header the proxy sets with --user-header (X-Remote-User, say): "
+            "this server gets no REMOTE_USER from a proxy"
+        )
     if user_header and not trust_proxy_user:
         raise UsageError("--user-header: only with --trust-proxy-user")
     if trust_proxy_user and not loopback:
