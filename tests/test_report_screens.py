@@ -66,18 +66,9 @@ HOST = """<!DOCTYPE html><html><head><meta charset="utf-8"></head><body style="m
 
 
 def _chromium() -> str:
-    if os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK):
-        return CHROMIUM
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found:
-        return found
-    reason = (
-        f"Chromium not found ({CHROMIUM}): scripts/test.sh installs Debian's chromium when run as root "
-        "(apt-get install chromium); set COCAQ_SKIP_SCREENSHOTS=1 to skip these tests on a machine without it"
-    )
-    if os.environ.get("COCAQ_SKIP_SCREENSHOTS") == "1":
-        pytest.skip(reason)
-    pytest.fail(reason)
+    from tests.browserkit import chromium
+
+    return chromium()
 
 
 def _run(page: Path, window: tuple[int, int], *, screenshot: Path | None = None) -> str:

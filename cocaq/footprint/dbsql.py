@@ -10,7 +10,7 @@ planner's fence as cocaq.db.dialect does for the Db's dialect, as the aggregator
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cocaq.db import dialect
 
@@ -58,3 +58,10 @@ def labs_bound(within: tuple[str, ...] | None) -> tuple[str, ...]:
     """The labs (`%(in0)s`...) a query's jobs must belong to: () for no limit; a limit of no lab
     matches nothing (its one value, '', is no lab's name)."""
     return () if within is None else tuple(within) or ("",)
+
+
+def labs_clause(col: str, within: tuple[str, ...] | None, p: dict[str, Any]) -> str:
+    """` AND col IN (%(in0)s, ...)` for `within` (labs_bound), its values put in `p`; "" for no limit."""
+    labs = labs_bound(within)
+    p.update({f"in{i}": lab for i, lab in enumerate(labs)})
+    return f" AND {col} IN ({', '.join(f'%(in{i})s' for i in range(len(labs)))})" if labs else ""

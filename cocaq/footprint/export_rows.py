@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from cocaq.accounting.window import share
 from cocaq.errors import UsageError
-from cocaq.footprint.dbsql import labs_bound
+from cocaq.footprint.dbsql import labs_clause
 from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR
 
 if TYPE_CHECKING:
@@ -130,10 +130,7 @@ def read(
     if cluster is not None:
         where += " AND c.name = %(cluster)s"
         p["cluster"] = cluster
-    labs = labs_bound(within)
-    if labs:
-        where += f" AND {alias}.account IN ({', '.join(f'%(in{i})s' for i in range(len(labs)))})"
-        p.update({f"in{i}": lab for i, lab in enumerate(labs)})
+    where += labs_clause(f"{alias}.account", within, p)
     raw = db.rows(_SQL[table].format(where=where), p)
     make = _ROW[table]
     rows = [r for r in (make(db, x, w) for x in raw) if r is not None]

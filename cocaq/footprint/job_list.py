@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cocaq.errors import UsageError
-from cocaq.footprint.dbsql import labs_bound
+from cocaq.footprint.dbsql import labs_clause
 from cocaq.units import G_PER_KG, J_PER_KWH, S_PER_HOUR
 
 if TYPE_CHECKING:
@@ -82,10 +82,7 @@ def list_jobs(
     if cluster is not None:
         base += " AND c.name = %(cluster)s"
         p["cluster"] = cluster
-    labs = labs_bound(within)
-    if labs:
-        base += f" AND j.account IN ({', '.join(f'%(in{i})s' for i in range(len(labs)))})"
-        p.update({f"in{i}": lab for i, lab in enumerate(labs)})
+    base += labs_clause("j.account", within, p)
     where = base + _narrowed(filters, p)
     (total,) = db.rows(f"SELECT COUNT(*) {_FROM} WHERE {where}", p)[0]
     key, way = SORTS[sort], "DESC" if descending else "ASC"

@@ -102,10 +102,10 @@ class WebApp:
         return Request(environ, path, query, environ.get("SCRIPT_NAME", "").rstrip("/"), reader)
 
     def _error(self, environ: dict[str, Any], status: int, reason: str) -> Answer:
-        from cocaq.web import pages
+        from cocaq.web import render
 
         extra: tuple[tuple[str, str], ...] = (("Allow", "GET, HEAD"),) if status == 405 else ()
-        return pages.error_page(self.cfg, environ.get("SCRIPT_NAME", "").rstrip("/"), status, reason, extra)
+        return render.error(self.cfg, environ.get("SCRIPT_NAME", "").rstrip("/"), status, reason, extra)
 
 
 def _cross_site(environ: dict[str, Any]) -> bool:

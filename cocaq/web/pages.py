@@ -9,7 +9,7 @@ came) and CSV (`?format=json`, `?format=csv`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -254,12 +254,6 @@ def help_page(req: Request, m: re.Match[str]) -> Answer:
     return render.page(req, "help.html", title="What the figures mean")
 
 
-def error_page(
-    cfg: Config, root: str, status: int, reason: str, headers: tuple[tuple[str, str], ...]
-) -> Answer:
-    return render.error(cfg, root, status, reason, headers)
-
-
 # --- query words ------------------------------------------------------------------------------------------
 
 
@@ -288,7 +282,3 @@ def _float(text: str, lo: float, hi: float, name: str) -> float:
     if not lo <= v <= hi:  # (NaN fails both)
         raise HttpError(400, f"{name}: expected {lo:g} to {hi:g} hours, got {text[:40]!r}")
     return v
-
-
-def mapping(x: Any) -> Mapping[str, Any]:
-    return x if isinstance(x, Mapping) else {}
