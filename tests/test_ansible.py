@@ -291,5 +291,5 @@ def test_the_login_role_installs_the_open_ondemand_app(tmp_path: Path) -> None:
     elsewhere.symlink_to(venv)
     r = run(cocaq_venv=str(elsewhere))
     assert r.returncode == 0 and "changed=2" in r.stdout, r.stdout[-4000:]  # the wrapper, and the restart
-    assert f"COCAQ_VENV={elsewhere}\n" in (app / "bin" / "python").read_text()
+    assert f"VENV={elsewhere}\n" in (app / "bin" / "python").read_text()
     assert (app / "tmp" / "restart.txt").stat().st_mtime_ns > before

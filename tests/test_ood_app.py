@@ -3,7 +3,7 @@
 OnDemand starts a Python app with the folder's own `bin/python` (its default passenger_python runs
 "$PWD/bin/python" when it is executable), loads `passenger_wsgi.py` from the folder and serves its
 `application` as the user. Here the wrapper is set to this checkout's virtualenv the way the Ansible
-role and the admin guide set it (its COCAQ_VENV= and COCAQ_CONFIG= lines), and the app answers a request
+role and the admin guide set it (its VENV= and COCAQ_CONFIG= lines), and the app answers a request
 through it, mounted where OnDemand mounts it.
 """
 
@@ -24,7 +24,7 @@ import yaml
 from tests.conftest import ROOT
 
 OOD = ROOT / "ood"
-SETTINGS = ("COCAQ_VENV", "COCAQ_CONFIG")
+SETTINGS = ("VENV", "COCAQ_CONFIG")
 
 # Run by the wrapper's Python in the app's folder, as Passenger's WSGI loader would: the startup file
 # loaded by path, one request under OnDemand's mount point.
@@ -77,7 +77,7 @@ def test_the_wrapper_has_each_setting_once_and_is_a_shell_script() -> None:
     assert text.startswith("#!/bin/sh\n") and os.access(wrapper, os.X_OK)
     for name in SETTINGS:
         assert len(re.findall(rf"(?m)^{name}=", text)) == 1, name  # the line the role and the guide set
-    assert re.search(r'(?m)^exec "\$COCAQ_VENV/bin/python" "\$@"$', text)
+    assert re.search(r'(?m)^exec "\$VENV/bin/python" "\$@"$', text)
     r = subprocess.run(["sh", "-n", str(wrapper)], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
 
