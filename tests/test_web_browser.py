@@ -254,7 +254,7 @@ def readable(violations: list[dict[str, Any]]) -> str:
 
 
 @pytest.mark.parametrize("width", [PHONE, DESKTOP])
-@pytest.mark.parametrize("name", ["footprint", "jobs", "job", "when", "lab"])
+@pytest.mark.parametrize("name", ["footprint", "month", "jobs", "job", "when", "lab"])
 def test_axe_finds_no_wcag_a_or_aa_violation(
     demo: Demo, site: Served, page: Page, name: str, width: int
 ) -> None:
