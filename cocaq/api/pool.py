@@ -31,7 +31,7 @@ class Pool:
                 ok = True
             finally:
                 try:
-                    db.raw.rollback()
+                    db.renew()  # the next request reads a new snapshot
                 except Exception:
                     ok = False
                 if ok and db.dialect != "sqlite":  # (sqlite3 connections stay in their thread: not pooled)

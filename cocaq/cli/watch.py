@@ -44,7 +44,7 @@ class Source:
 
                 self.db = connect(cfg.database_url)
             else:
-                self.db.raw.rollback()  # a new snapshot for each refresh
+                self.db.renew()  # a new snapshot for each refresh
             ask = Ask(job_ids=(job_id,), cluster=cluster) if job_id else Ask(user=user, cluster=cluster)
             return {"jobs": live(self.db, cfg, ask, window_s=self.window_s)}
 

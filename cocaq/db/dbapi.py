@@ -31,6 +31,7 @@ from cocaq.errors import ConfigError, DatabaseError
 _POSTGRES = ("postgresql", "postgresql+psycopg")
 _SQLITE = ("sqlite", "sqlite+pysqlite")
 _PARAM = re.compile(r"%\((\w+)\)s|%%")
+_PG_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 # The tables the login-node commands read: their absence means an old or empty schema.
 TABLES = ("jobs", "job_energy", "job_metrics", "daily_rollups", "aggregator_state", "clusters")
 _UNDEFINED = ("42P01", "42703")  # PostgreSQL's undefined_table, undefined_column
@@ -60,11 +61,19 @@ class Db:
     """One connection that reads one snapshot (a read-only transaction), so that what the aggregator
     wrote and its watermark agree within a command."""
 
-    def __init__(self, raw: Any, dialect: str, url: str, errors: tuple[type[Exception], ...]) -> None:
+    def __init__(
+        self,
+        raw: Any,
+        dialect: str,
+        url: str,
+        errors: tuple[type[Exception], ...],
+        begin: str | None = None,
+    ) -> None:
         self.raw = raw
         self.dialect = dialect  # "postgresql" or "sqlite", as SQLAlchemy names them
         self.url = url
         self._errors = errors
+        self._begin = begin  # what opens the snapshot again after a rollback (None: the driver does)
 
     def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         """Run one statement with bound parameters; driver errors become one-line DatabaseErrors."""
@@ -75,6 +84,17 @@ class Db:
         try:
             cur = self.raw.execute(sql, p)
             return list(cur.fetchall()) if cur.description is not None else []
+        except self._errors as exc:
+            raise self._error(exc) from None
+
+    def renew(self) -> None:
+        """End this snapshot: the next statement reads a new one, read-only as the first (a pooled
+        connection between requests, `cocaq watch` between refreshes). psycopg2 opens the transaction
+        itself; psycopg 3 (autocommit) and sqlite3 (isolation_level None) need their BEGIN again."""
+        try:
+            self.raw.rollback()
+            if self._begin is not None:
+                self.raw.execute(self._begin)
         except self._errors as exc:
             raise self._error(exc) from None
 
@@ -177,7 +197,7 @@ def _connect_sqlite(url: str, m: re.Match[str]) -> Db:
         raw.execute("BEGIN")  # one snapshot from the first read on
     except sqlite3.Error as exc:
         raise DatabaseError(f"cannot connect to database {mask_url(url)}: {_first_line(exc)}") from None
-    return Db(raw, "sqlite", url, (sqlite3.Error,))
+    return Db(raw, "sqlite", url, (sqlite3.Error,), begin="BEGIN")
 
 
 class _Psycopg2:
@@ -224,11 +244,14 @@ def _connect_postgres(url: str, m: re.Match[str]) -> Db:
     except psycopg.Error as exc:
         raise DatabaseError(f"cannot connect to database {mask_url(url)}: {_first_line(exc)}") from None
     try:
-        # One round trip: the snapshot, and no JIT (it costs more than these short statements take).
-        raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL jit = off")
+        # No JIT for the session (it costs more than these short statements take, and a pooled connection
+        # keeps it through every later snapshot: a statement of its own, as one with the BEGIN would be
+        # undone with the transaction), then the snapshot.
+        raw.execute("SET jit = off")
+        raw.execute(_PG_BEGIN)
     except psycopg.Error as exc:
         raise DatabaseError(f"database {mask_url(url)}: {_first_line(exc)}") from None
-    return Db(raw, "postgresql", url, (psycopg.Error,))
+    return Db(raw, "postgresql", url, (psycopg.Error,), begin=_PG_BEGIN)
 
 
 def _connect_psycopg2(url: str, m: re.Match[str], psycopg2: Any) -> Db:
@@ -247,9 +270,13 @@ def _connect_psycopg2(url: str, m: re.Match[str], psycopg2: Any) -> Db:
             reason = reason.replace(m["password"], "***")
         raise DatabaseError(f"cannot connect to database {mask_url(url)}: {reason}") from None
     try:
-        # The first statement opens the transaction: one snapshot, read-only, and no JIT.
+        # No JIT for the session (as above: SET LOCAL ended with the first snapshot, and a pooled
+        # connection's later requests compiled the advice's statements again), then the first statement
+        # of each transaction opens it: one snapshot, read-only.
+        raw.autocommit = True
+        raw.cursor().execute("SET jit = off")
+        raw.autocommit = False
         raw.set_session(isolation_level="REPEATABLE READ", readonly=True)
-        raw.cursor().execute("SET LOCAL jit = off")
     except psycopg2.Error as exc:
         raise DatabaseError(f"database {mask_url(url)}: {_first_line(exc)}") from None
     return Db(_Psycopg2(raw), "postgresql", url, (psycopg2.Error,))
