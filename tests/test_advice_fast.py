@@ -220,3 +220,25 @@ def test_the_rules_advise_does_not_run_never_claim_a_saving(demo: Site, generate
                         found += 1
                         assert a.saving_kwh is None and a.id not in REPEATED, (u, a.id)
     assert found > 10
+
+
+def test_the_advice_read_beside_the_footprint_says_the_same(generated: Site) -> None:
+    """The read API reads the advice's jobs on a second connection while the footprint's query runs
+    (cocaq.db.alongside, in the first connection's snapshot): the same answer as one connection, for every
+    user and lab of the generated site."""
+    from cocaq.api.pool import Pool
+    from cocaq.footprint.lookup import lab_answer, user_answer
+
+    pool = Pool(generated.url, size=2)
+    try:
+        for kind, keys in (("user", generated.users), ("lab", generated.labs)):
+            answer = user_answer if kind == "user" else lab_answer
+            for key in keys:
+                with pool.db() as db:
+                    alone = answer(db, generated.cfg, key, generated.window)
+                with pool.db() as db, pool.spare() as beside:
+                    assert beside is not None
+                    two = answer(db, generated.cfg, key, generated.window, beside=beside)
+                assert two == alone, f"{kind} {key}"
+    finally:
+        pool.close()

@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from cocaq.api.pool import Pool
+from cocaq.db.alongside import Alongside
 from cocaq.db.dbapi import connect
 from cocaq.errors import DatabaseError
 
@@ -49,7 +50,7 @@ def test_one_snapshot_until_renewed_then_a_new_one_read_only(engine: Engine, dri
             _add(engine, f"after-{round_}")
             assert f"after-{round_}" not in _names(db)  # repeatable read again, not a statement each
             if db.dialect == "postgresql":  # (SQLite's reader is one by convention: the demo's own file)
-                with pytest.raises(DatabaseError, match="read-only transaction"):
+                with pytest.raises(DatabaseError, match=r"read-only transaction"):
                     db.rows("INSERT INTO clusters (name) VALUES ('from-a-reader')")
                 db.renew()  # (the failed statement ended that transaction: a new one, as the pool does)
 
@@ -70,5 +71,37 @@ def test_a_pooled_connection_gets_a_new_snapshot_and_no_jit_per_request(engine: 
                 assert db.rows("SHOW transaction_read_only") == [("on",)], driver
             _add(engine, "pooled-2")
             assert "pooled-2" not in _names(db), "one snapshot for the whole request"
+    finally:
+        pool.close()
+
+
+def test_work_beside_reads_the_first_connections_snapshot(engine: Engine, driver: str) -> None:
+    """cocaq.db.alongside: the second connection sees what the first one sees, not a row written since;
+    its error reaches the caller; without a second connection (SQLite) the work runs on the first."""
+    url = engine.url.render_as_string(hide_password=False)
+    pool = Pool(url, size=2)
+    try:
+        with pool.db() as db, pool.spare() as other:
+            before = _names(db)
+            with Alongside(db, other, lambda d: (_add(engine, "written-meanwhile"), _names(d))[1]) as a:
+                assert a.beside == (db.dialect == "postgresql")
+                seen = a.result()
+            assert seen == before  # (the work wrote a row, then read its connection's snapshot)
+            assert "written-meanwhile" not in _names(db)
+            failing = Alongside(db, other, lambda d: d.rows("SELECT * FROM no_such_table"))
+            with failing, pytest.raises(DatabaseError, match=r"no_such_table|no cocaq schema|older"):
+                failing.result()
+    finally:
+        pool.close()
+
+
+def test_a_spare_connection_is_never_waited_for(engine: Engine) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    pool = Pool(url, size=1)
+    try:
+        with pool.db(), pool.spare() as other:
+            assert other is None  # every slot taken: the request's statements run on its own connection
+        with pool.spare() as other:
+            assert (other is None) == (engine.dialect.name == "sqlite")
     finally:
         pool.close()

@@ -20,24 +20,43 @@ class Pool:
 
     @contextmanager
     def db(self) -> Iterator[Db]:
-        with self.slots:
-            try:
-                db = self.free.get_nowait()
-            except queue.Empty:
-                db = connect(self.url)
-            ok = False
-            try:
+        with self.slots, self._lent() as db:
+            yield db
+
+    @contextmanager
+    def spare(self) -> Iterator[Db | None]:
+        """A second connection, for a request's statements to run beside its own (cocaq.db.alongside),
+        or None: on SQLite (its connections stay in their thread), or when every slot is taken. It never
+        waits: requests each holding a slot and waiting for a second would wait on one another."""
+        if self.url.strip().lower().startswith("sqlite") or not self.slots.acquire(blocking=False):
+            yield None
+            return
+        try:
+            with self._lent() as db:
                 yield db
-                ok = True
-            finally:
+        finally:
+            self.slots.release()
+
+    @contextmanager
+    def _lent(self) -> Iterator[Db]:
+        try:
+            db = self.free.get_nowait()
+        except queue.Empty:
+            db = connect(self.url)
+        ok = False
+        try:
+            yield db
+            ok = True
+        finally:
+            if ok and db.dialect != "sqlite":  # (sqlite3 connections stay in their thread: not pooled)
                 try:
                     db.renew()  # the next request reads a new snapshot
                 except Exception:
                     ok = False
-                if ok and db.dialect != "sqlite":  # (sqlite3 connections stay in their thread: not pooled)
-                    self.free.put_nowait(db)
-                else:
-                    db.close()
+            if ok and db.dialect != "sqlite":
+                self.free.put_nowait(db)
+            else:
+                db.close()
 
     def close(self) -> None:
         while True:

@@ -32,6 +32,7 @@ _POSTGRES = ("postgresql", "postgresql+psycopg")
 _SQLITE = ("sqlite", "sqlite+pysqlite")
 _PARAM = re.compile(r"%\((\w+)\)s|%%")
 _PG_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+_SNAPSHOT_ID = re.compile(r"[0-9A-F]{1,8}-[0-9A-F]{1,16}(-[0-9]{1,10})?")  # pg_export_snapshot()'s form
 # The tables the login-node commands read: their absence means an old or empty schema.
 TABLES = ("jobs", "job_energy", "job_metrics", "daily_rollups", "aggregator_state", "clusters")
 _UNDEFINED = ("42P01", "42703")  # PostgreSQL's undefined_table, undefined_column
@@ -97,6 +98,21 @@ class Db:
                 self.raw.execute(self._begin)
         except self._errors as exc:
             raise self._error(exc) from None
+
+    def snapshot(self) -> str | None:
+        """This transaction's snapshot, exported for another connection to read the same rows
+        (`adopt`); None on SQLite, which has no such thing."""
+        if self.dialect != "postgresql":
+            return None
+        return str(self.rows("SELECT pg_export_snapshot()")[0][0])
+
+    def adopt(self, snapshot: str) -> None:
+        """Read another connection's exported snapshot (`snapshot()`) from now on: a new read-only
+        transaction whose first statement sets it (valid while the exporting transaction is open)."""
+        if not _SNAPSHOT_ID.fullmatch(snapshot):  # (inlined: SET takes no bound parameter)
+            raise ValueError(f"not an exported snapshot's id: {snapshot!r}")
+        self.renew()
+        self.rows(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
 
     def timestamp(self, v: Any) -> datetime | None:
         """A timestamp column's value as an aware UTC datetime (SQLite returns the stored text)."""

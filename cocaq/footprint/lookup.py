@@ -12,6 +12,7 @@ Stdlib-only at import beyond cocaq.footprint.totals: `cocaq user` runs on every 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from cocaq.config import Config
     from cocaq.db.dbapi import Db
     from cocaq.footprint.advice import Thresholds
+    from cocaq.footprint.advice_jobs import AdviceJobs
     from cocaq.footprint.jobfacts import JobFacts
 
 
@@ -67,6 +69,29 @@ def _local_user(name: str) -> bool:
     return True
 
 
+def advice_loader(
+    cfg: Config,
+    scope: str,
+    key: str,
+    w: Window,
+    *,
+    cluster: str | None = None,
+    within: tuple[str, ...] | None = None,
+    thresholds: Thresholds | None = None,
+) -> Callable[[Db], AdviceJobs]:
+    """What reads the jobs a user's or a lab's shown advice reads (cocaq.footprint.advice_jobs), on the
+    connection it is given: the footprint's query needs none of it, so the two may run at once
+    (cocaq.db.alongside)."""
+    from cocaq.footprint import advice
+    from cocaq.footprint.advice_jobs import load_for_advice
+
+    user, account = (key, None) if scope == "user" else (None, key)
+    ctx = advice.site_context(cfg, w.since, w.until, period="in this window", thresholds=thresholds)
+    return lambda db: load_for_advice(
+        db, cfg, ctx, w.since, w.until, user=user, account=account, cluster=cluster, within=within
+    )
+
+
 def add_advice(
     db: Db,
     cfg: Config,
@@ -75,11 +100,13 @@ def add_advice(
     cluster: str | None = None,
     whole: bool = False,
     thresholds: Thresholds | None = None,
+    loaded: AdviceJobs | None = None,
 ) -> Footprint:
     """Fill `fp.advice` from the window's jobs (cocaq.footprint.advice): a user's suggestions above the
     configured share of their energy, or a lab's members' largest each. Only the jobs a shown suggestion
-    reads are loaded (cocaq.footprint.advice_jobs); `whole`: every job of the window, as the reports do
-    (what tests compare the two with); `thresholds`: the rules' own, where not the defaults (tests)."""
+    reads are loaded (cocaq.footprint.advice_jobs; `loaded`: read already, by `advice_loader`); `whole`:
+    every job of the window, as the reports do (what tests compare the two with); `thresholds`: the
+    rules' own, where not the defaults (tests)."""
     from cocaq.footprint import advice
 
     user, account = (fp.key, None) if fp.scope == "user" else (None, fp.key)
@@ -99,11 +126,10 @@ def add_advice(
         total: float | None = None
         shift = True
     else:
-        from cocaq.footprint.advice_jobs import load_for_advice
-
-        aj = load_for_advice(
-            db, cfg, ctx, fp.since, fp.until, user=user, account=account, cluster=cluster, within=fp.within
-        )
+        w = Window(fp.since, fp.until)
+        aj = loaded or advice_loader(
+            cfg, fp.scope, fp.key, w, cluster=cluster, within=fp.within, thresholds=thresholds
+        )(db)
         got = {u: (x.jobs, x.precision_jobs) for u, x in aj.users.items()}
         total, shift = aj.co2_kg, aj.shift
     if fp.scope == "user":
@@ -152,20 +178,26 @@ def user_answer(
     top: int = 5,
     from_jobs: bool = False,
     within: tuple[str, ...] | None = None,
+    beside: Db | None = None,
 ) -> dict[str, Any]:
-    """A user's footprint with its advice, as JSON-ready data; UnknownName for a name that is nowhere."""
-    check_names(db, user=user, cluster=cluster)
-    fp = user_footprint(
-        db,
-        user,
-        w,
-        cluster=cluster,
-        top=top,
-        from_jobs=from_jobs,
-        within=within,
-        sessions=Sessions.of(cfg.advice),
-    )
-    return add_advice(db, cfg, fp, cluster=cluster).as_dict()
+    """A user's footprint with its advice, as JSON-ready data; UnknownName for a name that is nowhere.
+    `beside`: a second connection, for the advice's jobs to be read while the footprint's query runs."""
+    from cocaq.db.alongside import Alongside
+
+    loader = advice_loader(cfg, "user", user, w, cluster=cluster, within=within)
+    with Alongside(db, beside, loader) as loading:
+        check_names(db, user=user, cluster=cluster)
+        fp = user_footprint(
+            db,
+            user,
+            w,
+            cluster=cluster,
+            top=top,
+            from_jobs=from_jobs,
+            within=within,
+            sessions=Sessions.of(cfg.advice),
+        )
+        return add_advice(db, cfg, fp, cluster=cluster, loaded=loading.result()).as_dict()
 
 
 def lab_answer(
@@ -178,12 +210,16 @@ def lab_answer(
     top: int = 5,
     from_jobs: bool = False,
     check: bool = True,
+    beside: Db | None = None,
 ) -> dict[str, Any]:
     """A lab's totals, members and their advice, as JSON-ready data; with `check`, UnknownName for a lab
-    no job ever ran under."""
-    if check:
-        check_names(db, account=account, cluster=cluster)
-    fp = lab_footprint(
-        db, account, w, cluster=cluster, top=top, from_jobs=from_jobs, sessions=Sessions.of(cfg.advice)
-    )
-    return add_advice(db, cfg, fp, cluster=cluster).as_dict()
+    no job ever ran under; `beside` as for `user_answer`."""
+    from cocaq.db.alongside import Alongside
+
+    with Alongside(db, beside, advice_loader(cfg, "account", account, w, cluster=cluster)) as loading:
+        if check:
+            check_names(db, account=account, cluster=cluster)
+        fp = lab_footprint(
+            db, account, w, cluster=cluster, top=top, from_jobs=from_jobs, sessions=Sessions.of(cfg.advice)
+        )
+        return add_advice(db, cfg, fp, cluster=cluster, loaded=loading.result()).as_dict()

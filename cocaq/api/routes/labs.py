@@ -28,7 +28,7 @@ def lab_footprint(
     from cocaq.footprint.lookup import lab_answer
 
     w = window(since, until)
-    with ctx.pool.db() as db:
+    with ctx.pool.db() as db, ctx.pool.spare() as beside:
         full = who.admin or account in who.heads
         if not full and not member_of(db, who.user, account):
             raise HTTPException(403, f"{who.user} is not a member of lab {account}")
@@ -42,6 +42,7 @@ def lab_footprint(
                 top=top if full else 0,
                 from_jobs=from_jobs,
                 check=full,
+                beside=beside,
             )
         )
     if not full:  # a member sees the lab's totals, not the other members, their jobs or advice

@@ -43,13 +43,14 @@ def user_footprint(
     from cocaq.footprint.lookup import user_answer
 
     w = window(since, until)
-    with ctx.pool.db() as db:
+    with ctx.pool.db() as db, ctx.pool.spare() as beside:
         within = may_see(db, who, user)
         return known(
             lambda: user_answer(
-                db, ctx.cfg, user, w, cluster=cluster, top=top, from_jobs=from_jobs, within=within
+                db, ctx.cfg, user, w, cluster=cluster, top=top, from_jobs=from_jobs, within=within,
+                beside=beside,
             )
-        )
+        )  # fmt: skip
 
 
 def may_see(db: Db, who: Caller, user: str) -> tuple[str, ...] | None:
