@@ -231,7 +231,7 @@ def load_for_advice(
     kind = "user" if user is not None else "account" if account is not None else None
     rows = db.rows(_triage_sql(db, scope_where(kind, bool(cluster), len(inside))), params)
     rows.sort(key=lambda r: (r[1], -r[2], r[0]))  # the whole computation's order (jobfacts.load)
-    order: dict[int, tuple[str, float, int]] = {r[0]: (r[1], -r[2], r[0]) for r in rows}
+    order = {r[0]: i for i, r in enumerate(rows)}  # a job's place in that order
     # when-to-run's test, as cocaq.footprint.when_advice sums it: all the user's CO2, and the saving
     co2 = sum(r[13] * r[10] for r in rows)
     flex = [r for r in rows if r[17]]

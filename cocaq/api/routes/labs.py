@@ -1,9 +1,8 @@
 """GET /v1/labs/{account}: a lab's totals to its members; its users, jobs and advice too to its heads
 and admins."""
 
-from typing import Any
-
 from fastapi import APIRouter, HTTPException
+from fastapi.responses import JSONResponse
 
 from cocaq.api.deps import ClusterQ, Context, NamePath, Since, Top, Until, Who, known, member_of, window
 
@@ -24,7 +23,7 @@ def lab_footprint(
     cluster: ClusterQ = None,
     top: Top = 5,
     from_jobs: bool = False,
-) -> dict[str, Any]:
+) -> JSONResponse:
     from cocaq.footprint.lookup import lab_answer
 
     w = window(since, until)
@@ -50,4 +49,4 @@ def lab_footprint(
         d["top_jobs"] = []
         d["advice"] = [a for a in d.get("advice", []) if a.get("user") == who.user]
         d["restricted"] = True
-    return d
+    return JSONResponse(d)  # (JSON-ready already, as /v1/users answers)
