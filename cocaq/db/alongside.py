@@ -21,31 +21,24 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class Alongside(Generic[T]):
-    """`work(connection)` started on `other` in a thread (reading `db`'s snapshot), or kept for `db`;
-    `result()` waits for it (or runs it) and re-raises what it raised."""
+class _Work(Generic[T]):
+    """`work` run in a thread on a connection, or kept to run on `db` when its result is asked for."""
 
-    def __init__(self, db: Db, other: Db | None, work: Callable[[Db], T]) -> None:
+    def __init__(self, db: Db, work: Callable[[Db], T]) -> None:
         self._db, self._work = db, work
         self._thread: threading.Thread | None = None
         self._got: list[T] = []
         self._failed: list[BaseException] = []
-        sid = db.snapshot() if other is not None else None
-        if other is not None and sid is not None:
-            other.adopt(sid)
-            self._thread = threading.Thread(target=self._run, args=(other,), name="cocaq-alongside")
-            self._thread.start()
 
-    def _run(self, other: Db) -> None:
+    def _start(self, conn: Db, name: str) -> None:
+        self._thread = threading.Thread(target=self._run, args=(conn,), name=name)
+        self._thread.start()
+
+    def _run(self, conn: Db) -> None:
         try:
-            self._got.append(self._work(other))
-        except BaseException as exc:  # handed to result(), in the request's thread
+            self._got.append(self._work(conn))
+        except BaseException as exc:  # handed to result(), in the caller's thread
             self._failed.append(exc)
-
-    @property
-    def beside(self) -> bool:
-        """Whether the work runs on a second connection (what tests check)."""
-        return self._thread is not None
 
     def result(self) -> T:
         if self._thread is None:
@@ -55,7 +48,7 @@ class Alongside(Generic[T]):
             raise self._failed[0]
         return self._got[0]
 
-    def __enter__(self) -> Alongside[T]:
+    def __enter__(self) -> _Work[T]:
         return self
 
     def __exit__(
@@ -63,3 +56,37 @@ class Alongside(Generic[T]):
     ) -> None:
         if self._thread is not None:
             self._thread.join()
+
+
+class Alongside(_Work[T]):
+    """`work(connection)` started on `other` in a thread (reading `db`'s snapshot), or kept for `db`;
+    `result()` waits for it (or runs it) and re-raises what it raised."""
+
+    def __init__(self, db: Db, other: Db | None, work: Callable[[Db], T]) -> None:
+        super().__init__(db, work)
+        sid = db.snapshot() if other is not None else None
+        if other is not None and sid is not None:
+            other.adopt(sid)
+            self._start(other, "cocaq-alongside")
+
+    @property
+    def beside(self) -> bool:
+        """Whether the work runs on a second connection (what tests check)."""
+        return self._thread is not None
+
+    def __enter__(self) -> Alongside[T]:
+        return self
+
+
+class Meanwhile(_Work[T]):
+    """`work(db)` on the same connection in a thread (PostgreSQL), for the caller to do what needs no
+    database while the statement runs: the caller must not use `db` until `result()`. On SQLite (its
+    connection stays in its thread) the work runs when `result()` asks for it."""
+
+    def __init__(self, db: Db, work: Callable[[Db], T]) -> None:
+        super().__init__(db, work)
+        if db.dialect == "postgresql":
+            self._start(db, "cocaq-meanwhile")
+
+    def __enter__(self) -> Meanwhile[T]:
+        return self

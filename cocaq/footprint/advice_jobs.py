@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from cocaq.accounting.ledger import FAILED_STATES, OOM_STATES, TIMEOUT_STATES
 from cocaq.accounting.window import overlap_sql, share_sql
+from cocaq.db.alongside import Meanwhile
 from cocaq.footprint.advice_words import MB_PER_GB
 from cocaq.footprint.dbsql import epoch, false, first_word, greatest, labs_bound, least, planner_fence
 from cocaq.footprint.jobfacts import JobFacts, _hardware, load, scope_where
@@ -238,7 +239,12 @@ def load_for_advice(
     shift = user is not None and _may_shift(cfg, sum(r[18] * r[10] for r in flex), co2, len(flex))
     whole = [r[0] for r in rows if r[3] or (shift and r[17])]
     scope: dict[str, Any] = {"user": user, "account": account, "cluster": cluster, "within": within}
-    by_user = _by_user(load(db, cfg, since, until, **scope, ids=whole))
+    with Meanwhile(db, lambda d: load(d, cfg, since, until, **scope, ids=whole)) as loading:
+        # while the database reads those whole: the GPU jobs only the precision rule reads, as it reads
+        hw: dict[tuple[Any, Any], Any] = {}
+        chosen = set(whole)
+        light = [_light(cfg, r, hw) for r in rows if r[8] > 0 and r[0] not in chosen]
+        by_user = _by_user(loading.result())
     # the completed runs of the kind of job whose time-out loses most: they size its `--time`
     extra: list[int] = []
     for js in by_user.values():
@@ -252,9 +258,9 @@ def load_for_advice(
         more = load(db, cfg, since, until, **scope, ids=[pk for pk in extra if pk not in have])
         for u, add in _by_user(more).items():
             by_user[u] = sorted([*by_user.get(u, []), *add], key=lambda j: order[j.pk])
-    hw: dict[tuple[Any, Any], Any] = {}
-    loaded = {j.pk for js in by_user.values() for j in js}
-    light = [_light(cfg, r, hw) for r in rows if r[8] > 0 and r[0] not in loaded]
+    if extra:  # (those loaded whole now are no light ones)
+        now_whole = set(extra)
+        light = [j for j in light if j.pk not in now_whole]
     users = {u: UserJobs(js) for u, js in by_user.items()}
     gpu_jobs: list[Any] = [j for js in by_user.values() for j in js if j.gpus > 0]
     for u, pj in _by_user(sorted([*gpu_jobs, *light], key=lambda j: order[j.pk])).items():
