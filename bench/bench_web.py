@@ -15,7 +15,10 @@ Each page is asked --runs times after one first view, every time asking the API 
 a page costs when shown for the first time; the very first view, with templates compiled, apart); then
 as served, where a page seen again within the minute reuses the API's answers
 (cocaq.web.reader.Remembered). Target: each page under 300 ms for the heavy user. The floor in
-the same run: GET /v1/whoami through the same in-process API (a request that reads nothing).
+the same run: GET /v1/whoami through the same in-process API (a request that reads nothing); the peer,
+interleaved with the runs of `/`: the answer `/` shows, as `cocaq user HEAVY --since 30d -o json` computes it
+on the database (in this process, on one connection, no start-up), so that the page's cost reads as a ratio
+on a machine whose speed varies.
 """
 
 from __future__ import annotations
@@ -82,9 +85,17 @@ def main() -> int:
     print(f"heavy user {heavy}: {n_jobs:,} jobs in the last 30 days")
     out: dict[str, Any] = {"machine": m, "user": heavy, "jobs_in_window": n_jobs, "pages": {}}
     floor = [reader_time(reader) for _ in range(a.runs)]
+    from cocaq.db import dbapi
+
+    direct = dbapi.connect(cfg.database_url)
+    peer: list[float] = []
     for path in paths:
         status, first = call(fresh, path, heavy)
-        times = [call(fresh, path, heavy)[1] for _ in range(a.runs)]
+        times = []
+        for _ in range(a.runs):
+            times.append(call(fresh, path, heavy)[1])
+            if path == "/":  # the peer, interleaved with the page that shows its answer
+                peer.append(cli_answer_time(direct, cfg, heavy))
         call(app, path, heavy)
         again = [call(app, path, heavy)[1] for _ in range(a.runs)]
         out["pages"][path] = {"status": status, "first_ms": first, "median_ms": statistics.median(times),
@@ -94,12 +105,28 @@ def main() -> int:
               f"  max {max(times):7.1f} ms  seen again {statistics.median(again):6.1f} ms")  # fmt: skip
     out["floor_whoami_ms"] = statistics.median(floor)
     print(f"  floor: GET /v1/whoami in-process {statistics.median(floor):.1f} ms")
+    out["peer_cli_answer_ms"] = statistics.median(peer)
+    out["page_over_peer"] = out["pages"]["/"]["median_ms"] / out["peer_cli_answer_ms"]
+    print(f"  peer: `cocaq user {heavy} --since 30d -o json`'s answer in-process, one connection (the CLI on "
+          f"the database, no start-up) {out['peer_cli_answer_ms']:.1f} ms; / against it "
+          f"{out['page_over_peer']:.2f}x")  # fmt: skip
+    direct.close()
     worst = max(v["median_ms"] for v in out["pages"].values())
     out["worst_median_ms"] = worst
     print(f"worst page median {worst:.0f} ms against the 300 ms target: {'met' if worst < 300 else 'missed'}")
     if a.json:
         a.json.write_text(json.dumps(out, indent=2))
     return 0
+
+
+def cli_answer_time(db: Any, cfg: Any, user: str) -> float:
+    """What `cocaq user USER --since 30d -o json` computes on the database, on its one connection."""
+    from cocaq.footprint.lookup import parse_window, user_answer
+
+    db.renew()
+    t0 = time.perf_counter()
+    user_answer(db, cfg, user, parse_window("30d", None))
+    return (time.perf_counter() - t0) * 1000
 
 
 def reader_time(reader: Any) -> float:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from cocaq.footprint.advice_words import energy, job_list, n_jobs, num, pct, shorten
 from cocaq.footprint.gpu_caps import capability
@@ -63,7 +64,14 @@ AMP_RECORD = "Record it with `cocaq tag precision=bf16` (or fp16) so that the ne
 def amp_dtype(j: JobFacts) -> str | None:
     """The mixed precision the job's GPUs can use: "bf16", "fp16", "mixed" (GPU not known), or None (no
     tensor cores: before compute capability 7.0 mixed precision gains little, so nothing is advised)."""
-    cap = capability(j.gpu_type, j.gpu_model)
+    return _dtype(j.gpu_type, j.gpu_model)
+
+
+@lru_cache(maxsize=256)
+def _dtype(gpu_type: str | None, gpu_model: str | None) -> str | None:
+    """`amp_dtype` by the two names: asked twice of each of a heavy user's 10,000 GPU jobs, which name
+    a few GPUs."""
+    cap = capability(gpu_type, gpu_model)
     if cap is None:
         return "mixed"
     if cap.bf16:
