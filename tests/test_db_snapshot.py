@@ -105,3 +105,34 @@ def test_a_spare_connection_is_never_waited_for(engine: Engine) -> None:
             assert (other is None) == (engine.dialect.name == "sqlite")
     finally:
         pool.close()
+
+
+def test_every_session_reads_times_in_utc_whatever_the_servers_zone(engine: Engine, driver: str) -> None:
+    """A site's PostgreSQL in another zone (here the database's own default, New York): cocaq's sessions
+    are in UTC, and a timestamp comes back with datetime.UTC itself, the same instant as written."""
+    from datetime import UTC, datetime
+
+    from cocaq.db.engine import make_engine
+
+    if engine.dialect.name != "postgresql":
+        pytest.skip("a PostgreSQL session's zone")
+    url = engine.url.render_as_string(hide_password=False)
+    when = datetime(2026, 3, 29, 1, 30, tzinfo=UTC)  # (a night the clocks change in Europe)
+    with engine.begin() as c:
+        c.execute(text(f"ALTER DATABASE \"{engine.url.database}\" SET TimeZone = 'America/New_York'"))
+        c.execute(text("INSERT INTO clusters (name, created_at) VALUES ('tz', :t)"), {"t": when})
+    engine.dispose()
+    with connect(url) as db:
+        assert db.rows("SHOW TimeZone") == [("UTC",)], driver
+        got = db.rows("SELECT created_at FROM clusters WHERE name = 'tz'")[0][0]
+        assert got == when and got.tzinfo is UTC, (driver, got)
+        db.renew()
+        assert db.rows("SHOW TimeZone") == [("UTC",)], driver
+    fresh = make_engine(url)
+    try:
+        with fresh.connect() as c:
+            assert c.execute(text("SHOW TimeZone")).scalar() == "UTC"
+            got = c.execute(text("SELECT created_at FROM clusters WHERE name = 'tz'")).scalar()
+            assert got == when and got.tzinfo is UTC
+    finally:
+        fresh.dispose()

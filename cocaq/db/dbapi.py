@@ -32,6 +32,9 @@ _POSTGRES = ("postgresql", "postgresql+psycopg")
 _SQLITE = ("sqlite", "sqlite+pysqlite")
 _PARAM = re.compile(r"%\((\w+)\)s|%%")
 _PG_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+# The session: no JIT, and UTC (times come back with datetime.UTC itself, kept as they are: see
+# cocaq.db.engine._pg_utc)
+_PG_SESSION = "SET jit = off; SET TimeZone = 'UTC'"
 _SNAPSHOT_ID = re.compile(r"[0-9A-F]{1,8}-[0-9A-F]{1,16}(-[0-9]{1,10})?")  # pg_export_snapshot()'s form
 # The tables the login-node commands read: their absence means an old or empty schema.
 TABLES = ("jobs", "job_energy", "job_metrics", "daily_rollups", "aggregator_state", "clusters")
@@ -263,7 +266,7 @@ def _connect_postgres(url: str, m: re.Match[str]) -> Db:
         # No JIT for the session (it costs more than these short statements take, and a pooled connection
         # keeps it through every later snapshot: a statement of its own, as one with the BEGIN would be
         # undone with the transaction), then the snapshot.
-        raw.execute("SET jit = off")
+        raw.execute(_PG_SESSION)
         raw.execute(_PG_BEGIN)
     except psycopg.Error as exc:
         raise DatabaseError(f"database {mask_url(url)}: {_first_line(exc)}") from None
@@ -290,7 +293,7 @@ def _connect_psycopg2(url: str, m: re.Match[str], psycopg2: Any) -> Db:
         # connection's later requests compiled the advice's statements again), then the first statement
         # of each transaction opens it: one snapshot, read-only.
         raw.autocommit = True
-        raw.cursor().execute("SET jit = off")
+        raw.cursor().execute(_PG_SESSION)
         raw.autocommit = False
         raw.set_session(isolation_level="REPEATABLE READ", readonly=True)
     except psycopg2.Error as exc:

@@ -32,6 +32,16 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
+def _pg_utc(dbapi_conn: Any, _record: Any) -> None:
+    """Every session in UTC, as cocaq reads and writes its times: timestamps then come back with
+    datetime.UTC itself, which the job loaders keep as they are (any other zone, the server's
+    'Etc/UTC' included, was converted one value at a time: 0.1 s of a heavy user's month e-mail)."""
+    was = dbapi_conn.autocommit
+    dbapi_conn.autocommit = True
+    dbapi_conn.execute("SET TimeZone = 'UTC'")
+    dbapi_conn.autocommit = was
+
+
 def make_engine(url: str, *, check: bool = True) -> Engine:
     """An engine for `url`; with `check`, connect once so a dead database fails here, in one line."""
     try:
@@ -51,6 +61,8 @@ def make_engine(url: str, *, check: bool = True) -> Engine:
         raise ConfigError(f"config: database_url: {mask_url(url)}: {exc}") from None
     if u.get_backend_name() == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
+    elif u.get_backend_name() == "postgresql":
+        event.listen(engine, "connect", _pg_utc)
     if check:
         try:
             with engine.connect():
