@@ -78,8 +78,10 @@ def main() -> int:
     top = reader.get(("users", heavy), {"since": "30d", "top": 1})["top_jobs"]
     labs = reader.get(("users", heavy, "jobs"), {"since": "30d", "limit": 1})["rows"]
     month = f"{datetime.now(UTC):%Y-%m}"
-    paths = ["/", f"/month/{month}", "/jobs", "/jobs?sort=kwh&order=desc", "/when?hours=6&within=24",
-             f"/jobs/{top[0]['job_id']}" if top else "/jobs/1", "/help"]  # fmt: skip
+    last = f"{datetime.now(UTC).replace(day=1) - timedelta(days=1):%Y-%m}"  # a whole month: its e-mail
+    job = f"/jobs/{top[0]['job_id']}" if top else "/jobs/1"
+    paths = ["/", f"/month/{month}", f"/month/{last}", "/jobs", "/jobs?sort=kwh&order=desc",
+             "/when?hours=6&within=24", job, "/help"]  # fmt: skip
     if labs:
         paths.append(f"/labs/{labs[0]['account']}")
     print(f"heavy user {heavy}: {n_jobs:,} jobs in the last 30 days")
