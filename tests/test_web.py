@@ -481,3 +481,35 @@ def test_answers_are_remembered_for_a_minute_and_refusals_not(site: tuple[Config
     stale.get(("status",))
     stale.get(("status",))
     assert asked.count(("status",)) == 2
+
+
+def test_behind_a_proxy_each_users_answers_are_remembered_apart(
+    site: tuple[Config, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `own_user_app` remembers its one user's answers for a minute, the proxied app remembers each
+    user's in a reader of their own: the same page again asks the API nothing, and another user's view
+    of the same page is theirs, not the first user's remembered one."""
+    from cocaq.web import reader as web_reader
+
+    cfg, _ = site
+    app = proxied(cfg, users=2)
+    asked: list[str] = []
+    real = web_reader.LocalReader.get
+
+    def counting(self: Any, parts: tuple[str, ...], params: Any = None) -> Any:
+        asked.append(self.user)
+        return real(self, parts, params)
+
+    monkeypatch.setattr(web_reader.LocalReader, "get", counting)
+    first = call(app, "/jobs?format=json", user="nobody").json()
+    n = len(asked)
+    assert n >= 1 and call(app, "/jobs?format=json", user="nobody").json() == first
+    assert len(asked) == n, "the same page again within the minute: nothing asked again"
+    theirs = call(app, "/jobs?format=json", user="daemon").json()
+    assert asked[n:] and set(asked[n:]) == {"daemon"}
+    assert {r["name"] for r in theirs["rows"]} == {"heads-own"}  # daemon's own job, not nobody's
+    assert "heads-own" not in {r["name"] for r in first["rows"]}
+    call(app, "/jobs?format=json", user="bin")  # a third user: the first one's answers are let go
+    m = len(asked)
+    call(app, "/jobs?format=json", user="nobody")
+    assert len(asked) > m, "at most `users` users are kept"

@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from cocaq.web.reader import Reader
 
 
+# What a proxied app keeps per user (at most `users` of them): a page makes 2-3 API requests, and a heavy
+# user's footprint answer is ~160 KB (the precision suggestion's 10,000 job ids).
+ANSWERS_PER_USER = 16
+
+
 def own_user_app(cfg: Config, user: str | None = None) -> WebApp:
     """The app for the process's own user (Open OnDemand, `cocaq web` on one's own machine); `user`:
     another's view, only for who reads the database directly anyway (`cocaq user NAME` shows them the
@@ -33,20 +38,25 @@ def own_user_app(cfg: Config, user: str | None = None) -> WebApp:
     return WebApp(cfg, lambda environ: reader)
 
 
-def proxied(cfg: Config, header: str | None = None) -> WebApp:
+def proxied(cfg: Config, header: str | None = None, users: int = 32) -> WebApp:
     """The app behind a reverse proxy that authenticates users: the site's explicit choice (`cocaq web
     --trust-proxy-user`), which must let nothing but the proxy reach it. The user is the WSGI server's
     REMOTE_USER, or, with `header` (X-Remote-User, say), that request header, which the proxy must set
     on every request and overwrite if a client sent it. The name must be a local user's, exactly (no
     realm is cut off: alice@OTHER.REALM is nobody here). It reads the database directly, as that user
-    (MUNGE can vouch only for the uid a process runs as)."""
+    (MUNGE can vouch only for the uid a process runs as). Each user's answers are remembered for a minute
+    as `own_user_app` remembers its one user's, in a reader of their own (the last `users` users): one
+    user's figures are never another's."""
     import pwd
+    from collections import OrderedDict
 
     from cocaq.web.app import WebApp
-    from cocaq.web.reader import LocalReader, Refused, local_app
+    from cocaq.web.reader import LocalReader, Refused, Remembered, local_app
 
     app = local_app(cfg)
     key = "REMOTE_USER" if header is None else "HTTP_" + header.upper().replace("-", "_")
+    kept: OrderedDict[str, Remembered] = OrderedDict()
+    lock = threading.Lock()
 
     def reader(environ: dict[str, Any]) -> Reader:
         name = str(environ.get(key) or "")
@@ -56,7 +66,14 @@ def proxied(cfg: Config, header: str | None = None) -> WebApp:
             pwd.getpwnam(name)
         except KeyError:
             raise Refused(403, f"{name[:64]!r} is not a user here") from None
-        return LocalReader(cfg, name, app=app)
+        with lock:
+            mine = kept.get(name)
+            if mine is None:
+                mine = kept[name] = Remembered(LocalReader(cfg, name, app=app), size=ANSWERS_PER_USER)
+            kept.move_to_end(name)
+            while len(kept) > users:
+                kept.popitem(last=False)
+        return mine
 
     return WebApp(cfg, reader)
 
