@@ -591,3 +591,18 @@ def test_a_running_job_says_one_run_time_and_no_power_now_for_an_estimate(
     out = " ".join(r.out.split())
     assert r.code == 0 and "alice's running jobs: 2, drawing" in out, r.out
     assert "(estimated from rated power: none of it measured)" in out and " now" not in out.split("┏")[0]
+
+
+def test_a_pending_jobs_row_without_a_prolog_record_is_nothing_to_watch_not_an_error() -> None:
+    """sacct imports a pending job (no start time) before any node ran its prolog: no live view (the
+    watch says the job has not started), where the view's start was once the minimum of no prolog."""
+    now = 1_800_000_000.0
+    pending = ("j", 1, "7", None, "alice", "lab", "gpu", "PENDING", *[None] * 2, "c1", *[None] * 8,
+               None, None, now - 60, True)  # fmt: skip
+    assert len(pending) == len(_start("n1", now, []))
+    assert live_mod.views([pending], _cfg(), now) == []
+    # once its prolog ran, the same row shows the run from the prolog's time
+    [v] = live_mod.views(
+        [pending, _start("n1", now - 30, [{"uuid": "GPU-a", "slurm_index": 0}])], _cfg(), now
+    )
+    assert v["start_ts"] == now - 30 and v["running"]

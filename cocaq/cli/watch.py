@@ -173,8 +173,9 @@ def _loop(
             n += 1
             if job_id is not None and not got:
                 raise InputError(
-                    f"no job {job_id} in cocaq's records (running jobs appear with their node's first "
-                    "shipment, [collector] ship_interval_s after their start; ended ones within the hour)"
+                    f"no job {job_id} in cocaq's records that has started (running jobs appear with "
+                    "their node's first shipment, [collector] ship_interval_s after their start; ended ones "
+                    "within the hour; a pending job once it starts)"
                 )
             done = job_id is not None and not got[0]["running"]
             waiting = done and not no_final and fmt != "json" and not _final_ready(got[0])

@@ -227,12 +227,12 @@ def _run_starts(events: Rows, start: float | None) -> dict[str, tuple[float, dic
 
 def _run(kinds: dict[str, Rows], now: float) -> _Run | None:
     """Which run the rows are of and where it stands; None when there is neither a jobs row nor a
-    prolog record."""
+    prolog record, or when nothing has started (a pending job's row, no prolog yet: nothing to watch)."""
     jrows = sorted(kinds.get("j", []), key=lambda r: _num(r[21]) or 0.0)
     row = jrows[-1] if jrows else None
     start = _num(row[19]) if row else None
     starts = _run_starts(kinds.get("v", []), start)
-    if row is None and not starts:
+    if not starts and (row is None or start is None):
         return None
     ends = {
         str(r[3]): float(r[19])
