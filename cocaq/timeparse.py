@@ -82,6 +82,12 @@ def parse_when(text: str, now: datetime, tz: tzinfo | None = None) -> datetime:
         and not re.match(r"[0-9]{4}-", low)
         and not _COMPACT_DATE.fullmatch(low)
     ):
+        if low.isdigit() and len(low) >= 4:  # 2026, 202611, 20101: a year or a date cut short, not days
+            back = (now - parse_duration(t)).date() if int(low) * 86400 <= _LONGEST_S else "before 1970"
+            raise UsageError(
+                f"bad date {text!r}: a bare number is days back, and {low} days would reach {back}: write "
+                f"{low}d if you mean that, or a date (2026-01-01, 20260101) or a month (2026-01)"
+            )
         return in_range(now - parse_duration(t), text)
     bad = UsageError(
         f"bad date {text!r}: use a duration (30d, 12h, 2w) or a date (2026-11-01, 20261101, 2026-11-01T08:00)"

@@ -47,6 +47,17 @@ def test_when() -> None:
         parse_when("yesterday-ish", NOW)
 
 
+@pytest.mark.parametrize("text", ["2026", "202611", "20101", "1000", "999999999999", " 2026 "])
+def test_a_bare_number_of_four_digits_or_more_is_refused_not_read_as_days(text: str) -> None:
+    """A year, or a date cut short (`--since 2026`, `--since 202611`), once went back 2,026 or 202,611
+    days without a word; a bare number stays days up to 999 (`--since 30`), longer ones need the unit."""
+    with pytest.raises(UsageError, match=r"a bare number is days back.*write \d+d if you mean that"):
+        parse_when(text, NOW)
+    assert parse_when("999", NOW) == NOW - timedelta(days=999)
+    assert parse_when("2026d", NOW) == NOW - timedelta(days=2026)
+    assert parse_when("20261101", NOW, UTC) == datetime(2026, 11, 1, tzinfo=UTC)
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [
