@@ -37,6 +37,13 @@ if [ "$(id -u)" = 0 ] && ! command -v promtool >/dev/null && command -v apt-get 
     scripts/apt-install.sh --no-install-recommends prometheus \
         || echo "test: prometheus could not be installed; the tests that need it will say why" >&2
 fi
+# As root: Debian's Passenger for tests/test_web_api.py, which serves the shipped ood/ folder with it as Open
+# OnDemand's per-user server does (its Python loader, the folder's bin/python), as a test user.
+if [ "$(id -u)" = 0 ] && ! command -v passenger >/dev/null && command -v apt-get >/dev/null; then
+    echo "== passenger: apt-get install passenger (first run only)"
+    scripts/apt-install.sh --no-install-recommends passenger \
+        || echo "test: passenger could not be installed; tests/test_web_api.py will say why" >&2
+fi
 echo "== ruff" && .venv/bin/ruff check .
 echo "== ruff format" && .venv/bin/ruff format --check .
 echo "== mypy" && scripts/typecheck.sh

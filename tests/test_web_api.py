@@ -85,3 +85,101 @@ def test_an_unreachable_api_is_a_page_that_says_so(server: tuple[str, Path]) -> 
     got = pages("alice", "http://127.0.0.1:9", "/")
     status, body = got["/"]
     assert status == 503 and "cannot reach the API at http://127.0.0.1:9" in body
+
+
+# --- under Passenger, from the app's own folder, as Open OnDemand starts it -------------------------------
+
+
+def passenger() -> str:
+    """Debian's Passenger (`passenger` standalone, its builtin engine: the same Python loader,
+    wsgi-loader.py, that an OnDemand per-user nginx runs the app with); scripts/test.sh installs it."""
+    import shutil
+
+    found = shutil.which("passenger")
+    if found is None:
+        pytest.fail("Passenger is not installed: scripts/test.sh installs Debian's passenger (as root)")
+    return found
+
+
+def test_passenger_runs_the_ood_folder_as_the_user_through_its_bin_python(
+    server: tuple[str, Path],  # noqa: F811
+) -> None:
+    """The shipped ood/ folder, only its bin/python's two settings changed as the Ansible role changes
+    them: Passenger loads passenger_wsgi.py with that Python, as alice, and alice's pages come back over
+    HTTP with her figures (the API's, through her MUNGE credential) and nobody else's."""
+    import os
+    import shlex
+    import shutil
+    import subprocess
+    import tempfile
+    import time
+    import urllib.error
+    import urllib.request
+
+    from tests.promkit import free_port
+
+    base, _cfg = server
+    exe = passenger()
+    tmp = Path(tempfile.mkdtemp(prefix="cocaq-ood-"))  # (pytest's own tmp is root's alone: 0700)
+    tmp.chmod(0o755)
+    app = tmp / "app"
+    shutil.copytree(ROOT / "ood", app)
+    venv = tmp / "venv" / "bin"  # the site's virtualenv as alice can run it (this one may be under /root)
+    venv.mkdir(parents=True)
+    (venv / "python").write_text(f'#!/bin/sh\nexec env {user_python()} "$@"\n')
+    (venv / "python").chmod(0o755)
+    (tmp / "cocaq.toml").write_text(f'[api]\nurl = "{base}"\n')
+    wrapper = (app / "bin" / "python").read_text()
+    for line, value in (("VENV=", str(venv.parent)), ("COCAQ_CONFIG=", str(tmp / "cocaq.toml"))):
+        assert sum(w.startswith(line) for w in wrapper.splitlines()) == 1, line
+        wrapper = "\n".join(f"{line}{value}" if w.startswith(line) else w for w in wrapper.splitlines())
+    (app / "bin" / "python").write_text(wrapper + "\n")
+    run = tmp / "run"
+    run.mkdir()
+    for p in (tmp, app, app / "bin", tmp / "venv", venv, *app.rglob("*"), tmp / "cocaq.toml"):
+        p.chmod(p.stat().st_mode | 0o005 | (0o050 if p.is_dir() else 0))
+    shutil.chown(run, "alice")
+    port = free_port()
+    start = [exe, "start", "--engine", "builtin", "--address", "127.0.0.1", "--port", str(port),
+             "--app-type", "wsgi", "--startup-file", "passenger_wsgi.py", "--python", str(app / "bin" / "python"),
+             "--environment", "production", "--log-file", str(run / "passenger.log"),
+             "--pid-file", str(run / "passenger.pid"), "--instance-registry-dir", str(run),
+             "--disable-security-update-check", "--disable-anonymous-telemetry", "--daemonize"]  # fmt: skip
+    cmd = (
+        f"cd {shlex.quote(str(app))} && env -i PATH=/usr/bin:/bin HOME={shlex.quote(str(run))} "
+        + shlex.join(start)
+    )
+    r = subprocess.run(["runuser", "-u", "alice", "--", "/bin/sh", "-c", cmd], capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=60) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status, home = get("/")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.monotonic() < deadline, (run / "passenger.log").read_text()[-3000:]
+                time.sleep(0.5)
+        log = (run / "passenger.log").read_text()
+        assert status == 200, home[:2000] + log[-3000:]
+        assert "Signed in as <strong>alice</strong>" in home and "alice-resnet" in home
+        assert "secret-bob-project" not in home
+        assert get("/jobs/3")[0] == 403, "bob's job, refused by the API to alice"
+        status, css = get("/static/cocaq.css")
+        assert status == 200 and "--ink" in css
+        # the app runs as alice: Passenger's loader for it has her uid
+        pid = int((run / "passenger.pid").read_text())
+        assert os.stat(f"/proc/{pid}").st_uid == __import__("pwd").getpwnam("alice").pw_uid
+    finally:
+        subprocess.run(["runuser", "-u", "alice", "--", exe, "stop", "--pid-file", str(run / "passenger.pid")],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+        shutil.rmtree(tmp, ignore_errors=True)
