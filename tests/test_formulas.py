@@ -189,6 +189,7 @@ PATHS: dict[str, str] = {
     "cocaq/cli/db_status_view.py": "`cocaq db status`: PostgreSQL's row counts are estimates",
     "cocaq/demo/site.py": "the demo makes its own SQLite database",
     "cocaq/scheduler/lock.py": "the scheduler's lock: an advisory lock or a lock file",
+    "cocaq/db/alongside.py": "a statement in a thread of its own: sqlite3 connections stay in theirs",
     "cocaq/db/coltypes.py": "SQLite stores naive UTC times",
     "cocaq/db/dbapi.py": "the login-node connections: the driver and its parameter style",
     "cocaq/db/engine.py": "engine setup per backend",
