@@ -206,6 +206,20 @@ def run_cocaq(
     )
 
 
+def built_demo(tmp: Path, *args: str) -> tuple[dict[str, str], str]:
+    """`cocaq demo --out TMP/demo ARGS` into a SQLite file of its own, as the modules that read the demo's
+    site build it: the environment it ran with (none of the caller's COCAQ_* or terminal size, HOME and
+    XDG_DATA_HOME in `tmp`), for their own `cocaq` runs, and the database's URL."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("COCAQ_") and k not in ("COLUMNS", "LINES")
+    }
+    url = f"sqlite:///{tmp / 'demo.sqlite'}"
+    env.update(HOME=str(tmp), XDG_DATA_HOME=str(tmp / "xdg"), COCAQ_DATABASE_URL=url, PYTHONUNBUFFERED="1")
+    r = run_cocaq(["demo", "--out", str(tmp / "demo"), *args], env, cwd=tmp)
+    assert r.code == 0, r.err
+    return env, url
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist, the real Slurm clusters' tests each on one worker (tests/parallel.py)."""
     if config.pluginmanager.hasplugin("xdist"):

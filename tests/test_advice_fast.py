@@ -28,7 +28,7 @@ from cocaq.footprint import advice, jobfacts
 from cocaq.footprint.advice import REPEATED, SHOWN, Thresholds
 from cocaq.footprint.lookup import add_advice
 from cocaq.footprint.totals import Footprint, Window, lab_footprint, user_footprint
-from tests.conftest import ROOT, new_database, run_cocaq
+from tests.conftest import ROOT, built_demo, new_database, run_cocaq
 
 # Thresholds that let many more jobs count (and a few fewer), so that each rule's reading of only some
 # jobs is tried where it fires on many of them.
@@ -83,11 +83,7 @@ def _names(url: str, w: Window) -> tuple[list[str], list[str]]:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Site:
     tmp = tmp_path_factory.mktemp("fast-demo")
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("COCAQ_")}
-    url = f"sqlite:///{tmp / 'demo.sqlite'}"
-    env.update(HOME=str(tmp), XDG_DATA_HOME=str(tmp / "xdg"), COCAQ_DATABASE_URL=url)
-    r = run_cocaq(["demo", "--out", str(tmp / "demo")], env, cwd=tmp)
-    assert r.code == 0, r.err
+    _env, url = built_demo(tmp)
     cfg = replace(load_config(tmp / "demo" / "cocaq-demo.toml", {}), database_url=url)
     until = datetime.fromisoformat(json.loads((tmp / "demo" / "summary.json").read_text())["until"])
     w = Window(until - timedelta(days=30), until)

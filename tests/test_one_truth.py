@@ -31,7 +31,7 @@ from cocaq.config_load import load_config
 from cocaq.db.engine import make_engine
 from cocaq.reports import admin_report, data, job_report, lab_report, render, user_report, wording
 from cocaq.reports.suggest import suggest_for_user
-from tests.conftest import Result, run_cocaq
+from tests.conftest import Result, built_demo, run_cocaq
 
 REL = 1e-9
 
@@ -66,13 +66,9 @@ AT = "2026-12-05T12:00:00+00:00"
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     tmp = tmp_path_factory.mktemp("one-truth")
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("COCAQ_")}
-    url = f"sqlite:///{tmp / 'demo.sqlite'}"
-    env.update(HOME=str(tmp), XDG_DATA_HOME=str(tmp / "xdg"), COCAQ_DATABASE_URL=url, PYTHONUNBUFFERED="1")
     # built as of one hour, so that what the e-mails of its month hold is the same whatever the day the
     # tests run (every query below names its window)
-    r = run_cocaq(["demo", "--out", str(tmp / "demo"), "--at", AT], env, cwd=tmp)
-    assert r.code == 0, r.err
+    env, url = built_demo(tmp, "--at", AT)
     cfg_path = tmp / "demo" / "cocaq-demo.toml"
     cfg = replace(load_config(cfg_path, {}), database_url=url)
     until = datetime.fromisoformat(json.loads((tmp / "demo" / "summary.json").read_text())["until"])

@@ -34,7 +34,7 @@ from cocaq.db import migrate
 from cocaq.db.engine import make_engine
 from cocaq.reports import admin_report, job_report, lab_report, render, user_report
 from cocaq.reports.suggest import suggest_for_user
-from tests.conftest import run_cocaq
+from tests.conftest import built_demo
 from tests.test_report_data import MONTH, at, build_month, config
 
 CHROMIUM = os.environ.get("COCAQ_CHROMIUM", "/usr/bin/chromium")
@@ -275,15 +275,7 @@ def demo_reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The reports `cocaq demo` writes (its admin page and e-mail have the demo's wider tables: estimated
     ranges, long partition and model names), through the real CLI into a database of their own."""
     tmp = tmp_path_factory.mktemp("demo-screens")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COCAQ_")}
-    env.update(
-        HOME=str(tmp),
-        XDG_DATA_HOME=str(tmp / "xdg"),
-        COCAQ_DATABASE_URL=f"sqlite:///{tmp / 'demo.sqlite'}",
-        PYTHONUNBUFFERED="1",
-    )
-    r = run_cocaq(["demo", "--out", str(tmp / "demo")], env, cwd=tmp)
-    assert r.code == 0, r.err
+    built_demo(tmp)
     return tmp / "demo" / "reports"
 
 

@@ -40,7 +40,7 @@ from cocaq.footprint.totals_rows import kwh_text, totals_rows
 from cocaq.web.wsgi import own_user_app
 from tests.browserkit import Browser, Page, Served, chromium, not_blank, serve
 from tests.builders import job
-from tests.conftest import run_cocaq
+from tests.conftest import built_demo, run_cocaq
 
 PHONE, DESKTOP = 375, 1280
 # dave: the demo's heaviest GPU user, head of lab_nlp here; erin: the hostile jobs' user
@@ -84,13 +84,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     """`cocaq demo`'s site, and erin's two jobs named to break the markup, imported as sacct's would be."""
     chromium()  # (fails or skips before the demo is built, not after)
     tmp = tmp_path_factory.mktemp("web-browser")
-    url = f"sqlite:///{tmp / 'demo.sqlite'}"
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("COCAQ_") and k not in ("COLUMNS", "LINES")
-    }
-    env.update(HOME=str(tmp), XDG_DATA_HOME=str(tmp / "xdg"), COCAQ_DATABASE_URL=url, PYTHONUNBUFFERED="1")
-    r = run_cocaq(["demo", "--out", str(tmp / "demo")], env, cwd=tmp)
-    assert r.code == 0, r.err
+    env, url = built_demo(tmp)
     cfg_path = tmp / "demo" / "cocaq-demo.toml"
     base = load_config(cfg_path, {})
     # the demo names its lab heads' addresses for the e-mails ([reports]); the API's lab heads are users

@@ -48,12 +48,8 @@ class Pool:
             yield db
             ok = True
         finally:
-            if ok and db.dialect != "sqlite":  # (sqlite3 connections stay in their thread: not pooled)
-                try:
-                    db.renew()  # the next request reads a new snapshot
-                except Exception:
-                    ok = False
-            if ok and db.dialect != "sqlite":
+            # (sqlite3 connections stay in their thread: not pooled)
+            if ok and db.dialect != "sqlite" and _renewed(db):
                 self.free.put_nowait(db)
             else:
                 db.close()
@@ -64,3 +60,12 @@ class Pool:
                 self.free.get_nowait().close()
             except queue.Empty:
                 return
+
+
+def _renewed(db: Db) -> bool:
+    """Whether the connection starts a new snapshot for the next request (False: a broken one)."""
+    try:
+        db.renew()
+    except Exception:
+        return False
+    return True

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, Self, TypeVar
 
 if TYPE_CHECKING:
     from cocaq.db.dbapi import Db
@@ -48,7 +48,7 @@ class _Work(Generic[T]):
             raise self._failed[0]
         return self._got[0]
 
-    def __enter__(self) -> _Work[T]:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -64,8 +64,7 @@ class Alongside(_Work[T]):
 
     def __init__(self, db: Db, other: Db | None, work: Callable[[Db], T]) -> None:
         super().__init__(db, work)
-        sid = db.snapshot() if other is not None else None
-        if other is not None and sid is not None:
+        if other is not None and (sid := db.snapshot()) is not None:
             other.adopt(sid)
             self._start(other, "cocaq-alongside")
 
@@ -73,9 +72,6 @@ class Alongside(_Work[T]):
     def beside(self) -> bool:
         """Whether the work runs on a second connection (what tests check)."""
         return self._thread is not None
-
-    def __enter__(self) -> Alongside[T]:
-        return self
 
 
 class Meanwhile(_Work[T]):
@@ -87,6 +83,3 @@ class Meanwhile(_Work[T]):
         super().__init__(db, work)
         if db.dialect == "postgresql":
             self._start(db, "cocaq-meanwhile")
-
-    def __enter__(self) -> Meanwhile[T]:
-        return self
