@@ -7,6 +7,7 @@ databases took minutes. tests/test_test_databases.py holds that a copy equals a 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -218,6 +219,26 @@ def built_demo(tmp: Path, *args: str) -> tuple[dict[str, str], str]:
     r = run_cocaq(["demo", "--out", str(tmp / "demo"), *args], env, cwd=tmp)
     assert r.code == 0, r.err
     return env, url
+
+
+@dataclass
+class DemoSite:
+    """The demo's site a module built (`built_demo`), and `cocaq` run against it."""
+
+    dir: Path
+    env: dict[str, str]
+    cfg: Any  # cocaq.config.Config
+    cfg_path: Path
+
+    def cocaq(self, *args: str, columns: int | None = None) -> Result:
+        env = dict(self.env, COLUMNS=str(columns)) if columns else self.env
+        return run_cocaq(["--config", str(self.cfg_path), *args], env, cwd=self.dir)
+
+    def json(self, *args: str) -> Any:
+        """`cocaq ARGS -o json`, read (no [api] url: the CLI reads the demo's database directly)."""
+        r = self.cocaq(*args, "-o", "json")
+        assert r.code == 0, r.err
+        return json.loads(r.out)
 
 
 def pytest_configure(config: pytest.Config) -> None:

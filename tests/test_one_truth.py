@@ -17,7 +17,6 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,34 +25,20 @@ from sqlalchemy import Engine, text
 
 from cocaq.accounting.sessions import Sessions
 from cocaq.api.client import payload_for
-from cocaq.config import Config
 from cocaq.config_load import load_config
 from cocaq.db.engine import make_engine
 from cocaq.reports import admin_report, data, job_report, lab_report, render, user_report, wording
 from cocaq.reports.suggest import suggest_for_user
-from tests.conftest import Result, built_demo, run_cocaq
+from tests.conftest import DemoSite, built_demo
 
 REL = 1e-9
 
 
 @dataclass
-class Demo:
-    dir: Path
-    env: dict[str, str]
-    cfg: Config
-    cfg_path: Path
+class Demo(DemoSite):
     engine: Engine
     month: data.Month
     users: dict[str, data.UserMonth]
-
-    def cocaq(self, *args: str, columns: int | None = None) -> Result:
-        env = dict(self.env, COLUMNS=str(columns)) if columns else self.env
-        return run_cocaq(["--config", str(self.cfg_path), *args], env, cwd=self.dir)
-
-    def json(self, *args: str) -> Any:
-        r = self.cocaq(*args, "-o", "json")
-        assert r.code == 0, r.err
-        return json.loads(r.out)
 
     @property
     def window(self) -> tuple[str, ...]:

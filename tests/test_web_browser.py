@@ -31,7 +31,6 @@ from typing import Any
 import pytest
 
 from cocaq.accounting.importer import import_records
-from cocaq.config import Config
 from cocaq.config_load import load_config
 from cocaq.db.engine import make_engine
 from cocaq.footprint.advice_words import co2, num
@@ -40,7 +39,7 @@ from cocaq.footprint.totals_rows import kwh_text, totals_rows
 from cocaq.web.wsgi import own_user_app
 from tests.browserkit import Browser, Page, Served, chromium, not_blank, serve
 from tests.builders import job
-from tests.conftest import built_demo, run_cocaq
+from tests.conftest import DemoSite, built_demo
 
 PHONE, DESKTOP = 375, 1280
 # dave: the demo's heaviest GPU user, head of lab_nlp here; erin: the hostile jobs' user
@@ -64,19 +63,9 @@ def by_user(cfg: Any) -> Callable[..., Iterable[bytes]]:
 
 
 @dataclass
-class Demo:
-    dir: Path
-    env: dict[str, str]
-    cfg: Config
-    cfg_path: Path
+class Demo(DemoSite):
     month: str  # the demo's month, YYYY-MM (its e-mails')
     dave_job: str  # dave's job with the most energy in the last 30 days
-
-    def cli(self, *args: str) -> Any:
-        """`cocaq ARGS -o json` against the same database (no [api] url: the CLI reads it directly)."""
-        r = run_cocaq(["--config", str(self.cfg_path), *args, "-o", "json"], self.env, cwd=self.dir)
-        assert r.code == 0, r.err
-        return json.loads(r.out)
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +93,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     )  # fmt: skip
     engine.dispose()
     d = Demo(tmp, env, cfg, cfg_path, month, "")
-    d.dave_job = str(d.cli("user", "dave", "--since", "30d")["top_jobs"][0]["job_id"])
+    d.dave_job = str(d.json("user", "dave", "--since", "30d")["top_jobs"][0]["job_id"])
     return d
 
 
@@ -193,14 +182,14 @@ FIGURES_TABLE = """Array.from(document.querySelectorAll('table.figures')).filter
 def test_the_footprint_shows_what_cocaq_user_prints(demo: Demo, site: Served, page: Page) -> None:
     """The tiles and the totals read as `cocaq user dave --since 30d` words them. The window moves with
     the clock (a running job grows), so the page must equal the terminal of just before or just after."""
-    before = demo.cli("user", "dave", "--since", "30d")
+    before = demo.json("user", "dave", "--since", "30d")
     page.goto(site.url("/"))
     tiles = page.eval(
         "Object.fromEntries(Array.from(document.querySelectorAll('[data-figure-of]'))"
         ".map(e => [e.dataset.figureOf, e.textContent]))"
     )
     (rows,) = page.eval(FIGURES_TABLE % json.dumps("Totals"))
-    after = demo.cli("user", "dave", "--since", "30d")
+    after = demo.json("user", "dave", "--since", "30d")
 
     def words(d: dict[str, Any]) -> tuple[dict[str, str], list[list[str]]]:
         t = {"energy_kwh": kwh_text(d["energy_kwh"]), "co2_kg": co2(d["co2_kg"]),
@@ -214,7 +203,7 @@ def test_the_footprint_shows_what_cocaq_user_prints(demo: Demo, site: Served, pa
 
 
 def test_the_job_page_shows_what_cocaq_job_prints(demo: Demo, site: Served, page: Page) -> None:
-    j = demo.cli("job", demo.dave_job)
+    j = demo.json("job", demo.dave_job)
     page.goto(site.url(f"/jobs/{demo.dave_job}"))
     (rows,) = page.eval(FIGURES_TABLE % json.dumps(f"Job {demo.dave_job}"))
     got = dict(rows)
