@@ -86,6 +86,7 @@ def main() -> int:
         paths.append(f"/labs/{labs[0]['account']}")
     print(f"heavy user {heavy}: {n_jobs:,} jobs in the last 30 days")
     out: dict[str, Any] = {"machine": m, "user": heavy, "jobs_in_window": n_jobs, "pages": {}}
+    out["kept"] = keep_last_month(cfg, last)
     floor = [reader_time(reader) for _ in range(a.runs)]
     from cocaq.db import dbapi
 
@@ -105,6 +106,10 @@ def main() -> int:
                               "remembered_median_ms": statistics.median(again)}  # fmt: skip
         print(f"  {path:<34} {status}  first {first:7.1f} ms  median {statistics.median(times):7.1f} ms"
               f"  max {max(times):7.1f} ms  seen again {statistics.median(again):6.1f} ms")  # fmt: skip
+    # the whole month's page where no answer is kept (the month changed since the hourly job): computed
+    path = f"/month/{last}"
+    out["month_not_kept"] = not_kept_times(cfg, fresh, path, heavy, last, a.runs)
+    print(f"  {path} not kept (computed)     median {statistics.median(out['month_not_kept']):7.1f} ms")
     out["floor_whoami_ms"] = statistics.median(floor)
     print(f"  floor: GET /v1/whoami in-process {statistics.median(floor):.1f} ms")
     out["peer_cli_answer_ms"] = statistics.median(peer)
@@ -119,6 +124,44 @@ def main() -> int:
     if a.json:
         a.json.write_text(json.dumps(out, indent=2))
     return 0
+
+
+def keep_last_month(cfg: Any, last: str) -> dict[str, Any]:
+    """What the scheduler's hourly month-answers job does for last month: build every user's answer (as
+    after a change), then find them current (every later hour while nothing changes)."""
+    from cocaq.db.engine import make_engine
+    from cocaq.reports.month_answer import keep
+    from cocaq.reports.month_store import forget_before
+
+    engine = make_engine(cfg.database_url)
+    start = datetime.strptime(last, "%Y-%m").replace(tzinfo=UTC)
+    forget_before(engine, start.replace(year=start.year + 1))  # none kept: the build from scratch
+    t0 = time.perf_counter()
+    built = keep(engine, cfg, start)
+    build_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    again = keep(engine, cfg, start)
+    check_ms = (time.perf_counter() - t0) * 1000
+    engine.dispose()
+    print(f"  kept {last}: {built.line()} in {build_s:.1f} s; the next hour's run: {again.line()} "
+          f"in {check_ms:.0f} ms")  # fmt: skip
+    return {"line": built.line(), "build_s": build_s, "users": built.users, "check_ms": check_ms}
+
+
+def not_kept_times(cfg: Any, app: Any, path: str, user: str, last: str, runs: int) -> list[float]:
+    """The page's times with no kept answer, then the answers kept again."""
+    from cocaq.db.engine import make_engine
+    from cocaq.reports.month_answer import keep
+    from cocaq.reports.month_store import forget_before
+
+    engine = make_engine(cfg.database_url)
+    start = datetime.strptime(last, "%Y-%m").replace(tzinfo=UTC)
+    forget_before(engine, start.replace(year=start.year + 1))
+    call(app, path, user)
+    times = [call(app, path, user)[1] for _ in range(runs)]
+    keep(engine, cfg, start)
+    engine.dispose()
+    return times
 
 
 def cli_answer_time(db: Any, cfg: Any, user: str) -> float:

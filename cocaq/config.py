@@ -437,6 +437,13 @@ class Reports:
             "failed, out of memory, timed out) reached this many kWh; 0: only to those who asked"
         },
     )
+    keep_months: int = field(
+        default=3,
+        metadata={
+            "doc": "the web app's month pages: `cocaq report keep` keeps this many settled months' answers "
+            "per user (the latest ones); 0: none, every view computes its month"
+        },
+    )
 
 
 INTERACTIVE_NAMES = (

@@ -488,6 +488,11 @@ def _reports(t: Any) -> Reports:
         v["job_digest_minutes"] = int(n)
     if "job_email_waste_kwh" in t:
         v["job_email_waste_kwh"] = _num("reports.job_email_waste_kwh", t["job_email_waste_kwh"], 0.0, 1e6)
+    if "keep_months" in t:
+        n = _num("reports.keep_months", t["keep_months"], 0.0, 120.0)
+        if n != int(n):
+            raise ConfigError(f"config: reports.keep_months: expected whole months, got {t['keep_months']!r}")
+        v["keep_months"] = int(n)
     return replace(Reports(), **v)
 
 

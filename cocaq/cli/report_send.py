@@ -75,3 +75,32 @@ def report_alerts(obj: Ctx, cluster: str | None, dry_run: bool) -> None:
             click.echo(extra, err=True)
     if summary.status == "error":
         sys.exit(5)
+
+
+@report.command("keep")
+@click.option("--month", default=None, metavar="YYYY-MM", help="Only this month (default: the latest "
+              "[reports] keep_months before this one, forgetting older ones).")  # fmt: skip
+@click.option("-M", "--cluster", default=None, help="Answers for this cluster only (default: all clusters).")
+@click.pass_obj
+def report_keep(obj: Ctx, month: str | None, cluster: str | None) -> None:
+    """Keep every user's month answer for the web app's month pages (what the scheduler's month-answers
+    job runs hourly).
+
+    A settled month's e-mail is computed once for all its users and kept with a stamp of the data and
+    settings it came from; the read API serves it while the stamp holds and computes it otherwise. A
+    month with running jobs, or jobs the aggregator has not derived yet, is not kept (the line says
+    why). Prints one line per month on stderr.
+    """
+    from datetime import UTC, datetime
+
+    from cocaq.reports.month_answer import keep, keep_recent
+
+    engine, cfg = obj.engine(), obj.cfg
+    if month is None:
+        done = keep_recent(engine, cfg, datetime.now(UTC), cluster)
+        if not done:
+            click.echo("month answers: none kept ([reports] keep_months = 0)", err=True)
+    else:
+        done = [keep(engine, cfg, parse_month(month), cluster)]
+    for k in done:
+        click.echo(k.line(), err=True)

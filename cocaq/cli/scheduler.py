@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 # the ORM.
 JOB_IDS = (
     "reconcile", "aggregate", "catchup", "reports-monthly", "reports-weekly", "reports-jobs", "alerts",
-    "calibrate", "retention",
+    "calibrate", "retention", "month-answers",
 )  # fmt: skip
 
 

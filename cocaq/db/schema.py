@@ -17,6 +17,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -674,3 +675,21 @@ class StudyProtocol(Base):
     study: Mapped[str] = mapped_column(String(64), primary_key=True)  # the study's key (study_arms.study)
     primary_outcome: Mapped[str] = mapped_column(String(64))  # cocaq.config.STUDY_OUTCOMES
     declared_at: Mapped[datetime]
+
+
+class MonthAnswer(Base):
+    """A settled month's answer for one user (GET /v1/users/{user}/month: the month e-mail and its
+    figures), kept by `cocaq report keep` so that the web app need not compute a whole month's e-mail on
+    every view. Served only while `stamp` (cocaq.reports.month_store: what the month's data and the
+    site's settings were when it was kept) is still what they are; otherwise computed again."""
+
+    __tablename__ = "month_answers"
+    __table_args__ = (UniqueConstraint("user_name", "cluster", "month_start"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    user_name: Mapped[str] = mapped_column(String(64))
+    cluster: Mapped[str] = mapped_column(String(64))  # the cluster asked for; "" for all of them
+    month_start: Mapped[datetime]
+    stamp: Mapped[str] = mapped_column(String(64))
+    kept_at: Mapped[datetime]
+    answer: Mapped[bytes] = mapped_column(LargeBinary)  # the answer as JSON, zlib-compressed

@@ -15,6 +15,9 @@
     retention        daily at 03:40 (after catchup's aggregate): raw samples older than [retention]
                      samples_days that the aggregator has summarised go, and the coming months'
                      partitions are made (cocaq.accounting.retention)
+    month-answers    hourly at :40: every user's answer for the last [reports] keep_months settled
+                     months, built again only where a month's data or the settings changed, for the web
+                     app's month pages (cocaq.reports.month_store)
 
 Times are in the cluster's timezone (config `cluster.timezone`, else this machine's).
 
@@ -380,6 +383,20 @@ def job_retention(config_path: str | None = None, via: str = "scheduler") -> Run
     return _recorded("retention", config_path, via, _retention)
 
 
+def _month_answers(engine: Engine, cfg: Config, now: datetime) -> tuple[str, str]:
+    """The web app's kept month answers; "skipped" where none are kept ([reports] keep_months = 0)."""
+    from cocaq.reports.month_answer import keep_recent
+
+    done = keep_recent(engine, cfg, now)
+    if not done:
+        return "skipped", "month answers: none kept ([reports] keep_months = 0)"
+    return "ok", "; ".join(k.line() for k in done)
+
+
+def job_month_answers(config_path: str | None = None, via: str = "scheduler") -> RunResult:
+    return _recorded("month-answers", config_path, via, _month_answers)
+
+
 JOB_FUNCS: dict[str, Callable[..., RunResult]] = {
     "reconcile": job_reconcile,
     "aggregate": job_aggregate,
@@ -390,6 +407,7 @@ JOB_FUNCS: dict[str, Callable[..., RunResult]] = {
     "alerts": job_alerts,
     "calibrate": job_calibrate,
     "retention": job_retention,
+    "month-answers": job_month_answers,
 }
 JOB_IDS = tuple(JOB_FUNCS)
 _TAKES_SACCT = {"reconcile", "catchup"}
@@ -451,6 +469,7 @@ def job_specs(opts: Options, tz: tzinfo) -> list[JobSpec]:
         ),
         JobSpec("calibrate", CronTrigger(day_of_week="sun", hour=4, minute=20, timezone=tz), 7 * day, base),
         JobSpec("retention", CronTrigger(hour=3, minute=40, timezone=tz), day, base),
+        JobSpec("month-answers", CronTrigger(minute=40, timezone=tz), 2 * S_PER_HOUR, base),
     ]
 
 
