@@ -18,7 +18,9 @@ as served, where a page seen again within the minute reuses the API's answers
 the same run: GET /v1/whoami through the same in-process API (a request that reads nothing); the peer,
 interleaved with the runs of `/`: the answer `/` shows, as `cocaq user HEAVY --since 30d -o json` computes it
 on the database (in this process, on one connection, no start-up), so that the page's cost reads as a ratio
-on a machine whose speed varies.
+on a machine whose speed varies. A whole month's page (last month) is served from its kept answer, as the
+scheduler's hourly month-answers job leaves it (built first, its build and the next hour's check timed),
+and measured once more with none kept (computed).
 """
 
 from __future__ import annotations
