@@ -32,8 +32,9 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from functools import lru_cache
 from pathlib import Path
@@ -154,21 +155,38 @@ def _code_digest() -> str:
     """The installed cocaq's code and templates (once per process: they do not change under it)."""
     import cocaq
 
-    return _tree_digest(str(Path(cocaq.__file__).resolve().parent), ("*.py", "*.html", "*.txt", "*.css"))
+    return _tree_digest(str(Path(cocaq.__file__).parent), (".py", ".html", ".txt", ".css"))
 
 
-def _tree_digest(root: str, patterns: Sequence[str] = ("*",)) -> str:
-    """The names and contents of the files under `root` (templates follow no symlink out of it)."""
+def _tree_digest(root: str, suffixes: tuple[str, ...] = ()) -> str:
+    """The names and contents of the files under `root` (all, or those ending in `suffixes`)."""
     h = hashlib.sha256()
-    base = Path(root)
-    files = sorted({p for pat in patterns for p in base.rglob(pat) if p.is_file() and not p.is_symlink()})
-    for p in files:
-        h.update(str(p.relative_to(base)).encode() + b"\0")
+    for rel, path in tree_files(root, suffixes):
+        h.update(rel.encode() + b"\0")
         try:
-            h.update(p.read_bytes())
+            with open(path, "rb") as f:
+                h.update(f.read())
         except OSError as exc:  # unreadable: its name and the error, so that the digest still moves
             h.update(f"unreadable: {exc.strerror}".encode())
     return h.hexdigest()
+
+
+def tree_files(root: str, suffixes: tuple[str, ...] = ()) -> Iterator[tuple[str, str]]:
+    """(name under `root`, path) of its files, in order, found as the template loader and the importer
+    find them: through symlinks (an editable install links its packages in; a site may link a
+    template), each directory once."""
+    seen: set[tuple[int, int]] = set()
+    for here, dirs, files in os.walk(root, followlinks=True):
+        st = os.stat(here)
+        if (st.st_dev, st.st_ino) in seen:
+            dirs[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        dirs.sort()
+        for name in sorted(files):
+            if not suffixes or name.endswith(suffixes):
+                path = os.path.join(here, name)
+                yield os.path.relpath(path, root), path
 
 
 # --- reading and keeping ----------------------------------------------------------------------------

@@ -229,3 +229,28 @@ def test_the_command(site: Site, cli_env: dict[str, str]) -> None:
     r = run_cocaq(["scheduler", "--once", "month-answers"], env)
     assert r.code == 0, r.err
     assert not is_kept(site, "alice")  # March is older than the latest three months: forgotten
+
+
+def test_the_settings_digest_reads_through_links(tmp_path: Path) -> None:
+    """The code and templates are read as the importer and Jinja read them: an editable install links its
+    packages in (cocaq/reports -> ../reports), a site may link a template; a loop is walked once."""
+    real = tmp_path / "real"
+    (real / "templates").mkdir(parents=True)
+    (real / "templates" / "user_month.html").write_text("one")
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "reports").symlink_to(real)
+    (pkg / "loop").symlink_to(pkg)
+    (pkg / "other.txt").symlink_to(real / "templates" / "user_month.html")
+    before = month_store._tree_digest(str(pkg), (".html", ".txt"))
+    (real / "templates" / "user_month.html").write_text("two")
+    assert month_store._tree_digest(str(pkg), (".html", ".txt")) != before
+    # the installed package's own templates count (reports/ is linked into cocaq/ in this checkout)
+    import cocaq
+
+    names = {rel for rel, _ in month_store.tree_files(str(Path(cocaq.__file__).parent), (".html", ".py"))}
+    assert {"reports/templates/user_month.html", "reports/month_store.py", "web/templates/base.html"} <= names
+    assert [rel for rel, _ in month_store.tree_files(str(pkg))] == [
+        "other.txt",
+        "reports/templates/user_month.html",
+    ]
